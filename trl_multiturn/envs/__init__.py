@@ -1,0 +1,22 @@
+"""Environments: the protocol and the adapters for TextWorld, ALFWorld and SWE-Gym.
+
+The adapters import their engines lazily, so `import trl_multiturn.envs` works without the optional extras.
+"""
+
+from importlib import import_module
+
+from .base import Environment, EnvironmentFactory, StepResult, TaskError
+
+_LAZY = {
+    "TextWorldEnv": ".textworld",
+    "ALFWorldEnv": ".alfworld",
+    "SWEGymEnv": ".swegym",
+}
+
+__all__ = ["Environment", "EnvironmentFactory", "StepResult", "TaskError", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

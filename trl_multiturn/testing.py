@@ -1,0 +1,103 @@
+"""Tiny offline models for tests, benchmarks and demos.
+
+`build_tiny_model(out_dir, template="chatml")` trains a byte-level BPE tokenizer in-process (no Hub), attaches a
+real chat template (Qwen2.5's ChatML or Llama 3's, as TRL ships them), builds a randomly initialised Llama-style
+model a few layers deep, and saves both so that TRL can reload them by path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CHAT_TEMPLATES = ("chatml", "llama3")
+
+_SPECIAL_TOKENS = {
+    "chatml": {"bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>", "extra": ["<|im_start|>"]},
+    "llama3": {
+        "bos": "<|begin_of_text|>",
+        "eos": "<|eot_id|>",
+        "pad": "<|finetune_right_pad_id|>",
+        "extra": ["<|start_header_id|>", "<|end_header_id|>", "<|end_of_text|>"],
+    },
+}
+_TRL_TEMPLATE_FILES = {"chatml": "qwen2_5.jinja", "llama3": "llama3.jinja"}
+
+_CORPUS = [
+    "You are in a kitchen. There is a closed fridge and a wooden table here. Exits lead north and east.",
+    "go north. go south. go east. go west. take the key. open the chest. unlock the door with the key.",
+    "insert the apple into the box. put the book on the shelf. look. inventory. examine the lamp.",
+    "Your task is to: put a clean mug in the coffeemachine. heat some potato and put it in sinkbasin.",
+    "run ls -la; view src/app.py 1 40; replace a string in a file; submit the patch; pytest -q tests",
+    "def add(a, b):\n    return a + b\n\nclass Stack:\n    pass\n",
+    "Valid actions: go north, take coin, open door. Score: 1/3. You won! You lost. *** The End ***",
+    "0123456789 !?.,:;'\"()[]{}<>=+-*/_#@$%^&|~`",
+]
+
+
+def build_tiny_tokenizer(template: str = "chatml", vocab_size: int = 600):
+    """A byte-level BPE tokenizer trained in-process, with `template`'s special tokens and chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if template not in CHAT_TEMPLATES:
+        raise ValueError(f"template={template!r}: choose one of {CHAT_TEMPLATES}")
+    spec = _SPECIAL_TOKENS[template]
+    specials = [t for t in (spec["bos"], spec["eos"], spec["pad"], *spec["extra"]) if t]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=spec["bos"],
+        eos_token=spec["eos"],
+        pad_token=spec["pad"],
+        additional_special_tokens=spec["extra"],
+    )
+    fast.chat_template = _trl_chat_template(template)
+    return fast
+
+
+def _trl_chat_template(template: str) -> str:
+    import trl
+
+    path = Path(trl.__file__).parent / "chat_templates" / _TRL_TEMPLATE_FILES[template]
+    return path.read_text()
+
+
+def build_tiny_model(out_dir: str | os.PathLike, template: str = "chatml", hidden_size: int = 32, num_layers: int = 2,
+                     seed: int = 0) -> str:
+    """Save a tiny random Llama-style causal LM and its tokenizer to `out_dir`; return the path."""
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tiny_tokenizer(template)
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    out_dir = str(out_dir)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
