@@ -91,7 +91,8 @@ def build_tiny_model(out_dir: str | os.PathLike, template: str = "chatml", hidde
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,
+        initializer_range=0.2,
     )
     model = LlamaForCausalLM(config)
     model.generation_config = GenerationConfig(

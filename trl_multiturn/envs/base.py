@@ -39,6 +39,14 @@ class Environment:
     def close(self) -> None:
         """Release processes, files and games held by the environment."""
 
+    def finish(self) -> StepResult | None:
+        """Called when the rollout cuts a live episode (turn or token budget) before the environment said done.
+
+        An environment that can still score the episode returns a final result (SWE-Gym grades the current diff);
+        its reward is added to the last turn and its `won` decides the episode. The default returns None.
+        """
+        return None
+
     def expert_actions(self, task: dict) -> list[str] | None:
         """The expert solution of `task` as a list of actions, or None where the environment has none.
 

@@ -1,0 +1,37 @@
+"""Reward modes: how an episode's per-turn rewards are formed from what the environment reported."""
+
+from __future__ import annotations
+
+REWARD_MODES = ("sparse", "dense", "shaped")
+
+
+def shape_turn_rewards(
+    env_rewards: list[float],
+    won: bool,
+    mode: str,
+    success_reward: float = 1.0,
+    format_errors: list[bool] | None = None,
+    format_penalty: float = 0.0,
+) -> list[float]:
+    """Per-turn rewards r_k for one episode of K turns.
+
+    - `sparse`: r_k = 0 for k < K-1 and r_{K-1} = success_reward * won (success at the final turn only);
+    - `dense`:  r_k = the environment's reward for turn k (e.g. a TextWorld score delta);
+    - `shaped`: dense, plus success_reward * won on the final turn.
+
+    Every mode then subtracts `format_penalty` on each turn whose reply the action parser could not read.
+    """
+    if mode not in REWARD_MODES:
+        raise ValueError(f"reward_mode={mode!r}: choose one of {REWARD_MODES}")
+    k = len(env_rewards)
+    if k == 0:
+        return []
+    if mode == "sparse":
+        rewards = [0.0] * k
+    else:
+        rewards = [float(r) for r in env_rewards]
+    if mode in ("sparse", "shaped") and won:
+        rewards[-1] += success_reward
+    if format_penalty and format_errors is not None:
+        rewards = [r - format_penalty * bool(err) for r, err in zip(rewards, format_errors)]
+    return rewards

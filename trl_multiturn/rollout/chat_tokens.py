@@ -1,0 +1,128 @@
+"""Token-exact conversation building from a chat template.
+
+The history of an episode is never decoded and re-encoded. The prompt is rendered once; after that the sequence
+only grows by (a) the tokens the model sampled and (b) the template's *delta* for a new user turn: the tokens that
+follow the assistant's end-of-turn token up to and including the next generation prompt. The delta is taken from
+a probe conversation, so it relies on the template rendering a new user turn the same way whatever came before;
+`ChatTokenBuilder` checks that on a three-turn round trip when it is built and refuses templates that fail it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class ChatTemplateError(ValueError):
+    """The tokenizer's chat template cannot be extended turn by turn with token-exact results."""
+
+
+_PROBE_USER = "probe observation"
+_PROBE_REPLY = "probe reply"
+
+
+class ChatTokenBuilder:
+    """Builds prompt ids, observation deltas and turn-closing tokens for one tokenizer and chat template.
+
+    Args:
+        tokenizer: a tokenizer with a chat template.
+        eos_token_ids: the token ids that end a sampled reply (the trainer's `eos_token_ids`); defaults to the
+            tokenizer's eos and the model's generation-config eos.
+        chat_template_kwargs: extra keyword arguments for `apply_chat_template` (e.g. `enable_thinking`).
+    """
+
+    def __init__(self, tokenizer, eos_token_ids: Sequence[int] | None = None, chat_template_kwargs: dict | None = None):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ChatTemplateError(
+                f"The tokenizer {tokenizer.name_or_path!r} has no chat template. Set `tokenizer.chat_template` (for "
+                "example to TRL's templates in `trl/chat_templates/`) before building multi-turn rollouts."
+            )
+        self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.eos_token_ids = set(eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id])
+        self._name = tokenizer.name_or_path or type(tokenizer).__name__
+        self._probe_closed_ids = self.render(self._probe_messages(), add_generation_prompt=False)
+        self.end_of_turn_id, self._turn_tail = self._probe_turn_close()
+        self._check_round_trip()
+
+    def render(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+        out = self.tokenizer.apply_chat_template(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=True,
+            return_dict=True,
+            **self.chat_template_kwargs,
+        )
+        return list(out["input_ids"])
+
+    def prompt_ids(self, messages: list[dict]) -> list[int]:
+        """Tokens of the opening messages followed by the generation prompt for the first reply."""
+        return self.render(messages, add_generation_prompt=True)
+
+    def observation_ids(self, observation: str) -> list[int]:
+        """Tokens that follow a reply's end-of-turn token: the rest of the turn's closing, the new user turn with
+        `observation`, and the generation prompt for the next reply."""
+        base = self._probe_messages()
+        with_obs = self.render([*base, {"role": "user", "content": observation}], add_generation_prompt=True)
+        closed = self._probe_closed_ids
+        if with_obs[: len(closed)] != closed:
+            raise self._error("appending a user turn changes the tokens of the turns before it")
+        return self._turn_tail + with_obs[len(closed):]
+
+    def close_ids(self, reply_ids: Sequence[int]) -> list[int]:
+        """Tokens to append after a reply that stopped without sampling an end-of-turn token (cut at the per-turn
+        cap): the template's end-of-turn token, which the trainers keep under mask 0. Empty for a closed reply."""
+        if reply_ids and reply_ids[-1] in self.eos_token_ids:
+            return []
+        return [self.end_of_turn_id]
+
+    def assistant_content_ids(self, content: str) -> list[int]:
+        """The tokens the template gives an assistant reply's content, end-of-turn token included (for SFT)."""
+        prompt = self.render([{"role": "user", "content": _PROBE_USER}], add_generation_prompt=True)
+        full = self.render(
+            [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": content}],
+            add_generation_prompt=False,
+        )
+        eot = self._end_of_turn_index(full, len(prompt))
+        return full[len(prompt): eot + 1]
+
+    # -- probing ---------------------------------------------------------------------------------------------------
+
+    def _probe_messages(self) -> list[dict]:
+        return [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_REPLY}]
+
+    def _probe_turn_close(self) -> tuple[int, list[int]]:
+        prompt = self.render(self._probe_messages()[:1], add_generation_prompt=True)
+        closed = self._probe_closed_ids
+        if closed[: len(prompt)] != prompt:
+            raise self._error("an assistant turn does not extend the generation prompt token by token")
+        eot = self._end_of_turn_index(closed, len(prompt))
+        return closed[eot], closed[eot + 1:]
+
+    def _end_of_turn_index(self, ids: list[int], start: int) -> int:
+        for i in range(start, len(ids)):
+            if ids[i] in self.eos_token_ids:
+                return i
+        names = sorted(self.tokenizer.convert_ids_to_tokens(list(self.eos_token_ids)))
+        raise self._error(
+            f"the assistant turn is not closed by any end-of-sequence token the model can sample ({names})"
+        )
+
+    def _check_round_trip(self) -> None:
+        """Build a three-turn conversation incrementally and compare it with the template's own rendering."""
+        messages = [{"role": "user", "content": "first observation"}]
+        ids = self.prompt_ids(messages)
+        for k, (reply, obs) in enumerate([("go north", "You are in a hall."), ("take key", "Taken.")]):
+            ids += self.assistant_content_ids(reply)
+            ids += self.observation_ids(obs)
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": obs}]
+        expected = self.render(messages, add_generation_prompt=True)
+        if ids != expected:
+            raise self._error("building the conversation turn by turn does not give the template's own tokens")
+
+    def _error(self, what: str) -> ChatTemplateError:
+        return ChatTemplateError(
+            f"The chat template of {self._name!r} cannot be extended token-exactly: {what}. Multi-turn rollouts need a "
+            "prefix-preserving template (each turn only appends tokens). Pass a template that is, e.g. "
+            "`tokenizer.chat_template = trl.chat_template_utils.get_training_chat_template(tokenizer)` or one of "
+            "the `*_training.jinja` templates shipped in `trl/chat_templates/`."
+        )

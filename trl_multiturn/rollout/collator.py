@@ -1,0 +1,174 @@
+"""The multi-turn rollout collator: plays a batch of episodes turn by turn against an environment."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from ..envs.base import EnvironmentFactory, StepResult
+from .chat_tokens import ChatTokenBuilder
+from .env_pool import EnvFailure, EnvPool
+from .episode import Episode
+from .parsing import ActionParser, get_action_parser
+
+# generate_fn(contexts, max_new_tokens) -> (completions, logprobs or None); one completion per context.
+GenerateFn = Callable[[list[list[int]], int], "tuple[list[list[int]], list[list[float]] | None]"]
+
+UNREADABLE_REPLY = "I could not find an action in your reply. Answer with the action only."
+
+
+class MultiTurnRolloutCollator:
+    """Turns dataset rows (one task each) into played `Episode`s.
+
+    Each turn makes exactly one `generate_fn` call for all live episodes, parses an action out of each reply,
+    steps every environment at once through an `EnvPool`, and appends the observation as the chat template's token
+    delta for a new user turn (never re-tokenising history). An episode stops when its environment says done, at
+    `max_turns`, or when the next observation would exceed `max_episode_tokens` (prompt included).
+
+    A reply cut at `max_reply_tokens` has no sampled end-of-turn token. The documented choice here: the turn is
+    closed with the template's end-of-turn token under mask 0 (the model is not trained to have emitted it) and the
+    episode goes on.
+
+    Args:
+        environment_factory: callable returning a fresh `Environment`.
+        tokenizer: the policy's tokenizer, with a prefix-preserving chat template.
+        generate_fn: `(contexts, max_new_tokens) -> (completions, logprobs | None)`; one call per turn.
+        max_turns: the most replies per episode.
+        max_reply_tokens: the cap on one reply (TRL's `max_completion_length`).
+        max_episode_tokens: the cap on the whole conversation, prompt included; None for no cap.
+        action_parser: a parser name from `ACTION_PARSERS`, a `"module:function"` path, or a callable.
+        system_prompt: an optional system message before the first observation.
+        eos_token_ids: token ids that end a reply; defaults to the tokenizer's eos.
+        env_num_workers / env_timeout: see `EnvPool`.
+        any_live: `(local live count) -> bool` that is True while any episode on any rank is live. Trainers pass a
+            cross-rank reduction so that every rank makes the same number of generate calls.
+    """
+
+    def __init__(
+        self,
+        environment_factory: EnvironmentFactory,
+        tokenizer,
+        generate_fn: GenerateFn,
+        *,
+        max_turns: int,
+        max_reply_tokens: int,
+        max_episode_tokens: int | None = None,
+        action_parser: str | ActionParser = "first_line",
+        system_prompt: str | None = None,
+        eos_token_ids: Sequence[int] | None = None,
+        chat_template_kwargs: dict | None = None,
+        env_num_workers: int = 0,
+        env_timeout: float | None = None,
+        any_live: Callable[[int], bool] | None = None,
+    ):
+        if max_turns < 1:
+            raise ValueError(f"max_turns={max_turns}: an episode needs at least one turn")
+        self.tokenizer = tokenizer
+        self.generate_fn = generate_fn
+        self.max_turns = max_turns
+        self.max_reply_tokens = max_reply_tokens
+        self.max_episode_tokens = max_episode_tokens
+        self.action_parser = get_action_parser(action_parser)
+        self.system_prompt = system_prompt
+        self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs)
+        self.eos_token_ids = self.tokens.eos_token_ids
+        self.pool = EnvPool(environment_factory, num_workers=env_num_workers, timeout=env_timeout)
+        self.any_live = any_live or (lambda n: n > 0)
+
+    def opening_messages(self, observation: str) -> list[dict]:
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return [*system, {"role": "user", "content": observation}]
+
+    def __call__(self, rows: list[dict]) -> list[Episode]:
+        episodes = self._reset(rows)
+        for _ in range(self.max_turns):
+            live = [i for i, ep in enumerate(episodes) if not (ep.done or ep.failed)]
+            if not self.any_live(len(live)):
+                break
+            self._play_turn(episodes, live)
+        self._finish_cut_episodes(episodes)
+        return episodes
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # -- one turn ----------------------------------------------------------------------------------------------------
+
+    def _reset(self, rows: list[dict]) -> list[Episode]:
+        episodes = []
+        for row, first in zip(rows, self.pool.reset(list(rows))):
+            if isinstance(first, EnvFailure):
+                ep = Episode(task=row, prompt_ids=[], prompt_messages=[], failed=True, failure=first.reason)
+            else:
+                messages = self.opening_messages(first)
+                ep = Episode(task=row, prompt_ids=self.tokens.prompt_ids(messages), prompt_messages=messages)
+                if self._budget(ep) < 1:
+                    ep.done = ep.truncated = True  # the first observation alone fills the episode budget
+            episodes.append(ep)
+        return episodes
+
+    def _budget(self, ep: Episode) -> int:
+        """Tokens the episode may still sample in its next reply."""
+        left = math.inf if self.max_episode_tokens is None else self.max_episode_tokens - ep.num_tokens
+        return int(min(self.max_reply_tokens, left))
+
+    def _play_turn(self, episodes: list[Episode], live: list[int]) -> None:
+        budgets = [self._budget(episodes[i]) for i in live]
+        contexts = [episodes[i].prompt_ids + episodes[i].completion_ids for i in live]
+        completions, logprobs = self.generate_fn(contexts, max(budgets, default=self.max_reply_tokens))
+        to_step, actions = [], []
+        for j, i in enumerate(live):
+            ep = episodes[i]
+            reply_ids = list(completions[j][: budgets[j]])
+            reply_logps = list(logprobs[j][: budgets[j]]) if logprobs is not None else [math.nan] * len(reply_ids)
+            start = len(ep.completion_ids)
+            ep.completion_ids += reply_ids
+            ep.env_mask += [1] * len(reply_ids)
+            ep.logprobs += reply_logps
+            ep.turn_spans.append((start, len(ep.completion_ids)))
+            reply = self.tokenizer.decode(reply_ids, skip_special_tokens=True)
+            ep.replies.append(reply)
+            action = self.action_parser(reply)
+            ep.actions.append(action)
+            if action is not None:
+                to_step.append(i)
+                actions.append(action)
+        results = dict(zip(to_step, self.pool.step(to_step, actions)))
+        for i in live:
+            result = results.get(i, StepResult(observation=UNREADABLE_REPLY))
+            self._record(episodes[i], result)
+
+    def _record(self, ep: Episode, result: StepResult | EnvFailure) -> None:
+        if isinstance(result, EnvFailure):
+            ep.failed, ep.failure = True, result.reason
+            ep.turn_rewards.append(0.0)
+            return
+        ep.turn_rewards.append(float(result.reward))
+        ep.observations.append(result.observation)
+        ep.infos.append(result.info)
+        if result.done:
+            ep.done, ep.won = True, bool(result.won)
+            return
+        start, end = ep.turn_spans[-1]
+        appended = self.tokens.close_ids(ep.completion_ids[start:end]) + self.tokens.observation_ids(result.observation)
+        if self.max_episode_tokens is not None and ep.num_tokens + len(appended) >= self.max_episode_tokens:
+            ep.done = ep.truncated = True  # no room left for the observation and a reply after it
+            return
+        ep.completion_ids += appended
+        ep.env_mask += [0] * len(appended)
+        ep.logprobs += [math.nan] * len(appended)
+
+    def _finish_cut_episodes(self, episodes: list[Episode]) -> None:
+        """Episodes still live after `max_turns`, or cut by the token budget, are truncated; an environment that
+        can still score them does so in `finish()`."""
+        cut = [i for i, ep in enumerate(episodes) if not ep.failed and (ep.truncated or not ep.done)]
+        for i in cut:
+            episodes[i].done = episodes[i].truncated = True
+        for i, result in zip(cut, self.pool.finish(cut)):
+            ep = episodes[i]
+            if isinstance(result, EnvFailure):
+                ep.failed, ep.failure = True, result.reason
+            elif result is not None:
+                if ep.turn_rewards:
+                    ep.turn_rewards[-1] += float(result.reward)
+                ep.won = bool(result.won)

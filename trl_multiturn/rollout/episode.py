@@ -1,0 +1,62 @@
+"""The record of one played episode, in the token form the trainers consume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Episode:
+    """One whole episode: the prompt, then the model's replies and the environment's observations interleaved.
+
+    `completion_ids` holds every token after the prompt: each turn's sampled reply (end-of-turn token included)
+    followed by the template tokens that carry the next observation. `env_mask[i]` is 1 exactly where
+    `completion_ids[i]` was sampled by the model. `turn_spans[k] = (start, end)` is the half-open range of turn k's
+    sampled tokens in `completion_ids`; `turn_rewards[k]` is the environment's reward for turn k.
+    """
+
+    task: dict
+    prompt_ids: list[int]
+    prompt_messages: list[dict]
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
+    actions: list[str | None] = field(default_factory=list)
+    observations: list[str] = field(default_factory=list)
+    won: bool = False
+    done: bool = False
+    truncated: bool = False
+    failed: bool = False
+    failure: str | None = None
+    infos: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turn_spans)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+    @property
+    def format_errors(self) -> list[bool]:
+        """Per turn: True where the action parser could not read the reply."""
+        return [a is None for a in self.actions]
+
+    @property
+    def env_return(self) -> float:
+        """Sum of the environment's per-turn rewards."""
+        return float(sum(self.turn_rewards))
+
+    def messages(self) -> list[dict]:
+        """The whole conversation as chat messages (for logs and reward functions), decoded replies included."""
+        out = list(self.prompt_messages)
+        for k, reply in enumerate(self.replies):
+            out.append({"role": "assistant", "content": reply})
+            if k < len(self.observations):
+                out.append({"role": "user", "content": self.observations[k]})
+        return out

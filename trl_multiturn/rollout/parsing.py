@@ -1,0 +1,60 @@
+"""Action parsers: turn a model reply into the action sent to the environment, or None if none can be read.
+
+A parser is any callable `reply -> str | None`. Configs name a built-in parser or give `"module:function"`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Callable
+
+ActionParser = Callable[[str], "str | None"]
+
+_ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+_ACTION_LINE = re.compile(r"^\s*action\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def first_line(reply: str) -> str | None:
+    """The reply's first non-empty line, stripped (the paper's format: the reply *is* the command)."""
+    for line in reply.splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def think_then_act(reply: str) -> str | None:
+    """For replies that reason first: the text of the last `<action>...</action>` tag, else the last
+    `Action: ...` line; None when the reply names no action."""
+    tags = _ACTION_TAG.findall(reply)
+    if tags:
+        return tags[-1].strip() or None
+    lines = _ACTION_LINE.findall(reply)
+    return lines[-1].strip() if lines else None
+
+
+def whole_reply(reply: str) -> str | None:
+    """The whole reply, stripped (for environments that parse their own action format, e.g. SWE-Gym)."""
+    return reply.strip() or None
+
+
+ACTION_PARSERS: dict[str, ActionParser] = {
+    "first_line": first_line,
+    "think_then_act": think_then_act,
+    "whole_reply": whole_reply,
+}
+
+
+def get_action_parser(spec: str | ActionParser) -> ActionParser:
+    """Resolve a parser from a callable, a built-in name, or a `"package.module:function"` path."""
+    if callable(spec):
+        return spec
+    if spec in ACTION_PARSERS:
+        return ACTION_PARSERS[spec]
+    if isinstance(spec, str) and ":" in spec:
+        module, _, name = spec.partition(":")
+        return getattr(importlib.import_module(module), name)
+    raise ValueError(
+        f"action_parser={spec!r} is not a known parser. Use one of {sorted(ACTION_PARSERS)} or a "
+        "'package.module:function' path to a callable reply -> action."
+    )

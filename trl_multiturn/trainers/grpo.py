@@ -1,0 +1,114 @@
+"""`MultiTurnGRPOTrainer`: TRL's `GRPOTrainer` playing whole episodes against an environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from .multiturn import MultiTurnArguments, MultiTurnMixin
+
+
+@dataclass
+class MultiTurnGRPOConfig(GRPOConfig, MultiTurnArguments):
+    """`GRPOConfig` plus the multi-turn fields of `MultiTurnArguments` (max_turns, reward_mode, estimator, ...).
+
+    `max_completion_length` caps one reply; `max_episode_tokens` caps the whole episode.
+    """
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.check_multiturn_args()
+
+
+class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
+    """GRPO over multi-turn episodes.
+
+    Same arguments as `trl.GRPOTrainer`; `environment_factory` here is a callable returning a fresh
+    `trl_multiturn.Environment` (not TRL's tool-calling environment), and each `train_dataset` row is one task that
+    the environment's `reset` understands. `reward_funcs` are optional extra trajectory-level rewards with TRL's
+    signature; the environment's return under `reward_mode` is always the first reward source.
+    """
+
+    _tag_names = ["trl", "grpo", "trl-multiturn"]
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: MultiTurnGRPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+    ):
+        if tools or rollout_func is not None:
+            raise ValueError("MultiTurnGRPOTrainer plays episodes through `environment_factory`; `tools` and "
+                             "`rollout_func` belong to TRL's single-call GRPOTrainer and cannot be combined with it.")
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = MultiTurnGRPOConfig(output_dir=f"{str(name).split('/')[-1]}-MultiTurnGRPO")
+        if args.scale_rewards == "batch":
+            raise ValueError("scale_rewards='batch' is not supported for multi-turn credit; use 'group' or 'none'.")
+        reward_funcs, reward_processing_classes = self._with_environment_reward(
+            reward_funcs, args, reward_processing_classes
+        )
+        super().__init__(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+        )
+        self._init_multiturn(environment_factory)
+
+    def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        rows = self._rollout(inputs)
+        self._last_rewards_per_func = None
+        output = super()._generate_and_score_completions(rows)
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        output["advantages"] = self._token_advantages(
+            self._last_rewards_per_func, output["completion_ids"].shape[1], num_generations
+        ).to(output["completion_ids"].device)
+        self._log_episode_metrics(mode)
+        return output
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _generate(self, prompts: list):
+        """The parent's generation step, answered from the episodes `_rollout` just played."""
+        token_lists = self._episode_token_lists()
+        prompt_ids = [p for p, _, _, _ in token_lists]
+        completion_ids = [c for _, c, _, _ in token_lists]
+        env_mask = [m for _, _, m, _ in token_lists]
+        self._log_generation_lengths(prompt_ids, env_mask)
+        return (prompt_ids, completion_ids, env_mask, self._episode_completions(),
+                self._episode_logprobs(token_lists), {}, None, [])
+
+    def _log_generation_lengths(self, prompt_ids, env_mask) -> None:
+        mode = "train" if self.model.training else "eval"
+        device = self.accelerator.device
+        prompt_tokens = self.accelerator.gather(torch.tensor([len(p) for p in prompt_ids], device=device)).sum()
+        model_tokens = self.accelerator.gather(torch.tensor([sum(m) for m in env_mask], device=device))
+        if mode == "train":
+            self.state.num_input_tokens_seen += (prompt_tokens + model_tokens.sum()).item()
+        self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
+        self._metrics[mode]["completions/mean_length"].append(model_tokens.float().mean().item())

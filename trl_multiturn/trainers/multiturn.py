@@ -1,0 +1,298 @@
+"""What every multi-turn trainer shares: the config fields, the rollout collator wiring, per-turn credit and metrics.
+
+The trainers (GRPO, RLOO, PPO) mix `MultiTurnMixin` into their TRL parent. The mixin plays episodes with the
+parent's own single-turn generation backend (transformers, vLLM colocate or server), hands TRL the episode tokens
+with `env_mask` as the loss mask, and replaces TRL's per-sequence advantages with per-token advantages from the
+configured estimator.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from accelerate.utils import gather_object
+
+from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
+from ..credit.rewards import REWARD_MODES
+from ..rollout import Episode, MultiTurnRolloutCollator
+
+
+@dataclass
+class MultiTurnArguments:
+    """Config fields shared by the multi-turn RL trainers (mixed into their TRL configs)."""
+
+    max_turns: int = field(default=8, metadata={"help": "The most replies the model makes in one episode."})
+    max_episode_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Cap on a whole episode's tokens (prompt, replies and observations). An episode that "
+                          "would exceed it ends as truncated. `max_completion_length` caps one reply."},
+    )
+    reward_mode: str = field(
+        default="sparse",
+        metadata={"help": "How per-turn rewards are formed: 'sparse' (success_reward on the final turn of a won "
+                          "episode), 'dense' (the environment's per-turn rewards), 'shaped' (dense plus the "
+                          "success reward)."},
+    )
+    success_reward: float = field(
+        default=1.0, metadata={"help": "Reward for a won episode in the 'sparse' and 'shaped' reward modes."}
+    )
+    format_penalty: float = field(
+        default=0.0,
+        metadata={"help": "Subtracted from a turn's reward when the action parser cannot read its reply."},
+    )
+    turn_gamma: float = field(
+        default=1.0, metadata={"help": "Per-turn discount of future rewards in the returns the estimators use."}
+    )
+    advantage_estimator: str = field(
+        default="grpo",
+        metadata={"help": "Name of the advantage estimator in `trl_multiturn.credit.ESTIMATORS` (e.g. 'grpo', "
+                          "'rloo', 'turn_grpo', 'gigpo')."},
+    )
+    action_parser: str = field(
+        default="first_line",
+        metadata={"help": "How an action is read from a reply: 'first_line', 'think_then_act', 'whole_reply', or "
+                          "a 'package.module:function' path."},
+    )
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "Optional system message placed before the first observation."}
+    )
+    env_num_workers: int = field(
+        default=0,
+        metadata={"help": "Worker processes that run the environments (0: in this process). Workers give each "
+                          "environment call a timeout and survive crashes."},
+    )
+    env_timeout: float | None = field(
+        default=None,
+        metadata={"help": "Seconds a worker may take for one environment call before its episodes fail (needs "
+                          "env_num_workers > 0)."},
+    )
+
+    def check_multiturn_args(self) -> None:
+        if self.reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
+        get_estimator(self.advantage_estimator)
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns={self.max_turns}: an episode needs at least one turn")
+        if self.env_timeout is not None and self.env_num_workers == 0:
+            raise ValueError("env_timeout needs env_num_workers > 0: a call in the trainer process cannot be "
+                             "interrupted. Set env_num_workers (e.g. to the per-device batch size).")
+
+
+def environment_return(episode_return, **kwargs):
+    """The environment's trajectory return under the configured reward mode (None for a failed episode)."""
+    return list(episode_return)
+
+
+class MultiTurnMixin:
+    """Mixed into a TRL trainer before the TRL class. Call `_init_multiturn` at the end of `__init__`."""
+
+    environment_reward_name = environment_return.__name__
+
+    # -- set-up -------------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _with_environment_reward(reward_funcs, args, reward_processing_classes):
+        """Put the environment's return first among the reward sources, so no dummy reward is ever needed."""
+        if args.remove_unused_columns:
+            raise ValueError("remove_unused_columns=True would strip the task columns that environments read. "
+                             "Set remove_unused_columns=False.")
+        user_funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, list) else [
+            reward_funcs]
+        if args.reward_weights is not None and len(args.reward_weights) == len(user_funcs):
+            args.reward_weights = [1.0, *args.reward_weights]
+        if reward_processing_classes is not None:
+            if not isinstance(reward_processing_classes, list):
+                reward_processing_classes = [reward_processing_classes]
+            reward_processing_classes = [None, *reward_processing_classes]
+        return [environment_return, *user_funcs], reward_processing_classes
+
+    def _init_multiturn(self, environment_factory) -> None:
+        if environment_factory is None:
+            raise ValueError("environment_factory is required: pass a callable that returns a fresh Environment "
+                             "(e.g. `TextWorldEnv` or `lambda: MyEnv(...)`).")
+        self.args.check_multiturn_args()
+        self.environment_factory = environment_factory
+        self.rollout_collator = MultiTurnRolloutCollator(
+            environment_factory,
+            self._tokenizer,
+            self._generate_turn,
+            max_turns=self.args.max_turns,
+            max_reply_tokens=self.args.max_completion_length,
+            max_episode_tokens=self.args.max_episode_tokens,
+            action_parser=self.args.action_parser,
+            system_prompt=self.args.system_prompt,
+            eos_token_ids=self.eos_token_ids,
+            chat_template_kwargs=self.chat_template_kwargs,
+            env_num_workers=self.args.env_num_workers,
+            env_timeout=self.args.env_timeout,
+            any_live=self._any_live,
+        )
+        self._episodes: list[Episode] = []
+
+    # -- generation ---------------------------------------------------------------------------------------------------
+
+    def _any_live(self, local_live: int) -> bool:
+        """True while any rank has a live episode: every rank then makes the same number of generate calls."""
+        if self.accelerator.num_processes == 1:
+            return local_live > 0
+        count = torch.tensor([local_live], device=self.accelerator.device)
+        return bool(self.accelerator.reduce(count, reduction="sum").item() > 0)
+
+    @contextmanager
+    def _reply_cap(self, max_new_tokens: int):
+        """Temporarily cap one reply at what is left of the tightest live episode's budget."""
+        if self.use_vllm:
+            target, attr = self.vllm_generation, "max_completion_length"
+        else:
+            target, attr = self.generation_config, "max_new_tokens"
+        old = getattr(target, attr)
+        setattr(target, attr, max(1, min(old, max_new_tokens)))
+        try:
+            yield
+        finally:
+            setattr(target, attr, old)
+
+    def _generate_turn(self, contexts: list[list[int]], max_new_tokens: int):
+        """One reply per context through the parent's backend. A rank with no live episode still takes part (with
+        a one-token dummy context outside vLLM) so collective generation cannot hang."""
+        dummy = not contexts and not self.use_vllm
+        batch = [[self._tokenizer.pad_token_id]] if dummy else contexts
+        with self._reply_cap(max_new_tokens):
+            completions, logprobs = self._sample_replies(batch)
+        if dummy:
+            return [], None
+        return [list(c) for c in completions], logprobs
+
+    def _sample_replies(self, contexts: list[list[int]]):
+        """`(completions, logprobs | None)` for the parent's single-turn generation; trainers whose parent has a
+        different signature override this."""
+        return self._generate_single_turn(contexts, None, {}, 1)
+
+    # -- episodes to TRL's inputs -------------------------------------------------------------------------------------
+
+    def _rollout(self, inputs: list[dict]) -> list[dict]:
+        """Play one episode per row; return the rows with each episode's opening messages as `prompt`."""
+        self._episodes = self.rollout_collator(inputs)
+        returns = [self._episode_return(ep) for ep in self._episodes]
+        rows = []
+        for row, ep, ret in zip(inputs, self._episodes, returns):
+            prompt = ep.prompt_messages or [{"role": "user", "content": ""}]
+            rows.append({**row, "prompt": prompt, "episode_return": ret, "won": ep.won, "num_turns": ep.num_turns})
+        return rows
+
+    def _shaped_rewards(self, ep: Episode) -> list[float]:
+        return shape_turn_rewards(
+            ep.turn_rewards, ep.won, self.args.reward_mode, self.args.success_reward, ep.format_errors,
+            self.args.format_penalty,
+        )
+
+    def _episode_return(self, ep: Episode) -> float | None:
+        return None if ep.failed else float(sum(self._shaped_rewards(ep)))
+
+    def _episode_token_lists(self):
+        """Per episode: (prompt_ids, completion_ids, env_mask, logprobs). A failed episode, or one with no reply,
+        becomes a one-token placeholder under mask 0 so that it carries no loss."""
+        pad, eos = self._tokenizer.pad_token_id, self.eos_token_ids[0]
+        out = []
+        for ep in self._episodes:
+            if ep.failed or not ep.completion_ids:
+                out.append((ep.prompt_ids or [pad], [eos], [0], [math.nan]))
+            else:
+                out.append((ep.prompt_ids, ep.completion_ids, ep.env_mask, ep.logprobs))
+        return out
+
+    def _episode_completions(self) -> list[list[dict]]:
+        """The whole episode after its prompt, as chat messages (what reward functions and completion logs see)."""
+        return [ep.messages()[len(ep.prompt_messages):] for ep in self._episodes]
+
+    def _episode_logprobs(self, token_lists):
+        logps = [lp for _, _, _, lp in token_lists]
+        if all(math.isnan(x) for lp in logps for x in lp):
+            return None  # the backend reported none (transformers path)
+        return logps
+
+    # -- credit -------------------------------------------------------------------------------------------------------
+
+    def _token_advantages(self, rewards_per_func: torch.Tensor | None, length: int, num_generations: int):
+        """(B, length) per-token advantages for this rank's episodes.
+
+        Per-turn rewards of every rank's episodes are gathered (groups may span ranks), trajectory-level
+        `reward_funcs` (columns 1.. of `rewards_per_func`, weighted) are added to each episode's final turn, and the
+        configured estimator turns them into per-turn advantages, broadcast to each turn's sampled tokens.
+        """
+        local = [(self._shaped_rewards(ep), not ep.failed, ep.turn_spans, self._turn_observations(ep))
+                 for ep in self._episodes]
+        everyone = gather_object(local)
+        turn_rewards = [list(r) for r, _, _, _ in everyone]
+        if rewards_per_func is not None and rewards_per_func.shape[1] > 1:
+            weights = self.reward_weights[1:].to(rewards_per_func.device)
+            extra = (torch.nan_to_num(rewards_per_func[:, 1:]) * weights).sum(dim=1).tolist()
+            for r, e in zip(turn_rewards, extra):
+                if r:
+                    r[-1] += e
+        batch = CreditBatch.from_lists(
+            turn_rewards,
+            group_ids=[i // num_generations for i in range(len(everyone))],
+            valid=[v for _, v, _, _ in everyone],
+            observations=[o for _, _, _, o in everyone],
+        )
+        turn_adv = self._call_estimator(batch)
+        self._log_credit_metrics(batch, turn_adv)
+        start = self.accelerator.process_index * len(local)
+        local_adv = turn_adv[start: start + len(local)]
+        return turn_to_token_advantages(local_adv, [s for _, _, s, _ in local], length)
+
+    @staticmethod
+    def _turn_observations(ep: Episode) -> list[str]:
+        """The observation each turn started from: the first observation, then each step's observation."""
+        first = ep.prompt_messages[-1]["content"] if ep.prompt_messages else ""
+        return [first, *ep.observations][: ep.num_turns]
+
+    def _estimator_options(self) -> dict:
+        return {"gamma": self.args.turn_gamma, "scale": self.args.scale_rewards != "none"}
+
+    def _call_estimator(self, batch: CreditBatch) -> torch.Tensor:
+        fn = get_estimator(self.args.advantage_estimator)
+        accepted = inspect.signature(fn).parameters
+        options = {k: v for k, v in self._estimator_options().items() if k in accepted}
+        return fn(batch, **options)
+
+    # -- metrics ------------------------------------------------------------------------------------------------------
+
+    def _log_episode_metrics(self, mode: str) -> None:
+        stats = gather_object([
+            (ep.won, ep.failed, ep.truncated, ep.num_turns, ep.num_tokens, sum(ep.env_mask), len(ep.completion_ids),
+             self._episode_return(ep))
+            for ep in self._episodes
+        ])
+        valid = [s for s in stats if not s[1]]
+        metrics = self._metrics[mode]
+        metrics["episodes/failed"].append(float(len(stats) - len(valid)))
+        if not valid:
+            return
+        n = len(valid)
+        metrics["episodes/success_rate"].append(sum(s[0] for s in valid) / n)
+        metrics["episodes/truncated"].append(float(sum(s[2] for s in valid)))
+        metrics["episodes/mean_turns"].append(sum(s[3] for s in valid) / n)
+        metrics["episodes/mean_tokens"].append(sum(s[4] for s in valid) / n)
+        metrics["episodes/mean_return"].append(sum(s[7] for s in valid) / n)
+        metrics["episodes/trained_token_fraction"].append(sum(s[5] for s in valid) / max(1, sum(s[6] for s in valid)))
+
+    def _log_credit_metrics(self, batch: CreditBatch, turn_adv: torch.Tensor) -> None:
+        mode = "train" if self.model.training else "eval"
+        metrics = self._metrics[mode]
+        mask = batch.turn_mask & batch.valid.unsqueeze(1)
+        if mask.any():
+            adv = turn_adv[mask]
+            metrics["credit/advantage_mean"].append(adv.mean().item())
+            metrics["credit/advantage_std"].append(adv.std().item() if adv.numel() > 1 else 0.0)
+        for k in range(batch.rewards.shape[1]):
+            if mask[:, k].any():
+                metrics[f"credit/reward_turn_{k}"].append(batch.rewards[mask[:, k], k].mean().item())
+        groups = torch.unique(batch.group_ids[batch.valid])
+        zero = sum(bool((turn_adv[(batch.group_ids == g) & batch.valid] == 0).all()) for g in groups)
+        metrics["credit/zero_advantage_groups"].append(zero / max(1, len(groups)))
