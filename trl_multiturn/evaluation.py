@@ -1,0 +1,88 @@
+"""`evaluate(model, env, tasks)`: greedy success rate with a confidence interval, outside any trainer."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .rollout import Episode, MultiTurnRolloutCollator
+from .rollout.generation import hf_generate_fn
+
+
+@dataclass
+class EvalResult:
+    """Success over `n` episodes with a Wilson score interval (95% by default)."""
+
+    successes: int
+    n: int
+    ci_low: float
+    ci_high: float
+    mean_turns: float
+    failed: int
+    episodes: list[Episode] = field(default_factory=list, repr=False)
+
+    @property
+    def success_rate(self) -> float:
+        return self.successes / self.n if self.n else float("nan")
+
+    def __str__(self) -> str:
+        return (f"success {self.successes}/{self.n} = {self.success_rate:.1%} "
+                f"(95% CI {self.ci_low:.1%}-{self.ci_high:.1%}), mean turns {self.mean_turns:.1f}, "
+                f"failed {self.failed}")
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion p = successes / n:
+
+        centre = (p + z^2 / 2n) / (1 + z^2 / n),  half = z * sqrt(p(1 - p)/n + z^2 / 4n^2) / (1 + z^2 / n)
+    """
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: int = 8, max_reply_tokens: int = 32,
+             max_episode_tokens: int | None = None, temperature: float = 0.0, system_prompt: str | None = None,
+             action_parser="first_line", batch_size: int = 16, env_num_workers: int = 0,
+             env_timeout: float | None = None) -> EvalResult:
+    """Play every task once and report success. Greedy by default (`temperature=0`), independent of training
+    sampling. `model` is a model object or a path/Hub id; `tasks` is a list of rows or a `datasets.Dataset`.
+    Failed episodes (environment crashes) are counted apart and left out of the success rate."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .models import resolve_model
+
+    if isinstance(model, str):
+        path = resolve_model(model)
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path)
+    if tokenizer is None:
+        raise ValueError("evaluate(model=<object>) needs `tokenizer=`; pass the model's tokenizer.")
+    was_training = model.training
+    model.eval()
+    eos = [tokenizer.eos_token_id]
+    generation_eos = getattr(model.generation_config, "eos_token_id", None)
+    eos += [t for t in ([generation_eos] if isinstance(generation_eos, int) else generation_eos or []) if t not in eos]
+    collator = MultiTurnRolloutCollator(
+        environment_factory, tokenizer, hf_generate_fn(model, tokenizer, eos, temperature=temperature),
+        max_turns=max_turns, max_reply_tokens=max_reply_tokens, max_episode_tokens=max_episode_tokens,
+        action_parser=action_parser, system_prompt=system_prompt, eos_token_ids=eos,
+        env_num_workers=env_num_workers, env_timeout=env_timeout,
+    )
+    rows = list(tasks)
+    episodes: list[Episode] = []
+    try:
+        for start in range(0, len(rows), batch_size):
+            episodes += collator(rows[start: start + batch_size])
+    finally:
+        collator.close()
+        model.train(was_training)
+    scored = [ep for ep in episodes if not ep.failed]
+    wins = sum(ep.won for ep in scored)
+    low, high = wilson_interval(wins, len(scored))
+    mean_turns = sum(ep.num_turns for ep in scored) / len(scored) if scored else 0.0
+    return EvalResult(wins, len(scored), low, high, mean_turns, len(episodes) - len(scored), episodes)
