@@ -1,0 +1,183 @@
+"""TextWorldEnv on the real engine: walkthroughs win, a lost game is not a win, observations are clean."""
+
+import json
+import re
+
+import pytest
+from textworld.core import GameNotRunningError
+
+from trl_multiturn.envs import TaskError, TextWorldEnv
+from trl_multiturn.envs.textworld import TextWorldConfig, clean_observation
+from trl_multiturn.envs.textworld_games import CustomGameSpec, game_path
+
+# TextWorld silences this Jericho warning at import; pytest re-enables warnings per test.
+pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
+
+CUSTOM = [{"world_size": 2, "nb_objects": 3, "quest_length": 4, "seed": seed} for seed in (0, 1)]
+SIMPLE = [{"challenge": "tw-simple", "rewards": rewards, "goal": "detailed", "seed": 0}
+          for rewards in ("dense", "sparse")]
+STATUS_LINE = re.compile(r"-= .* =-\s*-?\d+/\d+")
+
+
+@pytest.fixture(scope="session")
+def games_dir(tmp_path_factory):
+    """One game cache for the session, shared with test_textworld_games.py: each game is generated once."""
+    return tmp_path_factory.getbasetemp() / "textworld_games"
+
+
+@pytest.fixture
+def env(games_dir):
+    env = TextWorldEnv(games_dir=str(games_dir))
+    yield env
+    env.close()
+
+
+def _assert_clean(observation):
+    assert observation.strip()
+    assert not any(line.lstrip().startswith(">") for line in observation.splitlines()), observation
+    assert not STATUS_LINE.search(observation), observation
+    assert "$$" not in observation and "RESTART" not in observation, observation
+
+
+@pytest.mark.parametrize("task", CUSTOM + SIMPLE, ids=lambda t: f"{t.get('challenge', 'custom')}-"
+                                                               f"{t.get('rewards', '')}{t['seed']}")
+def test_walkthrough_wins_with_full_score(env, task):
+    first = env.reset(task)
+    _assert_clean(first)
+    actions = env.expert_actions(task)
+    assert actions
+    results = [env.step(action) for action in actions]
+    for result in results:
+        _assert_clean(result.observation)
+    assert [r.done for r in results] == [False] * (len(actions) - 1) + [True]
+    last = results[-1]
+    assert last.won and not last.info["lost"]
+    assert sum(r.reward for r in results) == last.info["max_score"] == last.info["score"] > 0
+    if task.get("rewards") == "sparse":
+        assert [r.reward for r in results] == [0.0] * (len(actions) - 1) + [1.0]
+
+
+def test_first_observation_is_objective_and_room(env):
+    game_file = env.game_file(CUSTOM[0])
+    objective = json.loads(game_file.with_suffix(".json").read_text())["objective"]
+    first = env.reset(CUSTOM[0])
+    assert first.startswith(objective)
+    assert re.search(r"^-= .+ =-$", first, re.MULTILINE)  # the room's title line follows the objective
+
+
+def test_eating_the_food_loses_and_is_not_a_win(env):
+    """tw-simple's lose condition: eating the food that should go on the stove."""
+    task = SIMPLE[0]
+    env.reset(task)
+    *steps, put_on_stove = env.expert_actions(task)
+    food = re.fullmatch(r"put (.+) on stove", put_on_stove).group(1)
+    for action in steps:
+        assert not env.step(action).done
+    lost = env.step(f"eat {food}")
+    assert lost.done and not lost.won and lost.info["lost"]
+    assert lost.info["score"] < lost.info["max_score"]
+    assert "You lost" in lost.observation
+
+
+def test_invalid_action_is_answered_and_the_game_goes_on(env):
+    task = CUSTOM[0]
+    env.reset(task)
+    for nonsense in ("dance with the teapot", "xyzzy", "", "sing\nand dance"):
+        result = env.step(nonsense)
+        assert result.reward == 0.0 and not result.done and not result.won
+        _assert_clean(result.observation)
+    assert env.step("blorp").observation == "That's not a verb I recognise."
+    results = [env.step(action) for action in env.expert_actions(task)]
+    assert results[-1].won
+
+
+def test_meta_commands_cannot_rewind_the_story(env):
+    """`restart` would put the story back at the start behind TextWorld's state tracker: it is refused."""
+    task = CUSTOM[0]
+    env.reset(task)
+    first, *rest = env.expert_actions(task)
+    env.step(first)
+    for meta in ("restart", "look. undo", "quit"):
+        result = env.step(meta)
+        assert result.reward == 0.0 and not result.done
+        assert "not available" in result.observation
+    results = [env.step(action) for action in rest]
+    assert results[-1].won
+
+
+def test_admissible_commands_only_with_the_flag(games_dir):
+    task = CUSTOM[0]
+    plain = TextWorldEnv(games_dir=str(games_dir))
+    hinted = TextWorldEnv(TextWorldConfig(admissible_commands_in_observation=True, games_dir=str(games_dir)))
+    try:
+        assert "Admissible commands" not in plain.reset(task)
+        observation = hinted.reset(task)
+        step = plain.step("look")
+        assert "look" in step.info["admissible_commands"]
+        assert "Admissible commands" not in step.observation
+        hinted_step = hinted.step("look")
+        assert hinted_step.info["admissible_commands"] == step.info["admissible_commands"]
+        listed = hinted_step.observation.split("Admissible commands: ")[1]
+        assert listed == ", ".join(step.info["admissible_commands"])
+        assert "Admissible commands: " in observation
+    finally:
+        plain.close()
+        hinted.close()
+
+
+def test_switching_games_closes_the_old_engine(env):
+    env.reset(CUSTOM[0])
+    engine = env._engine
+    env.reset(CUSTOM[0])
+    assert env._engine is engine  # same game: the engine is reused
+    env.reset(SIMPLE[0])
+    assert env._engine is not engine
+    with pytest.raises(GameNotRunningError):  # the old engine was closed
+        engine.step("look")
+    assert [env.step(a) for a in env.expert_actions(SIMPLE[0])][-1].won
+    env.reset(CUSTOM[0])
+    assert [env.step(a) for a in env.expert_actions(CUSTOM[0])][-1].won
+
+
+def test_step_outside_an_episode_is_an_error(env):
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("look")
+    env.reset(CUSTOM[0])
+    for action in env.expert_actions(CUSTOM[0]):
+        env.step(action)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("look")
+
+
+def test_row_with_a_missing_file_but_its_spec_regenerates(env, games_dir, tmp_path):
+    row = {"game_file": str(tmp_path / "elsewhere.z8"), **CUSTOM[1]}
+    assert env.game_file(row) == game_path(CustomGameSpec(2, 3, 4), 1, games_dir)
+    by_name = {"game_file": game_path(CustomGameSpec(2, 3, 4), 1, games_dir).name}  # relative to games_dir
+    assert env.game_file(by_name) == env.game_file(row)
+    assert env.reset(by_name) == env.reset(CUSTOM[1])
+
+
+@pytest.mark.parametrize("task, message", [
+    ("w2-o3-q4", "must be a dict"),
+    ({}, "names no game"),
+    ({"game_file": "/nowhere/game.z8"}, "make-games"),
+    ({"world_size": 2, "nb_objects": 3, "quest_length": 4}, "seed"),
+    ({"world_size": 2, "quest_length": 4, "seed": 0}, "nb_objects"),
+    ({"world_size": "two", "nb_objects": 3, "quest_length": 4, "seed": 0}, "world_size"),
+    ({"world_size": 2, "nb_objects": 3, "quest_length": 4, "seed": -1}, "seed"),
+    ({"challenge": "tw-simple", "rewards": "lots", "goal": "brief", "seed": 0}, "rewards"),
+    ({"challenge": "tw-simple", "rewards": "dense", "seed": 0}, "goal"),
+    ({"challenge": "tw-nothing", "seed": 0}, "tw-simple"),
+])
+def test_bad_task_rows_raise_task_error(env, task, message):
+    with pytest.raises(TaskError, match=message):
+        env.reset(task)
+
+
+def test_clean_observation_strips_prompt_status_banner_and_menu():
+    raw = ("\n\n  ________  __\n |        \\|  \\\n  \\$$$$$$$$| $$\n\nWelcome!\n\n-= Lounge =-\nA room.\n\n>"
+           "                         -= Lounge =-0/1")
+    assert clean_observation(raw) == "Welcome!\n\n-= Lounge =-\nA room."
+    end = ("\nYou win.\n\n      *** The End ***\n\nWould you like to RESTART, RESTORE a saved game, QUIT or UNDO the "
+           "last command?\n>                 -= Kitchen =-3/12")
+    assert clean_observation(end) == "You win.\n\n*** The End ***"
