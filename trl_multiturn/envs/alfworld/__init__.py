@@ -1,0 +1,11 @@
+"""ALFWorld: household tasks in ALFWorld's own text engine, over its dataset layout.
+
+`ALFWorldEnv` plays a `game.tw-pddl`; `list_tasks` lists a data folder's games as task rows; the offline generator
+(`trl_multiturn.envs.alfworld_gen`, `trl-multiturn make-games --env alfworld`) writes new games in the same layout.
+"""
+
+from .engine import ExpertFailed, play_expert
+from .env import ALFWorldConfig, ALFWorldEnv
+from .tasks import SPLITS, TASK_TYPES, list_tasks
+
+__all__ = ["ALFWorldConfig", "ALFWorldEnv", "ExpertFailed", "SPLITS", "TASK_TYPES", "list_tasks", "play_expert"]

@@ -1,0 +1,131 @@
+"""`ALFWorldEnv`: ALFWorld's household tasks, played in its own text engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from ..base import Environment, StepResult, TaskError
+from .engine import EXPERT_TYPES, ExpertFailed, make_engine, play_expert
+from .tasks import TRAJ_FILE, read_game, resolve_game_file
+
+
+@dataclass
+class ALFWorldConfig:
+    """Settings of `ALFWorldEnv`; pass them as `ALFWorldEnv(ALFWorldConfig(...))` or as keywords."""
+
+    data_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Folder that relative `game_file` paths in task rows resolve against: `$ALFWORLD_DATA` or its "
+            "`json_2.1.1` folder. None: relative paths resolve against the working directory."
+        },
+    )
+    admissible_commands: bool = field(
+        default=False,
+        metadata={
+            "help": "Append the engine's admissible commands to every observation ('Admissible actions: go to "
+            "cabinet 1, ...'). They are in `StepResult.info['admissible_commands']` either way."
+        },
+    )
+    expert_type: str = field(
+        default="handcoded",
+        metadata={
+            "help": "Expert behind `expert_actions`: 'handcoded' (ALFWorld's expert, which searches the room as an "
+            "agent must; the games' stored walkthroughs come from it) or 'planner' (Fast Downward's shortest plan, "
+            "which knows where everything is and never searches)."
+        },
+    )
+    expert_max_steps: int = field(
+        default=200, metadata={"help": "Step budget of the hand-coded expert before it counts as failed."}
+    )
+
+    def __post_init__(self):
+        if self.expert_type not in EXPERT_TYPES:
+            raise ValueError(f"ALFWorldConfig.expert_type={self.expert_type!r}: use one of {EXPERT_TYPES}.")
+        if self.expert_max_steps < 1:
+            raise ValueError(f"ALFWorldConfig.expert_max_steps={self.expert_max_steps}: must be at least 1.")
+
+
+class ALFWorldEnv(Environment):
+    """ALFWorld (Shridhar et al., 2021) over TextWorld's PDDL engine, with ALFWorld's demangler and infos.
+
+    A task row names a game: `{"game_file": ".../json_2.1.1/train/<task>/<trial>/game.tw-pddl"}` (see `list_tasks`
+    and `trl-multiturn make-games --env alfworld`). The first observation describes the room and ends with the goal
+    ("Your task is to: ..."); `won` is the engine's own goal check, and the reward is 1 on the winning step.
+    Actions are matched against the engine's admissible commands after lower-casing and collapsing whitespace;
+    anything else answers "Nothing happens.".
+
+    Args:
+        config: an `ALFWorldConfig`; or give its fields as keywords, e.g. `ALFWorldEnv(admissible_commands=True)`.
+    """
+
+    def __init__(self, config: ALFWorldConfig | None = None, **kwargs):
+        if config is not None and kwargs:
+            raise TypeError("Give ALFWorldEnv either an ALFWorldConfig or its fields as keywords, not both.")
+        known = {f.name for f in fields(ALFWorldConfig)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"ALFWorldEnv got unknown settings {unknown}; ALFWorldConfig has {sorted(known)}.")
+        self.config = config if config is not None else ALFWorldConfig(**kwargs)
+        self._engine = None
+        self._loaded: Path | None = None
+        self._score = 0.0
+        self._expert_plans: dict[Path, list[str]] = {}
+
+    def reset(self, task: dict) -> str:
+        path = resolve_game_file(task, self.config.data_path)
+        if self._engine is None:
+            self._engine = make_engine()
+        if path != self._loaded:
+            read_game(path)  # clear TaskError for a file that is not a compiled game, before the engine sees it
+            self._loaded = None
+            self._engine.load(str(path))
+            self._loaded = path
+        state = self._engine.reset()
+        self._score = 0.0
+        return self._observation(state)
+
+    def step(self, action: str) -> StepResult:
+        if self._loaded is None:
+            raise RuntimeError("ALFWorldEnv.step called before reset(task).")
+        state, score, done = self._engine.step(" ".join(action.lower().split()))
+        reward, self._score = float(score) - self._score, float(score)
+        info = {"admissible_commands": list(state["admissible_commands"]), "game_file": str(self._loaded)}
+        return StepResult(self._observation(state), reward=reward, done=bool(done), won=bool(state["won"]), info=info)
+
+    def _observation(self, state) -> str:
+        text = state.feedback.strip()
+        if self.config.admissible_commands:
+            text += "\n\nAdmissible actions: " + ", ".join(state["admissible_commands"]) + "."
+        return text
+
+    def expert_actions(self, task: dict) -> list[str]:
+        """The expert's winning actions for `task`, for SFT warm starts.
+
+        With the hand-coded expert, a game's stored `walkthrough` (written by `alfworld-generate` and by
+        `make-games`) is used when present; otherwise the expert plays the game (a second or two), seeded, so the
+        plan is the same on every call.
+        """
+        path = resolve_game_file(task, self.config.data_path)
+        if path not in self._expert_plans:
+            walkthrough = read_game(path).get("walkthrough")
+            if self.config.expert_type == "handcoded" and walkthrough:
+                self._expert_plans[path] = list(walkthrough)
+            else:
+                if self.config.expert_type == "handcoded" and not (path.parent / TRAJ_FILE).is_file():
+                    raise TaskError(
+                        f"'game_file'={str(path)!r}: the hand-coded expert needs {TRAJ_FILE} beside the game "
+                        "(ALFWorld's dataset layout); restore it or use ALFWorldConfig(expert_type='planner')."
+                    )
+                try:
+                    plan = play_expert(path, self.config.expert_type, self.config.expert_max_steps)
+                except ExpertFailed as err:
+                    raise TaskError(f"'game_file'={str(path)!r}: no expert plan ({err}).") from err
+                self._expert_plans[path] = plan
+        return list(self._expert_plans[path])
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+        self._engine, self._loaded = None, None

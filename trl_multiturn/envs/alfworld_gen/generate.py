@@ -1,0 +1,156 @@
+"""Generate ALFWorld games offline, compiled and checked the way `alfworld-generate` compiles the dataset.
+
+For each game: sample a task and room (`sampling`), write `initial_state.pddl` and `traj_data.json` (`problem`),
+compile `game.tw-pddl` from ALFWorld's shipped `alfred.pddl` domain and `alfred.twl2` grammar with the goal put in
+by ALFWorld's `add_task_to_grammar`, then let ALFWorld's hand-coded expert play it. Only a game the expert wins is
+written, with `"solvable": true` and the expert's actions as its `walkthrough`, in the dataset layout, so
+`list_tasks` and `ALFWorldEnv` read it exactly as they read downloaded games.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..alfworld.engine import ExpertFailed, logic_files, play_expert, seeded_random
+from ..alfworld.tasks import DATASET_DIR, GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE
+from . import problem
+from .sampling import Knobs, sample_room
+
+
+@dataclass
+class ALFWorldGenConfig:
+    """Complexity of generated games (as TextWorld's generator has world size and quest length)."""
+
+    num_receptacles: int = field(
+        default=8,
+        metadata={
+            "help": "Receptacles in the room (the agent's search space), taken from the floor plan's own; at least "
+            "the task's goal receptacle, appliance and starting receptacles, at most what the floor plan has."
+        },
+    )
+    num_distractors: int = field(
+        default=6, metadata={"help": "Objects besides the task's own, placed where ALFWorld's rules allow."}
+    )
+    num_closed: int = field(
+        default=2,
+        metadata={
+            "help": "Openable receptacles (fridge, cabinet, drawer, microwave, safe), all closed at the start; "
+            "a task's own appliance counts and is always there."
+        },
+    )
+    max_attempts: int = field(
+        default=20, metadata={"help": "Rooms sampled per game before giving up when the expert cannot solve them."}
+    )
+
+    def __post_init__(self):
+        for name in ("num_receptacles", "num_distractors", "num_closed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ALFWorldGenConfig.{name}={getattr(self, name)}: must be 0 or more.")
+        if self.max_attempts < 1:
+            raise ValueError(f"ALFWorldGenConfig.max_attempts={self.max_attempts}: must be at least 1.")
+
+
+class GenerationError(RuntimeError):
+    """No solvable game came out of `max_attempts` sampled rooms."""
+
+
+@dataclass
+class GeneratedGame:
+    """One solvable game: its folder inside `json_2.1.1/<split>/` and the three files that folder holds."""
+
+    trial: str
+    traj_data: dict
+    initial_state: str
+    game: dict
+
+    @property
+    def walkthrough(self) -> list[str]:
+        return list(self.game["walkthrough"])
+
+    def write(self, root: str | os.PathLike, split: str = "train") -> Path:
+        """Write the trial under `root/json_2.1.1/<split>/` and return its `game.tw-pddl` path."""
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r}: use one of {SPLITS}.")
+        folder = Path(root) / DATASET_DIR / split / self.trial
+        _write_trial(folder, self)
+        return folder / GAME_FILE
+
+
+def _write_trial(folder: Path, game: GeneratedGame) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "initial_state.pddl").write_text(game.initial_state)
+    (folder / TRAJ_FILE).write_text(json.dumps(game.traj_data, indent=2))
+    (folder / GAME_FILE).write_text(json.dumps(game.game))
+
+
+def generate_game(task_type: str, seed: int, config: ALFWorldGenConfig | None = None) -> GeneratedGame:
+    """The game of `task_type` that `seed` names: the same seed and config always give the same files.
+
+    Raises `GenerationError` if ALFWorld's expert solves none of `config.max_attempts` sampled rooms.
+    """
+    if task_type not in TASK_TYPES:
+        raise ValueError(f"task_type={task_type!r}: use one of {TASK_TYPES}.")
+    config = config or ALFWorldGenConfig()
+    knobs = Knobs(config.num_receptacles, config.num_distractors, config.num_closed)
+    from alfworld.agents.utils.misc import add_task_to_grammar, get_templated_task_desc
+
+    domain, grammar = logic_files()
+    settings = {k: v for k, v in asdict(config).items() if k != "max_attempts"}
+    failures = []
+    for attempt in range(config.max_attempts):
+        key = f"alfworld-gen:{task_type}:{seed}:{attempt}"
+        room = sample_room(task_type, knobs, random.Random(key))
+        trial = problem.trial_name(room, seed)
+        problem_id = trial.rsplit("/", 1)[1]
+        traj = problem.traj_data(room, problem_id, seed, settings)
+        with seeded_random(key):  # ALFWorld picks the goal template with the global `random`
+            goal_text = get_templated_task_desc(traj)
+        traj["turk_annotations"] = {"anns": [{"task_desc": goal_text, "high_descs": [], "votes": []}]}
+        # Goal from the annotation, through ALFWorld's own path (`alfworld-generate --goal_desc_human_anns_prob 1`).
+        game = {
+            "pddl_domain": domain,
+            "grammar": add_task_to_grammar(grammar, traj, goal_desc_human_anns_prob=1.0, rng=random.Random(key)),
+            "pddl_problem": problem.initial_state(room, problem_id),
+            "solvable": None,
+            "walkthrough": None,
+        }
+        candidate = GeneratedGame(trial, traj, game["pddl_problem"], game)
+        with tempfile.TemporaryDirectory(prefix="alfworld-gen-") as tmp:
+            _write_trial(Path(tmp), candidate)
+            try:
+                walkthrough = play_expert(Path(tmp) / GAME_FILE, "handcoded", seed=key)
+            except ExpertFailed as err:
+                failures.append(str(err))
+                continue
+        game["solvable"], game["walkthrough"] = True, walkthrough
+        return candidate
+    raise GenerationError(
+        f"No solvable {task_type} game for seed {seed} in {config.max_attempts} attempts; last: {failures[-1]}. "
+        "Raise max_attempts or num_receptacles."
+    )
+
+
+def generate_games(
+    output_dir: str | os.PathLike,
+    num_games: int,
+    task_types: list[str] | tuple[str, ...] | None = None,
+    seed: int = 0,
+    split: str = "train",
+    config: ALFWorldGenConfig | None = None,
+) -> list[Path]:
+    """Write `num_games` solvable games of each task type under `output_dir/json_2.1.1/<split>/`.
+
+    Game `i` of every type uses seed `seed + i`. Returns the `game.tw-pddl` paths; point `list_tasks(output_dir,
+    split)` or `ALFWorldConfig(data_path=output_dir)` at the folder.
+    """
+    types = tuple(task_types) if task_types else TASK_TYPES
+    paths = []
+    for task_type in types:
+        for index in range(num_games):
+            paths.append(generate_game(task_type, seed + index, config).write(output_dir, split))
+    return paths
