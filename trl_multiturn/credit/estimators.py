@@ -4,9 +4,14 @@ Every estimator is a pure function `estimator(batch: CreditBatch, **options) -> 
 `ESTIMATORS` under its config name. The trainer broadcasts turn k's advantage to the tokens the model sampled in
 turn k (`credit.tokens.turn_to_token_advantages`). Adding an estimator is one function and one `@register` line.
 
-Notation: N episodes, K = the longest episode's number of turns, r[i, k] the reward of episode i at turn k
-(0 past its last turn), g(i) the group of episode i (the episodes played on the same task), G_g the number of
-valid (non-failed) episodes in group g. Failed episodes take no part in any baseline and get advantage 0.
+Notation: N episodes, K = the longest episode's number of turns, L_i the number of turns of episode i,
+r[i, k] the reward of episode i at turn k (0 past its last turn), g(i) the group of episode i (the episodes played
+on the same task), G[i, k] = sum_{j >= k} gamma^(j - k) r[i, j] the return-to-go. Failed episodes take no part in any
+baseline and get advantage 0; so do turns past an episode's end.
+
+Baselines are taken over *keyed sets* of elements (a group; a group and a turn index; a group and an anchor
+observation). Two building blocks serve them all: `normalise_within` (subtract the set's mean, divide by its std) and
+`leave_one_out` (subtract the mean of the set's other members).
 """
 
 from __future__ import annotations
@@ -47,6 +52,16 @@ class CreditBatch:
         return cls(rewards, mask, torch.tensor(group_ids, dtype=torch.long), torch.tensor(valid, dtype=torch.bool),
                    observations)
 
+    @property
+    def live_turns(self) -> torch.Tensor:
+        """(N, K) bool: the real turns of valid episodes, the only elements that enter baselines."""
+        return self.turn_mask & self.valid.unsqueeze(1)
+
+    @property
+    def turn_index(self) -> torch.Tensor:
+        """(N, K) long: k at column k."""
+        return torch.arange(self.rewards.shape[1]).expand_as(self.rewards)
+
 
 Estimator = Callable[..., torch.Tensor]
 ESTIMATORS: dict[str, Estimator] = {}
@@ -68,6 +83,9 @@ def get_estimator(name: str) -> Estimator:
     return ESTIMATORS[name]
 
 
+# -- building blocks ----------------------------------------------------------------------------------------------
+
+
 def discounted_returns(rewards: torch.Tensor, turn_mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
     """Return-to-go per turn: G[i, k] = sum_{j >= k} gamma^(j - k) r[i, j] over the episode's real turns."""
     rewards = rewards * turn_mask
@@ -79,38 +97,76 @@ def discounted_returns(rewards: torch.Tensor, turn_mask: torch.Tensor, gamma: fl
     return out * turn_mask
 
 
+def keyed_stats(values: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor):
+    """Per element x of the set S(x) = {masked elements with x's key}: (|S|, sum_S v, mean_S v, std_S v).
+
+    `values` and `mask` have any shape; `keys` has that shape plus one trailing dimension (a key is a tuple of
+    integers, e.g. (group, turn index)). std is the unbiased one, 0 for a set of one. Unmasked elements take no part
+    and get NaN statistics.
+    """
+    count = torch.zeros_like(values)
+    total, mean, std = (torch.full_like(values, float("nan")) for _ in range(3))
+    if not mask.any():
+        return count, total, mean, std
+    v = values[mask]
+    _, inverse = torch.unique(keys[mask], dim=0, return_inverse=True)
+    size = int(inverse.max()) + 1
+    n = torch.zeros(size, dtype=v.dtype).index_add_(0, inverse, torch.ones_like(v))
+    s = torch.zeros(size, dtype=v.dtype).index_add_(0, inverse, v)
+    m = s / n
+    sq = torch.zeros(size, dtype=v.dtype).index_add_(0, inverse, (v - m[inverse]) ** 2)
+    sd = torch.where(n > 1, (sq / (n - 1).clamp(min=1)).sqrt(), torch.zeros_like(sq))
+    count[mask], total[mask], mean[mask], std[mask] = n[inverse], s[inverse], m[inverse], sd[inverse]
+    return count, total, mean, std
+
+
+def normalise_within(values: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, scale: bool = True,
+                     eps: float = 1e-4) -> torch.Tensor:
+    """A(x) = (v(x) - mean_S v) / (std_S v + eps) over x's keyed set S (no division when scale=False); 0 where
+    unmasked. A set of one, or one whose values are all equal, gets 0."""
+    _, _, mean, std = keyed_stats(values, keys, mask)
+    adv = values - mean
+    if scale:
+        adv = adv / (std + eps)
+    return torch.where(mask, adv, torch.zeros_like(adv))
+
+
+def leave_one_out(values: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """A(x) = v(x) - 1/(|S| - 1) * sum_{y in S, y != x} v(y) over x's keyed set S; 0 where unmasked and for a set
+    of one (no other member to form a baseline)."""
+    count, total, _, _ = keyed_stats(values, keys, mask)
+    adv = values - (total - values) / (count - 1).clamp(min=1)
+    return torch.where(mask & (count > 1), adv, torch.zeros_like(adv))
+
+
 def group_mean_std(values: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor):
-    """Per element: the mean and unbiased std of `values` over the valid members of its group (std 0 for a group of
+    """Per episode: the mean and unbiased std of `values` over the valid members of its group (std 0 for a group of
     one). Invalid elements neither count nor receive statistics (NaN)."""
-    mean = torch.full_like(values, float("nan"))
-    std = torch.full_like(values, float("nan"))
-    for g in torch.unique(group_ids):
-        members = (group_ids == g) & valid
-        if members.any():
-            v = values[members]
-            mean[members] = v.mean()
-            std[members] = v.std() if v.numel() > 1 else torch.zeros(())
+    _, _, mean, std = keyed_stats(values, group_ids.unsqueeze(-1), valid)
     return mean, std
 
 
 def _broadcast_to_turns(per_episode: torch.Tensor, batch: CreditBatch) -> torch.Tensor:
-    out = per_episode.unsqueeze(1) * batch.turn_mask
-    return torch.where(batch.valid.unsqueeze(1), out, torch.zeros_like(out))
+    return torch.where(batch.live_turns, per_episode.unsqueeze(1).expand_as(batch.rewards), 0.0)
+
+
+def _group_turn_keys(batch: CreditBatch) -> torch.Tensor:
+    """(N, K, 2) keys (group, turn index)."""
+    return torch.stack([batch.group_ids.unsqueeze(1).expand_as(batch.turn_index), batch.turn_index], dim=-1)
+
+
+# -- trajectory-level estimators ----------------------------------------------------------------------------------
 
 
 @register("grpo")
 def grpo(batch: CreditBatch, gamma: float = 1.0, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
     """GRPO: group-normalised trajectory return, the same advantage on every turn of an episode.
 
-        R_i = sum_k gamma^k r[i, k]
+        R_i = G[i, 0] = sum_k gamma^k r[i, k]
         A_i = (R_i - mean_{j in g(i)} R_j) / (std_{j in g(i)} R_j + eps)      (no division when scale=False)
     """
     returns = discounted_returns(batch.rewards, batch.turn_mask, gamma)[:, 0]
-    mean, std = group_mean_std(returns, batch.group_ids, batch.valid)
-    adv = returns - mean
-    if scale:
-        adv = adv / (std + eps)
-    return _broadcast_to_turns(torch.nan_to_num(adv), batch)
+    return _broadcast_to_turns(normalise_within(returns, batch.group_ids.unsqueeze(-1), batch.valid, scale, eps), batch)
 
 
 @register("rloo")
@@ -119,14 +175,86 @@ def rloo(batch: CreditBatch, gamma: float = 1.0) -> torch.Tensor:
 
         A_i = R_i - 1/(G_g - 1) * sum_{j in g(i), j != i} R_j = G_g/(G_g - 1) * (R_i - mean_{g(i)} R)
 
-    A group with a single valid episode has no baseline and gets advantage 0.
+    with G_g the number of valid episodes of the group. A group with a single valid episode has no baseline and gets
+    advantage 0.
     """
     returns = discounted_returns(batch.rewards, batch.turn_mask, gamma)[:, 0]
-    adv = torch.zeros_like(returns)
-    for g in torch.unique(batch.group_ids):
-        members = (batch.group_ids == g) & batch.valid
-        size = int(members.sum())
-        if size > 1:
-            r = returns[members]
-            adv[members] = r - (r.sum() - r) / (size - 1)
-    return _broadcast_to_turns(adv, batch)
+    return _broadcast_to_turns(leave_one_out(returns, batch.group_ids.unsqueeze(-1), batch.valid), batch)
+
+
+# -- turn-level estimators ------------------------------------------------------------------------------------------
+
+
+@register("turn_grpo")
+def turn_grpo(batch: CreditBatch, gamma: float = 1.0, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
+    """Turn-level GRPO: each turn's return-to-go, normalised among the group's episodes *at the same turn index*.
+
+        S(g, k) = {j in g : j valid, k < L_j}                   (the group's episodes that played a turn k)
+        A[i, k] = (G[i, k] - mean_{j in S(g(i), k)} G[j, k]) / (std_{j in S(g(i), k)} G[j, k] + eps)
+
+    (no division when scale=False). Unequal lengths are handled explicitly: an episode that ended before turn k is
+    left out of S(g, k) rather than counted with a return-to-go of 0, so a short win does not pull down the baseline
+    of the turns that longer episodes still had to play.
+
+    What remains biased: (1) the mean includes the episode itself (as in GRPO) and the std rescales each turn index
+    separately; `turn_rloo` removes both. (2) A turn index that only one valid episode of its group reached has no
+    baseline and gets advantage 0, so the tail turns of the group's longest episode carry no credit. The baseline is
+    per turn index, not per state: it is valid (other episodes do not depend on this one's actions) but reduces
+    variance less than a state baseline when episodes diverge (see `gigpo`).
+    """
+    returns = discounted_returns(batch.rewards, batch.turn_mask, gamma)
+    return normalise_within(returns, _group_turn_keys(batch), batch.live_turns, scale, eps)
+
+
+@register("turn_rloo")
+def turn_rloo(batch: CreditBatch, gamma: float = 1.0) -> torch.Tensor:
+    """Turn-level RLOO: each turn's return-to-go minus the mean return-to-go of the group's *other* episodes at the
+    same turn index.
+
+        S(g, k) = {j in g : j valid, k < L_j}
+        A[i, k] = G[i, k] - 1/(|S| - 1) * sum_{j in S(g(i), k), j != i} G[j, k]
+
+    Episodes that ended before turn k are left out of S(g, k) (not counted as returning 0). The baseline uses only
+    other, independent episodes, so this is an unbiased return-to-go policy gradient, except that a turn index only
+    one valid episode of the group reached has no baseline and gets advantage 0 (its credit is dropped).
+    """
+    returns = discounted_returns(batch.rewards, batch.turn_mask, gamma)
+    return leave_one_out(returns, _group_turn_keys(batch), batch.live_turns)
+
+
+@register("gigpo")
+def gigpo(batch: CreditBatch, gamma: float = 1.0, scale: bool = True, step_weight: float = 1.0,
+          eps: float = 1e-4) -> torch.Tensor:
+    """GiGPO (Feng et al. 2025, arXiv 2505.10978): episode-level group advantage plus a step-level advantage within
+    anchor-state groups.
+
+        A_E[i]    = (R_i - mean_{g(i)} R) / (std_{g(i)} R + eps),  R_i = sum_k r[i, k]      (undiscounted, as in the
+                                                                                             paper)
+        U(g, o)   = {(j, t) : j in g valid, t < L_j, obs[j][t] == o}   (turns of the group that start from the same
+                                                                        observation o: an anchor state)
+        A_S[i, k] = (G[i, k] - mean_{U} G) / (std_{U} G + eps),  U = U(g(i), obs[i][k])     (G discounted by gamma)
+        A[i, k]   = A_E[i] + step_weight * A_S[i, k]
+
+    (no division by the std in either term when scale=False). Anchors are exact string matches of the observation a
+    turn started from, and only within one task's group: equal text in another group is another state. An anchor
+    state seen once has A_S = 0. Caveats: an observation that does not identify the state (e.g. "Nothing happens.")
+    merges different states; and an episode that revisits an observation puts several of its own turns in one
+    anchor group, so that baseline is not independent of its actions (the paper accepts both).
+    """
+    if batch.observations is None:
+        raise ValueError("advantage_estimator='gigpo' needs CreditBatch.observations (the observation each turn "
+                         "started from); build the batch with observations=...")
+    live = batch.live_turns
+    obs_ids = torch.full_like(batch.turn_index, -1)
+    vocabulary: dict[str, int] = {}
+    for i, observations in enumerate(batch.observations):
+        turns = int(batch.turn_mask[i].sum())
+        if bool(batch.valid[i]) and len(observations) < turns:
+            raise ValueError(f"gigpo: episode {i} has {turns} turns but {len(observations)} observations; pass the "
+                             "observation each turn started from")
+        for k in range(turns if bool(batch.valid[i]) else 0):
+            obs_ids[i, k] = vocabulary.setdefault(observations[k], len(vocabulary))
+    episode = grpo(batch, gamma=1.0, scale=scale, eps=eps)
+    anchors = torch.stack([batch.group_ids.unsqueeze(1).expand_as(obs_ids), obs_ids], dim=-1)
+    step = normalise_within(discounted_returns(batch.rewards, batch.turn_mask, gamma), anchors, live, scale, eps)
+    return episode + step_weight * step
