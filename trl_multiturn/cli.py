@@ -76,8 +76,39 @@ def _make_textworld_games(args: argparse.Namespace, parser: argparse.ArgumentPar
     return 0
 
 
+def _make_alfworld_games(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .data import split_seeds
+    from .envs.alfworld.tasks import TASK_TYPES
+    from .envs.alfworld_gen import ALFWorldGenConfig, GenerationError, generate_games
+
+    knobs = {"num_receptacles": args.num_receptacles, "num_distractors": args.num_distractors,
+             "num_closed": args.num_closed}
+    try:
+        config = ALFWorldGenConfig(**{key: value for key, value in knobs.items() if value is not None})
+        seeds = args.seeds if args.seeds is not None else split_seeds(args.split, args.num_games, args.first_game)
+    except ValueError as exc:
+        parser.error(str(exc))
+    # Seed-range splits map onto ALFWorld's folders; `test` games are played in ALFRED's held-out rooms.
+    folder = args.alfworld_split or {"validation": "valid_seen", "test": "valid_unseen"}.get(args.split, "train")
+    start, count = time.perf_counter(), 0
+    for task_type in args.task_types or TASK_TYPES:
+        for seed in seeds:
+            game_start = time.perf_counter()
+            try:
+                [game_file] = generate_games(args.out, [seed], [task_type], folder, config, args.overwrite)
+            except (ValueError, GenerationError) as exc:
+                print(f"error: {task_type} seed {seed}: {exc}", file=sys.stderr)
+                return 1
+            count += 1
+            print(f"{game_file}  seed={seed}  {time.perf_counter() - game_start:.2f} s", flush=True)
+    elapsed = time.perf_counter() - start
+    print(f"{count} games in {args.out} ({elapsed:.1f} s, {elapsed / count:.2f} s per game)")
+    return 0
+
+
 MAKE_GAMES: dict[str, Callable[[argparse.Namespace, argparse.ArgumentParser], int]] = {
     "textworld": _make_textworld_games,
+    "alfworld": _make_alfworld_games,
 }
 
 
@@ -104,6 +135,16 @@ def _add_make_games(subparsers) -> None:
     textworld.add_argument("--goal", choices=["detailed", "brief", "none"], help="tw-simple: objective shown.")
     textworld.add_argument("--challenge-setting", type=_parse_setting, action="append", default=[],
                            metavar="KEY=VALUE", help="Another challenge setting, e.g. test=true; repeatable.")
+
+    alfworld = parser.add_argument_group("ALFWorld (--env alfworld)")
+    alfworld.add_argument("--task-types", type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
+                          help="Comma-separated ALFRED task types. Default: all six.")
+    alfworld.add_argument("--num-receptacles", type=int, help="Receptacles per room. Default: 8.")
+    alfworld.add_argument("--num-distractors", type=int, help="Objects besides the task's own. Default: 6.")
+    alfworld.add_argument("--num-closed", type=int, help="Openable receptacles, closed at start. Default: 2.")
+    alfworld.add_argument("--alfworld-split", choices=["train", "valid_seen", "valid_unseen"],
+                          help="json_2.1.1 folder to write to. Default: from --split (validation: valid_seen, "
+                               "test: valid_unseen, held-out rooms), else train.")
     parser.set_defaults(func=lambda args: MAKE_GAMES[args.env](args, parser))
 
 

@@ -1,7 +1,7 @@
 """Offline ALFWorld task generator: new games for all six ALFRED task types, in ALFWorld's dataset layout.
 
     from trl_multiturn.envs.alfworld_gen import ALFWorldGenConfig, generate_games
-    generate_games("data/alfworld", num_games=10, config=ALFWorldGenConfig(num_receptacles=10))
+    generate_games("data/alfworld", seeds=range(10), config=ALFWorldGenConfig(num_receptacles=10))
 
 or `trl-multiturn make-games --env alfworld`. Then `list_tasks("data/alfworld")` gives the task rows.
 """

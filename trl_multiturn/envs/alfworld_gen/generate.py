@@ -13,6 +13,7 @@ import json
 import os
 import random
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -61,9 +62,10 @@ class GenerationError(RuntimeError):
 
 @dataclass
 class GeneratedGame:
-    """One solvable game: its folder inside `json_2.1.1/<split>/` and the three files that folder holds."""
+    """One solvable game: where it goes in the dataset layout and the three files its trial folder holds."""
 
-    trial: str
+    split: str
+    trial: str  # "<task folder>/<trial id>", relative to json_2.1.1/<split>/
     traj_data: dict
     initial_state: str
     game: dict
@@ -72,11 +74,9 @@ class GeneratedGame:
     def walkthrough(self) -> list[str]:
         return list(self.game["walkthrough"])
 
-    def write(self, root: str | os.PathLike, split: str = "train") -> Path:
+    def write(self, root: str | os.PathLike) -> Path:
         """Write the trial under `root/json_2.1.1/<split>/` and return its `game.tw-pddl` path."""
-        if split not in SPLITS:
-            raise ValueError(f"split={split!r}: use one of {SPLITS}.")
-        folder = Path(root) / DATASET_DIR / split / self.trial
+        folder = Path(root) / DATASET_DIR / self.split / self.trial
         _write_trial(folder, self)
         return folder / GAME_FILE
 
@@ -88,25 +88,37 @@ def _write_trial(folder: Path, game: GeneratedGame) -> None:
     (folder / GAME_FILE).write_text(json.dumps(game.game))
 
 
-def generate_game(task_type: str, seed: int, config: ALFWorldGenConfig | None = None) -> GeneratedGame:
-    """The game of `task_type` that `seed` names: the same seed and config always give the same files.
+def _knobs(config: ALFWorldGenConfig) -> Knobs:
+    return Knobs(config.num_receptacles, config.num_distractors, config.num_closed)
 
-    Raises `GenerationError` if ALFWorld's expert solves none of `config.max_attempts` sampled rooms.
-    """
+
+def _check(task_type: str, split: str) -> None:
     if task_type not in TASK_TYPES:
         raise ValueError(f"task_type={task_type!r}: use one of {TASK_TYPES}.")
-    config = config or ALFWorldGenConfig()
-    knobs = Knobs(config.num_receptacles, config.num_distractors, config.num_closed)
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: use one of {SPLITS}.")
+
+
+def generate_game(
+    task_type: str, seed: int, config: ALFWorldGenConfig | None = None, split: str = "train"
+) -> GeneratedGame:
+    """The game of `task_type` that `seed` names: the same arguments always give the same files.
+
+    `split` only places the game, except "valid_unseen", whose rooms come from ALFRED's held-out test floor plans.
+    Raises `GenerationError` if ALFWorld's expert solves none of `config.max_attempts` sampled rooms.
+    """
     from alfworld.agents.utils.misc import add_task_to_grammar, get_templated_task_desc
 
+    _check(task_type, split)
+    config = config or ALFWorldGenConfig()
+    knobs = _knobs(config)
     domain, grammar = logic_files()
     settings = {k: v for k, v in asdict(config).items() if k != "max_attempts"}
+    problem_id = problem.trial_id(seed, knobs)
     failures = []
     for attempt in range(config.max_attempts):
         key = f"alfworld-gen:{task_type}:{seed}:{attempt}"
-        room = sample_room(task_type, knobs, random.Random(key))
-        trial = problem.trial_name(room, seed)
-        problem_id = trial.rsplit("/", 1)[1]
+        room = sample_room(task_type, knobs, random.Random(key), unseen=split == "valid_unseen")
         traj = problem.traj_data(room, problem_id, seed, settings)
         with seeded_random(key):  # ALFWorld picks the goal template with the global `random`
             goal_text = get_templated_task_desc(traj)
@@ -119,7 +131,7 @@ def generate_game(task_type: str, seed: int, config: ALFWorldGenConfig | None = 
             "solvable": None,
             "walkthrough": None,
         }
-        candidate = GeneratedGame(trial, traj, game["pddl_problem"], game)
+        candidate = GeneratedGame(split, f"{problem.task_folder(room)}/{problem_id}", traj, game["pddl_problem"], game)
         with tempfile.TemporaryDirectory(prefix="alfworld-gen-") as tmp:
             _write_trial(Path(tmp), candidate)
             try:
@@ -135,22 +147,32 @@ def generate_game(task_type: str, seed: int, config: ALFWorldGenConfig | None = 
     )
 
 
+def existing_game(root: str | os.PathLike, task_type: str, seed: int, config: ALFWorldGenConfig, split: str):
+    """The `game.tw-pddl` that `generate_games` wrote earlier for these arguments, or None."""
+    trial = problem.trial_id(seed, _knobs(config))
+    found = sorted((Path(root) / DATASET_DIR / split).glob(f"{task_type}-*/{trial}/{GAME_FILE}"))
+    return found[0] if found else None
+
+
 def generate_games(
     output_dir: str | os.PathLike,
-    num_games: int,
-    task_types: list[str] | tuple[str, ...] | None = None,
-    seed: int = 0,
+    seeds: Iterable[int],
+    task_types: Iterable[str] | None = None,
     split: str = "train",
     config: ALFWorldGenConfig | None = None,
+    overwrite: bool = False,
 ) -> list[Path]:
-    """Write `num_games` solvable games of each task type under `output_dir/json_2.1.1/<split>/`.
+    """Write one solvable game per seed and task type under `output_dir/json_2.1.1/<split>/`.
 
-    Game `i` of every type uses seed `seed + i`. Returns the `game.tw-pddl` paths; point `list_tasks(output_dir,
-    split)` or `ALFWorldConfig(data_path=output_dir)` at the folder.
+    Games already there (same task type, seed and knobs) are reused unless `overwrite`. Returns the
+    `game.tw-pddl` paths; `list_tasks(output_dir, split)` turns the folder into task rows.
     """
-    types = tuple(task_types) if task_types else TASK_TYPES
+    config = config or ALFWorldGenConfig()
+    types = tuple(task_types) if task_types is not None else TASK_TYPES
     paths = []
     for task_type in types:
-        for index in range(num_games):
-            paths.append(generate_game(task_type, seed + index, config).write(output_dir, split))
+        _check(task_type, split)
+        for seed in seeds:
+            found = None if overwrite else existing_game(output_dir, task_type, seed, config, split)
+            paths.append(found or generate_game(task_type, seed, config, split).write(output_dir))
     return paths

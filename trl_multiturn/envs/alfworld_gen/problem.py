@@ -8,7 +8,7 @@ is ALFWorld's goal template for the task type (`alfworld.gen.goal_library`).
 from __future__ import annotations
 
 from . import scenes
-from .sampling import Room
+from .sampling import Knobs, Room
 
 # ALFRED's id characters as PDDL names (ALFWorld's `PlannedGameState.fix_pddl_str_chars`); '#' marks a type dash.
 _PDDL_CHARS = {"-": "_minus_", "#": "-", "|": "_bar_", "+": "_plus_", ".": "_dot_", ",": "_comma_"}
@@ -21,10 +21,15 @@ def pddl_name(text: str) -> str:
     return multireplace(text, _PDDL_CHARS)
 
 
-def trial_name(room: Room, seed) -> str:
-    """`<task type>-<object>-<mrecep>-<parent or lamp>-<scene>/trial_<id>`, the dataset's folder naming."""
+def trial_id(seed: int, knobs: Knobs) -> str:
+    """`trial_G<seed>_r<receptacles>d<distractors>c<closed>`: a generated trial, named by what made it."""
+    return f"trial_G{seed}_r{knobs.num_receptacles}d{knobs.num_distractors}c{knobs.num_closed}"
+
+
+def task_folder(room: Room) -> str:
+    """`<task type>-<object>-<mrecep>-<parent or lamp>-<scene>`, the dataset's folder naming."""
     target = room.parent_target or room.toggle_target
-    return f"{room.task_type}-{room.object_target}-None-{target}-{room.floor_plan.number}/trial_G{seed}"
+    return f"{room.task_type}-{room.object_target}-None-{target}-{room.floor_plan.number}"
 
 
 def initial_state(room: Room, problem_id: str) -> str:

@@ -108,10 +108,19 @@ def _task_choices(task_type: str, plan: scenes.FloorPlan) -> list[tuple[str, str
     return choices
 
 
-def sample_room(task_type: str, knobs: Knobs, rng: random.Random) -> Room:
-    """A task of `task_type` in a room of a suitable floor plan, with the requested complexity."""
-    valid_rooms = scenes.constants().GOALS_VALID[task_type]
-    plans = [p for p in scenes.floor_plans() if p.room in valid_rooms and _task_choices(task_type, p)]
+def sample_room(task_type: str, knobs: Knobs, rng: random.Random, unseen: bool = False) -> Room:
+    """A task of `task_type` in a room of a suitable floor plan, with the requested complexity.
+
+    Floor plans come from ALFRED's training scenes, or from its held-out test scenes when `unseen` (as ALFWorld's
+    `valid_unseen` split does).
+    """
+    c = scenes.constants()
+    numbers = set(c.TEST_SCENE_NUMBERS if unseen else c.TRAIN_SCENE_NUMBERS)
+    plans = [
+        p
+        for p in scenes.floor_plans()
+        if p.number in numbers and p.room in c.GOALS_VALID[task_type] and _task_choices(task_type, p)
+    ]
     plan = rng.choice(plans)
     obj, parent, appliance = rng.choice(_task_choices(task_type, plan))
     look = task_type == "look_at_obj_in_light"
