@@ -7,7 +7,7 @@ import pytest
 from textworld.core import GameNotRunningError
 
 from trl_multiturn.envs import TaskError, TextWorldEnv
-from trl_multiturn.envs.textworld import TextWorldConfig, clean_observation
+from trl_multiturn.envs.textworld import MAX_ACTION_CHARS, TextWorldConfig, clean_observation, normalize_action
 from trl_multiturn.envs.textworld_games import CustomGameSpec, game_path
 
 # TextWorld silences this Jericho warning at import; pytest re-enables warnings per test.
@@ -82,13 +82,21 @@ def test_eating_the_food_loses_and_is_not_a_win(env):
 def test_invalid_action_is_answered_and_the_game_goes_on(env):
     task = CUSTOM[0]
     env.reset(task)
-    for nonsense in ("dance with the teapot", "xyzzy", "", "sing\nand dance"):
+    # Control characters included: some (e.g. \x14) would leave the interpreter waiting forever.
+    for nonsense in ("dance with the teapot", "xyzzy", "", "sing\nand dance", "\x14\x00\x08 sing", "\U0001F600",
+                     "caf\u00e9 " * 100):
         result = env.step(nonsense)
         assert result.reward == 0.0 and not result.done and not result.won
         _assert_clean(result.observation)
     assert env.step("blorp").observation == "That's not a verb I recognise."
     results = [env.step(action) for action in env.expert_actions(task)]
     assert results[-1].won
+
+
+def test_actions_become_one_line_of_printable_ascii():
+    assert normalize_action("  take  the\tcaf\u00e9\nkey\x14 ") == "take the cafe key"
+    assert normalize_action("\U0001F600 look\x7f") == "look"
+    assert len(normalize_action("a" * 1000)) == MAX_ACTION_CHARS
 
 
 def test_meta_commands_cannot_rewind_the_story(env):

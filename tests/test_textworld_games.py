@@ -43,26 +43,27 @@ def _first_observation(game_file):
         env.close()
 
 
-def _run(*args, hash_seed):
+def _start_cli(*args, hash_seed):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": str(hash_seed)}
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.Popen([sys.executable, "-m", "trl_multiturn.cli", "make-games", "--env", "textworld", *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_cli_makes_the_same_games_in_another_process(games_dir, tmp_path):
-    """Same seed -> same game, across processes with different hash seeds; the CLI writes the games it lists."""
-    here = make_games(2, 3, 4, seeds=[0, 1], out_dir=games_dir) + make_challenge_games(
-        "tw-simple", seeds=[0], out_dir=games_dir, **SIMPLE)
+def test_cli_makes_the_same_games_in_other_processes(games_dir, tmp_path):
+    """Same seed -> same game, across processes with different hash seeds. Two CLI runs race on the same games in
+    one folder; the CLI writes the games it lists."""
     out = tmp_path / "cli"
-    custom = _run("-m", "trl_multiturn.cli", "make-games", "--env", "textworld", "--world-size", "2",
-                  "--nb-objects", "3", "--quest-length", "4", "--seeds", "0-1", "--out", str(out), hash_seed=1)
-    challenge = _run("-m", "trl_multiturn.cli", "make-games", "--env", "textworld", "--challenge", "tw-simple",
-                     "--rewards", "dense", "--goal", "detailed", "--seeds", "0", "--out", str(out), hash_seed=2)
-    assert custom.returncode == 0, custom.stderr
-    assert challenge.returncode == 0, challenge.stderr
+    custom = ["--world-size", "2", "--nb-objects", "3", "--quest-length", "4", "--seeds", "0", "--out", str(out)]
+    runs = [_start_cli(*custom, hash_seed=1), _start_cli(*custom, hash_seed=2),
+            _start_cli("--challenge", "tw-simple", "--rewards", "dense", "--goal", "detailed", "--seeds", "0",
+                       "--out", str(out), hash_seed=3)]
+    here = make_games(2, 3, 4, seeds=[0], out_dir=games_dir) + make_challenge_games(
+        "tw-simple", seeds=[0], out_dir=games_dir, **SIMPLE)
+    outputs = [run.communicate(timeout=180) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0, 0], [err for _, err in outputs]
     there = sorted(out.glob("*.z8"))
-    assert [p.name for p in there] == sorted(p.name for p in here)
-    assert all(p.with_suffix(".json").is_file() for p in there)
-    assert all(str(p) in custom.stdout + challenge.stdout for p in there)
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for g in here for p in (g, g.with_suffix(".json")))
+    assert all(str(p) in "".join(stdout for stdout, _ in outputs) for p in there)
     for mine, theirs in zip(sorted(here), there):
         assert game_fingerprint(mine) == game_fingerprint(theirs)
         assert walkthrough(mine) == walkthrough(theirs)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -76,6 +77,21 @@ def clean_observation(text: str) -> str:
         text = pattern.sub("", text)
     text = "\n".join(line.strip() for line in text.splitlines())  # the engine centres some lines with spaces
     return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+MAX_ACTION_CHARS = 198  # Jericho's input buffer; it truncates longer commands itself, with a warning
+
+
+def normalize_action(action: str) -> str:
+    """The action as the Z-machine can take it: one line of printable ASCII, at most `MAX_ACTION_CHARS` long.
+
+    Accents are folded (`café` -> `cafe`) and other non-ASCII characters dropped: the games' words are ASCII, and
+    Jericho hands the interpreter raw UTF-8 bytes, which it reads as other characters. Control characters become
+    spaces: some (e.g. `\\x14`) make the interpreter wait forever, and a newline would end the command early.
+    """
+    text = unicodedata.normalize("NFKD", action).encode("ascii", "ignore").decode("ascii")
+    text = "".join(char if char.isprintable() else " " for char in text)
+    return " ".join(text.split())[:MAX_ACTION_CHARS]
 
 
 def _meta_verb(action: str) -> str | None:
@@ -149,8 +165,7 @@ class TextWorldEnv(Environment):
     def step(self, action: str) -> StepResult:
         if self._over:
             raise RuntimeError("the episode is over (or never started): call reset(task) before step()")
-        # The Z-machine reads one line: a newline inside the action would end the command early.
-        action = " ".join(action.split())
+        action = normalize_action(action)
         verb = _meta_verb(action)
         if verb is not None:
             observation = f"The command '{verb}' is not available in this game."
