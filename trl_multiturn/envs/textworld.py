@@ -131,6 +131,8 @@ class TextWorldEnv(Environment):
             raise TaskError(f"a TextWorld task must be a dict, got {type(task).__name__}; pass {TASK_FORMATS}")
         given = task.get("game_file")
         if given is not None:
+            if not isinstance(given, (str, os.PathLike)):
+                raise TaskError(f"`game_file` must be a path to a .z8 game, got {given!r}")
             for candidate in (Path(given), self.games_dir / given):
                 if is_complete(candidate):
                     return candidate
