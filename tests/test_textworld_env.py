@@ -169,6 +169,7 @@ def test_row_with_a_missing_file_but_its_spec_regenerates(env, games_dir, tmp_pa
     ("w2-o3-q4", "must be a dict"),
     ({}, "names no game"),
     ({"game_file": "/nowhere/game.z8"}, "make-games"),
+    ({"game_file": 3}, "game_file"),
     ({"world_size": 2, "nb_objects": 3, "quest_length": 4}, "seed"),
     ({"world_size": 2, "quest_length": 4, "seed": 0}, "nb_objects"),
     ({"world_size": "two", "nb_objects": 3, "quest_length": 4, "seed": 0}, "world_size"),
