@@ -21,6 +21,7 @@ import posixpath
 import pwd
 import random
 import resource
+import select
 import shlex
 import shutil
 import signal
@@ -228,6 +229,25 @@ _PR_CAP_AMBIENT_RAISE = 2
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
+class _Libc:
+    """libc's prctl, capset and unshare, looked up in the parent: a forked child of a threaded process (a trainer)
+    must not dlopen or dlsym, since another thread may have held the loader's lock at fork time."""
+
+    def __init__(self):
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.prctl, self.capset, self.unshare = libc.prctl, libc.capset, libc.unshare
+
+
+_libc: _Libc | None = None
+
+
+def _get_libc() -> _Libc:
+    global _libc
+    if _libc is None:
+        _libc = _Libc()
+    return _libc
+
+
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
@@ -236,13 +256,12 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def _drop_to_uid(uid: int, keep_read_access: bool) -> None:
+def _drop_to_uid(uid: int, keep_read_access: bool, libc: _Libc) -> None:
     """Become `uid` (group `uid`, no supplementary groups), keeping CAP_DAC_READ_SEARCH across exec if asked.
 
     Runs in the forked child before exec. The capability goes into the ambient set so that bash and what it
     starts keep it; it lets them read and traverse any folder, never write.
     """
-    libc = ctypes.CDLL(None, use_errno=True)
     if keep_read_access and libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_KEEPCAPS)")
     os.setgroups([])
@@ -446,6 +465,7 @@ class LocalSandbox(Sandbox):
 
     def _preexec(self, nproc: int, pid_namespace: bool):
         cfg, uid, keep = self.config, self.uid if self._owns_uid else None, self.config.keep_read_access
+        libc = _get_libc()
 
         def limit() -> None:  # runs in the child, after fork and setsid, before exec
             mib = 1024 * 1024
@@ -454,10 +474,10 @@ class LocalSandbox(Sandbox):
             resource.setrlimit(resource.RLIMIT_FSIZE, (cfg.max_file_mb * mib, cfg.max_file_mb * mib))
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            if pid_namespace and ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWPID) != 0:
+            if pid_namespace and libc.unshare(_CLONE_NEWPID) != 0:
                 raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")
             if uid is not None:
-                _drop_to_uid(uid, keep)
+                _drop_to_uid(uid, keep, libc)
 
         return limit
 
@@ -494,18 +514,12 @@ class LocalSandbox(Sandbox):
         timeout = timeout or self.config.command_timeout
         with tempfile.TemporaryFile(dir=self._tmp / "scratch") as out:
             proc, in_namespace = self._spawn(command, out)
-            timed_out = False
+            timed_out = not _wait(proc, timeout)
             try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                if in_namespace:  # kill the namespace's init; the outer bash then reaps it and exits
+                if timed_out and in_namespace:  # kill the namespace's init; the outer bash reaps it and exits
                     for child in _children(proc.pid):
                         _signal(child, signal.SIGKILL)
-                    try:
-                        proc.wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        pass
+                    _wait(proc, 5)
             finally:
                 _signal(-proc.pid, signal.SIGKILL)
                 if self._owns_uid and not in_namespace:
@@ -555,6 +569,25 @@ class LocalSandbox(Sandbox):
         path.write_text(text, encoding="utf-8")
         path.chmod(0o644)
         return str(path)
+
+
+def _wait(proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for `proc` to exit; True if it did. A pidfd wakes us the moment it exits
+    (Popen.wait with a timeout polls, adding up to 50 ms to every command)."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(timeout * 1000))
+    finally:
+        os.close(fd)
 
 
 def _children(pid: int) -> list[int]:
