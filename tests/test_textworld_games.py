@@ -131,6 +131,14 @@ def test_textworld_tasks_rows_name_generated_games(games_dir):
     assert spec_from_task(lazy[0]) == (ChallengeGameSpec.create("tw-simple", **SIMPLE), SEED_RANGES["test"].start)
 
 
+def test_cli_takes_seeds_from_a_split(games_dir, capsys):
+    assert main(["make-games", "--env", "textworld", "--world-size", "2", "--nb-objects", "3", "--quest-length",
+                 "4", "--split", "validation", "--num-games", "1", "--out", str(games_dir)]) == 0
+    seed = SEED_RANGES["validation"].start
+    assert f"tw-custom-w2-o3-q4-seed{seed}.z8  seed={seed}" in capsys.readouterr().out
+    assert (games_dir / f"tw-custom-w2-o3-q4-seed{seed}.json").is_file()
+
+
 def test_bad_generation_parameters_name_the_field():
     with pytest.raises(ValueError, match="world_size"):
         CustomGameSpec(0, 3, 4)

@@ -41,8 +41,16 @@ def _parse_setting(text: str) -> tuple[str, object]:
     return key.strip().replace("-", "_"), flags.get(value.strip().lower(), value.strip())
 
 
+def _seeds(args: argparse.Namespace) -> list[int]:
+    """`--seeds`, else `--num-games` seeds of `--split`'s range."""
+    if args.seeds is not None:
+        return args.seeds
+    from .data import split_seeds  # imports `datasets`: only when needed
+
+    return split_seeds(args.split, args.num_games, args.first_game)
+
+
 def _make_textworld_games(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .data import split_seeds
     from .envs.textworld_games import ChallengeGameSpec, CustomGameSpec, GameGenerationError, generate_game
 
     custom = (args.world_size, args.nb_objects, args.quest_length)
@@ -58,7 +66,7 @@ def _make_textworld_games(args: argparse.Namespace, parser: argparse.ArgumentPar
                 parser.error("custom TextWorld games need --world-size, --nb-objects and --quest-length "
                              "(or pass --challenge tw-simple)")
             spec = CustomGameSpec(*custom)
-        seeds = args.seeds if args.seeds is not None else split_seeds(args.split, args.num_games, args.first_game)
+        seeds = _seeds(args)
     except ValueError as exc:
         parser.error(str(exc))
 
@@ -77,7 +85,6 @@ def _make_textworld_games(args: argparse.Namespace, parser: argparse.ArgumentPar
 
 
 def _make_alfworld_games(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .data import split_seeds
     from .envs.alfworld.tasks import TASK_TYPES
     from .envs.alfworld_gen import ALFWorldGenConfig, GenerationError, generate_games
 
@@ -85,7 +92,7 @@ def _make_alfworld_games(args: argparse.Namespace, parser: argparse.ArgumentPars
              "num_closed": args.num_closed}
     try:
         config = ALFWorldGenConfig(**{key: value for key, value in knobs.items() if value is not None})
-        seeds = args.seeds if args.seeds is not None else split_seeds(args.split, args.num_games, args.first_game)
+        seeds = _seeds(args)
     except ValueError as exc:
         parser.error(str(exc))
     # Seed-range splits map onto ALFWorld's folders; `test` games are played in ALFRED's held-out rooms.
