@@ -166,8 +166,8 @@ def test_expert_actions_solve_every_task(name, config):
     env.close()
 
 
-def test_bad_replies_cost_a_turn_and_max_turns_submits_the_diff(config):
-    env = SWEGymEnv(config, max_turns=3, reward="dense")
+def test_bad_replies_cost_a_turn_and_the_turn_limit_submits_the_diff(config):
+    env = SWEGymEnv(config, submit_after_turns=3, reward="dense")
     env.reset(ROWS["matrix"])
     bad = env.step("The transpose looks wrong to me.")
     assert "[error] no action found" in bad.observation and not bad.done and bad.info["action"] == "invalid"
@@ -175,7 +175,7 @@ def test_bad_replies_cost_a_turn_and_max_turns_submits_the_diff(config):
     assert "occurs 0 times" in missing.observation and not missing.done
     half_fix = env.step('<replace path="matrix/ops.py"><old>for i in range(len(m))]</old>'
                         "<new>for i in range(len(m[0]) if m else 0)]</new></replace>")
-    assert half_fix.done and half_fix.info["submitted_by"] == "max_turns"
+    assert half_fix.done and half_fix.info["submitted_by"] == "turn_limit"
     assert "Turn limit reached" in half_fix.observation and "Edited matrix/ops.py" in half_fix.observation
     assert half_fix.info["f2p_passed"] == 2 and half_fix.won and half_fix.reward == 1.0
 

@@ -30,11 +30,12 @@ REQUIRED_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "t
 class SWEGymConfig(SandboxConfig):
     """SWE-Gym episode settings; the sandbox settings it inherits say where and how commands run."""
 
-    max_turns: int | None = field(
+    submit_after_turns: int | None = field(
         default=None,
         metadata={
-            "help": "Turns after which the environment itself submits the current diff. None leaves the cut to "
-            "the trainer, which calls finish() on an episode it stops."
+            "help": "Turns after which the environment itself submits the current diff. None (for training) leaves "
+            "the cut to the trainer's max_turns: the trainer calls finish() on an episode it stops, which grades "
+            "the current diff the same way."
         },
     )
     max_observation_chars: int = field(
@@ -59,8 +60,8 @@ class SWEGymConfig(SandboxConfig):
         super().__post_init__()
         if self.reward not in REWARD_MODES:
             raise ValueError(f"reward={self.reward!r}: choose one of {REWARD_MODES}")
-        if self.max_turns is not None and self.max_turns < 1:
-            raise ValueError(f"max_turns={self.max_turns}: use a positive number or None")
+        if self.submit_after_turns is not None and self.submit_after_turns < 1:
+            raise ValueError(f"submit_after_turns={self.submit_after_turns}: use a positive number or None")
         if self.max_observation_chars < 200:
             raise ValueError(f"max_observation_chars={self.max_observation_chars}: use at least 200")
 
@@ -74,7 +75,7 @@ class SWEGymEnv(Environment):
 
     `reset(row)` checks the repository out in a fresh sandbox and returns the issue and the command reference;
     each `step(reply)` runs the first action of the reply (see `actions.py`) and returns its output. The episode
-    ends when the agent submits, or after `max_turns` turns, or when the trainer cuts it and calls `finish()`:
+    ends when the agent submits, after `submit_after_turns` turns, or when the trainer cuts it and calls `finish()`:
     each grades the current diff in a clean copy (`grading.grade_patch`) and returns the reward on that final
     step (`info` holds the patch and the test counts). A reply without a valid action costs a turn and gets an
     error observation. Sandbox failures (e.g. a container that cannot start) raise `SandboxError`: an
@@ -134,8 +135,8 @@ class SWEGymEnv(Environment):
             if isinstance(parsed, Submit):
                 return self._submit("agent")
             result = self._execute(parsed)
-        if self.config.max_turns is not None and self.turns >= self.config.max_turns:
-            final = self._submit("max_turns")
+        if self.config.submit_after_turns is not None and self.turns >= self.config.submit_after_turns:
+            final = self._submit("turn_limit")
             final.observation = f"{result.observation}\n\n{final.observation}"
             final.info = {**result.info, **final.info}
             return final
@@ -253,7 +254,7 @@ class SWEGymEnv(Environment):
         grade = grade_patch(self.task, patch, self.config, test_cmd=self.config.test_cmd,
                             eval_timeout=self.config.eval_timeout)
         reward = grade.reward(self.config.reward)
-        reason = {"agent": "Submitted", "max_turns": "Turn limit reached: submitted the current diff",
+        reason = {"agent": "Submitted", "turn_limit": "Turn limit reached: submitted the current diff",
                   "truncated": "Episode cut: submitted the current diff"}[by]
         info = {"action": "submit", "submitted_by": by, "patch": patch, **grade.info()}
         if diff_error:
