@@ -53,7 +53,8 @@ def test_repositories_build_reproducibly(cache_dir, tmp_path):
     for name in ("intervals", "rpn"):
         source = SOURCES[name]
         head = build_repo(source, tmp_path / name)  # a second, independent build
-        assert head == source.base_commit == git(["rev-parse", "HEAD"], Path(cache_dir) / f"{name}-{head[:12]}").strip()
+        cached = Path(cache_dir) / f"{name}-{head[:12]}"
+        assert head == source.base_commit == git(["rev-parse", "HEAD"], cached).strip()
         log = git(["log", "--format=%an <%ae> %aI %cI"], tmp_path / name).splitlines()
         assert len(log) == len(source.commits) >= 2
         assert all(line.startswith(f"{AUTHOR[0]} <{AUTHOR[1]}> 2024-05-01T") for line in log)
@@ -125,7 +126,8 @@ def test_dense_reward_counts_fail_to_pass_only_while_pass_to_pass_hold(cache_dir
 def test_a_hanging_test_run_is_cut_at_eval_timeout(cache_dir):
     row = ROWS["wordfreq"]
     module = SOURCES["wordfreq"].files_at_base()["wordfreq/tokenize.py"]
-    hang = make_patch({"wordfreq/tokenize.py": module}, {"wordfreq/tokenize.py": "import time\ntime.sleep(600)\n" + module})
+    hanging = "import time\ntime.sleep(600)\n" + module
+    hang = make_patch({"wordfreq/tokenize.py": module}, {"wordfreq/tokenize.py": hanging})
     graded = grade_patch(row, hang, SandboxConfig(repo_cache_dir=cache_dir), eval_timeout=3)
     assert graded.timed_out and not graded.resolved and graded.summary() == "The tests timed out."
 

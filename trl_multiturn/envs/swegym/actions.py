@@ -172,7 +172,7 @@ def parse_action(reply: str) -> Action:
 
 
 def format_action(action: Action) -> str:
-    """Write `action` in the reply format: `parse_action(format_action(a)) == a` for any action `parse_action` returns."""
+    """Write `action` in the reply format; `parse_action(format_action(a)) == a` for every `a` it can return."""
     if isinstance(action, Bash):
         return f"<bash>{action.command}</bash>"
     if isinstance(action, View):

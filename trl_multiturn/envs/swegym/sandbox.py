@@ -1,11 +1,12 @@
 """Where the agent's commands run: one `Sandbox` interface, a local and a Docker implementation.
 
 `LocalSandbox` checks the task's repository out at `base_commit` in a fresh temporary folder and runs each
-command in its own process group with a wall-clock timeout and CPU-time, memory, file-size and process-count
-limits. When the trainer runs as root (as in most containers) every sandbox also gets a uid of its own, so the
-process limit (which Linux counts per user) is per sandbox, and the checkout is the only place its commands may
-write (plus world-writable folders such as /tmp). LocalSandbox is NOT a security boundary: it contains runaway
-commands (loops, fork floods, huge outputs, stray writes), not an adversary. Use `DockerSandbox` for that.
+command as bash with a wall-clock timeout and CPU-time, memory, file-size and process-count limits. When the
+trainer runs as root (as in most containers) each sandbox also gets a uid of its own, so the process limit (which
+Linux counts per user) is per sandbox and the checkout is the only place its commands may write (besides
+world-writable folders such as /tmp), and each command runs in a PID namespace of its own, so whatever it started
+is killed and reaped when it returns. LocalSandbox is NOT a security boundary: it contains runaway commands (long
+sleeps, fork floods, huge outputs, stray writes), not an adversary. Use `DockerSandbox` for untrusted code.
 
 `DockerSandbox` starts the task's SWE-Gym / SWE-bench image (`xingyaoww/sweb.eval.x86_64.<instance id>`, with
 the `__` of the id spelt `_s_` as Docker Hub requires) through the Docker SDK and runs the commands inside it.

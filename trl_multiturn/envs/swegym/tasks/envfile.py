@@ -103,7 +103,8 @@ Only the first "=" separates the key from the value; expected
         ("Add ${VAR} expansion", {"envfile/__init__.py": INIT, "envfile/expand.py": EXPAND,
                                   "tests/test_parser.py": TESTS}),
     ),
-    fix=(Edit("envfile/parser.py", '        key, value = line.split("=")\n', '        key, value = line.split("=", 1)\n'),),
+    fix=(Edit("envfile/parser.py", '        key, value = line.split("=")\n',
+              '        key, value = line.split("=", 1)\n'),),
     tests=(Edit("tests/test_parser.py", None, '''
 
 def test_value_with_equals_signs():

@@ -93,7 +93,8 @@ Expected `'hello'`. The same happens with a custom `sep`.
         ("Add unique_slug and tests", {"slugkit/__init__.py": INIT, "slugkit/unique.py": UNIQUE,
                                        "tests/test_slug.py": TESTS}),
     ),
-    fix=(Edit("slugkit/slug.py", "        slug = slug[:max_length]\n", "        slug = slug[:max_length].rstrip(sep)\n"),),
+    fix=(Edit("slugkit/slug.py", "        slug = slug[:max_length]\n",
+              "        slug = slug[:max_length].rstrip(sep)\n"),),
     tests=(Edit("tests/test_slug.py", None, '''
 
 def test_max_length_drops_trailing_separator():

@@ -83,7 +83,8 @@ Expected `[('cat', 2), ('cats', 1)]`: "The" is a stopword and "cat"/"Cat" are on
         ("Add word counts", {"wordfreq/__init__.py": INIT, "wordfreq/counter.py": COUNTER,
                              "tests/test_counter.py": TESTS}),
     ),
-    fix=(Edit("wordfreq/tokenize.py", "    return _WORD.findall(text)\n", "    return _WORD.findall(text.lower())\n"),),
+    fix=(Edit("wordfreq/tokenize.py", "    return _WORD.findall(text)\n",
+              "    return _WORD.findall(text.lower())\n"),),
     tests=(Edit("tests/test_counter.py", None, '''
 
 def test_counts_ignore_case():
