@@ -27,3 +27,28 @@ def tiny_llama3_model(tmp_path_factory):
 def tiny_model(request, tiny_chatml_model, tiny_llama3_model):
     """Both chat-template families, for tests that must hold on each."""
     return {"chatml": tiny_chatml_model, "llama3": tiny_llama3_model}[request.param]
+
+
+@pytest.fixture(scope="session")
+def textworld_games_dir(tmp_path_factory):
+    """The session's TextWorld game cache: each game is generated once for all test files."""
+    return tmp_path_factory.getbasetemp() / "textworld_games"
+
+
+@pytest.fixture(scope="session")
+def textworld_train_tasks(textworld_games_dir):
+    """Two generated w2-o3-q4 games from the train split, as a task `Dataset` (rows carry `game_file`)."""
+    from trl_multiturn.data import textworld_tasks
+
+    return textworld_tasks(2, 3, 4, split="train", num_games=2, games_dir=str(textworld_games_dir))
+
+
+def tiny_rl_args(config_cls, output_dir, **overrides):
+    """CPU-sized RL trainer arguments shared by the trainer tests."""
+    args = dict(
+        output_dir=str(output_dir), max_turns=3, num_generations=2, per_device_train_batch_size=4,
+        max_completion_length=8, max_steps=2, learning_rate=1e-3, use_cpu=True, bf16=False, report_to="none",
+        logging_steps=1, save_strategy="no", seed=0,
+    )
+    args.update(overrides)
+    return config_cls(**args)

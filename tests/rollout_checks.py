@@ -1,0 +1,39 @@
+"""Checks of the rollout invariants, shared by the tests of every environment (toy, TextWorld, ALFWorld, SWE)."""
+
+import torch
+
+from trl_multiturn.rollout import Episode
+
+
+def assert_token_exact(model, episode: Episode) -> None:
+    """Every sampled token (mask 1) is the model's argmax given exactly the tokens before it.
+
+    Holds for greedy (top_k=1) rollouts: it fails if any history token was decoded and re-encoded differently, or
+    if a sampled token was dropped, added or moved.
+    """
+    ids = torch.tensor([episode.prompt_ids + episode.completion_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0]
+    p = len(episode.prompt_ids)
+    predicted = logits[p - 1: p - 1 + len(episode.completion_ids)].argmax(-1).tolist()
+    sampled = [t for t, m in zip(episode.completion_ids, episode.env_mask) if m]
+    argmax = [t for t, m in zip(predicted, episode.env_mask) if m]
+    assert sampled == argmax
+
+
+def assert_env_mask_exact(tokenizer, episode: Episode) -> None:
+    """Mask 1 covers exactly the turn spans; the observations appear only in mask-0 text; each span decodes to
+    its turn's reply."""
+    in_spans = [0] * len(episode.completion_ids)
+    for start, end in episode.turn_spans:
+        in_spans[start:end] = [1] * (end - start)
+    assert episode.env_mask == in_spans
+    for (start, end), reply in zip(episode.turn_spans, episode.replies):
+        assert tokenizer.decode(episode.completion_ids[start:end], skip_special_tokens=True) == reply
+    env_text = tokenizer.decode([t for t, m in zip(episode.completion_ids, episode.env_mask) if not m])
+    model_text = tokenizer.decode([t for t, m in zip(episode.completion_ids, episode.env_mask) if m])
+    # The observation after turn k is appended only when a turn k+1 follows.
+    for obs in episode.observations[: max(0, episode.num_turns - 1)]:
+        assert obs.strip() in env_text
+        if len(obs.strip()) > 8:
+            assert obs.strip() not in model_text

@@ -1,0 +1,110 @@
+"""MultiTurnGRPOTrainer: trains on real TextWorld games; env_mask keeps observations out of the loss."""
+
+import math
+
+import pytest
+import torch
+from conftest import tiny_rl_args
+from datasets import Dataset
+from toy_envs import CountingEnv, FlakyEnv
+
+from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+from trl_multiturn.envs import TextWorldEnv
+
+pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
+
+
+def make_trainer(model, tmp_path, env_factory, rows, reward_funcs=None, **overrides):
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, **overrides)
+    return MultiTurnGRPOTrainer(model=model, args=args, environment_factory=env_factory,
+                                train_dataset=Dataset.from_list(list(rows)), reward_funcs=reward_funcs)
+
+
+def test_trains_on_generated_textworld_games(tiny_chatml_model, tmp_path, textworld_train_tasks, textworld_games_dir):
+    trainer = make_trainer(tiny_chatml_model, tmp_path, lambda: TextWorldEnv(games_dir=str(textworld_games_dir)),
+                           textworld_train_tasks, reward_mode="dense")
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    result = trainer.train()
+    assert trainer.state.global_step == 2 and math.isfinite(result.training_loss)
+    logged = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
+    assert len(logged) == 2 and all(log["episodes/failed"] == 0 for log in logged)
+    assert all(0 < log["episodes/trained_token_fraction"] < 1 for log in logged)
+    # The collator is public and usable outside train() on dataset rows.
+    episodes = trainer.rollout_collator([textworld_train_tasks[0]])
+    assert episodes[0].num_turns >= 1 and episodes[0].observations
+    changed = any(not torch.equal(b, a) for b, a in zip(before, trainer.model.parameters()))
+    assert changed or all(log["credit/zero_advantage_groups"] == 1 for log in logged)
+
+
+def _scored_batch(trainer, rows):
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's training loop, read by _compute_loss
+    return trainer._generate_and_score_completions(list(rows))
+
+
+def test_advantages_live_only_on_sampled_tokens_and_observations_do_not_move_the_loss(tiny_chatml_model, tmp_path):
+    # Turn k earns reward k; the winning episodes differ in length, so groups carry signal.
+    trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 2}] * 4, reward_mode="dense",
+                           action_parser="trl_multiturn.rollout.parsing:whole_reply")
+    rows = [{"target": 1}, {"target": 1}, {"target": 3}, {"target": 3}]
+    torch.manual_seed(0)
+    inputs = _scored_batch(trainer, rows)
+    mask = inputs["completion_mask"] * inputs["tool_mask"]
+    assert inputs["advantages"].shape == inputs["completion_ids"].shape
+    assert torch.all(inputs["advantages"][mask == 0] == 0)
+    inputs["advantages"] = torch.where(mask.bool(), torch.randn_like(inputs["advantages"]), inputs["advantages"])
+    base = trainer._compute_loss(trainer.model, inputs).item()
+    # Any advantage on an observation/template position leaves the loss unchanged...
+    perturbed = dict(inputs, advantages=torch.where(mask.bool(), inputs["advantages"], torch.full_like(mask, 7.0,
+                                                                                                       dtype=torch.float)))
+    assert trainer._compute_loss(trainer.model, perturbed).item() == pytest.approx(base, abs=1e-6)
+    # ...while one on a sampled position moves it (so the check above can fail).
+    first_sampled = mask[0].nonzero()[0].item()
+    moved = dict(inputs, advantages=inputs["advantages"].clone())
+    moved["advantages"][0, first_sampled] += 5.0
+    assert trainer._compute_loss(trainer.model, moved).item() != pytest.approx(base, abs=1e-6)
+
+
+def test_a_failed_environment_is_dropped_from_the_baseline_and_the_loss(tiny_chatml_model, tmp_path):
+    trainer = make_trainer(tiny_chatml_model, tmp_path, FlakyEnv, [{"target": 1, "mode": "ok"}] * 4,
+                           reward_mode="dense", action_parser="trl_multiturn.rollout.parsing:whole_reply")
+    rows = [{"target": 1, "mode": "raise"}, {"target": 1, "mode": "ok"}, {"target": 2, "mode": "ok"},
+            {"target": 2, "mode": "ok"}]
+    inputs = _scored_batch(trainer, rows)
+    loss_mask = inputs["completion_mask"] * inputs["tool_mask"]
+    assert loss_mask[0].sum() == 0 and torch.all(inputs["advantages"][0] == 0)
+    # Episode 1 is alone in its group once episode 0 failed: no baseline, no advantage (not scored as 0 vs 1).
+    assert torch.all(inputs["advantages"][1] == 0)
+    assert trainer._metrics["train"]["episodes/failed"][-1] == 1
+
+
+def test_trajectory_reward_funcs_are_added_on_the_final_turn(tiny_chatml_model, tmp_path):
+    seen = {}
+
+    def length_bonus(prompts, completions, won, **kwargs):
+        seen["won"] = won
+        seen["roles"] = [m["role"] for m in completions[0]]
+        return [float(len(c)) for c in completions]
+
+    trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 1}] * 4, reward_funcs=length_bonus,
+                           advantage_estimator="rloo", action_parser="trl_multiturn.rollout.parsing:whole_reply")
+    inputs = _scored_batch(trainer, [{"target": 1}, {"target": 1}, {"target": 1}, {"target": 3}])
+    assert seen["won"] == [True] * 4 and seen["roles"][0] == "assistant"
+    # Sparse returns are equal (all won); only the whole-episode reward func separates the 3-turn episode.
+    adv = inputs["advantages"]
+    assert torch.all(adv[:2] == 0) and adv[2].abs().sum() > 0 and (adv[3] != 0).any()
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("reward_mode", "verbose", "reward_mode='verbose'"),
+    ("advantage_estimator", "magic", "advantage_estimator='magic'"),
+    ("max_turns", 0, "max_turns=0"),
+])
+def test_bad_config_names_the_field(tmp_path, field, value, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_rl_args(MultiTurnGRPOConfig, tmp_path, **{field: value})
+
+
+def test_environment_factory_is_required(tiny_chatml_model, tmp_path):
+    with pytest.raises(ValueError, match="environment_factory is required"):
+        make_trainer(tiny_chatml_model, tmp_path, None, [{"target": 1}] * 4)

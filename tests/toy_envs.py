@@ -1,0 +1,55 @@
+"""Small environments written against the public `Environment` API, for rollout and trainer tests.
+
+They are test doubles of *user* environments (what a user writes in a few lines), not of TextWorld or ALFWorld:
+tests of those use the real engines.
+"""
+
+import os
+import time
+
+from trl_multiturn import Environment, StepResult
+
+
+class CountingEnv(Environment):
+    """Turn k (1-based) earns reward k; the episode is won after `task["target"]` turns, lost if the reply says
+    "lose"."""
+
+    def reset(self, task):
+        self.turn, self.target = 0, task["target"]
+        return f"Count to {self.target}. Say anything."
+
+    def step(self, action):
+        self.turn += 1
+        if "lose" in action:
+            return StepResult(f"You lost at turn {self.turn}.", reward=0.0, done=True, won=False)
+        done = self.turn >= self.target
+        return StepResult(f"Observation number {self.turn}.", reward=float(self.turn), done=done, won=done)
+
+
+class FlakyEnv(CountingEnv):
+    """Breaks the way real environments do, chosen by the task: raise, hang, or kill its process."""
+
+    def step(self, action):
+        mode = self.task_mode
+        if mode == "raise":
+            raise RuntimeError("engine crashed")
+        if mode == "hang":
+            time.sleep(60)
+        if mode == "exit":
+            os._exit(3)
+        return super().step(action)
+
+    def reset(self, task):
+        self.task_mode = task.get("mode", "ok")
+        return super().reset(task)
+
+
+class ScoringOnFinishEnv(CountingEnv):
+    """Never ends by itself; scores the episode when the rollout cuts it (like SWE-Gym grading the current diff)."""
+
+    def step(self, action):
+        self.turn += 1
+        return StepResult(f"Step {self.turn}.", reward=0.0)
+
+    def finish(self):
+        return StepResult("graded", reward=5.0, done=True, won=True)
