@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -254,6 +255,29 @@ def test_local_sandbox_checkout_and_cleanup(config):
             assert _live_pids(sandbox.uid) == []
         tmp = Path(sandbox.workdir).parent
     assert not tmp.exists()
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("mode", [{"pid_namespace": False}, {"run_as_uid": "none"}], ids=["uid-sweep", "same-user"])
+def test_fallback_modes_still_time_out_and_clean_up(config, mode):
+    """Without a PID namespace (disabled, or not root): the process group, and the sandbox uid if any, are
+    killed after each command."""
+    with LocalSandbox(dataclasses.replace(config, command_timeout=1, **mode)) as sandbox:
+        sandbox.start(ROWS["roman"])
+        slow = sandbox.run("sleep 1000")
+        assert slow.timed_out and slow.exit_code == 137
+        pid = int(sandbox.run("sleep 300 >/dev/null & echo $!").output)
+        deadline = time.monotonic() + 5  # SIGKILL was sent; give the dying process a moment to be scheduled
+        while _is_running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _is_running(pid)
+        assert sandbox.run("echo still here").output == "still here\n"
 
 
 # ---------------------------------------------------------------------------------------------------------------
