@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from . import scenes
 
@@ -108,21 +109,37 @@ def _task_choices(task_type: str, plan: scenes.FloorPlan) -> list[tuple[str, str
     return choices
 
 
+def _closed_needed(task_type: str, plan: scenes.FloorPlan, choice: tuple[str, str, str]) -> int:
+    """How many closed receptacles the task's own receptacles force: appliance, goal, and a start if all are."""
+    obj, parent, appliance = choice
+    excluded = () if task_type == "look_at_obj_in_light" else (parent, appliance)
+    starts = [cls for cls in plan.receptacle_classes if scenes.can_hold(cls, obj) and cls not in excluded]
+    return scenes.is_openable(appliance) + scenes.is_openable(parent) + all(map(scenes.is_openable, starts))
+
+
+@lru_cache(maxsize=None)
+def _options(task_type: str, unseen: bool) -> tuple[tuple[scenes.FloorPlan, tuple[str, str, str], int], ...]:
+    """Every (floor plan, task choice, closed receptacles it needs) of the split's scenes for `task_type`."""
+    c = scenes.constants()
+    numbers = set(c.TEST_SCENE_NUMBERS if unseen else c.TRAIN_SCENE_NUMBERS)
+    return tuple(
+        (plan, choice, _closed_needed(task_type, plan, choice))
+        for plan in scenes.floor_plans()
+        if plan.number in numbers and plan.room in c.GOALS_VALID[task_type]
+        for choice in _task_choices(task_type, plan)
+    )
+
+
 def sample_room(task_type: str, knobs: Knobs, rng: random.Random, unseen: bool = False) -> Room:
     """A task of `task_type` in a room of a suitable floor plan, with the requested complexity.
 
     Floor plans come from ALFRED's training scenes, or from its held-out test scenes when `unseen` (as ALFWorld's
     `valid_unseen` split does).
     """
-    c = scenes.constants()
-    numbers = set(c.TEST_SCENE_NUMBERS if unseen else c.TRAIN_SCENE_NUMBERS)
-    plans = [
-        p
-        for p in scenes.floor_plans()
-        if p.number in numbers and p.room in c.GOALS_VALID[task_type] and _task_choices(task_type, p)
-    ]
-    plan = rng.choice(plans)
-    obj, parent, appliance = rng.choice(_task_choices(task_type, plan))
+    options = _options(task_type, unseen)
+    # Honour `num_closed` where the task allows: prefer tasks whose own receptacles need no more closed ones.
+    fitting = [(plan, choice) for plan, choice, closed in options if closed <= knobs.num_closed]
+    plan, (obj, parent, appliance) = rng.choice(fitting or [(plan, choice) for plan, choice, _ in options])
     look = task_type == "look_at_obj_in_light"
     room = Room(task_type, plan, obj, "" if look else parent, rng.choice(plan.lamps) if look else "")
     ids = _Ids(rng)

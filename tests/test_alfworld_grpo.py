@@ -1,0 +1,82 @@
+"""ALFWorld with the rollout and the trainer: token-exact episodes and env_mask on real ALFWorld observations, and
+MultiTurnGRPOTrainer training on generated ALFWorld games."""
+
+import math
+from pathlib import Path
+
+import pytest
+from conftest import tiny_rl_args
+from rollout_checks import assert_env_mask_exact, assert_token_exact
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+from trl_multiturn.envs import ALFWorldEnv
+from trl_multiturn.envs.alfworld import list_tasks
+from trl_multiturn.envs.alfworld_gen import generate_games
+from trl_multiturn.rollout import MultiTurnRolloutCollator
+from trl_multiturn.rollout.generation import hf_generate_fn
+
+FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "alfworld"
+
+
+@pytest.fixture(scope="module")
+def games(tmp_path_factory):
+    """One generated look_at_obj_in_light and one pick_and_place_simple game, as task rows."""
+    out = tmp_path_factory.mktemp("alfworld-games")
+    generate_games(out, seeds=[0], task_types=["look_at_obj_in_light", "pick_and_place_simple"])
+    return list_tasks(out)
+
+
+def scripted(actions):
+    """An action parser that plays `actions` in order, whatever the (random) tiny model replies."""
+    remaining = iter(actions)
+    return lambda reply: next(remaining)
+
+
+def play(model_path, row, actions):
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(model_path), AutoTokenizer.from_pretrained(model_path)
+    collator = MultiTurnRolloutCollator(ALFWorldEnv, tokenizer, hf_generate_fn(model, tokenizer),
+                                        max_turns=len(actions), max_reply_tokens=6, action_parser=scripted(actions))
+    [episode] = collator([row])
+    collator.close()
+    assert_token_exact(model, episode)
+    assert_env_mask_exact(tokenizer, episode)
+    return episode
+
+
+def test_token_exact_and_env_mask_on_the_real_alfworld_game(tiny_model):
+    if not list(FIXTURE.glob("json_2.1.1/train/*/*/game.tw-pddl")):
+        pytest.fail(f"The real ALFWorld game fixture is missing under {FIXTURE} (`shared/` beside the repository).")
+    row = list_tasks(FIXTURE)[0]
+    episode = play(tiny_model, row, ["go to microwave 1", "open microwave 1", "go to countertop 2"])
+    assert episode.prompt_messages[-1]["content"].endswith("Your task is to: heat some potato and put it in sinkbasin.")
+    assert episode.observations[0] == "You arrive at microwave 1. The microwave 1 is closed."
+    assert episode.observations[1] == "You open the microwave 1. The microwave 1 is open. In it, you see nothing."
+    assert episode.observations[2].startswith("You arrive at countertop 2. On the countertop 2, you see")
+    assert not episode.won and episode.truncated and episode.turn_rewards == [0.0, 0.0, 0.0]
+
+
+def test_a_won_alfworld_episode_is_token_exact_with_the_win_on_its_last_turn(tiny_model, games):
+    [row] = [row for row in games if row["task_type"] == "look_at_obj_in_light"]
+    walkthrough = ALFWorldEnv().expert_actions(row)
+    episode = play(tiny_model, row, walkthrough)
+    assert episode.won and episode.done and not episode.truncated
+    assert episode.num_turns == len(walkthrough)
+    assert episode.turn_rewards == [0.0] * (len(walkthrough) - 1) + [1.0]
+    assert episode.observations[-1].startswith("You turn on the")
+
+
+def test_grpo_trains_two_steps_on_generated_alfworld_games(tiny_chatml_model, tmp_path, games):
+    tasks = games
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path / "out", max_turns=3, max_completion_length=8,
+                        remove_unused_columns=False)
+    trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=ALFWorldEnv,
+                                   train_dataset=tasks)
+    result = trainer.train()
+    assert trainer.state.global_step == 2 and math.isfinite(result.training_loss)
+    logged = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
+    assert len(logged) == 2 and all(log["episodes/failed"] == 0 for log in logged)
+    assert all(0 < log["episodes/trained_token_fraction"] < 1 for log in logged)
+    episode = trainer.rollout_collator([tasks[0]])[0]
+    assert episode.prompt_messages[-1]["content"].startswith("-= Welcome to TextWorld, ALFRED! =-")
+    assert episode.num_turns == 3 and len(episode.observations) == 3
