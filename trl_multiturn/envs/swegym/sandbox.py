@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -379,6 +380,8 @@ class LocalSandbox(Sandbox):
         self.close()
         source = self._source_repo(task)
         self._tmp = Path(tempfile.mkdtemp(prefix="swegym-"))
+        # removes the folder even if close() is never called (an exception unwinding the program, a lost object)
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self._tmp), True)
         try:
             self._tmp.chmod(0o711)
             checkout = self._tmp / "repo"
@@ -405,7 +408,7 @@ class LocalSandbox(Sandbox):
             self._lease = None
         self.uid = None
         if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._cleanup()
             self._tmp = None
         self.workdir = ""
 
