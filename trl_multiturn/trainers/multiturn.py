@@ -8,6 +8,7 @@ configured estimator.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from contextlib import contextmanager
@@ -74,12 +75,47 @@ class MultiTurnArguments:
     def check_multiturn_args(self) -> None:
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
-        get_estimator(self.advantage_estimator)
+        self.check_advantage_estimator()
         if self.max_turns < 1:
             raise ValueError(f"max_turns={self.max_turns}: an episode needs at least one turn")
         if self.env_timeout is not None and self.env_num_workers == 0:
             raise ValueError("env_timeout needs env_num_workers > 0: a call in the trainer process cannot be "
                              "interrupted. Set env_num_workers (e.g. to the per-device batch size).")
+
+    def check_advantage_estimator(self) -> None:
+        """Raise if `advantage_estimator` is not registered. Trainers whose estimators live in another registry
+        (PPO's value-based ones) override this."""
+        get_estimator(self.advantage_estimator)
+
+
+@contextmanager
+def reference_from_policy(trl_trainer_module, model, needed: bool, peft_config=None):
+    """While a TRL trainer's `__init__` runs, build its reference model as a frozen copy of the policy object.
+
+    TRL loads the reference with `create_model_from_path(model.config._name_or_path)`: that fails for a policy built
+    in memory, and silently loads other weights for a policy changed after loading (e.g. just fine-tuned). When the
+    policy is an object, a reference is `needed` (TRL's condition: `beta != 0`) and there is no PEFT (where TRL
+    disables the adapter instead), the loader TRL calls for the reference is swapped, for the duration of the block,
+    for one returning a copy of the policy taken before TRL touches it. Everything else TRL does to the reference
+    (dropout, fused head, device placement, DeepSpeed/FSDP preparation, `sync_ref_model`) is unchanged.
+    """
+    from accelerate.utils import is_peft_model
+
+    if isinstance(model, str) or not needed or peft_config is not None or is_peft_model(model):
+        yield
+        return
+    loader = trl_trainer_module.create_model_from_path
+    snapshot = copy.deepcopy(model)
+
+    def load_reference(model_id, **kwargs):
+        dtype = kwargs.get("dtype")
+        return snapshot.to(dtype) if isinstance(dtype, torch.dtype) else snapshot
+
+    trl_trainer_module.create_model_from_path = load_reference
+    try:
+        yield
+    finally:
+        trl_trainer_module.create_model_from_path = loader
 
 
 def environment_return(episode_return, **kwargs):
@@ -215,25 +251,40 @@ class MultiTurnMixin:
             return None  # the backend reported none (transformers path)
         return logps
 
+    @torch.no_grad()
+    def _reference_logps(self, input_ids, attention_mask, logits_to_keep: int, batch_size: int) -> torch.Tensor:
+        """Per-token log-probabilities of the completion under the reference policy: the reference model, or with
+        PEFT the policy with its adapter disabled (or switched to the frozen "ref" adapter TRL adds for a pretrained
+        one)."""
+        from trl.trainer.utils import use_adapter
+
+        if self.ref_model is not None:
+            return self._get_per_token_logps_and_entropies(
+                self.ref_model, input_ids, attention_mask, logits_to_keep, batch_size)[0]
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, logits_to_keep, batch_size)[0]
+
     # -- credit -------------------------------------------------------------------------------------------------------
 
-    def _token_advantages(self, rewards_per_func: torch.Tensor | None, length: int, num_generations: int):
+    def _token_advantages(self, rewards_per_func: torch.Tensor | None, length: int, num_generations: int,
+                          turn_penalties: list[list[float]] | None = None):
         """(B, length) per-token advantages for this rank's episodes.
 
         Per-turn rewards of every rank's episodes are gathered (groups may span ranks), trajectory-level
         `reward_funcs` (columns 1.. of `rewards_per_func`, weighted) are added to each episode's final turn, and the
         configured estimator turns them into per-turn advantages, broadcast to each turn's sampled tokens.
+        `turn_penalties` (per local episode, per turn; e.g. RLOO's KL penalty) are subtracted from the turn rewards
+        first.
         """
-        local = [(self._shaped_rewards(ep), not ep.failed, ep.turn_spans, self._turn_observations(ep))
-                 for ep in self._episodes]
+        rewards = [self._shaped_rewards(ep) for ep in self._episodes]
+        if turn_penalties is not None:
+            rewards = [[r - p for r, p in zip(rs, ps)] for rs, ps in zip(rewards, turn_penalties)]
+        local = [(r, not ep.failed, ep.turn_spans, self._turn_observations(ep))
+                 for r, ep in zip(rewards, self._episodes)]
         everyone = gather_object(local)
-        turn_rewards = [list(r) for r, _, _, _ in everyone]
-        if rewards_per_func is not None and rewards_per_func.shape[1] > 1:
-            weights = self.reward_weights[1:].to(rewards_per_func.device)
-            extra = (torch.nan_to_num(rewards_per_func[:, 1:]) * weights).sum(dim=1).tolist()
-            for r, e in zip(turn_rewards, extra):
-                if r:
-                    r[-1] += e
+        turn_rewards = self._with_trajectory_rewards([list(r) for r, _, _, _ in everyone], rewards_per_func)
         batch = CreditBatch.from_lists(
             turn_rewards,
             group_ids=[i // num_generations for i in range(len(everyone))],
@@ -245,6 +296,17 @@ class MultiTurnMixin:
         start = self.accelerator.process_index * len(local)
         local_adv = turn_adv[start: start + len(local)]
         return turn_to_token_advantages(local_adv, [s for _, _, s, _ in local], length)
+
+    def _with_trajectory_rewards(self, turn_rewards: list[list[float]], rewards_per_func: torch.Tensor | None):
+        """Add the weighted trajectory-level `reward_funcs` (columns 1.. of `rewards_per_func`, row-aligned with
+        `turn_rewards`) to each episode's final turn, in place; returns `turn_rewards`."""
+        if rewards_per_func is not None and rewards_per_func.shape[1] > 1:
+            weights = self.reward_weights[1:].to(rewards_per_func.device)
+            extra = (torch.nan_to_num(rewards_per_func[:, 1:]) * weights).sum(dim=1).tolist()
+            for r, e in zip(turn_rewards, extra):
+                if r:
+                    r[-1] += e
+        return turn_rewards
 
     @staticmethod
     def _turn_observations(ep: Episode) -> list[str]:
@@ -281,6 +343,17 @@ class MultiTurnMixin:
         metrics["episodes/mean_tokens"].append(sum(s[4] for s in valid) / n)
         metrics["episodes/mean_return"].append(sum(s[7] for s in valid) / n)
         metrics["episodes/trained_token_fraction"].append(sum(s[5] for s in valid) / max(1, sum(s[6] for s in valid)))
+
+    def _log_generation_lengths(self, prompt_ids, env_mask) -> None:
+        """TRL's token count (prompt and sampled tokens) and the mean number of sampled tokens per episode."""
+        mode = "train" if self.model.training else "eval"
+        device = self.accelerator.device
+        prompt_tokens = self.accelerator.gather(torch.tensor([len(p) for p in prompt_ids], device=device)).sum()
+        model_tokens = self.accelerator.gather(torch.tensor([sum(m) for m in env_mask], device=device))
+        if mode == "train":
+            self.state.num_input_tokens_seen += (prompt_tokens + model_tokens.sum()).item()
+        self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
+        self._metrics[mode]["completions/mean_length"].append(model_tokens.float().mean().item())
 
     def _log_credit_metrics(self, batch: CreditBatch, turn_adv: torch.Tensor) -> None:
         mode = "train" if self.model.training else "eval"

@@ -1,0 +1,140 @@
+"""Generalised advantage estimation (GAE) over the model's own tokens, for trainers with a critic (PPO).
+
+The estimators of `credit.estimators` need only the per-turn rewards of a group of episodes. GAE also needs the
+critic's values, token by token, so it has its own registry, `VALUE_ESTIMATORS`, with its own signature:
+
+    estimator(batch: ValueBatch, *, gamma, lam) -> ValueTargets(advantages, returns, value_mask)
+
+and `ESTIMATORS` is left untouched. `MultiTurnPPOConfig.advantage_estimator` names an entry of this registry:
+
+- `gae` (default): token-level. Each token the model sampled is one step; observation and template tokens are not
+  steps at all (the recursion jumps over them), as the paper does with gamma = lam = 1.
+- `turn_gae`: turn-level. Each turn is one step, valued at its first sampled token; the turn's advantage is
+  broadcast to all of its tokens.
+
+Notation for one episode (a row of the (B, T) completion tensors): m_t = 1 where token t was sampled by the model
+(the env mask), r_t the reward on token t (the trainer puts each turn's reward on its last sampled token and may
+subtract a per-token KL penalty), V_t the critic's value of the context before token t.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import torch
+
+
+@dataclass
+class ValueBatch:
+    """Per-token inputs of the value-based estimators, all (B, T) over the completion tokens.
+
+    rewards: float, 0 where mask is 0.
+    values: float, V(s_t), the critic's value of everything before token t.
+    mask: bool, True where the model sampled the token (env_mask).
+    """
+
+    rewards: torch.Tensor
+    values: torch.Tensor
+    mask: torch.Tensor
+
+
+class ValueTargets(NamedTuple):
+    """advantages: (B, T), 0 where mask is 0. returns: (B, T) value targets, meaningful where value_mask is True.
+    value_mask: (B, T) bool, the positions whose value the critic is trained on."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    value_mask: torch.Tensor
+
+
+ValueEstimator = Callable[..., ValueTargets]
+VALUE_ESTIMATORS: dict[str, ValueEstimator] = {}
+
+
+def register_value_estimator(name: str):
+    """Register a value-based estimator under `name` (a value of PPO's `advantage_estimator`)."""
+
+    def wrap(fn: ValueEstimator) -> ValueEstimator:
+        VALUE_ESTIMATORS[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_value_estimator(name: str) -> ValueEstimator:
+    if name not in VALUE_ESTIMATORS:
+        raise ValueError(f"advantage_estimator={name!r}: a trainer with a critic takes one of "
+                         f"{sorted(VALUE_ESTIMATORS)}")
+    return VALUE_ESTIMATORS[name]
+
+
+def masked_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
+               lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE over the positions where `mask` is True; the others are not steps and are skipped.
+
+    For a row whose masked positions are t_0 < t_1 < ... < t_{M-1}:
+
+        delta_j = r[t_j] + gamma * V[t_{j+1}] - V[t_j]          (V[t_M] = 0: the episode has ended)
+        A[t_j]  = delta_j + gamma * lam * A[t_{j+1}]            (A[t_M] = 0)
+        R[t_j]  = A[t_j] + V[t_j]                                (the value target)
+
+    With gamma = lam = 1, A[t_j] = sum_{i >= j} r[t_i] - V[t_j]. Returns (A, R), both 0 where `mask` is False.
+    """
+    mask = mask.bool()
+    advantages = torch.zeros_like(values)
+    next_value = torch.zeros_like(values[:, 0])
+    next_advantage = torch.zeros_like(values[:, 0])
+    for t in range(values.shape[1] - 1, -1, -1):
+        m = mask[:, t]
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        advantage = delta + gamma * lam * next_advantage
+        advantages[:, t] = torch.where(m, advantage, 0.0)
+        next_value = torch.where(m, values[:, t], next_value)
+        next_advantage = torch.where(m, advantage, next_advantage)
+    returns = torch.where(mask, advantages + values, 0.0)
+    return advantages, returns
+
+
+def turn_starts(mask: torch.Tensor) -> torch.Tensor:
+    """True on the first sampled token of each turn. A turn is a maximal run of sampled tokens: consecutive replies
+    are always separated by the chat template's tokens for the observation, which are never sampled."""
+    mask = mask.bool()
+    before = torch.nn.functional.pad(mask[:, :-1], (1, 0), value=False)
+    return mask & ~before
+
+
+def turn_index(mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) long: k on the tokens of turn k (0-based), -1 where `mask` is False."""
+    index = torch.cumsum(turn_starts(mask).long(), dim=1) - 1
+    return torch.where(mask.bool(), index, -1)
+
+
+@register_value_estimator("gae")
+def gae(batch: ValueBatch, gamma: float = 1.0, lam: float = 1.0) -> ValueTargets:
+    """Token-level GAE (`masked_gae` over the sampled tokens); the critic is trained on every sampled token."""
+    advantages, returns = masked_gae(batch.rewards, batch.values, batch.mask, gamma, lam)
+    return ValueTargets(advantages, returns, batch.mask.bool())
+
+
+@register_value_estimator("turn_gae")
+def turn_gae(batch: ValueBatch, gamma: float = 1.0, lam: float = 1.0) -> ValueTargets:
+    """Turn-level GAE: each turn k is one step, with
+
+        r_k = sum of the rewards on turn k's tokens,   V_k = the value at turn k's first sampled token,
+        delta_k = r_k + gamma * V_{k+1} - V_k,         A_k = delta_k + gamma * lam * A_{k+1},   R_k = A_k + V_k.
+
+    Every token of turn k gets A_k; the critic is trained only at each turn's first token (value target R_k).
+    """
+    mask = batch.mask.bool()
+    index = turn_index(mask)
+    starts = turn_starts(mask)
+    num_turns = int(index.max().item()) + 1 if mask.any() else 0
+    per_turn = torch.zeros(mask.shape[0], max(num_turns, 1), dtype=batch.rewards.dtype, device=mask.device)
+    per_turn.scatter_add_(1, index.clamp(min=0), torch.where(mask, batch.rewards, 0.0))
+    start_rewards = torch.where(starts, per_turn.gather(1, index.clamp(min=0)), 0.0)
+    start_advantages, returns = masked_gae(start_rewards, batch.values, starts, gamma, lam)
+    per_turn_adv = torch.zeros_like(per_turn)
+    per_turn_adv.scatter_add_(1, index.clamp(min=0), start_advantages)  # one nonzero entry (the start) per turn
+    advantages = torch.where(mask, per_turn_adv.gather(1, index.clamp(min=0)), 0.0)
+    return ValueTargets(advantages, returns, starts)

@@ -1,0 +1,308 @@
+"""`MultiTurnRLOOTrainer`: TRL's `RLOOTrainer` playing whole episodes against an environment.
+
+TRL's RLOO is a sequence-level method: one importance ratio per completion, exp(sum of its token log-probs minus
+the old ones), clipped like PPO, times one advantage; the KL penalty is folded into the reward. Its scoring and
+loss use `completion_mask` both as the attention mask and to sum the sequence log-probability. An episode's
+completion interleaves the model's replies with observation tokens, which must be attended to but never counted,
+so this trainer keeps `env_mask` separate: the attention mask covers every real token, and every sum that defines
+the objective (the sequence log-probability, the old one, the KL penalty, the entropy metric) runs over `env_mask`.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import trl.trainer.rloo_trainer as trl_rloo
+from accelerate.utils import gather_object
+from trl import RLOOConfig, RLOOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import nanstd, pad
+
+from ..credit.gae import turn_index
+from .multiturn import MultiTurnArguments, MultiTurnMixin, reference_from_policy
+
+LOSS_GRANULARITIES = ("episode", "turn")
+
+
+@dataclass
+class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
+    """`RLOOConfig` plus the multi-turn fields of `MultiTurnArguments` (max_turns, reward_mode, estimator, ...).
+
+    `max_completion_length` caps one reply; `max_episode_tokens` caps the whole episode. `beta` (TRL's default
+    0.05) is the coefficient of the KL penalty folded into each turn's reward: beta * sum over the turn's sampled
+    tokens of (log pi_old - log pi_ref).
+    """
+
+    advantage_estimator: str = field(
+        default="rloo",
+        metadata={"help": "Name of the advantage estimator in `trl_multiturn.credit.ESTIMATORS`. 'rloo' (default): "
+                          "the episode's return minus the mean return of the other episodes of its task."},
+    )
+    loss_granularity: str = field(
+        default="episode",
+        metadata={"help": "What one importance ratio covers. 'episode' (TRL's RLOO): the whole episode's sampled "
+                          "tokens, with one advantage per episode. 'turn': each turn's reply, with that turn's "
+                          "advantage; needed by turn-level estimators (e.g. 'turn_rloo', 'gigpo')."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.check_multiturn_args()
+        if self.loss_granularity not in LOSS_GRANULARITIES:
+            raise ValueError(f"loss_granularity={self.loss_granularity!r}: choose one of {LOSS_GRANULARITIES}")
+        if self.reward_clip_range is not None:
+            raise ValueError("reward_clip_range clips one reward per completion, which multi-turn credit does not "
+                             "have; shape per-turn rewards with reward_mode / format_penalty instead, and leave "
+                             "reward_clip_range=None.")
+
+
+def segment_sums(values: torch.Tensor, index: torch.Tensor, num_segments: int) -> torch.Tensor:
+    """(B, num_segments): S[i, k] = sum of values[i, t] over the t with index[i, t] == k (index -1: no segment)."""
+    out = torch.zeros(values.shape[0], num_segments + 1, dtype=values.dtype, device=values.device)
+    out.scatter_add_(1, (index + 1).clamp(min=0), torch.where(index >= 0, values, 0.0))
+    return out[:, 1:]
+
+
+def segment_surrogate(per_token_logps, old_per_token_logps, advantages, index, epsilon_low: float,
+                      epsilon_high: float):
+    """RLOO's clipped surrogate with one importance ratio per segment (an episode, or a turn).
+
+        log rho_s = sum_{t in s} (log pi(y_t) - log pi_old(y_t)),     A_s = mean_{t in s} A_t
+        L = -1/|S| sum_s min(rho_s A_s, clip(rho_s, 1 - epsilon_low, 1 + epsilon_high) A_s)
+
+    over the segments S that hold at least one token. Positions with index -1 (observations, template tokens,
+    padding) take part in nothing. Returns (loss, per-segment ratio, per-segment advantage, segment mask).
+    """
+    num_segments = int(index.max().item()) + 1 if (index >= 0).any() else 1
+    counts = segment_sums(torch.ones_like(per_token_logps), index, num_segments)
+    present = counts > 0
+    log_ratio = segment_sums(per_token_logps - old_per_token_logps, index, num_segments)
+    seg_adv = segment_sums(advantages, index, num_segments) / counts.clamp(min=1)
+    ratio = torch.exp(log_ratio)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    per_segment = -torch.min(ratio * seg_adv, clipped * seg_adv)
+    loss = (per_segment * present).sum() / present.sum().clamp(min=1)
+    return loss, ratio, seg_adv, present
+
+
+@contextmanager
+def _one_completion_per_context(trainer):
+    """RLOO's generation asks vLLM for `num_generations` completions per prompt; each context here is one episode's
+    own history, which gets exactly one reply."""
+    saved = trainer.num_generations, trainer.num_generations_eval
+    trainer.num_generations = trainer.num_generations_eval = 1
+    try:
+        yield
+    finally:
+        trainer.num_generations, trainer.num_generations_eval = saved
+
+
+class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
+    """RLOO over multi-turn episodes.
+
+    Same arguments as `trl.RLOOTrainer`, with `reward_funcs` optional: the environment's return under `reward_mode`
+    is always the first reward source, and `reward_funcs` add trajectory-level rewards with TRL's signature.
+    `environment_factory` is a callable returning a fresh `trl_multiturn.Environment`; each `train_dataset` row is
+    one task that its `reset` understands. With a model object and `beta > 0`, the reference model is a frozen copy
+    of that object (not reloaded from `config._name_or_path`).
+    """
+
+    _tag_names = ["trl", "rloo", "trl-multiturn"]
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: MultiTurnRLOOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        environment_factory=None,
+    ):
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = MultiTurnRLOOConfig(output_dir=f"{str(name).split('/')[-1]}-MultiTurnRLOO")
+        reward_funcs, reward_processing_classes = self._with_environment_reward(
+            reward_funcs, args, reward_processing_classes
+        )
+        with reference_from_policy(trl_rloo, model, args.beta != 0.0, peft_config):
+            super().__init__(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                reward_processing_classes=reward_processing_classes,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                quantization_config=quantization_config,
+                peft_config=peft_config,
+            )
+        self._init_multiturn(environment_factory)
+
+    # -- generation ---------------------------------------------------------------------------------------------------
+
+    def _sample_replies(self, contexts: list[list[int]]):
+        with _one_completion_per_context(self):
+            return self._generate_single_turn(contexts, None, {}), None
+
+    # -- credit -------------------------------------------------------------------------------------------------------
+
+    def _estimator_options(self) -> dict:
+        # RLOO has no per-group std scaling (RLOOConfig has no scale_rewards); normalize_advantages is applied below.
+        return {"gamma": self.args.turn_gamma, "scale": False}
+
+    def _call_estimator(self, batch):
+        """The configured estimator; with `normalize_advantages`, its per-turn advantages are then normalised to mean
+        0 and std 1 over all valid turns of the (gathered) generation batch."""
+        advantages = super()._call_estimator(batch)
+        if not self.normalize_advantages:
+            return advantages
+        turns = batch.turn_mask & batch.valid.unsqueeze(1)
+        if turns.sum() < 2:
+            return advantages
+        mean, std = advantages[turns].mean(), advantages[turns].std()
+        return torch.where(turns, (advantages - mean) / (std + 1e-4), torch.zeros_like(advantages))
+
+    def _turn_kl_penalties(self, old_per_token_logps, ref_per_token_logps, env_mask) -> list[list[float]]:
+        """Per local episode and turn: beta * sum over the turn's sampled tokens of (log pi_old - log pi_ref), TRL
+        RLOO's first-order KL estimate, restricted to the tokens the model sampled."""
+        per_token_kl = (old_per_token_logps - ref_per_token_logps) * env_mask
+        return [[self.beta * per_token_kl[i, start:end].sum().item() for start, end in ep.turn_spans]
+                for i, ep in enumerate(self._episodes)]
+
+    # -- scoring ------------------------------------------------------------------------------------------------------
+
+    def _episode_tensors(self):
+        """Padded tensors of this rank's episodes: prompt ids/mask (left-padded), completion ids, the attention mask
+        over the completion (1 on every real token) and env_mask (1 on sampled tokens only), right-padded."""
+        device = self.accelerator.device
+        token_lists = self._episode_token_lists()
+        self._log_generation_lengths([p for p, _, _, _ in token_lists], [m for _, _, m, _ in token_lists])
+
+        def padded(rows, value, side):
+            return pad([torch.tensor(r, dtype=torch.long) for r in rows], padding_value=value, padding_side=side,
+                       pad_to_multiple_of=self.pad_to_multiple_of).to(device)
+
+        prompt_ids = padded([p for p, _, _, _ in token_lists], self._tokenizer.pad_token_id, "left")
+        prompt_mask = padded([[1] * len(p) for p, _, _, _ in token_lists], 0, "left")
+        completion_ids = padded([c for _, c, _, _ in token_lists], self._tokenizer.pad_token_id, "right")
+        completion_mask = padded([[1] * len(c) for _, c, _, _ in token_lists], 0, "right")
+        env_mask = padded([m for _, _, m, _ in token_lists], 0, "right")
+        if self.mask_truncated_completions:
+            eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+            cut = torch.tensor([c[-1] not in eos_and_pad for _, c, _, _ in token_lists], device=device)
+            env_mask = env_mask * (~cut).unsqueeze(1).long()
+        return prompt_ids, prompt_mask, completion_ids, completion_mask, env_mask
+
+    def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        rows = self._rollout(inputs)
+        prompt_ids, prompt_mask, completion_ids, completion_mask, env_mask = self._episode_tensors()
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)
+        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            old_per_token_logps = self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, logits_to_keep, batch_size)[0]
+            ref_per_token_logps = (self._reference_logps(input_ids, attention_mask, logits_to_keep, batch_size)
+                                   if self.beta != 0.0 else None)
+
+        prompts = [row["prompt"] for row in rows]
+        completions = self._episode_completions()
+        completion_lists = [ep.completion_ids for ep in self._episodes]
+        rewards_per_func = self._calculate_rewards(rows, prompts, completions, completion_lists)
+        penalties = None
+        if ref_per_token_logps is not None:
+            penalties = self._turn_kl_penalties(old_per_token_logps, ref_per_token_logps, env_mask)
+            self._log_masked_mean(mode, "kl", old_per_token_logps - ref_per_token_logps, env_mask)
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        advantages = self._token_advantages(rewards_per_func, logits_to_keep, num_generations, penalties).to(
+            completion_ids.device)
+        if self.args.loss_granularity == "episode":
+            self._check_one_advantage_per_episode(advantages, env_mask)
+
+        self._log_rewards(mode, rewards_per_func, prompts, completions, advantages, env_mask)
+        self._log_episode_metrics(mode)
+        return {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": prompt_mask,
+            "completion_ids": completion_ids,
+            "completion_mask": completion_mask,
+            "env_mask": env_mask,
+            "old_per_token_logps": old_per_token_logps,
+            "advantages": advantages,
+        }
+
+    def _check_one_advantage_per_episode(self, advantages, env_mask) -> None:
+        sampled = env_mask.bool()
+        high = torch.where(sampled, advantages, -torch.inf).amax(dim=1)
+        low = torch.where(sampled, advantages, torch.inf).amin(dim=1)
+        if (sampled.any(dim=1) & ~torch.isclose(high, low, atol=1e-6)).any():
+            raise ValueError(f"advantage_estimator={self.args.advantage_estimator!r} gives the turns of one episode "
+                             "different advantages, but loss_granularity='episode' takes one advantage per episode. "
+                             "Set loss_granularity='turn'.")
+
+    # -- loss ---------------------------------------------------------------------------------------------------------
+
+    def _loss_segments(self, env_mask) -> torch.Tensor:
+        """(B, T) segment index of each sampled token (-1 elsewhere): 0 for the whole episode, or the turn index."""
+        if self.args.loss_granularity == "turn":
+            return turn_index(env_mask)
+        return torch.where(env_mask.bool(), 0, -1)
+
+    def _compute_loss(self, model, inputs):
+        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        env_mask = inputs["env_mask"]
+        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+        )
+        segments = self._loss_segments(env_mask)
+        loss, ratio, seg_adv, present = segment_surrogate(
+            per_token_logps, inputs["old_per_token_logps"], inputs["advantages"], segments, self.epsilon_low,
+            self.epsilon_high,
+        )
+        mode = "train" if self.model.training else "eval"
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+        self._log_masked_mean(mode, "entropy", entropies, env_mask)
+        clipped = ((ratio < 1 - self.epsilon_low) & (seg_adv < 0)) | ((ratio > 1 + self.epsilon_high) & (seg_adv > 0))
+        self._log_masked_mean(mode, "clip_ratio/region_mean", clipped.float(), present)
+        return loss
+
+    # -- metrics ------------------------------------------------------------------------------------------------------
+
+    def _log_masked_mean(self, mode: str, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
+        mask = mask.to(values.dtype)
+        totals = self.accelerator.reduce(torch.stack([(values * mask).sum(), mask.sum()]).detach(), reduction="sum")
+        self._metrics[mode][name].append((totals[0] / totals[1].clamp(min=1.0)).item())
+
+    def _log_rewards(self, mode, rewards_per_func, prompts, completions, advantages, env_mask) -> None:
+        """TRL's reward metrics and completion logs, with one advantage per episode (its mean over sampled tokens)."""
+        metrics = self._metrics[mode]
+        for i, name in enumerate(self.reward_func_names):
+            metrics[f"rewards/{name}/mean"].append(torch.nanmean(rewards_per_func[:, i]).item())
+            metrics[f"rewards/{name}/std"].append(nanstd(rewards_per_func[:, i]).item())
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        metrics["reward"].append(torch.nanmean(rewards).item())
+        metrics["reward_std"].append(nanstd(rewards).item())
+        per_episode = (advantages * env_mask).sum(1) / env_mask.sum(1).clamp(min=1)
+        self._logs["prompt"].extend(gather_object(prompts))
+        self._logs["completion"].extend(gather_object(completions))
+        for i, name in enumerate(self.reward_func_names):
+            self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
+        self._logs["advantages"].extend(self.accelerator.gather(per_episode).tolist())
