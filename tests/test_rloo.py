@@ -81,8 +81,9 @@ def test_trainer_advantages_are_leave_one_out_and_the_reference_is_a_copy_of_the
                                                                                        tmp_path):
     policy = AutoModelForCausalLM.from_pretrained(tiny_chatml_model)
     policy.config._name_or_path = "nowhere/not-a-checkpoint"  # TRL would try to reload the reference from here
-    trainer = make_trainer(policy, tmp_path, FixedReturnEnv, [{"return": 0.0}] * 4, num_generations=4, beta=0.1, reward_mode="dense",
-                           action_parser=ANY_REPLY, processing_class=AutoTokenizer.from_pretrained(tiny_chatml_model))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
+    trainer = make_trainer(policy, tmp_path, FixedReturnEnv, [{"return": 0.0}] * 4, num_generations=4, beta=0.1,
+                           reward_mode="dense", action_parser=ANY_REPLY, processing_class=tokenizer)
     ref = trainer.accelerator.unwrap_model(trainer.ref_model)
     assert ref is not trainer.model
     assert all(torch.equal(a, b) for a, b in zip(ref.state_dict().values(), policy.state_dict().values()))

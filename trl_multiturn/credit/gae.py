@@ -96,6 +96,22 @@ def masked_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, 
     return advantages, returns
 
 
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, moments: torch.Tensor | None = None,
+                  eps: float = 1e-8) -> torch.Tensor:
+    """(values - mean) / sqrt(var + eps) over the positions where `mask` is True, 0 elsewhere.
+
+    `moments` = (sum, sum of squares, count) over the masked positions; pass them summed over all processes to
+    whiten with the global statistics (default: this tensor's own). The variance is the unbiased one.
+    """
+    mask = mask.to(values.dtype)
+    if moments is None:
+        moments = torch.stack([(values * mask).sum(), (values ** 2 * mask).sum(), mask.sum()])
+    total, total_sq, count = moments
+    mean = total / count.clamp(min=1.0)
+    var = (total_sq - count * mean ** 2) / (count - 1).clamp(min=1.0)
+    return (values - mean) * torch.rsqrt(var.clamp(min=0.0) + eps) * mask
+
+
 def turn_starts(mask: torch.Tensor) -> torch.Tensor:
     """True on the first sampled token of each turn. A turn is a maximal run of sampled tokens: consecutive replies
     are always separated by the chat template's tokens for the observation, which are never sampled."""

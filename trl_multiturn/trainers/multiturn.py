@@ -355,6 +355,12 @@ class MultiTurnMixin:
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
         self._metrics[mode]["completions/mean_length"].append(model_tokens.float().mean().item())
 
+    def _log_masked_mean(self, mode: str, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
+        """Log the mean of `values` over `mask`, over all processes (e.g. a per-token quantity over env_mask)."""
+        mask = mask.to(values.dtype)
+        totals = self.accelerator.reduce(torch.stack([(values * mask).sum(), mask.sum()]).detach(), reduction="sum")
+        self._metrics[mode][name].append((totals[0] / totals[1].clamp(min=1.0)).item())
+
     def _log_credit_metrics(self, batch: CreditBatch, turn_adv: torch.Tensor) -> None:
         mode = "train" if self.model.training else "eval"
         metrics = self._metrics[mode]

@@ -285,11 +285,6 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
 
     # -- metrics ------------------------------------------------------------------------------------------------------
 
-    def _log_masked_mean(self, mode: str, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
-        mask = mask.to(values.dtype)
-        totals = self.accelerator.reduce(torch.stack([(values * mask).sum(), mask.sum()]).detach(), reduction="sum")
-        self._metrics[mode][name].append((totals[0] / totals[1].clamp(min=1.0)).item())
-
     def _log_rewards(self, mode, rewards_per_func, prompts, completions, advantages, env_mask) -> None:
         """TRL's reward metrics and completion logs, with one advantage per episode (its mean over sampled tokens)."""
         metrics = self._metrics[mode]

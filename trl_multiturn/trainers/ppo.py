@@ -1,0 +1,341 @@
+"""`MultiTurnPPOTrainer`: PPO with a critic over multi-turn episodes, built on TRL's GRPO machinery.
+
+TRL 1.16 has no PPO trainer. This one reuses `MultiTurnGRPOTrainer` end to end (rollouts through the trainer's
+generation backend, vLLM included; TRL's clipped surrogate on (B, T) advantages masked by env_mask; multiple PPO
+epochs through `num_iterations` and mini-batches through `steps_per_generation`) and adds:
+
+- a critic (`value_model.py`): its own backbone with a scalar head, initialised from the policy or a given path,
+  optionally with a PEFT adapter;
+- per-token rewards: each turn's reward on its last sampled token, minus `kl_coef` * (log pi_old - log pi_ref) on
+  every sampled token (the KL penalty folded into the reward, the paper's setting); GRPO's `beta` still adds the
+  KL as a loss term if set;
+- advantages and value targets from a value estimator of `credit.gae` (GAE over the sampled tokens by default,
+  observation tokens skipped), whitened over the batch's sampled tokens;
+- the clipped value loss, weighted by `vf_coef`, added to the policy loss.
+
+Design choices:
+
+- One optimizer. The critic's parameters are extra parameter groups of the trainer's optimizer (learning rate
+  `critic_learning_rate`, default `learning_rate`), so TRL's scheduler, gradient accumulation and optimizer
+  checkpointing cover it with no second loop. Its gradients are clipped to `max_grad_norm` on their own.
+- Checkpoints: every checkpoint (and the final `save_model`) holds the policy as TRL writes it plus the critic in
+  a `critic/` sub-folder (`save_pretrained` layout); `resume_from_checkpoint` loads it back into the critic, and the
+  critic's optimizer state comes back with the trainer's `optimizer.pt`.
+- The critic's dropout is always off: value targets and value clipping assume the critic is deterministic.
+- DeepSpeed and FSDP are not supported for the critic (it is prepared as a plain DDP module).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import trl.trainer.grpo_trainer as trl_grpo
+from torch import nn
+from transformers import set_seed
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import disable_dropout_in_model
+
+from ..credit.gae import ValueBatch, get_value_estimator, masked_whiten
+from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+from .multiturn import reference_from_policy
+from .value_model import create_value_model, load_value_model_weights, save_value_model, token_values
+
+
+class _GroupOfOne(int):
+    """`num_generations=1` while `GRPOConfig.__post_init__` runs: it refuses groups of one, which GRPO's baseline
+    needs and PPO (whose baseline is the critic) does not. Every other check sees the plain value 1."""
+
+    def __lt__(self, other):
+        return False
+
+
+@dataclass
+class MultiTurnPPOConfig(MultiTurnGRPOConfig):
+    """`GRPOConfig` + the multi-turn fields + PPO's critic, GAE and KL-in-reward fields.
+
+    GRPO fields keep their meaning: `epsilon` clips the policy ratio, `num_iterations` is the number of PPO epochs
+    over one batch of episodes, `steps_per_generation` the number of mini-batches, `beta` an optional KL *loss*
+    term. `num_generations` (episodes per task) defaults to 1.
+    """
+
+    num_generations: int | None = field(
+        default=1,
+        metadata={"help": "Episodes played per task in a batch. PPO's baseline is the critic, so 1 is allowed."},
+    )
+    advantage_estimator: str = field(
+        default="gae",
+        metadata={"help": "Value-based estimator in `trl_multiturn.credit.gae.VALUE_ESTIMATORS`: 'gae' (token "
+                          "level: every sampled token is a step, observation tokens are skipped) or 'turn_gae' "
+                          "(each turn is a step, valued at its first token)."},
+    )
+    gamma: float = field(default=1.0, metadata={"help": "GAE discount per step (the paper: 1.0)."})
+    lam: float = field(default=1.0, metadata={"help": "GAE lambda (the paper: 1.0)."})
+    kl_coef: float = field(
+        default=0.05,
+        metadata={"help": "Coefficient of the KL penalty folded into the per-token reward: r_t -= kl_coef * "
+                          "(log pi_old - log pi_ref) on every sampled token. 0 disables it (and, with beta=0, the "
+                          "reference model)."},
+    )
+    vf_coef: float = field(default=0.1, metadata={"help": "Weight of the value loss in the total loss."})
+    cliprange_value: float = field(
+        default=0.2,
+        metadata={"help": "The critic's new values are clipped to old value +- cliprange_value in the clipped "
+                          "value loss."},
+    )
+    whiten_advantages: bool = field(
+        default=True,
+        metadata={"help": "Normalise advantages to mean 0 and std 1 over the sampled tokens of the batch (all "
+                          "processes)."},
+    )
+    value_model: str | None = field(
+        default=None,
+        metadata={"help": "Path or Hub id of the critic's initial weights (a saved critic or any backbone). None: "
+                          "the critic's backbone starts as a copy of the policy's, with a fresh scalar head."},
+    )
+    critic_learning_rate: float | None = field(
+        default=None, metadata={"help": "Learning rate of the critic's parameters. None: `learning_rate`."}
+    )
+
+    def __post_init__(self):
+        single = self.num_generations == 1
+        if single:
+            self.num_generations = _GroupOfOne(1)
+        try:
+            super().__post_init__()
+        finally:
+            if single:
+                self.num_generations = 1
+        if self.cliprange_value <= 0:
+            raise ValueError(f"cliprange_value={self.cliprange_value}: it must be > 0")
+        if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.lam <= 1.0):
+            raise ValueError(f"gamma={self.gamma}, lam={self.lam}: both must lie in [0, 1]")
+
+    def check_advantage_estimator(self) -> None:
+        get_value_estimator(self.advantage_estimator)
+
+
+def clipped_value_loss(values, old_values, returns, mask, cliprange_value: float):
+    """PPO's clipped value loss over the positions where `mask` is True:
+
+        V_clip = V_old + clamp(V - V_old, -c, c)
+        L_V = 1/2 * mean_t max((V_t - R_t)^2, (V_clip_t - R_t)^2)
+
+    Returns (L_V, the fraction of positions whose value moved by more than c).
+    """
+    mask = mask.to(values.dtype)
+    clipped = old_values + torch.clamp(values - old_values, -cliprange_value, cliprange_value)
+    error = torch.max((values - returns) ** 2, (clipped - returns) ** 2)
+    count = mask.sum().clamp(min=1.0)
+    loss = 0.5 * (error * mask).sum() / count
+    clip_fraction = (((values - old_values).abs() > cliprange_value).to(values.dtype) * mask).sum() / count
+    return loss, clip_fraction
+
+
+class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
+    """PPO with a critic over multi-turn episodes.
+
+    Same arguments as `MultiTurnGRPOTrainer`, plus:
+        value_model: the critic as a ready module (forward returning `.logits` of shape (B, L, 1)) or a path;
+            overrides `args.value_model`. None: a critic initialised from the policy.
+        value_peft_config: a `peft.PeftConfig` for the critic; defaults to `peft_config` (a LoRA policy gets a LoRA
+            critic).
+    """
+
+    _tag_names = ["trl", "ppo", "trl-multiturn"]
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: MultiTurnPPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        environment_factory=None,
+        value_model: str | nn.Module | None = None,
+        value_peft_config=None,
+    ):
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = MultiTurnPPOConfig(output_dir=f"{str(name).split('/')[-1]}-MultiTurnPPO")
+        if not isinstance(args, MultiTurnPPOConfig):
+            raise TypeError(f"args must be a MultiTurnPPOConfig, got {type(args).__name__}")
+        if optimizers[0] is not None:
+            raise ValueError("MultiTurnPPOTrainer builds one optimizer for the policy and the critic: leave "
+                             "optimizers=(None, None) and set learning_rate / critic_learning_rate / optim.")
+        set_seed(args.seed)
+        critic = create_value_model(
+            model, value_model if value_model is not None else args.value_model,
+            peft_config=value_peft_config if value_peft_config is not None else peft_config,
+            model_init_kwargs=args.model_init_kwargs,
+        )
+        # TRL builds a reference model only for beta != 0; PPO also needs one for the KL folded into the reward.
+        loss_beta = args.beta
+        needs_reference = args.kl_coef != 0.0 or loss_beta != 0.0
+        args.beta = loss_beta if loss_beta != 0.0 or not needs_reference else 1.0
+        try:
+            with reference_from_policy(trl_grpo, model, needs_reference, peft_config):
+                super().__init__(
+                    model=model,
+                    reward_funcs=reward_funcs,
+                    args=args,
+                    train_dataset=train_dataset,
+                    eval_dataset=eval_dataset,
+                    processing_class=processing_class,
+                    reward_processing_classes=reward_processing_classes,
+                    callbacks=callbacks,
+                    optimizers=optimizers,
+                    quantization_config=quantization_config,
+                    peft_config=peft_config,
+                    environment_factory=environment_factory,
+                )
+        finally:
+            args.beta = loss_beta
+        self.beta = loss_beta
+        self._init_critic(critic)
+
+    def _init_critic(self, critic: nn.Module) -> None:
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            raise NotImplementedError("MultiTurnPPOTrainer's critic does not support DeepSpeed or FSDP yet; use DDP "
+                                      "(plain `accelerate launch`) or a single device.")
+        disable_dropout_in_model(critic)  # value targets and value clipping assume deterministic values
+        if self.args.gradient_checkpointing:
+            kwargs = self.args.gradient_checkpointing_kwargs or {"use_reentrant": False}
+            critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        self.critic = self.accelerator.prepare_model(critic)
+
+    @property
+    def unwrapped_critic(self) -> nn.Module:
+        return self.accelerator.unwrap_model(self.critic)
+
+    # -- optimisation -------------------------------------------------------------------------------------------------
+
+    def create_optimizer(self, model=None):
+        """The trainer's optimizer, with the critic's parameters as extra groups (decay / no decay)."""
+        optimizer = super().create_optimizer(model)
+        critic = self.unwrapped_critic
+        ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        if any(id(p) in ids for p in critic.parameters()):
+            return optimizer
+        lr = self.args.critic_learning_rate if self.args.critic_learning_rate is not None else self.args.learning_rate
+        decay = set(self.get_decay_parameter_names(critic))
+        named = [(n, p) for n, p in critic.named_parameters() if p.requires_grad]
+        for params, weight_decay in (([p for n, p in named if n in decay], self.args.weight_decay),
+                                     ([p for n, p in named if n not in decay], 0.0)):
+            if params:
+                optimizer.add_param_group({"params": params, "lr": lr, "weight_decay": weight_decay})
+        return optimizer
+
+    def _clip_grad_norm(self, model):
+        norm = super()._clip_grad_norm(model)  # also unscales every group's gradients under fp16
+        critic_norm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.args.max_grad_norm)
+        self._metrics["train"]["critic/grad_norm"].append(critic_norm.item())
+        return norm
+
+    # -- credit -------------------------------------------------------------------------------------------------------
+
+    def _token_advantages(self, rewards_per_func, length: int, num_generations: int, turn_penalties=None):
+        """Keep this rank's per-turn rewards (trajectory `reward_funcs` added on the final turn). PPO's advantages
+        need the critic's values on the padded batch, so `_generate_and_score_completions` computes them."""
+        n = len(self._episodes)
+        start = self.accelerator.process_index * n
+        local_funcs = None if rewards_per_func is None else rewards_per_func[start: start + n]
+        self._turn_rewards = self._with_trajectory_rewards([self._shaped_rewards(ep) for ep in self._episodes],
+                                                           local_funcs)
+        return torch.zeros(n, length)
+
+    def _token_rewards(self, length: int, device) -> torch.Tensor:
+        """(B, length): each turn's reward on the last token the model sampled in that turn; 0 elsewhere and for
+        failed episodes."""
+        rewards = torch.zeros(len(self._episodes), length, device=device)
+        for i, (ep, turn_rewards) in enumerate(zip(self._episodes, self._turn_rewards)):
+            if ep.failed:
+                continue
+            for (start, end), reward in zip(ep.turn_spans, turn_rewards):
+                if end > start:
+                    rewards[i, end - 1] += reward
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        completion_ids = output["completion_ids"]
+        mask = (output["completion_mask"] * output["tool_mask"]).bool()
+        input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        length = completion_ids.size(1)
+        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        rewards = self._token_rewards(length, completion_ids.device)
+        with torch.no_grad(), self.accelerator.autocast():
+            values = torch.cat([
+                token_values(self.critic, input_ids[i: i + batch_size], attention_mask[i: i + batch_size], length)
+                for i in range(0, input_ids.size(0), batch_size)
+            ]) * mask
+            if self.args.kl_coef != 0.0:
+                kl = self._sampled_token_kl(output, input_ids, attention_mask, length, batch_size)
+                rewards = rewards - self.args.kl_coef * kl * mask
+                self._log_masked_mean(mode, "kl_penalty", kl, mask)
+        estimator = get_value_estimator(self.args.advantage_estimator)
+        targets = estimator(ValueBatch(rewards, values, mask), gamma=self.args.gamma, lam=self.args.lam)
+        advantages = targets.advantages
+        if self.args.whiten_advantages:
+            advantages = masked_whiten(advantages, mask, self._global_moments(advantages, mask))
+        output.update(advantages=advantages, returns=targets.returns, old_values=values,
+                      value_mask=targets.value_mask & mask)
+        self._log_masked_mean(mode, "critic/value_mean", values, targets.value_mask & mask)
+        self._log_masked_mean(mode, "critic/return_mean", targets.returns, targets.value_mask & mask)
+        return output
+
+    def _sampled_token_kl(self, output, input_ids, attention_mask, length: int, batch_size: int) -> torch.Tensor:
+        """(B, T) log pi_old - log pi_ref per token: the policy's log-probs TRL kept (or a fresh no-grad forward)
+        against the reference's."""
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            old = output.get("old_per_token_logps")
+            if old is None:
+                old = self._get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention_mask, length, batch_size)[0]
+            ref = output.get("ref_per_token_logps")
+            if ref is None:
+                ref = self._reference_logps(input_ids, attention_mask, length, batch_size)
+        return old - ref
+
+    def _global_moments(self, values, mask):
+        """(sum, sum of squares, count) of `values` over `mask`, summed over all processes (for whitening)."""
+        mask = mask.to(values.dtype)
+        moments = torch.stack([(values * mask).sum(), (values ** 2 * mask).sum(), mask.sum()])
+        return self.accelerator.reduce(moments, reduction="sum")
+
+    # -- loss ---------------------------------------------------------------------------------------------------------
+
+    def _compute_loss(self, model, inputs):
+        policy_loss = super()._compute_loss(model, inputs)
+        mode = "train" if self.model.training else "eval"
+        self.critic.train(self.model.training)
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        with self.accelerator.autocast():
+            values = token_values(self.critic, input_ids, attention_mask, inputs["completion_ids"].size(1))
+        value_loss, clip_fraction = clipped_value_loss(values, inputs["old_values"], inputs["returns"],
+                                                       inputs["value_mask"], self.args.cliprange_value)
+        reported = self.accelerator.reduce(torch.stack([value_loss, clip_fraction]).detach(), reduction="mean")
+        self._metrics[mode]["critic/value_loss"].append(reported[0].item())
+        self._metrics[mode]["critic/clip_fraction"].append(reported[1].item())
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        return policy_loss + self.args.vf_coef * value_loss / normalizer
+
+    # -- checkpoints --------------------------------------------------------------------------------------------------
+
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        super()._save(output_dir, state_dict=state_dict)
+        if self.args.should_save:
+            save_value_model(self.unwrapped_critic, output_dir if output_dir is not None else self.args.output_dir)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        load_value_model_weights(self.unwrapped_critic, resume_from_checkpoint)

@@ -1,0 +1,112 @@
+"""The critic of `MultiTurnPPOTrainer`: a transformer backbone with a scalar head, one value per token.
+
+The critic is a `transformers` token-classification model with one label (`AutoModelForTokenClassification`,
+`num_labels=1`): its own backbone (not shared with the policy) and a linear `score` head. It saves and loads with
+`save_pretrained` / `from_pretrained`, and takes a PEFT adapter like any other `transformers` model (the head is
+then trained in full, as PEFT does for token-classification heads).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+from transformers import AutoModelForTokenClassification, PreTrainedModel
+
+CRITIC_DIR = "critic"
+"""Sub-folder of every checkpoint (and of the final output) that holds the critic."""
+
+
+def create_value_model(policy, value_model=None, *, peft_config=None, model_init_kwargs: dict | None = None):
+    """The critic for `policy`.
+
+    Args:
+        policy: the policy as a path / Hub id, or a `PreTrainedModel` (not a `PeftModel`: pass `value_model` then).
+        value_model: None to initialise the critic's backbone from the policy's weights (with a fresh scalar head);
+            a path / Hub id of a checkpoint to load (a saved critic, or any backbone); or a ready `nn.Module` whose
+            forward returns `.logits` of shape (B, L, 1).
+        peft_config: a `peft.PeftConfig` to train the critic with an adapter (task type TOKEN_CLS is forced, so that
+            the head is trained in full).
+        model_init_kwargs: `from_pretrained` keyword arguments (dtype, attn_implementation, ...) when the critic is
+            loaded from a path; a critic copied from a policy object takes that object's dtype.
+    """
+    if isinstance(value_model, nn.Module):
+        critic = value_model
+    elif value_model is not None or isinstance(policy, str):
+        critic = _from_pretrained(value_model if value_model is not None else policy, model_init_kwargs)
+    else:
+        critic = _from_policy_object(policy)
+    if peft_config is not None:
+        critic = _with_adapter(critic, peft_config)
+    return critic
+
+
+def _from_pretrained(path: str, model_init_kwargs: dict | None) -> PreTrainedModel:
+    kwargs = dict(model_init_kwargs or {})
+    kwargs.pop("device_map", None)  # the trainer places the critic
+    dtype = kwargs.get("dtype", "float32")  # TRL's default for the policy
+    kwargs["dtype"] = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
+    try:
+        return AutoModelForTokenClassification.from_pretrained(path, num_labels=1, **kwargs)
+    except ValueError as exc:
+        raise ValueError(f"cannot build a critic from {path!r}: {exc}. Pass `value_model=` a path whose architecture "
+                         "has a token-classification head, or a ready nn.Module.") from exc
+
+
+def _from_policy_object(policy) -> PreTrainedModel:
+    from accelerate.utils import is_peft_model
+
+    if is_peft_model(policy):
+        raise ValueError("the policy is a PeftModel, whose backbone weights cannot be copied into a critic: pass "
+                         "`value_model=` a path (e.g. the base model's) or a ready critic module.")
+    config = policy.config.__class__.from_dict(policy.config.to_dict())
+    config.num_labels = 1
+    try:
+        critic = AutoModelForTokenClassification.from_config(config)
+    except ValueError as exc:
+        raise ValueError(f"{type(policy).__name__} has no token-classification counterpart to serve as critic: "
+                         f"pass `value_model=` a path or a ready nn.Module ({exc})") from exc
+    critic.base_model.load_state_dict(policy.base_model.state_dict())
+    return critic.to(dtype=policy.dtype, device=policy.device)
+
+
+def _with_adapter(critic, peft_config):
+    import copy
+
+    from peft import TaskType, get_peft_model
+
+    peft_config = copy.deepcopy(peft_config)
+    peft_config.task_type = TaskType.TOKEN_CLS
+    return get_peft_model(critic, peft_config)
+
+
+def token_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+    """(B, logits_to_keep) values V(s_t) of the last `logits_to_keep` tokens, where s_t is everything before token t:
+    the head's output at position t - 1 (so a token's value never sees the token itself)."""
+    out = critic(input_ids=input_ids, attention_mask=attention_mask)
+    return out.logits[:, -logits_to_keep - 1:-1, 0].float()
+
+
+def save_value_model(critic, output_dir: str) -> None:
+    """Save the critic (full weights, or the adapter and head of a PEFT critic) to `output_dir/critic`."""
+    critic.save_pretrained(os.path.join(output_dir, CRITIC_DIR))
+
+
+def load_value_model_weights(critic, checkpoint_dir: str) -> None:
+    """Load the weights saved by `save_value_model` into `critic`, in place (the optimizer keeps its parameters)."""
+    from accelerate.utils import is_peft_model
+
+    folder = os.path.join(checkpoint_dir, CRITIC_DIR)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{checkpoint_dir} has no {CRITIC_DIR}/ folder: it was not written by "
+                                "MultiTurnPPOTrainer, or the critic was not saved with it")
+    if is_peft_model(critic):
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(critic, load_file(os.path.join(folder, "adapter_model.safetensors")))
+    else:
+        # from_pretrained reads any layout save_pretrained writes (one file or shards); its weights are then copied
+        saved = type(critic).from_pretrained(folder, dtype=critic.dtype)
+        critic.load_state_dict(saved.state_dict())
