@@ -1,18 +1,21 @@
-"""ALFWorld with the rollout and the trainer: token-exact episodes and env_mask on real ALFWorld observations, and
-MultiTurnGRPOTrainer training on generated ALFWorld games."""
+"""ALFWorld with the rollout and the trainer: token-exact episodes and env_mask on real ALFWorld observations,
+MultiTurnGRPOTrainer training on generated ALFWorld games, and the example script's configuration."""
 
 import math
+import runpy
 from pathlib import Path
 
 import pytest
 from conftest import tiny_rl_args
 from rollout_checks import assert_env_mask_exact, assert_token_exact
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs import ALFWorldEnv
-from trl_multiturn.envs.alfworld import list_tasks
-from trl_multiturn.envs.alfworld_gen import generate_games
+from trl_multiturn.envs.alfworld import ALFWorldConfig, list_tasks
+from trl_multiturn.envs.alfworld_gen import ALFWorldGenConfig, generate_games
+from trl_multiturn.models import OFFLINE_DEFAULT_MODEL
 from trl_multiturn.rollout import MultiTurnRolloutCollator
 from trl_multiturn.rollout.generation import hf_generate_fn
 
@@ -68,8 +71,7 @@ def test_a_won_alfworld_episode_is_token_exact_with_the_win_on_its_last_turn(tin
 
 def test_grpo_trains_two_steps_on_generated_alfworld_games(tiny_chatml_model, tmp_path, games):
     tasks = games
-    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path / "out", max_turns=3, max_completion_length=8,
-                        remove_unused_columns=False)
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path / "out", max_turns=3, max_completion_length=8)
     trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=ALFWorldEnv,
                                    train_dataset=tasks)
     result = trainer.train()
@@ -80,3 +82,35 @@ def test_grpo_trains_two_steps_on_generated_alfworld_games(tiny_chatml_model, tm
     episode = trainer.rollout_collator([tasks[0]])[0]
     assert episode.prompt_messages[-1]["content"].startswith("-= Welcome to TextWorld, ALFRED! =-")
     assert episode.num_turns == 3 and len(episode.observations) == 3
+
+
+def _example():
+    return runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "alfworld_grpo.py"),
+                          run_name="alfworld_grpo_example")
+
+
+def _parse(example, argv):
+    parser = TrlParser((example["ScriptArguments"], MultiTurnGRPOConfig, ALFWorldConfig, ALFWorldGenConfig))
+    parser.set_defaults_with_config(**example["SMOKE_DEFAULTS"])
+    return parser.parse_args_and_config(argv)
+
+
+def test_example_defaults_run_offline_and_the_recipe_is_paper_scale():
+    example = _example()
+    script, training, env, _ = _parse(example, [])
+    assert script.model_name_or_path == OFFLINE_DEFAULT_MODEL and script.warm_start_path is None
+    assert training.max_steps <= 5 and not training.bf16
+    recipe = str(Path(__file__).resolve().parents[1] / "recipes" / "alfworld_grpo.yaml")
+    script, training, env, gen = _parse(example, ["--config", recipe, "--bf16", "false", "--use_cpu", "true"])
+    assert script.model_name_or_path.startswith("Qwen/Qwen2.5-") and script.warm_start_path
+    assert training.max_turns == 24 and env.admissible_commands and gen.num_receptacles > 8
+
+
+def test_example_generates_games_when_no_dataset_is_configured(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "not-downloaded"))
+    example = _example()
+    script, training, env, gen = _parse(example, ["--games_dir", str(tmp_path / "games"),
+                                                  "--task_types", "pick_and_place_simple"])
+    tasks = example["alfworld_tasks"](script, env, gen, "train", 2, training.seed)
+    assert len(tasks) == 2 and set(tasks["task_type"]) == {"pick_and_place_simple"}
+    assert all(row["game_file"].startswith(str(tmp_path / "games")) for row in tasks)
