@@ -15,6 +15,7 @@ from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs import ALFWorldEnv
 from trl_multiturn.envs.alfworld import ALFWorldConfig, list_tasks
 from trl_multiturn.envs.alfworld_gen import ALFWorldGenConfig, generate_games
+from trl_multiturn.expert import expert_trajectories
 from trl_multiturn.models import OFFLINE_DEFAULT_MODEL
 from trl_multiturn.rollout import MultiTurnRolloutCollator
 from trl_multiturn.rollout.generation import hf_generate_fn
@@ -114,3 +115,14 @@ def test_example_generates_games_when_no_dataset_is_configured(tmp_path, monkeyp
     tasks = example["alfworld_tasks"](script, env, gen, "train", 2, training.seed)
     assert len(tasks) == 2 and set(tasks["task_type"]) == {"pick_and_place_simple"}
     assert all(row["game_file"].startswith(str(tmp_path / "games")) for row in tasks)
+
+
+def test_expert_trajectories_make_won_sft_episodes(tiny_chatml_model, games):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
+    data = expert_trajectories(ALFWorldEnv(), games, tokenizer)
+    assert len(data) == len(games)
+    for row, task in zip(data, games):
+        replies = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+        assert replies == ALFWorldEnv().expert_actions(task) and row["num_turns"] == len(replies)
+        assert row["messages"][0]["content"].endswith(f"Your task is to: {task['goal']}.")
+        assert sum(row["assistant_masks"]) > 0 and len(row["input_ids"]) == len(row["assistant_masks"])
