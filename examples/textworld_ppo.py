@@ -1,0 +1,39 @@
+"""Multi-turn PPO on TextWorld: a critic values every token the model samples, and GAE (gamma = lam = 1 by default,
+as in the paper) turns the game's rewards into per-token advantages, skipping the game's observation tokens.
+
+    # The paper's w2-o3-q4 games (generated here, offline), the offline default model:
+    accelerate launch examples/textworld_ppo.py --config recipes/textworld_ppo.yaml
+
+    # Any Hub model, or a checkpoint of examples/textworld_sft.py as the starting point (policy and critic):
+    accelerate launch examples/textworld_ppo.py --config recipes/textworld_ppo.yaml \
+        --model_name_or_path outputs/textworld_sft
+
+The critic starts as a copy of the policy's backbone with a fresh scalar head (or from `--value_model`), and is
+saved next to the policy in `critic/` of every checkpoint and of the output folder. Games are generated on first
+use from the train split's seeds and cached; the run ends with greedy success on held-out games from the test split.
+Every field of `TextWorldScriptArguments` and `MultiTurnPPOConfig` can be set in the YAML or on the command line.
+"""
+
+from trl import TrlParser
+
+from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
+from trl_multiturn.script_args import TextWorldScriptArguments
+
+
+def main(script_args: TextWorldScriptArguments, training_args: MultiTurnPPOConfig) -> None:
+    trainer = MultiTurnPPOTrainer(
+        model=script_args.model_path,
+        args=training_args,
+        environment_factory=script_args.environment_factory(),
+        train_dataset=script_args.tasks("train", script_args.num_train_games),
+    )
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+
+
+if __name__ == "__main__":
+    parser = TrlParser((TextWorldScriptArguments, MultiTurnPPOConfig))
+    main(*parser.parse_args_and_config())

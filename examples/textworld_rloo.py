@@ -1,0 +1,38 @@
+"""Multi-turn RLOO on TextWorld: each game is played `num_generations` times and every episode's return is
+compared with the mean return of the other episodes of the same game (leave-one-out).
+
+    # The paper's w2-o3-q4 games (generated here, offline), the offline default model:
+    accelerate launch examples/textworld_rloo.py --config recipes/textworld_rloo.yaml
+
+    # Any Hub model, or a checkpoint of examples/textworld_sft.py as the starting point:
+    accelerate launch examples/textworld_rloo.py --config recipes/textworld_rloo.yaml \
+        --model_name_or_path outputs/textworld_sft
+
+Games are generated on first use from the train split's seeds and cached; the run ends with greedy success on
+held-out games from the test split. Every field of `TextWorldScriptArguments` and `MultiTurnRLOOConfig` can be set
+in the YAML or on the command line.
+"""
+
+from trl import TrlParser
+
+from trl_multiturn import MultiTurnRLOOConfig, MultiTurnRLOOTrainer
+from trl_multiturn.script_args import TextWorldScriptArguments
+
+
+def main(script_args: TextWorldScriptArguments, training_args: MultiTurnRLOOConfig) -> None:
+    trainer = MultiTurnRLOOTrainer(
+        model=script_args.model_path,
+        args=training_args,
+        environment_factory=script_args.environment_factory(),
+        train_dataset=script_args.tasks("train", script_args.num_train_games),
+    )
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+
+
+if __name__ == "__main__":
+    parser = TrlParser((TextWorldScriptArguments, MultiTurnRLOOConfig))
+    main(*parser.parse_args_and_config())
