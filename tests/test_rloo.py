@@ -150,12 +150,28 @@ def test_the_kl_penalty_counts_only_sampled_tokens(tiny_chatml_model, tmp_path):
     assert trainer._turn_kl_penalties(old, moved_outside, inputs["env_mask"]) == penalties
 
 
-def test_episode_level_ratio_refuses_turn_varying_advantages(tiny_chatml_model, tmp_path):
-    trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 2}] * 4, beta=0.0)
+def test_turn_level_estimators_need_turn_level_ratios(tiny_chatml_model, tmp_path):
+    # Turn k earns reward k: with turn_rloo the turns of one episode get different advantages.
+    rows = [{"target": 3}, {"target": 2}]
+    turn = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, rows * 2, beta=0.0, reward_mode="dense",
+                        advantage_estimator="turn_rloo", loss_granularity="turn", action_parser=ANY_REPLY,
+                        num_generations=2, per_device_train_batch_size=2)
+    inputs = scored(turn, rows)
+    spans = turn._episodes[0].turn_spans
+    advantages = inputs["advantages"][0]
+    # Returns-to-go 6, 5, 3 against the other episode's 3, 2: turns 0 and 1 get 3; turn 2, which only this episode
+    # played, has no baseline and gets 0.
+    for (start, end), value in zip(spans, [3.0, 3.0, 0.0]):
+        assert torch.allclose(advantages[start:end], torch.tensor(value))
+    assert torch.isfinite(turn._compute_loss(turn.model, inputs))
+
+    episode = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, rows * 2, beta=0.0, reward_mode="dense",
+                           advantage_estimator="turn_rloo", action_parser=ANY_REPLY, num_generations=2,
+                           per_device_train_batch_size=2)
     env_mask = torch.tensor([[1, 1, 0, 1, 0]])
-    trainer._check_one_advantage_per_episode(torch.tensor([[0.5, 0.5, 0.0, 0.5, 0.0]]), env_mask)
+    episode._check_one_advantage_per_episode(torch.tensor([[0.5, 0.5, 0.0, 0.5, 0.0]]), env_mask)
     with pytest.raises(ValueError, match="loss_granularity='turn'"):
-        trainer._check_one_advantage_per_episode(torch.tensor([[0.5, 0.5, 0.0, 1.5, 0.0]]), env_mask)
+        scored(episode, [{"target": 3}, {"target": 1}])
 
 
 def test_config_errors_name_the_field(tmp_path):

@@ -280,7 +280,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
             if self.args.kl_coef != 0.0:
                 kl = self._sampled_token_kl(output, input_ids, attention_mask, length, batch_size)
                 rewards = rewards - self.args.kl_coef * kl * mask
-                self._log_masked_mean(mode, "kl_penalty", kl, mask)
+                self._log_masked_mean(mode, "kl_in_reward", kl, mask)
         estimator = get_value_estimator(self.args.advantage_estimator)
         targets = estimator(ValueBatch(rewards, values, mask), gamma=self.args.gamma, lam=self.args.lam)
         advantages = targets.advantages
