@@ -53,7 +53,8 @@ def test_token_exact_and_env_mask_on_the_real_alfworld_game(tiny_model):
         pytest.fail(f"The real ALFWorld game fixture is missing under {FIXTURE} (`shared/` beside the repository).")
     row = list_tasks(FIXTURE)[0]
     episode = play(tiny_model, row, ["go to microwave 1", "open microwave 1", "go to countertop 2"])
-    assert episode.prompt_messages[-1]["content"].endswith("Your task is to: heat some potato and put it in sinkbasin.")
+    goal = "Your task is to: heat some potato and put it in sinkbasin."
+    assert episode.prompt_messages[-1]["content"].endswith(goal)
     assert episode.observations[0] == "You arrive at microwave 1. The microwave 1 is closed."
     assert episode.observations[1] == "You open the microwave 1. The microwave 1 is open. In it, you see nothing."
     assert episode.observations[2].startswith("You arrive at countertop 2. On the countertop 2, you see")

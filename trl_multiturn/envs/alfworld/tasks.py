@@ -68,7 +68,8 @@ def resolve_game_file(task, data_path: str | os.PathLike | None = None) -> Path:
     if path.suffix != ".tw-pddl":
         raise TaskError(f"'game_file'={str(value)!r} is not a {GAME_FILE} file (ALFWorld's compiled game). {_FIX}")
     if not path.is_file():
-        hint = "" if Path(value).is_absolute() or data_path is not None else " (relative: set ALFWorldConfig.data_path)"
+        relative = not Path(value).is_absolute() and data_path is None
+        hint = " (relative: set ALFWorldConfig.data_path)" if relative else ""
         raise TaskError(f"'game_file'={str(value)!r}: no such file {path}{hint}. {_FIX}")
     return path
 
@@ -121,7 +122,8 @@ def list_tasks(
         present = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
         raise ValueError(
             f"data_path: no '{split}' split under {root} (found {present or 'nothing'}). Download the games with "
-            "`alfworld-download` (sets $ALFWORLD_DATA) or generate some with `trl-multiturn make-games --env alfworld`."
+            "`alfworld-download` (sets $ALFWORLD_DATA) or generate some with "
+            "`trl-multiturn make-games --env alfworld`."
         )
     rows = []
     for traj_path in sorted(split_dir.glob(f"*/*/{TRAJ_FILE}")):

@@ -12,7 +12,9 @@ from .sampling import Knobs, Room
 
 # ALFRED's id characters as PDDL names (ALFWorld's `PlannedGameState.fix_pddl_str_chars`); '#' marks a type dash.
 _PDDL_CHARS = {"-": "_minus_", "#": "-", "|": "_bar_", "+": "_plus_", ".": "_dot_", ",": "_comma_"}
-_PROPERTIES = (("cleanable", "Cleanable"), ("heatable", "Heatable"), ("coolable", "Coolable"), ("sliceable", "Sliceable"))
+_PROPERTIES = (
+    ("cleanable", "Cleanable"), ("heatable", "Heatable"), ("coolable", "Coolable"), ("sliceable", "Sliceable")
+)
 
 
 def pddl_name(text: str) -> str:
