@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from .multiturn import MultiTurnArguments, MultiTurnMixin
@@ -103,12 +102,3 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         return (prompt_ids, completion_ids, env_mask, self._episode_completions(),
                 self._episode_logprobs(token_lists), {}, None, [])
 
-    def _log_generation_lengths(self, prompt_ids, env_mask) -> None:
-        mode = "train" if self.model.training else "eval"
-        device = self.accelerator.device
-        prompt_tokens = self.accelerator.gather(torch.tensor([len(p) for p in prompt_ids], device=device)).sum()
-        model_tokens = self.accelerator.gather(torch.tensor([sum(m) for m in env_mask], device=device))
-        if mode == "train":
-            self.state.num_input_tokens_seen += (prompt_tokens + model_tokens.sum()).item()
-        self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
-        self._metrics[mode]["completions/mean_length"].append(model_tokens.float().mean().item())
