@@ -17,21 +17,11 @@ Every field of `TextWorldScriptArguments` and `MultiTurnPPOConfig` can be set in
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
-from trl_multiturn.script_args import TextWorldScriptArguments
+from trl_multiturn.script_args import TextWorldScriptArguments, train_on_textworld
 
 
 def main(script_args: TextWorldScriptArguments, training_args: MultiTurnPPOConfig) -> None:
-    trainer = MultiTurnPPOTrainer(
-        model=script_args.model_path,
-        args=training_args,
-        environment_factory=script_args.environment_factory(),
-        train_dataset=script_args.tasks("train", script_args.num_train_games),
-    )
-    trainer.train()
-    trainer.save_model(training_args.output_dir)
-    script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
+    train_on_textworld(MultiTurnPPOTrainer, script_args, training_args)
 
 
 if __name__ == "__main__":

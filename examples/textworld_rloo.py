@@ -16,21 +16,11 @@ in the YAML or on the command line.
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnRLOOConfig, MultiTurnRLOOTrainer
-from trl_multiturn.script_args import TextWorldScriptArguments
+from trl_multiturn.script_args import TextWorldScriptArguments, train_on_textworld
 
 
 def main(script_args: TextWorldScriptArguments, training_args: MultiTurnRLOOConfig) -> None:
-    trainer = MultiTurnRLOOTrainer(
-        model=script_args.model_path,
-        args=training_args,
-        environment_factory=script_args.environment_factory(),
-        train_dataset=script_args.tasks("train", script_args.num_train_games),
-    )
-    trainer.train()
-    trainer.save_model(training_args.output_dir)
-    script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
+    train_on_textworld(MultiTurnRLOOTrainer, script_args, training_args)
 
 
 if __name__ == "__main__":

@@ -70,3 +70,22 @@ class TextWorldScriptArguments:
         )
         print(f"held-out greedy evaluation on {self.num_eval_games} test games: {result}")
         return result
+
+
+def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, training_args, **trainer_kwargs):
+    """What every TextWorld example does: train `trainer_cls` on the train split's games, save, evaluate greedily
+    on held-out games (when `num_eval_games > 0`), and push to the Hub if asked. Returns the trainer."""
+    trainer = trainer_cls(
+        model=script_args.model_path,
+        args=training_args,
+        environment_factory=script_args.environment_factory(),
+        train_dataset=script_args.tasks("train", script_args.num_train_games),
+        **trainer_kwargs,
+    )
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    if script_args.num_eval_games:
+        script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
+    if training_args.push_to_hub:
+        trainer.push_to_hub()
+    return trainer
