@@ -100,7 +100,8 @@ def alfworld_tasks(script_args, env_args, gen_args, split: str, num_games: int |
     return tasks
 
 
-def main(script_args, training_args, env_args, gen_args) -> None:
+def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_args: ALFWorldConfig,
+         gen_args: ALFWorldGenConfig) -> None:
     model = script_args.warm_start_path or resolve_model(script_args.model_name_or_path)
     if script_args.warm_start_path and not Path(script_args.warm_start_path, "config.json").is_file():
         raise FileNotFoundError(
