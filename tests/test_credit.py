@@ -101,6 +101,9 @@ def test_a_group_of_equal_returns_carries_no_advantage(name):
     adv = ESTIMATORS[name](hand_batch())
     assert torch.all(adv[4:] == 0)
     assert adv[:3].abs().sum() > 0  # while the mixed group 0 does carry signal
+    # Exactly 0, not a rounding residue: 7 * 0.1 / 7 != 0.1 in float32, and /(std + eps) would blow it up to ~1e-4.
+    equal = CreditBatch.from_lists([[0.1, 0.2]] * 7, [0] * 7, [True] * 7, [["a", "b"]] * 7)
+    assert torch.all(ESTIMATORS[name](equal) == 0)
 
 
 # -- who is in a baseline -----------------------------------------------------------------------------------------

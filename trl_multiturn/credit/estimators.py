@@ -17,7 +17,7 @@ observation). Two building blocks serve them all: `normalise_within` (subtract t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -97,53 +97,68 @@ def discounted_returns(rewards: torch.Tensor, turn_mask: torch.Tensor, gamma: fl
     return out * turn_mask
 
 
-def keyed_stats(values: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor):
-    """Per element x of the set S(x) = {masked elements with x's key}: (|S|, sum_S v, mean_S v, std_S v).
+class KeyedStats(NamedTuple):
+    count: torch.Tensor  # |S|
+    total: torch.Tensor  # sum_S v
+    mean: torch.Tensor  # mean_S v; exactly v when all of S is equal
+    std: torch.Tensor  # unbiased std_S v; 0 for a set of one and exactly 0 when all of S is equal
+    equal: torch.Tensor  # True when every member of S has the same value (S carries no signal)
+
+
+def keyed_stats(values: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> KeyedStats:
+    """Statistics of each element's keyed set S(x) = {masked elements with x's key}, per element.
 
     `values` and `mask` have any shape; `keys` has that shape plus one trailing dimension (a key is a tuple of
-    integers, e.g. (group, turn index)). std is the unbiased one, 0 for a set of one. Unmasked elements take no part
-    and get NaN statistics.
+    integers, e.g. (group, turn index)). Unmasked elements take no part and get NaN mean/std. All-equal sets are
+    detected exactly (min == max) so that rounding in the sum never turns "no signal" into a tiny advantage.
     """
-    count = torch.zeros_like(values)
-    total, mean, std = (torch.full_like(values, float("nan")) for _ in range(3))
+    nan = float("nan")
+    count, total = torch.zeros_like(values), torch.full_like(values, nan)
+    mean, std = torch.full_like(values, nan), torch.full_like(values, nan)
+    equal = torch.zeros_like(mask)
     if not mask.any():
-        return count, total, mean, std
+        return KeyedStats(count, total, mean, std, equal)
     v = values[mask]
     _, inverse = torch.unique(keys[mask], dim=0, return_inverse=True)
     size = int(inverse.max()) + 1
-    n = torch.zeros(size, dtype=v.dtype).index_add_(0, inverse, torch.ones_like(v))
-    s = torch.zeros(size, dtype=v.dtype).index_add_(0, inverse, v)
+    zeros = torch.zeros(size, dtype=v.dtype)
+    n = zeros.index_add(0, inverse, torch.ones_like(v))
+    s = zeros.index_add(0, inverse, v)
     m = s / n
-    sq = torch.zeros(size, dtype=v.dtype).index_add_(0, inverse, (v - m[inverse]) ** 2)
-    sd = torch.where(n > 1, (sq / (n - 1).clamp(min=1)).sqrt(), torch.zeros_like(sq))
-    count[mask], total[mask], mean[mask], std[mask] = n[inverse], s[inverse], m[inverse], sd[inverse]
-    return count, total, mean, std
+    sq = zeros.index_add(0, inverse, (v - m[inverse]) ** 2)
+    sd = torch.where(n > 1, (sq / (n - 1).clamp(min=1)).sqrt(), 0.0)
+    same = (zeros.scatter_reduce(0, inverse, v, "amax", include_self=False)
+            == zeros.scatter_reduce(0, inverse, v, "amin", include_self=False))[inverse]
+    count[mask], total[mask], equal[mask] = n[inverse], s[inverse], same
+    mean[mask] = torch.where(same, v, m[inverse])
+    std[mask] = torch.where(same, 0.0, sd[inverse])
+    return KeyedStats(count, total, mean, std, equal)
 
 
 def normalise_within(values: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, scale: bool = True,
                      eps: float = 1e-4) -> torch.Tensor:
     """A(x) = (v(x) - mean_S v) / (std_S v + eps) over x's keyed set S (no division when scale=False); 0 where
-    unmasked. A set of one, or one whose values are all equal, gets 0."""
-    _, _, mean, std = keyed_stats(values, keys, mask)
-    adv = values - mean
+    unmasked. A set of one, or one whose values are all equal, gets exactly 0."""
+    stats = keyed_stats(values, keys, mask)
+    adv = values - stats.mean
     if scale:
-        adv = adv / (std + eps)
-    return torch.where(mask, adv, torch.zeros_like(adv))
+        adv = adv / (stats.std + eps)
+    return torch.where(mask & ~stats.equal, adv, 0.0)
 
 
 def leave_one_out(values: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """A(x) = v(x) - 1/(|S| - 1) * sum_{y in S, y != x} v(y) over x's keyed set S; 0 where unmasked and for a set
-    of one (no other member to form a baseline)."""
-    count, total, _, _ = keyed_stats(values, keys, mask)
-    adv = values - (total - values) / (count - 1).clamp(min=1)
-    return torch.where(mask & (count > 1), adv, torch.zeros_like(adv))
+    """A(x) = v(x) - 1/(|S| - 1) * sum_{y in S, y != x} v(y) over x's keyed set S; 0 where unmasked, exactly 0 for
+    an all-equal set, and 0 for a set of one (no other member to form a baseline)."""
+    stats = keyed_stats(values, keys, mask)
+    adv = values - (stats.total - values) / (stats.count - 1).clamp(min=1)
+    return torch.where(mask & ~stats.equal & (stats.count > 1), adv, 0.0)
 
 
 def group_mean_std(values: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor):
     """Per episode: the mean and unbiased std of `values` over the valid members of its group (std 0 for a group of
     one). Invalid elements neither count nor receive statistics (NaN)."""
-    _, _, mean, std = keyed_stats(values, group_ids.unsqueeze(-1), valid)
-    return mean, std
+    stats = keyed_stats(values, group_ids.unsqueeze(-1), valid)
+    return stats.mean, stats.std
 
 
 def _broadcast_to_turns(per_episode: torch.Tensor, batch: CreditBatch) -> torch.Tensor:
