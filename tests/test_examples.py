@@ -2,6 +2,7 @@
 
 import inspect
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -48,3 +49,20 @@ def test_the_main_job_trains_and_reports_held_out_success(tiny_chatml_model, tmp
     assert done.returncode == 0, done.stderr[-3000:]
     assert "held-out greedy evaluation on 2 test games: success" in done.stdout
     assert (tmp_path / "out" / "config.json").exists()
+
+
+def test_cli_eval_reports_greedy_success(tiny_chatml_model, textworld_games_dir, capsys):
+    from trl_multiturn.cli import main
+
+    code = main(["eval", "--model_name_or_path", tiny_chatml_model, "--num_eval_games", "2", "--max_turns", "2",
+                 "--max_completion_length", "4", "--games_dir", str(textworld_games_dir)])
+    assert code == 0
+    assert re.search(r"held-out greedy evaluation on 2 test games: success [0-2]/2 = .*95% CI", capsys.readouterr().out)
+
+
+def test_cli_refuses_unknown_options_outside_train_and_eval(tmp_path):
+    from trl_multiturn.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["make-games", "--env", "textworld", "--out", str(tmp_path), "--seeds", "0", "--world-size", "1",
+              "--nb-objects", "1", "--quest-length", "1", "--bogus"])

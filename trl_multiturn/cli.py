@@ -3,6 +3,9 @@
     trl-multiturn make-games --env textworld --world-size 2 --nb-objects 3 --quest-length 4 --seeds 0-9 --out games
     trl-multiturn make-games --env textworld --challenge tw-simple --rewards dense --goal detailed --split test \
         --num-games 20 --out games
+    trl-multiturn train grpo --config recipes/textworld_w2-o3-q4_grpo.yaml --max_steps 50
+    trl-multiturn train sft --config recipes/textworld_sft.yaml
+    trl-multiturn eval --model_name_or_path outputs/textworld_sft --num_eval_games 50 --max_turns 8
 
 Adding a subcommand: write `_add_<name>(subparsers)` that builds its parser and sets `func` (called with the parsed
 arguments, returns an exit code), and list it in `SUBCOMMANDS`. Adding an environment to `make-games`: an argument
@@ -12,6 +15,7 @@ group for its options in `_add_make_games` and a handler in `MAKE_GAMES`.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 import sys
 import time
 from pathlib import Path
@@ -155,7 +159,72 @@ def _add_make_games(subparsers) -> None:
     parser.set_defaults(func=lambda args: MAKE_GAMES[args.env](args, parser))
 
 
-SUBCOMMANDS: list[Callable] = [_add_make_games]
+TRAINERS = {
+    "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
+    "rloo": ("MultiTurnRLOOTrainer", "MultiTurnRLOOConfig"),
+    "ppo": ("MultiTurnPPOTrainer", "MultiTurnPPOConfig"),
+    "sft": ("MultiTurnSFTTrainer", "MultiTurnSFTConfig"),
+}
+
+
+def _train(args: argparse.Namespace) -> int:
+    import trl_multiturn
+    from trl import TrlParser
+
+    from .script_args import TextWorldScriptArguments, train_on_textworld
+
+    trainer_name, config_name = TRAINERS[args.algo]
+    config_cls = getattr(trl_multiturn, config_name)
+    script_args, training_args = TrlParser((TextWorldScriptArguments, config_cls)).parse_args_and_config(
+        args=args.options
+    )
+    train_on_textworld(getattr(trl_multiturn, trainer_name), script_args, training_args)
+    return 0
+
+
+def _add_train(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "train", help="Train on TextWorld games with one of the trainers (what examples/textworld_<algo>.py does).",
+        description="trl-multiturn train grpo --config recipes/textworld_w2-o3-q4_grpo.yaml [--field value ...]: "
+                    "every field of TextWorldScriptArguments and the trainer's config can be set.",
+    )
+    parser.add_argument("algo", choices=sorted(TRAINERS), help="The trainer.")
+    parser.set_defaults(func=_train, takes_options=True)
+
+
+@dataclass
+class EvalArguments:
+    """Episode settings of `trl-multiturn eval` (the trainers' fields of the same names)."""
+
+    max_turns: int = field(default=8, metadata={"help": "The most replies per episode."})
+    max_completion_length: int = field(default=32, metadata={"help": "Cap on one reply's tokens."})
+    max_episode_tokens: int | None = field(default=None, metadata={"help": "Cap on a whole episode's tokens."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System message before the first observation."})
+    action_parser: str = field(default="first_line", metadata={"help": "How an action is read from a reply."})
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from trl import TrlParser
+
+    from .script_args import TextWorldScriptArguments
+
+    script_args, eval_args = TrlParser((TextWorldScriptArguments, EvalArguments)).parse_args_and_config(
+        args=args.options
+    )
+    result = script_args.evaluate_held_out(script_args.model_path, None, eval_args)
+    return 0 if result.n else 1
+
+
+def _add_eval(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "eval", help="Greedy success of a model on held-out TextWorld games, with a 95% confidence interval.",
+        description="trl-multiturn eval --model_name_or_path outputs/textworld_sft --num_eval_games 50 "
+                    "[--world_size 2 --nb_objects 3 --quest_length 4 --max_turns 8 ...]",
+    )
+    parser.set_defaults(func=_eval, takes_options=True)
+
+
+SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,7 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "takes_options", False):
+        args.options = rest  # `--config FILE` and field overrides, parsed by TrlParser
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return args.func(args)
 
 
