@@ -16,22 +16,12 @@ of `TextWorldScriptArguments` and `MultiTurnSFTConfig` can be set in the YAML or
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnSFTConfig, MultiTurnSFTTrainer
-from trl_multiturn.script_args import TextWorldScriptArguments
+from trl_multiturn.script_args import TextWorldScriptArguments, train_on_textworld
 
 
 def main(script_args: TextWorldScriptArguments, training_args: MultiTurnSFTConfig) -> None:
-    trainer = MultiTurnSFTTrainer(
-        model=script_args.model_path,
-        args=training_args,
-        environment_factory=script_args.environment_factory(),
-        train_dataset=script_args.tasks("train", script_args.num_train_games),
-    )
-    trainer.train()
-    trainer.save_model(training_args.output_dir)
-    if script_args.num_eval_games:
-        script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
+    # With `environment_factory`, the trainer turns the task rows into won expert episodes itself.
+    train_on_textworld(MultiTurnSFTTrainer, script_args, training_args)
 
 
 if __name__ == "__main__":
