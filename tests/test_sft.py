@@ -148,7 +148,7 @@ def test_messages_rows_are_tokenized_like_expert_trajectories(tiny_chatml_model,
     assert prepared["labels"] == expected_labels
 
 
-@pytest.mark.parametrize("algorithm", ["GRPO", "RLOO"])
+@pytest.mark.parametrize("algorithm", ["GRPO", "RLOO", "PPO"])
 def test_sft_checkpoint_starts_rl_as_is(sft_run, env_factory, algorithm, tmp_path):
     trainer, _, checkpoint = sft_run
     sft_row = trainer.train_dataset[0]
