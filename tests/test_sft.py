@@ -225,3 +225,9 @@ def test_bad_conversations_are_refused_by_message_index(tiny_chatml_model):
 def test_task_rows_without_an_environment_are_refused(tiny_chatml_model, textworld_train_tasks, tmp_path):
     with pytest.raises(ValueError, match="pass `environment_factory`"):
         MultiTurnSFTTrainer(tiny_chatml_model, args=_sft_args(tmp_path), train_dataset=textworld_train_tasks)
+
+
+def test_pretokenized_rows_without_a_mask_are_refused(tiny_chatml_model, tmp_path):
+    rows = datasets.Dataset.from_list([{"input_ids": [1, 2, 3]}])
+    with pytest.raises(ValueError, match="neither `assistant_masks` nor `labels`"):
+        MultiTurnSFTTrainer(tiny_chatml_model, args=_sft_args(tmp_path), train_dataset=rows)

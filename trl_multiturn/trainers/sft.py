@@ -135,6 +135,12 @@ class MultiTurnSFTTrainer(SFTTrainer):
     def _episode_dataset(self, dataset, tokenizer, args, dataset_name: str) -> datasets.Dataset:
         columns = get_dataset_column_names(dataset)
         if "input_ids" in columns:
+            if "assistant_masks" not in columns and "labels" not in columns:
+                raise ValueError(
+                    f"The {dataset_name} dataset has `input_ids` but neither `assistant_masks` nor `labels`, so every "
+                    "token (observations included) would be trained on. Build it with "
+                    "`expert_trajectories(..., tokenizer=)`, or pass `messages` and let the trainer tokenize them."
+                )
             return dataset
         builder = self.episode_token_builder(tokenizer, args)
         if "messages" in columns:
