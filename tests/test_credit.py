@@ -44,7 +44,8 @@ def test_grpo_by_hand():
     a, b = (1 - 2 / 3) / (SQRT3 + EPS), (0 - 2 / 3) / (SQRT3 + EPS)  # group 0: mean 2/3, std sqrt(1/3)
     expected = rows((a, a), (b, b, b), (a,), *ZERO_TAIL)
     torch.testing.assert_close(grpo(hand_batch()), expected)
-    torch.testing.assert_close(grpo(hand_batch(), scale=False), rows((1 / 3,) * 2, (-2 / 3,) * 3, (1 / 3,), *ZERO_TAIL))
+    unscaled = rows((1 / 3,) * 2, (-2 / 3,) * 3, (1 / 3,), *ZERO_TAIL)
+    torch.testing.assert_close(grpo(hand_batch(), scale=False), unscaled)
 
 
 def test_rloo_by_hand():
@@ -79,8 +80,9 @@ def test_gigpo_by_hand():
     a, b = 1 / 3 / (SQRT3 + EPS), 2 / 3 / (SQRT3 + EPS)
     scaled = rows((a + a, a + b), (-b - b, -b - a, -b - a), (a + a,), *ZERO_TAIL)
     torch.testing.assert_close(gigpo(hand_batch()), scaled)
-    torch.testing.assert_close(gigpo(hand_batch(), step_weight=0.5, scale=False) - 0.5 * gigpo(hand_batch(), scale=False),
-                               0.5 * grpo(hand_batch(), scale=False))
+    # The weight scales only the step term: A(w) - w * A(1) = (1 - w) * A_E, and A_E is grpo's advantage.
+    half = gigpo(hand_batch(), step_weight=0.5, scale=False) - 0.5 * gigpo(hand_batch(), scale=False)
+    torch.testing.assert_close(half, 0.5 * grpo(hand_batch(), scale=False))
 
 
 def test_discount_applies_to_returns_to_go_and_gigpo_episode_term_is_undiscounted():
@@ -199,15 +201,26 @@ def test_reward_modes_and_format_penalty():
 # -- end to end ---------------------------------------------------------------------------------------------------
 
 
-def _trainers():
-    """Each available multi-turn RL trainer with its config."""
-    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
-
-    return {"grpo": (MultiTurnGRPOTrainer, MultiTurnGRPOConfig)}
-
-
 def _registered_pairs():
-    return [(trainer, name) for trainer in _trainers() for name in sorted(ESTIMATORS)]
+    """(trainer, estimator) for every estimator and every trainer it is registered for: GRPO and RLOO take any
+    name in `ESTIMATORS`; PPO takes the critic's `VALUE_ESTIMATORS`."""
+    from trl_multiturn.credit.gae import VALUE_ESTIMATORS
+
+    return ([(trainer, name) for trainer in ("grpo", "rloo") for name in sorted(ESTIMATORS)]
+            + [("ppo", name) for name in sorted(VALUE_ESTIMATORS)])
+
+
+def _trainer(name):
+    """(trainer class, config class, its registry, extra config fields for this test)."""
+    import trl_multiturn as tm
+    from trl_multiturn.credit.gae import VALUE_ESTIMATORS
+
+    return {
+        "grpo": (tm.MultiTurnGRPOTrainer, tm.MultiTurnGRPOConfig, ESTIMATORS, {}),
+        # A turn-level estimator needs one importance ratio per turn; every estimator trains with it.
+        "rloo": (tm.MultiTurnRLOOTrainer, tm.MultiTurnRLOOConfig, ESTIMATORS, {"loss_granularity": "turn"}),
+        "ppo": (tm.MultiTurnPPOTrainer, tm.MultiTurnPPOConfig, VALUE_ESTIMATORS, {"num_generations": 2}),
+    }[name]
 
 
 @pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
@@ -216,8 +229,9 @@ def test_every_estimator_trains_end_to_end_on_textworld(trainer_name, estimator,
                                                         textworld_train_tasks, textworld_games_dir, monkeypatch):
     from trl_multiturn.envs import TextWorldEnv
 
+    trainer_cls, config_cls, registry, extra = _trainer(trainer_name)
     calls = []
-    original = ESTIMATORS[estimator]
+    original = registry[estimator]
 
     @functools.wraps(original)
     def recording(batch, **options):
@@ -225,18 +239,22 @@ def test_every_estimator_trains_end_to_end_on_textworld(trainer_name, estimator,
         calls.append((batch, out))
         return out
 
-    monkeypatch.setitem(ESTIMATORS, estimator, recording)
-    trainer_cls, config_cls = _trainers()[trainer_name]
+    monkeypatch.setitem(registry, estimator, recording)
     args = tiny_rl_args(config_cls, tmp_path, advantage_estimator=estimator, reward_mode="dense", max_steps=1,
-                        max_turns=2)
+                        max_turns=2, **extra)
     trainer = trainer_cls(model=tiny_chatml_model, args=args, train_dataset=textworld_train_tasks,
                           environment_factory=lambda: TextWorldEnv(games_dir=str(textworld_games_dir)))
     result = trainer.train()
     assert trainer.state.global_step == 1 and math.isfinite(result.training_loss)
     assert len(calls) == 1
-    batch, adv = calls[0]
-    assert adv.shape == batch.rewards.shape and torch.isfinite(adv).all()
-    assert batch.observations is not None and all(len(o) == int(m.sum())
-                                                  for o, m in zip(batch.observations, batch.turn_mask))
-    logged = [log for log in trainer.state.log_history if "credit/advantage_mean" in log]
-    assert logged and "credit/zero_advantage_groups" in logged[0]
+    batch, out = calls[0]
+    if registry is ESTIMATORS:
+        assert out.shape == batch.rewards.shape and torch.isfinite(out).all()
+        assert torch.all(out[~batch.turn_mask] == 0)
+        assert batch.observations is not None and all(len(o) == int(m.sum())
+                                                      for o, m in zip(batch.observations, batch.turn_mask))
+        logged = [log for log in trainer.state.log_history if "credit/advantage_mean" in log]
+        assert logged and "credit/zero_advantage_groups" in logged[0]
+    else:  # a critic's estimator: per-token advantages, only on the tokens the model sampled
+        assert out.advantages.shape == batch.mask.shape and torch.isfinite(out.advantages).all()
+        assert torch.all(out.advantages[~batch.mask.bool()] == 0) and batch.mask.any()

@@ -16,8 +16,9 @@ observation). Two building blocks serve them all: `normalise_within` (subtract t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -42,7 +43,7 @@ class CreditBatch:
 
     @classmethod
     def from_lists(cls, turn_rewards: list[list[float]], group_ids: list[int], valid: list[bool],
-                   observations: list[list[str]] | None = None) -> "CreditBatch":
+                   observations: list[list[str]] | None = None) -> CreditBatch:
         n, k = len(turn_rewards), max((len(r) for r in turn_rewards), default=0)
         rewards = torch.zeros(n, max(k, 1))
         mask = torch.zeros(n, max(k, 1), dtype=torch.bool)
@@ -181,7 +182,8 @@ def grpo(batch: CreditBatch, gamma: float = 1.0, scale: bool = True, eps: float 
         A_i = (R_i - mean_{j in g(i)} R_j) / (std_{j in g(i)} R_j + eps)      (no division when scale=False)
     """
     returns = discounted_returns(batch.rewards, batch.turn_mask, gamma)[:, 0]
-    return _broadcast_to_turns(normalise_within(returns, batch.group_ids.unsqueeze(-1), batch.valid, scale, eps), batch)
+    advantages = normalise_within(returns, batch.group_ids.unsqueeze(-1), batch.valid, scale, eps)
+    return _broadcast_to_turns(advantages, batch)
 
 
 @register("rloo")
