@@ -171,6 +171,27 @@ def _group_turn_keys(batch: CreditBatch) -> torch.Tensor:
     return torch.stack([batch.group_ids.unsqueeze(1).expand_as(batch.turn_index), batch.turn_index], dim=-1)
 
 
+def anchor_keys(batch: CreditBatch) -> torch.Tensor:
+    """(N, K, 2) keys (group, observation id): equal exactly for the turns of one task group that started from the
+    same observation text (an anchor state). The id is -1 on the turns of failed episodes and past an episode's end.
+    """
+    if batch.observations is None:
+        raise ValueError("anchor-state estimators (e.g. advantage_estimator='gigpo') need CreditBatch.observations "
+                         "(the observation each turn started from); build the batch with observations=...")
+    obs_ids = torch.full_like(batch.turn_index, -1)
+    vocabulary: dict[str, int] = {}
+    for i, observations in enumerate(batch.observations):
+        turns = int(batch.turn_mask[i].sum())
+        if not bool(batch.valid[i]):
+            continue
+        if len(observations) < turns:
+            raise ValueError(f"episode {i} has {turns} turns but {len(observations)} observations; pass the "
+                             "observation each turn started from")
+        for k in range(turns):
+            obs_ids[i, k] = vocabulary.setdefault(observations[k], len(vocabulary))
+    return torch.stack([batch.group_ids.unsqueeze(1).expand_as(obs_ids), obs_ids], dim=-1)
+
+
 # -- trajectory-level estimators ----------------------------------------------------------------------------------
 
 
@@ -258,20 +279,7 @@ def gigpo(batch: CreditBatch, gamma: float = 1.0, scale: bool = True, step_weigh
     merges different states; and an episode that revisits an observation puts several of its own turns in one
     anchor group, so that baseline is not independent of its actions (the paper accepts both).
     """
-    if batch.observations is None:
-        raise ValueError("advantage_estimator='gigpo' needs CreditBatch.observations (the observation each turn "
-                         "started from); build the batch with observations=...")
-    live = batch.live_turns
-    obs_ids = torch.full_like(batch.turn_index, -1)
-    vocabulary: dict[str, int] = {}
-    for i, observations in enumerate(batch.observations):
-        turns = int(batch.turn_mask[i].sum())
-        if bool(batch.valid[i]) and len(observations) < turns:
-            raise ValueError(f"gigpo: episode {i} has {turns} turns but {len(observations)} observations; pass the "
-                             "observation each turn started from")
-        for k in range(turns if bool(batch.valid[i]) else 0):
-            obs_ids[i, k] = vocabulary.setdefault(observations[k], len(vocabulary))
     episode = grpo(batch, gamma=1.0, scale=scale, eps=eps)
-    anchors = torch.stack([batch.group_ids.unsqueeze(1).expand_as(obs_ids), obs_ids], dim=-1)
-    step = normalise_within(discounted_returns(batch.rewards, batch.turn_mask, gamma), anchors, live, scale, eps)
+    returns = discounted_returns(batch.rewards, batch.turn_mask, gamma)
+    step = normalise_within(returns, anchor_keys(batch), batch.live_turns, scale, eps)
     return episode + step_weight * step
