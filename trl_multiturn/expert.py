@@ -21,6 +21,7 @@ import datasets
 
 from .envs.base import Environment
 from .rollout.chat_tokens import ChatTokenBuilder
+from .rollout.collator import opening_messages
 from .rollout.parsing import ActionParser, get_action_parser
 
 logger = logging.getLogger(__name__)
@@ -28,12 +29,6 @@ logger = logging.getLogger(__name__)
 
 class ExpertTrajectoryError(RuntimeError):
     """A task's expert solution is missing, does not win, or cannot be replayed through a rollout unchanged."""
-
-
-def opening_messages(first_observation: str, system_prompt: str | None = None) -> list[dict]:
-    """The messages an episode starts from, as the rollout collator writes them."""
-    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return [*system, {"role": "user", "content": first_observation}]
 
 
 def split_conversation(messages: Sequence[dict]) -> tuple[list[dict], list[str], list[str]]:

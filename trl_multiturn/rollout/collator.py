@@ -17,6 +17,12 @@ GenerateFn = Callable[[list[list[int]], int], "tuple[list[list[int]], list[list[
 UNREADABLE_REPLY = "I could not find an action in your reply. Answer with the action only."
 
 
+def opening_messages(first_observation: str, system_prompt: str | None = None) -> list[dict]:
+    """The messages every episode starts from (RL rollouts and SFT trajectories alike)."""
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": first_observation}]
+
+
 class MultiTurnRolloutCollator:
     """Turns dataset rows (one task each) into played `Episode`s.
 
@@ -76,8 +82,7 @@ class MultiTurnRolloutCollator:
         self.any_live = any_live or (lambda n: n > 0)
 
     def opening_messages(self, observation: str) -> list[dict]:
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return [*system, {"role": "user", "content": observation}]
+        return opening_messages(observation, self.system_prompt)
 
     def __call__(self, rows: list[dict]) -> list[Episode]:
         episodes = self._reset(rows)
