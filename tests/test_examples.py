@@ -14,6 +14,7 @@ from trl import TrlParser
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = [
     ("textworld_grpo", "quickstart"),
+    ("textworld_sft", "quickstart_sft"),
     ("textworld_grpo", "textworld_w2-o3-q4_grpo"),
     ("textworld_rloo", "textworld_rloo"),
     ("textworld_ppo", "textworld_ppo"),
