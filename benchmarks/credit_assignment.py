@@ -202,7 +202,7 @@ def main(argv=None) -> None:
     parser.add_argument("--learning-rate", type=float, default=2e-3)
     parser.add_argument("--hidden-size", type=int, default=64, help="Width of the tiny policy model.")
     parser.add_argument("--target", type=float, default=0.9, help="Greedy success rate to reach.")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads.")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the model is tiny: 1 is enough).")
     parser.add_argument("--quick", action="store_true", help="One seed and 20 steps: a smoke run of the table.")
     args = parser.parse_args(argv)
     if args.quick:
