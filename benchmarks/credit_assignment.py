@@ -1,11 +1,13 @@
 """Credit-assignment benchmark: training episodes until greedy success reaches 90%, per advantage estimator.
 
 The task is a key-and-door corridor with a known optimal policy and 3-4 decisions per episode. The policy is the
-tiny offline model of `trl_multiturn.testing` with its output restricted to the four action words (one token each),
-so that what is measured is how fast each estimator's credit turns rewards into the right decisions, not how fast
-a random model learns to spell. Training uses the real `MultiTurnGRPOTrainer` (`MultiTurnPPOTrainer` for the critic's
-estimators, `gae` and `turn_gae`) with the same batch of 8 episodes per task per step for every estimator; greedy
-success is measured with `trl_multiturn.evaluation.evaluate` on every task after every `--eval-every` steps.
+tiny offline model of `trl_multiturn.testing` with its output restricted to the four action words (one token each;
+a reply is one token, `max_completion_length=1`), so that what is measured is how fast each estimator's credit
+turns rewards into the right decisions, not how fast a random model learns to spell. Training uses the real
+`MultiTurnGRPOTrainer` (`MultiTurnPPOTrainer` for the critic's estimators, `gae` and `turn_gae`) with the same
+batch of 8 episodes per task per step for every estimator; greedy success is measured with
+`trl_multiturn.evaluation.evaluate` on every task after every `--eval-every` steps. Each seed fixes the initial
+model, so that within a seed only the estimator differs.
 
     python benchmarks/credit_assignment.py               # full table: 3 seeds x 4 estimators x {sparse, dense}
     python benchmarks/credit_assignment.py --quick       # one seed, a shorter budget: a smoke run
@@ -85,7 +87,7 @@ def all_tasks(lengths=(2, 3)) -> list[dict]:
     return [{"length": n, "key": k} for n in lengths for k in range(n)]
 
 
-def restrict_vocabulary(model, tokenizer, words=ACTIONS) -> list[int]:
+def restrict_vocabulary(model, tokenizer, words=ACTIONS) -> None:
     """Restrict the policy to the action words (each one token, with its leading space) by a frozen output bias of
     -1e4 on every other token. A bias, not a logits hook: TRL's fused log-prob head reads `lm_head.weight` and
     `lm_head.bias` directly, so sampling and the trainer's log-probabilities see the same distribution."""
@@ -102,7 +104,6 @@ def restrict_vocabulary(model, tokenizer, words=ACTIONS) -> list[int]:
     bias[allowed] = 0.0
     head.bias = torch.nn.Parameter(bias, requires_grad=False)
     model.set_output_embeddings(head)
-    return allowed
 
 
 def trainer_for(estimator: str):
