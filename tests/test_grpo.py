@@ -108,3 +108,18 @@ def test_bad_config_names_the_field(tmp_path, field, value, message):
 def test_environment_factory_is_required(tiny_chatml_model, tmp_path):
     with pytest.raises(ValueError, match="environment_factory is required"):
         make_trainer(tiny_chatml_model, tmp_path, None, [{"target": 1}] * 4)
+
+
+def test_estimator_kwargs_reach_the_estimator_and_unknown_ones_are_refused(tiny_chatml_model, tmp_path):
+    from trl_multiturn.credit import CreditBatch
+    from trl_multiturn.credit.estimators import gigpo
+
+    batch = CreditBatch.from_lists([[0.0, 1.0], [0.0, 0.0], [1.0]], group_ids=[0, 0, 0], valid=[True] * 3,
+                                   observations=[["start", "hall"], ["start", "hall"], ["start"]])
+    trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 1}] * 4,
+                           advantage_estimator="gigpo", estimator_kwargs='{"step_weight": 0.25}')
+    assert torch.allclose(trainer._call_estimator(batch), gigpo(batch, step_weight=0.25))
+    assert not torch.allclose(gigpo(batch, step_weight=0.25), gigpo(batch))
+    trainer.args.estimator_kwargs = {"stepweight": 1.0}
+    with pytest.raises(ValueError, match=r"\['stepweight'\] are not options of advantage_estimator='gigpo'"):
+        trainer._call_estimator(batch)

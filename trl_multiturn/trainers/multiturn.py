@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -53,6 +54,11 @@ class MultiTurnArguments:
         metadata={"help": "Name of the advantage estimator in `trl_multiturn.credit.ESTIMATORS` (e.g. 'grpo', "
                           "'rloo', 'turn_grpo', 'gigpo')."},
     )
+    estimator_kwargs: dict | str | None = field(
+        default=None,
+        metadata={"help": "Extra options of the advantage estimator, e.g. {'step_weight': 0.5} for 'gigpo' (a JSON "
+                          "string on the command line)."},
+    )
     action_parser: str = field(
         default="first_line",
         metadata={"help": "How an action is read from a reply: 'first_line', 'think_then_act', 'whole_reply', or "
@@ -73,6 +79,8 @@ class MultiTurnArguments:
     )
 
     def check_multiturn_args(self) -> None:
+        if isinstance(self.estimator_kwargs, str):
+            self.estimator_kwargs = json.loads(self.estimator_kwargs)
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
@@ -321,7 +329,12 @@ class MultiTurnMixin:
         fn = get_estimator(self.args.advantage_estimator)
         accepted = inspect.signature(fn).parameters
         options = {k: v for k, v in self._estimator_options().items() if k in accepted}
-        return fn(batch, **options)
+        extra = self.args.estimator_kwargs or {}
+        unknown = sorted(set(extra) - set(accepted) - {"batch"})
+        if unknown:
+            raise ValueError(f"estimator_kwargs {unknown} are not options of advantage_estimator="
+                             f"{self.args.advantage_estimator!r}; it takes {sorted(set(accepted) - {'batch'})}.")
+        return fn(batch, **{**options, **extra})
 
     # -- metrics ------------------------------------------------------------------------------------------------------
 
