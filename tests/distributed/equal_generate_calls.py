@@ -1,0 +1,30 @@
+"""Run under `accelerate launch --num_processes 2 --cpu`: one training step where rank 0's episodes end after one
+turn and rank 1's run three. Each rank writes how many generate calls it made; they must be equal (DESIGN.md
+invariant 5: vLLM server mode gathers prompts from every rank per call, so unequal counts would hang)."""
+
+import json
+import sys
+from pathlib import Path
+
+from datasets import Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from toy_envs import CountingEnv  # noqa: E402
+
+from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer  # noqa: E402
+
+model, out = sys.argv[1], Path(sys.argv[2])
+args = MultiTurnGRPOConfig(
+    output_dir=str(out), max_turns=4, num_generations=2, per_device_train_batch_size=2, max_completion_length=4,
+    max_steps=1, use_cpu=True, bf16=False, report_to="none", save_strategy="no", shuffle_dataset=False,
+    action_parser="trl_multiturn.rollout.parsing:whole_reply",
+)
+# Global batch of 4 = two groups; without shuffling rank 0 gets the target-1 group, rank 1 the target-3 group.
+trainer = MultiTurnGRPOTrainer(model=model, args=args, environment_factory=CountingEnv,
+                               train_dataset=Dataset.from_list([{"target": 1}, {"target": 3}]))
+calls = []
+generate = trainer.rollout_collator.generate_fn
+trainer.rollout_collator.generate_fn = lambda contexts, n: (calls.append(len(contexts)), generate(contexts, n))[1]
+trainer.train()
+rank = trainer.accelerator.process_index
+(out / f"rank{rank}.json").write_text(json.dumps(calls))
