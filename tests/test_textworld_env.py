@@ -82,9 +82,10 @@ def test_eating_the_food_loses_and_is_not_a_win(env):
 def test_invalid_action_is_answered_and_the_game_goes_on(env):
     task = CUSTOM[0]
     env.reset(task)
-    # Control characters included: some (e.g. \x14) would leave the interpreter waiting forever.
+    # Control characters and interpreter escapes included: \x14 or a reply starting with \q would leave the
+    # interpreter waiting forever.
     for nonsense in ("dance with the teapot", "xyzzy", "", "sing\nand dance", "\x14\x00\x08 sing", "\U0001F600",
-                     "caf\u00e9 " * 100):
+                     "caf\u00e9 " * 100, "\\q", "\\help", "take \\p key"):
         result = env.step(nonsense)
         assert result.reward == 0.0 and not result.done and not result.won
         _assert_clean(result.observation)
@@ -96,6 +97,7 @@ def test_invalid_action_is_answered_and_the_game_goes_on(env):
 def test_actions_become_one_line_of_printable_ascii():
     assert normalize_action("  take  the\tcaf\u00e9\nkey\x14 ") == "take the cafe key"
     assert normalize_action("\U0001F600 look\x7f") == "look"
+    assert normalize_action("\\help me") == "help me"
     assert len(normalize_action("a" * 1000)) == MAX_ACTION_CHARS
 
 

@@ -88,9 +88,11 @@ def normalize_action(action: str) -> str:
     Accents are folded (`café` -> `cafe`) and other non-ASCII characters dropped: the games' words are ASCII, and
     Jericho hands the interpreter raw UTF-8 bytes, which it reads as other characters. Control characters become
     spaces: some (e.g. `\\x14`) make the interpreter wait forever, and a newline would end the command early.
+    Backslashes become spaces too: the dumb-frotz interpreter reads `\\q`, `\\help`, ... as its own commands and
+    then waits for input forever.
     """
     text = unicodedata.normalize("NFKD", action).encode("ascii", "ignore").decode("ascii")
-    text = "".join(char if char.isprintable() else " " for char in text)
+    text = "".join(char if char.isprintable() and char != "\\" else " " for char in text)
     return " ".join(text.split())[:MAX_ACTION_CHARS]
 
 
