@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from trl import GRPOConfig, GRPOTrainer
 
-from .multiturn import MultiTurnArguments, MultiTurnMixin
+from .multiturn import MultiTurnArguments, MultiTurnMixin, bf16_only_where_supported
 
 
 @dataclass
@@ -17,6 +17,7 @@ class MultiTurnGRPOConfig(GRPOConfig, MultiTurnArguments):
     """
 
     def __post_init__(self):
+        bf16_only_where_supported(self)
         super().__post_init__()
         self.check_multiturn_args()
 

@@ -126,6 +126,17 @@ def reference_from_policy(trl_trainer_module, model, needed: bool, peft_config=N
         trl_trainer_module.create_model_from_path = loader
 
 
+def bf16_only_where_supported(config) -> None:
+    """TRL's configs turn bf16 on by default, which `TrainingArguments` then refuses on a machine without bf16
+    hardware unless `use_cpu=True` is set. Left unset (None), bf16 here means "where the hardware has it": on such a
+    machine it becomes False, so the same config runs on a laptop and on GPUs. An explicit bf16=True is kept."""
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+    if config.bf16 is None and not config.fp16 and not config.use_cpu:
+        if not is_torch_bf16_gpu_available() and not is_torch_xla_available():
+            config.bf16 = False
+
+
 def environment_return(episode_return, **kwargs):
     """The environment's trajectory return under the configured reward mode (None for a failed episode)."""
     return list(episode_return)

@@ -21,7 +21,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd, pad
 
 from ..credit.gae import turn_index
-from .multiturn import MultiTurnArguments, MultiTurnMixin, reference_from_policy
+from .multiturn import MultiTurnArguments, MultiTurnMixin, bf16_only_where_supported, reference_from_policy
 
 LOSS_GRANULARITIES = ("episode", "turn")
 
@@ -48,6 +48,7 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
     )
 
     def __post_init__(self):
+        bf16_only_where_supported(self)
         super().__post_init__()
         self.check_multiturn_args()
         if self.loss_granularity not in LOSS_GRANULARITIES:

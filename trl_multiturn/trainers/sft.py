@@ -11,6 +11,7 @@ from trl.data_utils import get_dataset_column_names
 
 from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
+from .multiturn import bf16_only_where_supported
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class MultiTurnSFTConfig(SFTConfig):
     )
 
     def __post_init__(self):
+        bf16_only_where_supported(self)
         super().__post_init__()
         if self.assistant_only_loss:
             raise ValueError("assistant_only_loss=True: MultiTurnSFTTrainer always trains on the assistant turns only "
