@@ -43,8 +43,9 @@ def test_recipe_parses_with_its_example(example, recipe, tmp_path, monkeypatch):
 def test_the_main_job_trains_and_reports_held_out_success(tiny_chatml_model, tmp_path, textworld_games_dir):
     """The README's first command, with the tiny model in place of the offline default (which is slow on CPU)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRL_EXPERIMENTAL_SILENCE="1")
-    cmd = [sys.executable, str(ROOT / "examples" / "textworld_grpo.py"), "--config", str(ROOT / "recipes/quickstart.yaml"),
-           "--model_name_or_path", tiny_chatml_model, "--output_dir", str(tmp_path / "out"), "--max_steps", "1",
+    cmd = [sys.executable, str(ROOT / "examples" / "textworld_grpo.py"),
+           "--config", str(ROOT / "recipes/quickstart.yaml"), "--model_name_or_path", tiny_chatml_model,
+           "--output_dir", str(tmp_path / "out"), "--max_steps", "1",
            "--num_train_games", "2", "--num_eval_games", "2", "--games_dir", str(textworld_games_dir)]
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -58,7 +59,8 @@ def test_cli_eval_reports_greedy_success(tiny_chatml_model, textworld_games_dir,
     code = main(["eval", "--model_name_or_path", tiny_chatml_model, "--num_eval_games", "2", "--max_turns", "2",
                  "--max_completion_length", "4", "--games_dir", str(textworld_games_dir)])
     assert code == 0
-    assert re.search(r"held-out greedy evaluation on 2 test games: success [0-2]/2 = .*95% CI", capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    assert re.search(r"held-out greedy evaluation on 2 test games: success [0-2]/2 = .*95% CI", printed)
 
 
 def test_cli_refuses_unknown_options_outside_train_and_eval(tmp_path):

@@ -128,8 +128,9 @@ def test_estimator_kwargs_reach_the_estimator_and_unknown_ones_are_refused(tiny_
 @pytest.mark.parametrize("config_name", ["MultiTurnGRPOConfig", "MultiTurnRLOOConfig", "MultiTurnPPOConfig",
                                          "MultiTurnSFTConfig"])
 def test_configs_use_bf16_only_where_the_hardware_has_it(config_name, tmp_path):
-    import trl_multiturn
     from transformers.utils import is_torch_bf16_gpu_available
+
+    import trl_multiturn
 
     config_cls = getattr(trl_multiturn, config_name)
     assert config_cls(output_dir=str(tmp_path)).bf16 == is_torch_bf16_gpu_available()

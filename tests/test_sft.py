@@ -12,8 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import trl_multiturn
 from trl_multiturn import MultiTurnRolloutCollator, MultiTurnSFTConfig, MultiTurnSFTTrainer
 from trl_multiturn.envs import TextWorldEnv
-from trl_multiturn.expert import (ExpertTrajectoryError, conversation_token_ids, expert_trajectories,
-                                  split_conversation)
+from trl_multiturn.expert import ExpertTrajectoryError, conversation_token_ids, expert_trajectories, split_conversation
 from trl_multiturn.rollout import ChatTokenBuilder
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")

@@ -15,9 +15,9 @@ group for its options in `_add_make_games` and a handler in `MAKE_GAMES`.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -168,8 +168,9 @@ TRAINERS = {
 
 
 def _train(args: argparse.Namespace) -> int:
-    import trl_multiturn
     from trl import TrlParser
+
+    import trl_multiturn
 
     from .script_args import TextWorldScriptArguments, train_on_textworld
 

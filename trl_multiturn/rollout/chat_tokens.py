@@ -30,7 +30,8 @@ class ChatTokenBuilder:
         chat_template_kwargs: extra keyword arguments for `apply_chat_template` (e.g. `enable_thinking`).
     """
 
-    def __init__(self, tokenizer, eos_token_ids: Sequence[int] | None = None, chat_template_kwargs: dict | None = None):
+    def __init__(self, tokenizer, eos_token_ids: Sequence[int] | None = None,
+                 chat_template_kwargs: dict | None = None):
         if not getattr(tokenizer, "chat_template", None):
             raise ChatTemplateError(
                 f"The tokenizer {tokenizer.name_or_path!r} has no chat template. Set `tokenizer.chat_template` (for "
@@ -121,8 +122,8 @@ class ChatTokenBuilder:
 
     def _error(self, what: str) -> ChatTemplateError:
         return ChatTemplateError(
-            f"The chat template of {self._name!r} cannot be extended token-exactly: {what}. Multi-turn rollouts need a "
-            "prefix-preserving template (each turn only appends tokens). Pass a template that is, e.g. "
+            f"The chat template of {self._name!r} cannot be extended token-exactly: {what}. Multi-turn rollouts need "
+            "a prefix-preserving template (each turn only appends tokens). Pass a template that is, e.g. "
             "`tokenizer.chat_template = trl.chat_template_utils.get_training_chat_template(tokenizer)` or one of "
             "the `*_training.jinja` templates shipped in `trl/chat_templates/`."
         )

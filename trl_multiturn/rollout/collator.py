@@ -155,7 +155,8 @@ class MultiTurnRolloutCollator:
             ep.done, ep.won = True, bool(result.won)
             return
         start, end = ep.turn_spans[-1]
-        appended = self.tokens.close_ids(ep.completion_ids[start:end]) + self.tokens.observation_ids(result.observation)
+        appended = self.tokens.close_ids(ep.completion_ids[start:end])
+        appended += self.tokens.observation_ids(result.observation)
         if self.max_episode_tokens is not None and ep.num_tokens + len(appended) >= self.max_episode_tokens:
             ep.done = ep.truncated = True  # no room left for the observation and a reply after it
             return
