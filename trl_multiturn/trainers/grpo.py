@@ -54,8 +54,7 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
             raise ValueError("MultiTurnGRPOTrainer plays episodes through `environment_factory`; `tools` and "
                              "`rollout_func` belong to TRL's single-call GRPOTrainer and cannot be combined with it.")
         if args is None:
-            name = model if isinstance(model, str) else model.config._name_or_path
-            args = MultiTurnGRPOConfig(output_dir=f"{str(name).split('/')[-1]}-MultiTurnGRPO")
+            args = self._default_args(MultiTurnGRPOConfig, model)
         if args.scale_rewards == "batch":
             raise ValueError("scale_rewards='batch' is not supported for multi-turn credit; use 'group' or 'none'.")
         reward_funcs, reward_processing_classes = self._with_environment_reward(

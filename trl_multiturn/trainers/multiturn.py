@@ -150,6 +150,12 @@ class MultiTurnMixin:
     # -- set-up -------------------------------------------------------------------------------------------------------
 
     @staticmethod
+    def _default_args(config_cls, model):
+        """TRL's default when `args` is None: the config with an output folder named after the model and trainer."""
+        name = model if isinstance(model, str) else model.config._name_or_path
+        return config_cls(output_dir=f"{str(name).split('/')[-1]}-{config_cls.__name__.removesuffix('Config')}")
+
+    @staticmethod
     def _with_environment_reward(reward_funcs, args, reward_processing_classes):
         """Put the environment's return first among the reward sources, so no dummy reward is ever needed."""
         if args.remove_unused_columns:

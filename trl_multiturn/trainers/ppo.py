@@ -162,8 +162,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         value_peft_config=None,
     ):
         if args is None:
-            name = model if isinstance(model, str) else model.config._name_or_path
-            args = MultiTurnPPOConfig(output_dir=f"{str(name).split('/')[-1]}-MultiTurnPPO")
+            args = self._default_args(MultiTurnPPOConfig, model)
         if not isinstance(args, MultiTurnPPOConfig):
             raise TypeError(f"args must be a MultiTurnPPOConfig, got {type(args).__name__}")
         if optimizers[0] is not None:

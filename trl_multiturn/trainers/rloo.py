@@ -128,8 +128,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         environment_factory=None,
     ):
         if args is None:
-            name = model if isinstance(model, str) else model.config._name_or_path
-            args = MultiTurnRLOOConfig(output_dir=f"{str(name).split('/')[-1]}-MultiTurnRLOO")
+            args = self._default_args(MultiTurnRLOOConfig, model)
         reward_funcs, reward_processing_classes = self._with_environment_reward(
             reward_funcs, args, reward_processing_classes
         )
