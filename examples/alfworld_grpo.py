@@ -128,6 +128,7 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
         print(f"greedy evaluation on {len(eval_tasks)} {script_args.eval_split} games: {result}")
     if training_args.push_to_hub:
         trainer.push_to_hub()
+    trainer.accelerator.end_training()  # destroy the process group before exit-time destructors run
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
     trainer.save_model(training_args.output_dir)
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name or "trl-multiturn/swegym-offline")
+    trainer.accelerator.end_training()  # destroy the process group before exit-time destructors run
 
 
 if __name__ == "__main__":

@@ -74,7 +74,8 @@ class TextWorldScriptArguments:
 
 def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, training_args, **trainer_kwargs):
     """What every TextWorld example does: train `trainer_cls` on the train split's games, save, evaluate greedily
-    on held-out games (when `num_eval_games > 0`), and push to the Hub if asked. Returns the trainer."""
+    on held-out games (when `num_eval_games > 0`), push to the Hub if asked, and end the run (the distributed
+    process group is destroyed, so the trainer is no longer usable across ranks). Returns the trainer."""
     trainer = trainer_cls(
         model=script_args.model_path,
         args=training_args,
@@ -88,4 +89,5 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
         script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
     if training_args.push_to_hub:
         trainer.push_to_hub()
+    trainer.accelerator.end_training()  # destroy the process group before exit-time destructors run
     return trainer
