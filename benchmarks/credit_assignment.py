@@ -4,14 +4,15 @@ The task is a key-and-door corridor with a known optimal policy and 3-4 decision
 tiny offline model of `trl_multiturn.testing` with its output restricted to the four action words (one token each;
 a reply is one token, `max_completion_length=1`), so that what is measured is how fast each estimator's credit
 turns rewards into the right decisions, not how fast a random model learns to spell. Training uses the real
-`MultiTurnGRPOTrainer` (`MultiTurnPPOTrainer` for the critic's estimators, `gae` and `turn_gae`) with the same
-batch of 8 episodes per task per step for every estimator; greedy success is measured with
-`trl_multiturn.evaluation.evaluate` on every task after every `--eval-every` steps. Each seed fixes the initial
-model, so that within a seed only the estimator differs.
+`MultiTurnGRPOTrainer` (`MultiTurnPPOTrainer` for the critic's estimators, `gae` and `turn_gae`;
+`MultiTurnRLOOTrainer` with `--rloo-trainer`) with the same batch of 8 episodes per task per step for every
+estimator; greedy success is measured with `trl_multiturn.evaluation.evaluate` on every task after every
+`--eval-every` steps. Each seed fixes the initial model, so that within a seed only the estimator differs.
 
     python benchmarks/credit_assignment.py               # full table: 3 seeds x 4 estimators x {sparse, dense}
     python benchmarks/credit_assignment.py --quick       # one seed, a shorter budget: a smoke run
     python benchmarks/credit_assignment.py --estimators grpo gigpo --reward-modes sparse --seeds 0 1
+    python benchmarks/credit_assignment.py --rloo-trainer --estimators rloo turn_rloo --reward-modes sparse
 
 A run that never reaches the target within `--max-steps` is shown as `>N` (N = the episodes it was given).
 """
@@ -106,15 +107,28 @@ def restrict_vocabulary(model, tokenizer, words=ACTIONS) -> None:
     model.set_output_embeddings(head)
 
 
-def trainer_for(estimator: str):
-    """(trainer class, config class, extra config fields): PPO for the critic's estimators (`gae`, `turn_gae`), with
-    the KL penalty off as GRPO's is (beta=0), so that only the credit differs; GRPO for every other estimator."""
-    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnPPOConfig, MultiTurnPPOTrainer
+def trainer_for(estimator: str, rloo_trainer: bool = False):
+    """(trainer class, config class, extra config fields, label): PPO for the critic's estimators (`gae`,
+    `turn_gae`), with the KL penalty off as GRPO's is (beta=0), so that only the credit differs; GRPO for every other
+    estimator, or RLOO (beta=0) when `rloo_trainer`: one importance ratio per episode for `rloo`, TRL's own
+    objective, and one per turn for the turn-level estimators."""
+    from trl_multiturn import (
+        MultiTurnGRPOConfig,
+        MultiTurnGRPOTrainer,
+        MultiTurnPPOConfig,
+        MultiTurnPPOTrainer,
+        MultiTurnRLOOConfig,
+        MultiTurnRLOOTrainer,
+    )
     from trl_multiturn.credit.gae import VALUE_ESTIMATORS
 
     if estimator in VALUE_ESTIMATORS:
-        return MultiTurnPPOTrainer, MultiTurnPPOConfig, {"kl_coef": 0.0}
-    return MultiTurnGRPOTrainer, MultiTurnGRPOConfig, {}
+        return MultiTurnPPOTrainer, MultiTurnPPOConfig, {"kl_coef": 0.0}, f"{estimator} (PPO)"
+    if rloo_trainer:
+        granularity = "episode" if estimator == "rloo" else "turn"
+        return (MultiTurnRLOOTrainer, MultiTurnRLOOConfig, {"beta": 0.0, "loss_granularity": granularity},
+                f"{estimator} (RLOO)")
+    return MultiTurnGRPOTrainer, MultiTurnGRPOConfig, {}, estimator
 
 
 @dataclass
@@ -127,7 +141,7 @@ class RunResult:
 
 def run(estimator: str, reward_mode: str, seed: int, *, max_steps: int, eval_every: int, num_generations: int,
         learning_rate: float, target: float, hidden_size: int, max_turns: int, turn_gamma: float,
-        workdir: str) -> RunResult:
+        rloo_trainer: bool, workdir: str) -> RunResult:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
@@ -140,7 +154,7 @@ def run(estimator: str, reward_mode: str, seed: int, *, max_steps: int, eval_eve
     model = AutoModelForCausalLM.from_pretrained(path)
     restrict_vocabulary(model, tokenizer)
     batch = len(tasks) * num_generations
-    trainer_cls, config_cls, extra = trainer_for(estimator)
+    trainer_cls, config_cls, extra, _ = trainer_for(estimator, rloo_trainer)
     args = config_cls(
         output_dir=os.path.join(workdir, f"{estimator}-{reward_mode}-{seed}"), advantage_estimator=estimator,
         reward_mode=reward_mode, max_turns=max_turns, turn_gamma=turn_gamma, system_prompt=SYSTEM_PROMPT,
@@ -204,6 +218,8 @@ def main(argv=None) -> None:
     parser.add_argument("--hidden-size", type=int, default=64, help="Width of the tiny policy model.")
     parser.add_argument("--target", type=float, default=0.9, help="Greedy success rate to reach.")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the model is tiny: 1 is enough).")
+    parser.add_argument("--rloo-trainer", action="store_true",
+                        help="Train the critic-free estimators with MultiTurnRLOOTrainer instead of GRPO.")
     parser.add_argument("--quick", action="store_true", help="One seed and 20 steps: a smoke run of the table.")
     args = parser.parse_args(argv)
     if args.quick:
@@ -219,10 +235,11 @@ def main(argv=None) -> None:
                     result = run(estimator, mode, seed, max_steps=args.max_steps, eval_every=args.eval_every,
                                  num_generations=args.num_generations, learning_rate=args.learning_rate,
                                  target=args.target, hidden_size=args.hidden_size, max_turns=args.max_turns,
-                                 turn_gamma=args.turn_gamma, workdir=workdir)
-                    results.setdefault((estimator, mode), []).append(result)
+                                 turn_gamma=args.turn_gamma, rloo_trainer=args.rloo_trainer, workdir=workdir)
+                    label = trainer_for(estimator, args.rloo_trainer)[3]
+                    results.setdefault((label, mode), []).append(result)
                     reached = result.episodes if result.episodes is not None else f">{result.budget}"
-                    print(f"{estimator:10s} {mode:7s} seed {seed}: episodes to {args.target:.0%} greedy success "
+                    print(f"{label:10s} {mode:7s} seed {seed}: episodes to {args.target:.0%} greedy success "
                           f"{reached} (final {result.final_success:.0%}, {result.seconds:.0f}s)", flush=True)
     tasks = all_tasks()
     print(f"\nKey-door corridor, {len(tasks)} tasks (3-4 decisions each), {args.num_generations} episodes per task "
