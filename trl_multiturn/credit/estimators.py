@@ -155,13 +155,6 @@ def leave_one_out(values: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) 
     return torch.where(mask & ~stats.equal & (stats.count > 1), adv, 0.0)
 
 
-def group_mean_std(values: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor):
-    """Per episode: the mean and unbiased std of `values` over the valid members of its group (std 0 for a group of
-    one). Invalid elements neither count nor receive statistics (NaN)."""
-    stats = keyed_stats(values, group_ids.unsqueeze(-1), valid)
-    return stats.mean, stats.std
-
-
 def _broadcast_to_turns(per_episode: torch.Tensor, batch: CreditBatch) -> torch.Tensor:
     return torch.where(batch.live_turns, per_episode.unsqueeze(1).expand_as(batch.rewards), 0.0)
 

@@ -96,6 +96,13 @@ def masked_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, 
     return advantages, returns
 
 
+def masked_moments(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(sum, sum of squares, count) of `values` over the positions where `mask` is True, as one tensor (so that
+    processes can sum them with one reduction)."""
+    mask = mask.to(values.dtype)
+    return torch.stack([(values * mask).sum(), (values ** 2 * mask).sum(), mask.sum()])
+
+
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, moments: torch.Tensor | None = None,
                   eps: float = 1e-8) -> torch.Tensor:
     """(values - mean) / sqrt(var + eps) over the positions where `mask` is True, 0 elsewhere.
@@ -103,9 +110,8 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, moments: torch.Tenso
     `moments` = (sum, sum of squares, count) over the masked positions; pass them summed over all processes to
     whiten with the global statistics (default: this tensor's own). The variance is the unbiased one.
     """
-    mask = mask.to(values.dtype)
     if moments is None:
-        moments = torch.stack([(values * mask).sum(), (values ** 2 * mask).sum(), mask.sum()])
+        moments = masked_moments(values, mask)
     total, total_sq, count = moments
     mean = total / count.clamp(min=1.0)
     var = (total_sq - count * mean ** 2) / (count - 1).clamp(min=1.0)

@@ -41,6 +41,7 @@ class ChatTokenBuilder:
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.eos_token_ids = set(eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id])
         self._name = tokenizer.name_or_path or type(tokenizer).__name__
+        self._probe_prompt_ids = self.render(self._probe_messages()[:1], add_generation_prompt=True)
         self._probe_closed_ids = self.render(self._probe_messages(), add_generation_prompt=False)
         self.end_of_turn_id, self._turn_tail = self._probe_turn_close()
         self._check_round_trip()
@@ -78,7 +79,7 @@ class ChatTokenBuilder:
 
     def assistant_content_ids(self, content: str) -> list[int]:
         """The tokens the template gives an assistant reply's content, end-of-turn token included (for SFT)."""
-        prompt = self.render([{"role": "user", "content": _PROBE_USER}], add_generation_prompt=True)
+        prompt = self._probe_prompt_ids
         full = self.render(
             [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": content}],
             add_generation_prompt=False,
@@ -92,8 +93,7 @@ class ChatTokenBuilder:
         return [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_REPLY}]
 
     def _probe_turn_close(self) -> tuple[int, list[int]]:
-        prompt = self.render(self._probe_messages()[:1], add_generation_prompt=True)
-        closed = self._probe_closed_ids
+        prompt, closed = self._probe_prompt_ids, self._probe_closed_ids
         if closed[: len(prompt)] != prompt:
             raise self._error("an assistant turn does not extend the generation prompt token by token")
         eot = self._end_of_turn_index(closed, len(prompt))
@@ -112,7 +112,7 @@ class ChatTokenBuilder:
         """Build a three-turn conversation incrementally and compare it with the template's own rendering."""
         messages = [{"role": "user", "content": "first observation"}]
         ids = self.prompt_ids(messages)
-        for k, (reply, obs) in enumerate([("go north", "You are in a hall."), ("take key", "Taken.")]):
+        for reply, obs in [("go north", "You are in a hall."), ("take key", "Taken.")]:
             ids += self.assistant_content_ids(reply)
             ids += self.observation_ids(obs)
             messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": obs}]

@@ -47,11 +47,6 @@ class Episode:
         """Per turn: True where the action parser could not read the reply."""
         return [a is None for a in self.actions]
 
-    @property
-    def env_return(self) -> float:
-        """Sum of the environment's per-turn rewards."""
-        return float(sum(self.turn_rewards))
-
     def messages(self) -> list[dict]:
         """The whole conversation as chat messages (for logs and reward functions), decoded replies included."""
         out = list(self.prompt_messages)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from trl import GRPOConfig, GRPOTrainer
 
-from .multiturn import MultiTurnArguments, MultiTurnMixin, bf16_only_where_supported
+from .multiturn import MultiTurnArguments, MultiTurnMixin, bf16_only_where_supported, default_args
 
 
 @dataclass
@@ -54,7 +54,7 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
             raise ValueError("MultiTurnGRPOTrainer plays episodes through `environment_factory`; `tools` and "
                              "`rollout_func` belong to TRL's single-call GRPOTrainer and cannot be combined with it.")
         if args is None:
-            args = self._default_args(MultiTurnGRPOConfig, model)
+            args = default_args(MultiTurnGRPOConfig, model)
         if args.scale_rewards == "batch":
             raise ValueError("scale_rewards='batch' is not supported for multi-turn credit; use 'group' or 'none'.")
         reward_funcs, reward_processing_classes = self._with_environment_reward(

@@ -137,6 +137,12 @@ def bf16_only_where_supported(config) -> None:
             config.bf16 = False
 
 
+def default_args(config_cls, model):
+    """TRL's default when `args` is None: the config with an output folder named after the model and trainer."""
+    name = model if isinstance(model, str) else model.config._name_or_path
+    return config_cls(output_dir=f"{str(name).split('/')[-1]}-{config_cls.__name__.removesuffix('Config')}")
+
+
 def environment_return(episode_return, **kwargs):
     """The environment's trajectory return under the configured reward mode (None for a failed episode)."""
     return list(episode_return)
@@ -148,12 +154,6 @@ class MultiTurnMixin:
     environment_reward_name = environment_return.__name__
 
     # -- set-up -------------------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _default_args(config_cls, model):
-        """TRL's default when `args` is None: the config with an output folder named after the model and trainer."""
-        name = model if isinstance(model, str) else model.config._name_or_path
-        return config_cls(output_dir=f"{str(name).split('/')[-1]}-{config_cls.__name__.removesuffix('Config')}")
 
     @staticmethod
     def _with_environment_reward(reward_funcs, args, reward_processing_classes):

@@ -36,9 +36,9 @@ from transformers import set_seed
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model
 
-from ..credit.gae import ValueBatch, get_value_estimator, masked_whiten
+from ..credit.gae import ValueBatch, get_value_estimator, masked_moments, masked_whiten
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
-from .multiturn import reference_from_policy
+from .multiturn import default_args, reference_from_policy
 from .value_model import create_value_model, load_value_model_weights, save_value_model, token_values
 
 
@@ -162,7 +162,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         value_peft_config=None,
     ):
         if args is None:
-            args = self._default_args(MultiTurnPPOConfig, model)
+            args = default_args(MultiTurnPPOConfig, model)
         if not isinstance(args, MultiTurnPPOConfig):
             raise TypeError(f"args must be a MultiTurnPPOConfig, got {type(args).__name__}")
         if optimizers[0] is not None:
@@ -306,9 +306,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
 
     def _global_moments(self, values, mask):
         """(sum, sum of squares, count) of `values` over `mask`, summed over all processes (for whitening)."""
-        mask = mask.to(values.dtype)
-        moments = torch.stack([(values * mask).sum(), (values ** 2 * mask).sum(), mask.sum()])
-        return self.accelerator.reduce(moments, reduction="sum")
+        return self.accelerator.reduce(masked_moments(values, mask), reduction="sum")
 
     # -- loss ---------------------------------------------------------------------------------------------------------
 

@@ -21,7 +21,13 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd, pad
 
 from ..credit.gae import turn_index
-from .multiturn import MultiTurnArguments, MultiTurnMixin, bf16_only_where_supported, reference_from_policy
+from .multiturn import (
+    MultiTurnArguments,
+    MultiTurnMixin,
+    bf16_only_where_supported,
+    default_args,
+    reference_from_policy,
+)
 
 LOSS_GRANULARITIES = ("episode", "turn")
 
@@ -128,7 +134,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         environment_factory=None,
     ):
         if args is None:
-            args = self._default_args(MultiTurnRLOOConfig, model)
+            args = default_args(MultiTurnRLOOConfig, model)
         reward_funcs, reward_processing_classes = self._with_environment_reward(
             reward_funcs, args, reward_processing_classes
         )

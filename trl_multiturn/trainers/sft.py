@@ -11,7 +11,7 @@ from trl.data_utils import get_dataset_column_names
 
 from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
-from .multiturn import bf16_only_where_supported
+from .multiturn import bf16_only_where_supported, default_args
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +94,7 @@ class MultiTurnSFTTrainer(SFTTrainer):
         environment_factory=None,
     ):
         if args is None:
-            name = model if isinstance(model, str) else model.config._name_or_path
-            args = MultiTurnSFTConfig(output_dir=f"{str(name).split('/')[-1]}-MultiTurnSFT")
+            args = default_args(MultiTurnSFTConfig, model)
         elif not isinstance(args, MultiTurnSFTConfig):
             raise TypeError(f"args must be a MultiTurnSFTConfig, got {type(args).__name__}: the trainer needs its "
                             "system_prompt / action_parser / chat_template_kwargs fields")
