@@ -224,10 +224,11 @@ class SWEGymEnv(Environment):
             message = f"the old text occurs {count} times in {action.path}; {hint}"
             return StepResult(f"[error] {message}", info={"action": "replace", "error": message})
         at = text.index(action.old)
-        self.sandbox.write_file(action.path, text.replace(action.old, action.new, 1))
+        new_text = text[:at] + action.new + text[at + len(action.old):]
+        self.sandbox.write_file(action.path, new_text)
         first = text.count("\n", 0, at) + 1
         new_lines = (text[:at] + action.new).count("\n") + 1
-        lines = (text[:at] + action.new + text[at + len(action.old):]).splitlines()
+        lines = new_text.splitlines()
         lo, hi = max(1, first - 2), min(len(lines), new_lines + 2)
         snippet, _ = self._fit(_numbered(lines[lo - 1 : hi], lo))
         return StepResult(f"Edited {action.path}; lines {lo}-{hi} now read:\n{snippet}", info={"action": "replace"})

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .patches import patch_paths
-from .sandbox import SandboxConfig, docker_image_name, make_sandbox, truncate_middle
+from .sandbox import SandboxConfig, make_sandbox, task_image, truncate_middle
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
 REWARD_MODES = ("resolved", "dense")
@@ -101,29 +101,30 @@ def eval_script(task: dict, test_cmd: str, test_patch_path: str, workdir: str) -
     files = [shlex.quote(f) for f in patch_paths(task["test_patch"])]
     lines = ["#!/bin/bash", "set -uxo pipefail", f"cd {shlex.quote(workdir)}"]
     # a test file the base commit lacks cannot be checked out: remove it, as the test patch creates it
-    lines += [f"git checkout -q {base} -- {f} 2>/dev/null || rm -f -- {f}" for f in files]
+    restore_tests = [f"git checkout -q {base} -- {f} 2>/dev/null || rm -f -- {f}" for f in files]
+    lines += restore_tests
     lines += [
         f"git apply --verbose {shlex.quote(test_patch_path)}",
         f"echo '{START_TEST_OUTPUT}'",
         f"{test_cmd} {' '.join(files)}",
         f"echo '{END_TEST_OUTPUT}'",
     ]
-    lines += [f"git checkout -q {base} -- {f} 2>/dev/null || rm -f -- {f}" for f in files]
+    lines += restore_tests
     return "\n".join(lines) + "\n"
 
 
-def make_spec(task: dict, script: str, config: SandboxConfig):
+def make_spec(task: dict, script: str, config: SandboxConfig, f2p: list[str], p2p: list[str]):
     """swebench's TestSpec for a row outside its repository map: pytest log parser, pass-and-fail grading."""
     from swebench.harness.utils import make_test_spec
 
     return make_test_spec(
         {
             "instance_id": task["instance_id"],
-            "image": task.get("image_name") or docker_image_name(task["instance_id"], config),
+            "image": task_image(task, config),
             "repo": task["repo"],
             "version": str(task.get("version", "")),
-            "FAIL_TO_PASS": as_test_list(task["FAIL_TO_PASS"], "FAIL_TO_PASS"),
-            "PASS_TO_PASS": as_test_list(task["PASS_TO_PASS"], "PASS_TO_PASS"),
+            "FAIL_TO_PASS": f2p,
+            "PASS_TO_PASS": p2p,
             "log_parser": "parse_log_pytest",
             "eval_type": "pass_and_fail",
             "eval_script": script,
@@ -175,7 +176,7 @@ def grade_patch(
             applied, log = _apply_model_patch(sandbox, patch)
             if applied:
                 test_patch_path = sandbox.write_scratch("test.patch", task["test_patch"])
-                spec = make_spec(task, eval_script(task, test_cmd, test_patch_path, sandbox.workdir), config)
+                spec = make_spec(task, eval_script(task, test_cmd, test_patch_path, sandbox.workdir), config, f2p, p2p)
                 script_path = sandbox.write_scratch("eval.sh", spec.eval_script)
                 result = sandbox.run(f"/bin/bash {shlex.quote(script_path)}", timeout=eval_timeout)
                 log += "\n" + result.output
@@ -183,7 +184,7 @@ def grade_patch(
                     timed_out = True
                     log += f"\n{TESTS_TIMEOUT}\nTimeout error: {eval_timeout:g} seconds exceeded."
     if spec is None:
-        spec = make_spec(task, eval_script(task, test_cmd, "/dev/null", "."), config)
+        spec = make_spec(task, eval_script(task, test_cmd, "/dev/null", "."), config, f2p, p2p)
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "test_output.txt"
         log_path.write_text(log, encoding="utf-8")

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import TaskError
-from .tasks import default_cache_dir, shipped_repo
+from .tasks import shipped_repo
 from .tasks.source import git
 
 SANDBOXES = ("local", "docker")
@@ -414,8 +414,7 @@ class LocalSandbox(Sandbox):
 
     def _source_repo(self, task: dict) -> Path:
         repo, base = task["repo"], task["base_commit"]
-        cache = self.config.repo_cache_dir or default_cache_dir()
-        built = shipped_repo(repo, base, cache)
+        built = shipped_repo(repo, base, self.config.repo_cache_dir)
         if built is not None:
             return built
         if self.config.repos_dir:
@@ -643,6 +642,11 @@ def docker_image_name(instance_id: str, config: SandboxConfig | None = None) -> 
     return config.docker_image_template.format(instance_id=instance_id.replace("__", config.docker_dunder).lower())
 
 
+def task_image(task: dict, config: SandboxConfig | None = None) -> str:
+    """The image a task row runs in: its `image_name` column, else SWE-Gym's image for its instance id."""
+    return task.get("image_name") or docker_image_name(task["instance_id"], config)
+
+
 class DockerSandbox(Sandbox):
     """The task's prebuilt image in a fresh container; commands through `docker exec` (the Docker SDK).
 
@@ -658,7 +662,7 @@ class DockerSandbox(Sandbox):
         self.workdir = self.config.docker_workdir
 
     def image_for(self, task: dict) -> str:
-        return task.get("image_name") or docker_image_name(task["instance_id"], self.config)
+        return task_image(task, self.config)
 
     def container_options(self, task: dict) -> dict[str, Any]:
         """Keyword arguments of `client.containers.run` for `task`."""
