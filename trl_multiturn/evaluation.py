@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from .rollout import Episode, MultiTurnRolloutCollator
-from .rollout.generation import hf_generate_fn
+from .rollout.generation import generation_eos_ids, hf_generate_fn, reply_eos_ids
 
 
 @dataclass
@@ -64,9 +64,7 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
         raise ValueError("evaluate(model=<object>) needs `tokenizer=`; pass the model's tokenizer.")
     was_training = model.training
     model.eval()
-    eos = [tokenizer.eos_token_id]
-    generation_eos = getattr(model.generation_config, "eos_token_id", None)
-    eos += [t for t in ([generation_eos] if isinstance(generation_eos, int) else generation_eos or []) if t not in eos]
+    eos = reply_eos_ids(tokenizer, generation_eos_ids(model))
     collator = MultiTurnRolloutCollator(
         environment_factory, tokenizer, hf_generate_fn(model, tokenizer, eos, temperature=temperature),
         max_turns=max_turns, max_reply_tokens=max_reply_tokens, max_episode_tokens=max_episode_tokens,

@@ -31,9 +31,9 @@ def _gguf_path() -> Path:
     return Path(spec.submodule_search_locations[0]) / _GGUF_NAME
 
 
-def offline_default_model(cache_dir: str | os.PathLike | None = None) -> str:
+def offline_default_model() -> str:
     """Path to a `transformers` checkpoint of SmolLM2-135M-Instruct, converted from GGUF on first use."""
-    out = Path(cache_dir) if cache_dir else _cache_root() / "smollm2-135m-instruct"
+    out = _cache_root() / "smollm2-135m-instruct"
     if (out / "config.json").exists() and any(out.glob("*.safetensors")):
         return str(out)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

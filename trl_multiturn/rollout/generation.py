@@ -1,4 +1,5 @@
-"""A plain `transformers` generate function for the collator, for evaluation and scripts outside a trainer.
+"""A plain `transformers` generate function for the collator, for evaluation and scripts outside a trainer, and
+the end-of-reply token ids that evaluation and SFT share with the RL trainers.
 
 Inside a trainer the collator uses the trainer's own backend (transformers, vLLM colocate or server) instead.
 """
@@ -50,3 +51,24 @@ def hf_generate_fn(model, tokenizer, eos_token_ids=None, temperature: float = 0.
         return out, None
 
     return generate
+
+
+def generation_eos_ids(model) -> list[int]:
+    """The generation-config eos ids of `model` (an object or a path); [] when it has none."""
+    from transformers import GenerationConfig
+
+    if isinstance(model, str):
+        try:
+            config = GenerationConfig.from_pretrained(model)
+        except OSError:  # no generation_config.json: the RL trainers then use the tokenizer's eos alone
+            return []
+    else:
+        config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
+def reply_eos_ids(tokenizer, generation_eos: list[int]) -> list[int]:
+    """The ids a reply stops on, as the RL trainers take them: the tokenizer's eos, then the model's
+    generation-config eos ids (`generation_eos_ids`) other than it."""
+    return [tokenizer.eos_token_id, *(t for t in generation_eos if t != tokenizer.eos_token_id)]

@@ -11,6 +11,7 @@ from trl.data_utils import get_dataset_column_names
 
 from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
+from ..rollout.generation import generation_eos_ids, reply_eos_ids
 from .multiturn import bf16_only_where_supported, default_args
 
 logger = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class MultiTurnSFTTrainer(SFTTrainer):
                             "system_prompt / action_parser / chat_template_kwargs fields")
         # Set before the parent's __init__, which prepares the datasets through `_prepare_dataset`.
         self.environment_factory = environment_factory
-        self._generation_eos_ids = _generation_eos_ids(model)
+        self._generation_eos_ids = generation_eos_ids(model)
         super().__init__(
             model=model,
             args=args,
@@ -122,7 +123,7 @@ class MultiTurnSFTTrainer(SFTTrainer):
         """The token builder an RL trainer builds for this tokenizer and config (same eos ids, same template
         arguments)."""
         args = args if args is not None else self.args
-        eos = [tokenizer.eos_token_id, *(t for t in self._generation_eos_ids if t != tokenizer.eos_token_id)]
+        eos = reply_eos_ids(tokenizer, self._generation_eos_ids)
         return ChatTokenBuilder(tokenizer, eos, args.chat_template_kwargs)
 
     def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
@@ -177,18 +178,3 @@ class MultiTurnSFTTrainer(SFTTrainer):
         if long:
             logger.warning("%d of %d %s episodes are longer than max_length=%d tokens: their later turns are cut off. "
                            "Raise max_length to train on whole episodes.", long, len(episodes), dataset_name, limit)
-
-
-def _generation_eos_ids(model) -> list[int]:
-    """The model's generation-config eos ids, which the RL trainers add to the tokenizer's eos."""
-    from transformers import GenerationConfig
-
-    if isinstance(model, str):
-        try:
-            config = GenerationConfig.from_pretrained(model)
-        except OSError:  # no generation_config.json: the RL trainers then use the tokenizer's eos alone
-            return []
-    else:
-        config = getattr(model, "generation_config", None)
-    eos = getattr(config, "eos_token_id", None)
-    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)

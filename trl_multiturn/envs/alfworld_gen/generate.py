@@ -67,12 +67,12 @@ class GeneratedGame:
     split: str
     trial: str  # "<task folder>/<trial id>", relative to json_2.1.1/<split>/
     traj_data: dict
-    initial_state: str
     game: dict
 
     @property
-    def walkthrough(self) -> list[str]:
-        return list(self.game["walkthrough"])
+    def initial_state(self) -> str:
+        """The PDDL problem (`initial_state.pddl`), as the game file holds it."""
+        return self.game["pddl_problem"]
 
     def write(self, root: str | os.PathLike) -> Path:
         """Write the trial under `root/json_2.1.1/<split>/` and return its `game.tw-pddl` path."""
@@ -131,7 +131,7 @@ def generate_game(
             "solvable": None,
             "walkthrough": None,
         }
-        candidate = GeneratedGame(split, f"{problem.task_folder(room)}/{problem_id}", traj, game["pddl_problem"], game)
+        candidate = GeneratedGame(split, f"{problem.task_folder(room)}/{problem_id}", traj, game)
         with tempfile.TemporaryDirectory(prefix="alfworld-gen-") as tmp:
             _write_trial(Path(tmp), candidate)
             try:
