@@ -9,8 +9,8 @@ import pytest
 from trl_multiturn.envs import ALFWorldEnv, TaskError
 from trl_multiturn.envs.alfworld import ALFWorldConfig, list_tasks
 
-# CI clones the repository with `shared/` beside it; the game is one trial of ALFWorld's training set.
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "alfworld"
+# One trial of ALFWorld's training set (MIT licence, see fixtures/alfworld/README.md), shipped with the tests.
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "alfworld"
 GOAL = "heat some potato and put it in sinkbasin"
 
 
@@ -19,7 +19,7 @@ def row():
     if not sorted(FIXTURE.glob("json_2.1.1/train/*/*/game.tw-pddl")):
         pytest.fail(
             f"The real ALFWorld game fixture is missing: expected json_2.1.1/train/<task>/<trial>/game.tw-pddl under "
-            f"{FIXTURE} (the `shared/` folder must sit beside the repository checkout)."
+            f"{FIXTURE}."
         )
     tasks = list_tasks(FIXTURE)
     assert len(tasks) == 1

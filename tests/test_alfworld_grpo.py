@@ -20,7 +20,7 @@ from trl_multiturn.models import OFFLINE_DEFAULT_MODEL
 from trl_multiturn.rollout import MultiTurnRolloutCollator
 from trl_multiturn.rollout.generation import hf_generate_fn
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "alfworld"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "alfworld"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def play(model_path, row, actions):
 
 def test_token_exact_and_env_mask_on_the_real_alfworld_game(tiny_model):
     if not list(FIXTURE.glob("json_2.1.1/train/*/*/game.tw-pddl")):
-        pytest.fail(f"The real ALFWorld game fixture is missing under {FIXTURE} (`shared/` beside the repository).")
+        pytest.fail(f"The real ALFWorld game fixture is missing under {FIXTURE}.")
     row = list_tasks(FIXTURE)[0]
     episode = play(tiny_model, row, ["go to microwave 1", "open microwave 1", "go to countertop 2"])
     goal = "Your task is to: heat some potato and put it in sinkbasin."
