@@ -204,3 +204,36 @@ def test_config_allows_one_episode_per_task_and_names_bad_fields(tmp_path):
         tiny_rl_args(MultiTurnPPOConfig, tmp_path, advantage_estimator="grpo")
     with pytest.raises(ValueError, match="cliprange_value"):
         tiny_rl_args(MultiTurnPPOConfig, tmp_path, cliprange_value=0.0)
+
+
+def test_the_critic_gradient_is_cleared_before_each_optimizer_step(tiny_chatml_model, tmp_path):
+    # Two micro-batches per optimizer step: the first backward of every step must start from no critic gradient (as
+    # the policy's does), the second must find the first one's gradient (accumulation still works).
+    trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 2}] * 4, reward_mode="dense",
+                           action_parser=ANY_REPLY, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                           max_steps=3)
+    seen = []
+    training_step = trainer.training_step
+
+    def recording_step(*args, **kwargs):
+        grads = [p.grad for p in trainer.unwrapped_critic.parameters() if p.grad is not None]
+        seen.append(sum(g.abs().sum().item() for g in grads))
+        return training_step(*args, **kwargs)
+
+    trainer.training_step = recording_step
+    trainer.train()
+    assert len(seen) == 6
+    assert seen[0::2] == [0.0, 0.0, 0.0], seen  # before the first backward of steps 0, 1, 2
+    assert all(s > 0 for s in seen[1::2]), seen  # the second micro-batch adds to the first one's gradient
+
+
+def test_a_resumed_run_trains_the_critic_as_an_uninterrupted_one(tiny_chatml_model, tmp_path):
+    def train(output_dir, resume=None, **overrides):
+        trainer = make_trainer(tiny_chatml_model, output_dir, CountingEnv, [{"target": 2}] * 2, reward_mode="dense",
+                               action_parser=ANY_REPLY, per_device_train_batch_size=2, max_steps=3, **overrides)
+        trainer.train(resume_from_checkpoint=resume)
+        return critic_state(trainer)
+
+    uninterrupted = train(tmp_path / "a", save_strategy="steps", save_steps=2)
+    resumed = train(tmp_path / "b", resume=str(tmp_path / "a" / "checkpoint-2"))
+    assert same_weights(uninterrupted, resumed)

@@ -17,7 +17,8 @@ Design choices:
 
 - One optimizer. The critic's parameters are extra parameter groups of the trainer's optimizer (learning rate
   `critic_learning_rate`, default `learning_rate`), so TRL's scheduler, gradient accumulation and optimizer
-  checkpointing cover it with no second loop. Its gradients are clipped to `max_grad_norm` on their own.
+  checkpointing cover it with no second loop. Its gradients are clipped to `max_grad_norm` on their own, and
+  cleared wherever the training loop clears the policy's (`_ClearCriticGradients`).
 - Checkpoints: every checkpoint (and the final `save_model`) holds the policy as TRL writes it plus the critic in
   a `critic/` sub-folder (`save_pretrained` layout); `resume_from_checkpoint` loads it back into the critic, and the
   critic's optimizer state comes back with the trainer's `optimizer.pt`.
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 import trl.trainer.grpo_trainer as trl_grpo
 from torch import nn
-from transformers import set_seed
+from transformers import TrainerCallback, set_seed
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model
 
@@ -132,6 +133,24 @@ def clipped_value_loss(values, old_values, returns, mask, cliprange_value: float
     return loss, clip_fraction
 
 
+class _ClearCriticGradients(TrainerCallback):
+    """Clears the critic's gradients wherever the training loop clears the policy's.
+
+    The loop calls `model.zero_grad()` on the policy only: when training begins and after each optimizer step. The
+    critic's parameters are in the same optimizer, so without this each step would apply the sum of every critic
+    gradient since training began. `on_optimizer_step` runs once per optimizer step, after `optimizer.step()` and
+    before the next step's first backward, so the micro-batches of one step still accumulate."""
+
+    def __init__(self, critic: nn.Module):
+        self.critic = critic
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.critic.zero_grad(set_to_none=True)
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.critic.zero_grad(set_to_none=True)
+
+
 class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     """PPO with a critic over multi-turn episodes.
 
@@ -208,6 +227,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
             kwargs = self.args.gradient_checkpointing_kwargs or {"use_reentrant": False}
             critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         self.critic = self.accelerator.prepare_model(critic)
+        self.add_callback(_ClearCriticGradients(self.critic))
 
     @property
     def unwrapped_critic(self) -> nn.Module:
