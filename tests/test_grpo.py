@@ -137,3 +137,51 @@ def test_configs_use_bf16_only_where_the_hardware_has_it(config_name, tmp_path):
     if not is_torch_bf16_gpu_available():  # an explicit request is still TRL's to refuse
         with pytest.raises(ValueError, match="bf16"):
             config_cls(output_dir=str(tmp_path), bf16=True)
+
+
+def every_other_length(reply: str) -> str | None:
+    """Action parser that cannot read replies of odd length (about half of a random model's), so that episodes
+    skip environment steps at random turns."""
+    return None if len(reply) % 2 else (reply.strip() or "wait")
+
+
+def test_gigpo_anchors_a_turn_at_the_environment_state_even_after_an_unreadable_reply(tiny_chatml_model, tmp_path):
+    # CountingEnv's state is its step count. An unreadable reply does not step it: the next turn starts from the same
+    # state, though the model is shown the UNREADABLE_REPLY text. Reference: replay every episode's actions in a fresh
+    # environment, key each turn by the true state, and compute GiGPO (scale off) by brute force.
+    from trl_multiturn.rollout.collator import UNREADABLE_REPLY
+
+    trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 9}] * 8, reward_mode="dense",
+                           advantage_estimator="gigpo", scale_rewards="none", max_turns=4,
+                           per_device_train_batch_size=8, num_generations=4,
+                           action_parser=f"{__name__}:every_other_length")
+    torch.manual_seed(0)
+    inputs = _scored_batch(trainer, [{"target": 9}] * 8)
+    episodes = trainer._episodes
+    skipped = [k for ep in episodes for k, a in enumerate(ep.actions[:-1]) if a is None]
+    assert skipped, "no turn followed an unreadable reply: the test would not exercise the fix"
+    shown = [ep.observations[k] for ep in episodes for k, a in enumerate(ep.actions) if a is None]
+    assert set(shown) == {UNREADABLE_REPLY}  # what the model saw is kept; only the anchor is the real state
+
+    states, returns = [], []
+    for ep in episodes:
+        env, seen = CountingEnv(), []
+        env.reset(ep.task)
+        for action in ep.actions:
+            seen.append(env.turn)
+            if action is not None:
+                env.step(action)
+        states.append(seen)
+        returns.append([sum(ep.turn_rewards[k:]) for k in range(ep.num_turns)])
+    groups = [i // 4 for i in range(8)]
+    anchor_returns: dict[tuple, list[float]] = {}
+    for i in range(8):
+        for k, state in enumerate(states[i]):
+            anchor_returns.setdefault((groups[i], state), []).append(returns[i][k])
+    for i, ep in enumerate(episodes):
+        group_returns = [returns[j][0] for j in range(8) if groups[j] == groups[i]]
+        episode_term = returns[i][0] - sum(group_returns) / len(group_returns)
+        for k, (start, end) in enumerate(ep.turn_spans):
+            anchor = anchor_returns[(groups[i], states[i][k])]
+            expected = episode_term + returns[i][k] - sum(anchor) / len(anchor)
+            assert inputs["advantages"][i, start:end].tolist() == pytest.approx([expected] * (end - start), abs=1e-5)

@@ -31,8 +31,8 @@ class CreditBatch:
     turn_mask: (N, K) bool, True on an episode's real turns.
     group_ids: (N,) long, equal for episodes of the same task group.
     valid: (N,) bool, False for failed episodes.
-    observations: optional per-episode list of the observation each turn started from (for anchor-state
-        estimators such as GiGPO).
+    observations: optional per-episode list of the environment state each turn started from, as its last real
+        observation (`Episode.turn_states`; for anchor-state estimators such as GiGPO).
     """
 
     rewards: torch.Tensor

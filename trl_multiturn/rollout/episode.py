@@ -13,7 +13,9 @@ class Episode:
     `completion_ids` holds every token after the prompt: each turn's sampled reply (end-of-turn token included)
     followed by the template tokens that carry the next observation. `env_mask[i]` is 1 exactly where
     `completion_ids[i]` was sampled by the model. `turn_spans[k] = (start, end)` is the half-open range of turn k's
-    sampled tokens in `completion_ids`; `turn_rewards[k]` is the environment's reward for turn k.
+    sampled tokens in `completion_ids`; `turn_rewards[k]` is the environment's reward for turn k. `actions[k]` is
+    None when no action could be read from reply k: the environment was then not stepped, and `observations[k]` is
+    the collator's request for an action (what the model was shown), not a state of the environment.
     """
 
     task: dict
@@ -46,6 +48,19 @@ class Episode:
     def format_errors(self) -> list[bool]:
         """Per turn: True where the action parser could not read the reply."""
         return [a is None for a in self.actions]
+
+    @property
+    def turn_states(self) -> list[str]:
+        """Per turn: the environment's state the turn started from, as its last real observation (the first
+        observation, then each step's). A turn whose reply was unreadable did not step the environment, so the next
+        turn starts from the same state as it did, whatever the model was shown in between."""
+        state = self.prompt_messages[-1]["content"] if self.prompt_messages else ""
+        states = []
+        for k in range(self.num_turns):
+            states.append(state)
+            if k < len(self.observations) and self.actions[k] is not None:
+                state = self.observations[k]
+        return states
 
     def messages(self) -> list[dict]:
         """The whole conversation as chat messages (for logs and reward functions), decoded replies included."""

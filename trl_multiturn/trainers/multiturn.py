@@ -306,8 +306,7 @@ class MultiTurnMixin:
         rewards = [self._shaped_rewards(ep) for ep in self._episodes]
         if turn_penalties is not None:
             rewards = [[r - p for r, p in zip(rs, ps)] for rs, ps in zip(rewards, turn_penalties)]
-        local = [(r, not ep.failed, ep.turn_spans, self._turn_observations(ep))
-                 for r, ep in zip(rewards, self._episodes)]
+        local = [(r, not ep.failed, ep.turn_spans, ep.turn_states) for r, ep in zip(rewards, self._episodes)]
         everyone = gather_object(local)
         turn_rewards = self._with_trajectory_rewards([list(r) for r, _, _, _ in everyone], rewards_per_func)
         batch = CreditBatch.from_lists(
@@ -332,12 +331,6 @@ class MultiTurnMixin:
                 if r:
                     r[-1] += e
         return turn_rewards
-
-    @staticmethod
-    def _turn_observations(ep: Episode) -> list[str]:
-        """The observation each turn started from: the first observation, then each step's observation."""
-        first = ep.prompt_messages[-1]["content"] if ep.prompt_messages else ""
-        return [first, *ep.observations][: ep.num_turns]
 
     def _estimator_options(self) -> dict:
         return {"gamma": self.args.turn_gamma, "scale": self.args.scale_rewards != "none"}
