@@ -185,3 +185,20 @@ def test_gigpo_anchors_a_turn_at_the_environment_state_even_after_an_unreadable_
             anchor = anchor_returns[(groups[i], states[i][k])]
             expected = episode_term + returns[i][k] - sum(anchor) / len(anchor)
             assert inputs["advantages"][i, start:end].tolist() == pytest.approx([expected] * (end - start), abs=1e-5)
+
+
+def test_the_reference_model_is_the_policy_object_as_given(tiny_chatml_model, tmp_path):
+    # A policy changed in memory after loading (e.g. just fine-tuned): with beta > 0 the KL must anchor to these
+    # weights, not to the checkpoint at config._name_or_path.
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_chatml_model)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.1)
+    trainer = make_trainer(policy, tmp_path, CountingEnv, [{"target": 1}] * 4, beta=0.1)
+    ref = trainer.accelerator.unwrap_model(trainer.ref_model)
+    policy_params = dict(trainer.accelerator.unwrap_model(trainer.model).named_parameters())
+    ref_params = dict(ref.named_parameters())
+    assert ref is not policy and ref_params.keys() == policy_params.keys()
+    assert max((ref_params[n] - p).abs().max().item() for n, p in policy_params.items()) == 0.0

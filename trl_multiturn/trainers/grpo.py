@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import trl.trainer.grpo_trainer as trl_grpo
 from trl import GRPOConfig, GRPOTrainer
 
-from .multiturn import MultiTurnArguments, MultiTurnMixin, bf16_only_where_supported, default_args
+from .multiturn import (
+    MultiTurnArguments,
+    MultiTurnMixin,
+    bf16_only_where_supported,
+    default_args,
+    reference_from_policy,
+)
 
 
 @dataclass
@@ -28,7 +35,8 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
     Same arguments as `trl.GRPOTrainer`; `environment_factory` here is a callable returning a fresh
     `trl_multiturn.Environment` (not TRL's tool-calling environment), and each `train_dataset` row is one task that
     the environment's `reset` understands. `reward_funcs` are optional extra trajectory-level rewards with TRL's
-    signature; the environment's return under `reward_mode` is always the first reward source.
+    signature; the environment's return under `reward_mode` is always the first reward source. With a model object
+    and `beta > 0`, the reference model is a frozen copy of that object (not reloaded from `config._name_or_path`).
     """
 
     _tag_names = ["trl", "grpo", "trl-multiturn"]
@@ -60,19 +68,20 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         reward_funcs, reward_processing_classes = self._with_environment_reward(
             reward_funcs, args, reward_processing_classes
         )
-        super().__init__(
-            model=model,
-            reward_funcs=reward_funcs,
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            reward_processing_classes=reward_processing_classes,
-            callbacks=callbacks,
-            optimizers=optimizers,
-            quantization_config=quantization_config,
-            peft_config=peft_config,
-        )
+        with reference_from_policy(trl_grpo, model, args.beta != 0.0, peft_config):
+            super().__init__(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                reward_processing_classes=reward_processing_classes,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                quantization_config=quantization_config,
+                peft_config=peft_config,
+            )
         self._init_multiturn(environment_factory)
 
     def _generate_and_score_completions(self, inputs):

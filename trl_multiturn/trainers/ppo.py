@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import trl.trainer.grpo_trainer as trl_grpo
 from torch import nn
 from transformers import TrainerCallback, set_seed
 from trl.models.utils import disable_gradient_checkpointing
@@ -39,7 +38,7 @@ from trl.trainer.utils import disable_dropout_in_model
 
 from ..credit.gae import ValueBatch, get_value_estimator, masked_moments, masked_whiten
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
-from .multiturn import default_args, reference_from_policy
+from .multiturn import default_args
 from .value_model import create_value_model, load_value_model_weights, save_value_model, token_values
 
 
@@ -193,26 +192,26 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
             peft_config=value_peft_config if value_peft_config is not None else peft_config,
             model_init_kwargs=args.model_init_kwargs,
         )
-        # TRL builds a reference model only for beta != 0; PPO also needs one for the KL folded into the reward.
+        # TRL builds a reference model only for beta != 0 (from the policy object: `MultiTurnGRPOTrainer`); PPO also
+        # needs one for the KL folded into the reward.
         loss_beta = args.beta
         needs_reference = args.kl_coef != 0.0 or loss_beta != 0.0
         args.beta = loss_beta if loss_beta != 0.0 or not needs_reference else 1.0
         try:
-            with reference_from_policy(trl_grpo, model, needs_reference, peft_config):
-                super().__init__(
-                    model=model,
-                    reward_funcs=reward_funcs,
-                    args=args,
-                    train_dataset=train_dataset,
-                    eval_dataset=eval_dataset,
-                    processing_class=processing_class,
-                    reward_processing_classes=reward_processing_classes,
-                    callbacks=callbacks,
-                    optimizers=optimizers,
-                    quantization_config=quantization_config,
-                    peft_config=peft_config,
-                    environment_factory=environment_factory,
-                )
+            super().__init__(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                reward_processing_classes=reward_processing_classes,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                quantization_config=quantization_config,
+                peft_config=peft_config,
+                environment_factory=environment_factory,
+            )
         finally:
             args.beta = loss_beta
         self.beta = loss_beta
