@@ -237,3 +237,18 @@ def test_a_resumed_run_trains_the_critic_as_an_uninterrupted_one(tiny_chatml_mod
     uninterrupted = train(tmp_path / "a", save_strategy="steps", save_steps=2)
     resumed = train(tmp_path / "b", resume=str(tmp_path / "a" / "checkpoint-2"))
     assert same_weights(uninterrupted, resumed)
+
+
+def test_critic_metrics_are_the_advantages_before_whitening_and_the_explained_variance(tiny_chatml_model, tmp_path):
+    trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 3}] * 2, reward_mode="dense",
+                           kl_coef=0.0, action_parser=ANY_REPLY, per_device_train_batch_size=2)
+    inputs = scored(trainer, [{"target": 3}, {"target": 2}])
+    mask = inputs["value_mask"]
+    returns, values = inputs["returns"][mask], inputs["old_values"][mask]
+    raw = returns - values  # gamma = lam = 1: the advantage before whitening is the return minus the value
+    metrics = trainer._metrics["train"]
+    assert metrics["credit/advantage_mean"][-1] == pytest.approx(raw.mean().item(), abs=1e-5)
+    assert metrics["credit/advantage_std"][-1] == pytest.approx(raw.std().item(), abs=1e-5)
+    explained = 1 - (returns - values).var(unbiased=False) / returns.var(unbiased=False)
+    assert metrics["critic/explained_variance"][-1] == pytest.approx(explained.item(), abs=1e-4)
+    assert metrics["critic/value_mean"][-1] == pytest.approx(values.mean().item(), abs=1e-5)

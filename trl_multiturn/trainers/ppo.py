@@ -28,6 +28,7 @@ Design choices:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -302,13 +303,36 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         estimator = get_value_estimator(self.args.advantage_estimator)
         targets = estimator(ValueBatch(rewards, values, mask), gamma=self.args.gamma, lam=self.args.lam)
         advantages = targets.advantages
+        moments = self._global_moments(advantages, mask)
         if self.args.whiten_advantages:
-            advantages = masked_whiten(advantages, mask, self._global_moments(advantages, mask))
-        output.update(advantages=advantages, returns=targets.returns, old_values=values,
-                      value_mask=targets.value_mask & mask)
-        self._log_masked_mean(mode, "critic/value_mean", values, targets.value_mask & mask)
-        self._log_masked_mean(mode, "critic/return_mean", targets.returns, targets.value_mask & mask)
+            advantages = masked_whiten(advantages, mask, moments)
+        value_mask = targets.value_mask & mask
+        output.update(advantages=advantages, returns=targets.returns, old_values=values, value_mask=value_mask)
+        self._log_critic_metrics(mode, moments, values, targets.returns, value_mask)
         return output
+
+    def _log_critic_metrics(self, mode: str, advantage_moments, values, returns, value_mask) -> None:
+        """The advantages' mean and std over the sampled tokens before whitening, the critic's mean value and target,
+        and its explained variance over the positions it is trained on: 1 - Var(R - V) / Var(R) (1: the critic
+        predicts every return; 0: no better than the mean return; below 0: worse)."""
+        metrics = self._metrics[mode]
+        total, total_sq, count = advantage_moments.tolist()
+        mean = total / max(count, 1.0)
+        metrics["credit/advantage_mean"].append(mean)
+        metrics["credit/advantage_std"].append(math.sqrt(max(total_sq - count * mean ** 2, 0.0) / max(count - 1, 1.0)))
+        value_moments = self._global_moments(values, value_mask)
+        return_moments = self._global_moments(returns, value_mask)
+        error_moments = self._global_moments(returns - values, value_mask)
+        count = value_moments[2].clamp(min=1.0)
+        metrics["critic/value_mean"].append((value_moments[0] / count).item())
+        metrics["critic/return_mean"].append((return_moments[0] / count).item())
+
+        def variance(moments):
+            return moments[1] / count - (moments[0] / count) ** 2
+
+        return_var = variance(return_moments)
+        explained = 1 - variance(error_moments) / return_var if return_var > 1e-12 else torch.tensor(math.nan)
+        metrics["critic/explained_variance"].append(explained.item())
 
     def _sampled_token_kl(self, output, input_ids, attention_mask, length: int, batch_size: int) -> torch.Tensor:
         """(B, T) log pi_old - log pi_ref per token: the policy's log-probs TRL kept (or a fresh no-grad forward)
