@@ -89,12 +89,19 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         rows = self._rollout(inputs)
         self._last_rewards_per_func = None
         output = super()._generate_and_score_completions(rows)
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        output["advantages"] = self._token_advantages(
-            self._last_rewards_per_func, output["completion_ids"].shape[1], num_generations
-        ).to(output["completion_ids"].device)
+        output["advantages"] = self._loss_advantages(output, mode)
+        self._log_trained_advantages(output["advantages"], output["completion_mask"] * output["tool_mask"],
+                                     replace=True)
         self._log_episode_metrics(mode)
         return output
+
+    def _loss_advantages(self, output: dict, mode: str):
+        """(B, T) advantages for TRL's loss, replacing its per-sequence ones: the configured estimator's per-turn
+        advantages on each turn's sampled tokens."""
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        return self._token_advantages(
+            self._last_rewards_per_func, output["completion_ids"].shape[1], num_generations
+        ).to(output["completion_ids"].device)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)

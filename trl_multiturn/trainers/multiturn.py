@@ -378,6 +378,28 @@ class MultiTurnMixin:
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
         self._metrics[mode]["completions/mean_length"].append(model_tokens.float().mean().item())
 
+    def _log_trained_advantages(self, advantages: torch.Tensor, loss_mask: torch.Tensor, replace: bool) -> None:
+        """Put the advantages the loss uses in the completion logs (terminal table, parquet, `report_to`).
+
+        Per episode: `advantage` is the mean of its (B, T) `advantages` over the tokens `loss_mask` trains on (NaN
+        when it trains on none: a failed episode, or one masked as truncated), and the extra column
+        `turn_advantages` the same mean per turn, in turn order. Trajectory-level estimators give every turn one
+        value; turn-level ones each turn its own; PPO's token-level GAE varies within a turn, so its per-turn values
+        are means. `replace` drops the per-episode entries TRL's parent just logged for this batch (its own
+        trajectory-level advantage) first.
+        """
+        mask = loss_mask.bool()
+        counts = mask.sum(dim=1)
+        per_episode = torch.where(counts > 0, (advantages * mask).sum(dim=1) / counts.clamp(min=1), torch.nan)
+        per_turn = [[round((advantages[i, s:e] * mask[i, s:e]).sum().item() / mask[i, s:e].sum().item(), 4)
+                     for s, e in ep.turn_spans if mask[i, s:e].any()] for i, ep in enumerate(self._episodes)]
+        per_episode = self.accelerator.gather(per_episode).tolist()
+        if replace:
+            for _ in per_episode:
+                self._logs["advantages"].pop()
+        self._logs["advantages"].extend(per_episode)
+        self._logs["extra"]["turn_advantages"].extend(gather_object(per_turn))
+
     def _log_masked_mean(self, mode: str, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
         """Log the mean of `values` over `mask`, over all processes (e.g. a per-token quantity over env_mask)."""
         mask = mask.to(values.dtype)

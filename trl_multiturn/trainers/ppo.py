@@ -259,21 +259,20 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
 
     # -- credit -------------------------------------------------------------------------------------------------------
 
-    def _token_advantages(self, rewards_per_func, length: int, num_generations: int, turn_penalties=None):
-        """Keep this rank's per-turn rewards (trajectory `reward_funcs` added on the final turn). PPO's advantages
-        need the critic's values on the padded batch, so `_generate_and_score_completions` computes them."""
+    def _turn_rewards(self) -> list[list[float]]:
+        """Per local episode and turn: the reward under `reward_mode`, trajectory `reward_funcs` added on the final
+        turn."""
         n = len(self._episodes)
         start = self.accelerator.process_index * n
-        local_funcs = None if rewards_per_func is None else rewards_per_func[start: start + n]
-        self._turn_rewards = self._with_trajectory_rewards([self._shaped_rewards(ep) for ep in self._episodes],
-                                                           local_funcs)
-        return torch.zeros(n, length)
+        funcs = self._last_rewards_per_func
+        local_funcs = None if funcs is None else funcs[start: start + n]
+        return self._with_trajectory_rewards([self._shaped_rewards(ep) for ep in self._episodes], local_funcs)
 
     def _token_rewards(self, length: int, device) -> torch.Tensor:
         """(B, length): each turn's reward on the last token the model sampled in that turn; 0 elsewhere and for
         failed episodes."""
         rewards = torch.zeros(len(self._episodes), length, device=device)
-        for i, (ep, turn_rewards) in enumerate(zip(self._episodes, self._turn_rewards)):
+        for i, (ep, turn_rewards) in enumerate(zip(self._episodes, self._turn_rewards())):
             if ep.failed:
                 continue
             for (start, end), reward in zip(ep.turn_spans, turn_rewards):
@@ -281,9 +280,9 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                     rewards[i, end - 1] += reward
         return rewards
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        mode = "train" if self.model.training else "eval"
+    def _loss_advantages(self, output: dict, mode: str) -> torch.Tensor:
+        """(B, T) advantages from the value estimator on the critic's values (whitened if configured); also puts
+        the value targets (`returns`, `old_values`, `value_mask`) in `output` for the value loss."""
         completion_ids = output["completion_ids"]
         mask = (output["completion_mask"] * output["tool_mask"]).bool()
         input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
@@ -307,9 +306,9 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         if self.args.whiten_advantages:
             advantages = masked_whiten(advantages, mask, moments)
         value_mask = targets.value_mask & mask
-        output.update(advantages=advantages, returns=targets.returns, old_values=values, value_mask=value_mask)
+        output.update(returns=targets.returns, old_values=values, value_mask=value_mask)
         self._log_critic_metrics(mode, moments, values, targets.returns, value_mask)
-        return output
+        return advantages
 
     def _log_critic_metrics(self, mode: str, advantage_moments, values, returns, value_mask) -> None:
         """The advantages' mean and std over the sampled tokens before whitening, the critic's mean value and target,

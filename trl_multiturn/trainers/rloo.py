@@ -292,7 +292,8 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
     # -- metrics ------------------------------------------------------------------------------------------------------
 
     def _log_rewards(self, mode, rewards_per_func, prompts, completions, advantages, env_mask) -> None:
-        """TRL's reward metrics and completion logs, with one advantage per episode (its mean over sampled tokens)."""
+        """TRL's reward metrics and completion logs, with the advantages the loss uses
+        (`MultiTurnMixin._log_trained_advantages`)."""
         metrics = self._metrics[mode]
         for i, name in enumerate(self.reward_func_names):
             metrics[f"rewards/{name}/mean"].append(torch.nanmean(rewards_per_func[:, i]).item())
@@ -301,9 +302,8 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         metrics["reward"].append(torch.nanmean(rewards).item())
         metrics["reward_std"].append(nanstd(rewards).item())
-        per_episode = (advantages * env_mask).sum(1) / env_mask.sum(1).clamp(min=1)
         self._logs["prompt"].extend(gather_object(prompts))
         self._logs["completion"].extend(gather_object(completions))
         for i, name in enumerate(self.reward_func_names):
             self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
-        self._logs["advantages"].extend(self.accelerator.gather(per_episode).tolist())
+        self._log_trained_advantages(advantages, env_mask, replace=False)
