@@ -87,3 +87,36 @@ def test_an_episode_the_loss_does_not_train_on_logs_no_advantage(tiny_chatml_mod
     assert math.isnan(trainer._logs["advantages"][0]) and trainer._logs["extra"]["turn_advantages"][0] == []
     assert not math.isnan(trainer._logs["advantages"][2])
     assert torch.isfinite(torch.tensor(list(trainer._logs["advantages"])[1:])).all()
+
+
+def bonus(completions, **kwargs):
+    """A trajectory-level reward function: 10 for every episode."""
+    return [10.0] * len(completions)
+
+
+@pytest.mark.parametrize("kind", sorted(TRAINERS))
+def test_reward_weights_scale_what_the_credit_is_given(kind, tiny_chatml_model, tmp_path):
+    # reward_weights[0] weighs the environment's per-turn rewards, the others the trajectory reward_funcs (on the
+    # final turn). Turn k earns k here, so a 3-turn episode's credit must see [0.5 * 1, 0.5 * 2, 0.5 * 3 + 2 * 10].
+    config_cls, trainer_cls, credit = TRAINERS[kind]
+    args = tiny_rl_args(config_cls, tmp_path, reward_mode="dense", action_parser=WHOLE_REPLY,
+                        reward_weights=[0.5, 2.0], **credit)
+    rows = [{"target": 3}, {"target": 2}, {"target": 3}, {"target": 2}]
+    trainer = trainer_cls(tiny_chatml_model, reward_funcs=[bonus], args=args, environment_factory=CountingEnv,
+                          train_dataset=Dataset.from_list(rows))
+    given = []
+    if kind == "ppo":
+        inputs = scored(trainer, rows)  # gamma = lam = 1, no KL: the value target is the reward-to-go
+        for i, ep in enumerate(trainer._episodes):
+            given.append([inputs["returns"][i, s].item() for s, _ in ep.turn_spans])
+        expected = [[0.5 * sum(range(k + 1, ep.num_turns + 1)) + 20.0 for k in range(ep.num_turns)]
+                    for ep in trainer._episodes]
+    else:
+        call_estimator = trainer._call_estimator
+        trainer._call_estimator = lambda batch: given.append(batch.rewards.clone()) or call_estimator(batch)
+        scored(trainer, rows)
+        given = [given[0][i, : ep.num_turns].tolist() for i, ep in enumerate(trainer._episodes)]
+        expected = [[0.5 * (k + 1) + 20.0 * (k == ep.num_turns - 1) for k in range(ep.num_turns)]
+                    for ep in trainer._episodes]
+    assert [ep.num_turns for ep in trainer._episodes] == [3, 2, 3, 2]
+    assert given == [pytest.approx(e, abs=1e-4) for e in expected]

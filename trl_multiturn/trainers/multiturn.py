@@ -157,7 +157,9 @@ class MultiTurnMixin:
 
     @staticmethod
     def _with_environment_reward(reward_funcs, args, reward_processing_classes):
-        """Put the environment's return first among the reward sources, so no dummy reward is ever needed."""
+        """Put the environment's return first among the reward sources, so no dummy reward is ever needed.
+        `reward_weights` then holds the environment's weight first: given one weight per user reward function, the
+        environment's weight is 1."""
         if args.remove_unused_columns:
             raise ValueError("remove_unused_columns=True would strip the task columns that environments read. "
                              "Set remove_unused_columns=False.")
@@ -251,6 +253,12 @@ class MultiTurnMixin:
             self.args.format_penalty,
         )
 
+    def _credit_turn_rewards(self, ep: Episode) -> list[float]:
+        """The per-turn rewards the credit is given: the environment's, under `reward_mode`, times its weight
+        `reward_weights[0]` (trajectory `reward_funcs` are added with their weights by `_with_trajectory_rewards`)."""
+        weight = float(self.reward_weights[0])
+        return [weight * r for r in self._shaped_rewards(ep)]
+
     def _episode_return(self, ep: Episode) -> float | None:
         return None if ep.failed else float(sum(self._shaped_rewards(ep)))
 
@@ -297,13 +305,14 @@ class MultiTurnMixin:
                           turn_penalties: list[list[float]] | None = None):
         """(B, length) per-token advantages for this rank's episodes.
 
-        Per-turn rewards of every rank's episodes are gathered (groups may span ranks), trajectory-level
-        `reward_funcs` (columns 1.. of `rewards_per_func`, weighted) are added to each episode's final turn, and the
+        Per-turn rewards of every rank's episodes (weighted by `reward_weights[0]`) are gathered (groups may span
+        ranks), trajectory-level `reward_funcs` (columns 1.. of `rewards_per_func`, weighted) are added to each
+        episode's final turn, and the
         configured estimator turns them into per-turn advantages, broadcast to each turn's sampled tokens.
         `turn_penalties` (per local episode, per turn; e.g. RLOO's KL penalty) are subtracted from the turn rewards
         first.
         """
-        rewards = [self._shaped_rewards(ep) for ep in self._episodes]
+        rewards = [self._credit_turn_rewards(ep) for ep in self._episodes]
         if turn_penalties is not None:
             rewards = [[r - p for r, p in zip(rs, ps)] for rs, ps in zip(rewards, turn_penalties)]
         local = [(r, not ep.failed, ep.turn_spans, ep.turn_states) for r, ep in zip(rewards, self._episodes)]

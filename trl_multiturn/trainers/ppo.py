@@ -260,13 +260,13 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     # -- credit -------------------------------------------------------------------------------------------------------
 
     def _turn_rewards(self) -> list[list[float]]:
-        """Per local episode and turn: the reward under `reward_mode`, trajectory `reward_funcs` added on the final
-        turn."""
+        """Per local episode and turn: the environment's weighted reward under `reward_mode`, trajectory
+        `reward_funcs` (weighted) added on the final turn."""
         n = len(self._episodes)
         start = self.accelerator.process_index * n
         funcs = self._last_rewards_per_func
         local_funcs = None if funcs is None else funcs[start: start + n]
-        return self._with_trajectory_rewards([self._shaped_rewards(ep) for ep in self._episodes], local_funcs)
+        return self._with_trajectory_rewards([self._credit_turn_rewards(ep) for ep in self._episodes], local_funcs)
 
     def _token_rewards(self, length: int, device) -> torch.Tensor:
         """(B, length): each turn's reward on the last token the model sampled in that turn; 0 elsewhere and for
