@@ -120,3 +120,25 @@ def test_reward_weights_scale_what_the_credit_is_given(kind, tiny_chatml_model, 
                     for ep in trainer._episodes]
     assert [ep.num_turns for ep in trainer._episodes] == [3, 2, 3, 2]
     assert given == [pytest.approx(e, abs=1e-4) for e in expected]
+
+
+@pytest.mark.parametrize("kind", sorted(TRAINERS))
+def test_mask_truncated_completions_masks_the_truncated_episodes_only(kind, tiny_chatml_model, tmp_path):
+    # max_turns=3: target-9 episodes are cut (truncated); target-1 episodes end after one reply, which the random
+    # model does not finish within max_completion_length: a cut reply, but not a truncated episode.
+    rows = [{"target": 1}, {"target": 9}, {"target": 1}, {"target": 9}]
+    trainer = make_trainer(kind, tiny_chatml_model, tmp_path, rows, mask_truncated_completions=True)
+    inputs = scored(trainer, rows)
+    mask = loss_mask(inputs)
+    episodes = trainer._episodes
+    assert [ep.truncated for ep in episodes] == [False, True, False, True]
+    eos = set(trainer.eos_token_ids)
+    assert any(ep.completion_ids[-1] not in eos for ep in episodes if not ep.truncated)  # a cut reply is kept...
+    for i, ep in enumerate(episodes):
+        assert mask[i].sum().item() == (0 if ep.truncated else sum(ep.env_mask)), i  # ...a truncated episode is not
+        if kind == "ppo":
+            assert inputs["value_mask"][i].any().item() is not ep.truncated
+
+    trainer.args.mask_truncated_completions = False
+    inputs = scored(trainer, rows)
+    assert [loss_mask(inputs)[i].sum().item() for i in range(4)] == [sum(ep.env_mask) for ep in trainer._episodes]

@@ -12,6 +12,7 @@ from .multiturn import (
     MultiTurnMixin,
     bf16_only_where_supported,
     default_args,
+    mask_truncated_field,
     reference_from_policy,
 )
 
@@ -22,6 +23,8 @@ class MultiTurnGRPOConfig(GRPOConfig, MultiTurnArguments):
 
     `max_completion_length` caps one reply; `max_episode_tokens` caps the whole episode.
     """
+
+    mask_truncated_completions: bool = mask_truncated_field()
 
     def __post_init__(self):
         bf16_only_where_supported(self)
@@ -115,6 +118,6 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         completion_ids = [c for _, c, _, _ in token_lists]
         env_mask = [m for _, _, m, _ in token_lists]
         self._log_generation_lengths(prompt_ids, env_mask)
-        return (prompt_ids, completion_ids, env_mask, self._episode_completions(),
+        return (prompt_ids, completion_ids, self._trained_mask(env_mask), self._episode_completions(),
                 self._episode_logprobs(token_lists), {}, None, [])
 

@@ -23,6 +23,17 @@ from ..credit.rewards import REWARD_MODES
 from ..rollout import Episode, MultiTurnRolloutCollator
 
 
+def mask_truncated_field():
+    """`mask_truncated_completions` of the multi-turn configs: TRL's field, with its multi-turn meaning."""
+    return field(
+        default=False,
+        metadata={"help": "Leave truncated episodes out of the loss: those cut by `max_turns` or `max_episode_tokens` "
+                          "before the environment ended them (`Episode.truncated`, counted in `episodes/truncated`). "
+                          "They still count in the group baselines. A single reply cut at `max_completion_length` "
+                          "does not make its episode truncated."},
+    )
+
+
 @dataclass
 class MultiTurnArguments:
     """Config fields shared by the multi-turn RL trainers (mixed into their TRL configs)."""
@@ -178,6 +189,9 @@ class MultiTurnMixin:
             raise ValueError("environment_factory is required: pass a callable that returns a fresh Environment "
                              "(e.g. `TextWorldEnv` or `lambda: MyEnv(...)`).")
         self.args.check_multiturn_args()
+        # TRL's parents would mask by "the completion's last token is not end-of-sequence"; `_trained_mask` masks
+        # truncated episodes instead.
+        self.mask_truncated_completions = False
         self.environment_factory = environment_factory
         self.rollout_collator = MultiTurnRolloutCollator(
             environment_factory,
@@ -273,6 +287,13 @@ class MultiTurnMixin:
             else:
                 out.append((ep.prompt_ids, ep.completion_ids, ep.env_mask, ep.logprobs))
         return out
+
+    def _trained_mask(self, env_mask: list[list[int]]) -> list[list[int]]:
+        """Per episode, the tokens the loss trains on: `env_mask`, or nothing for a truncated episode when
+        `mask_truncated_completions` is set."""
+        if not self.args.mask_truncated_completions:
+            return env_mask
+        return [[0] * len(m) if ep.truncated else m for m, ep in zip(env_mask, self._episodes)]
 
     def _episode_completions(self) -> list[list[dict]]:
         """The whole episode after its prompt, as chat messages (what reward functions and completion logs see)."""

@@ -26,6 +26,7 @@ from .multiturn import (
     MultiTurnMixin,
     bf16_only_where_supported,
     default_args,
+    mask_truncated_field,
     reference_from_policy,
 )
 
@@ -52,6 +53,7 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
                           "tokens, with one advantage per episode. 'turn': each turn's reply, with that turn's "
                           "advantage; needed by turn-level estimators (e.g. 'turn_rloo', 'gigpo')."},
     )
+    mask_truncated_completions: bool = mask_truncated_field()
 
     def __post_init__(self):
         bf16_only_where_supported(self)
@@ -189,7 +191,8 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
 
     def _episode_tensors(self):
         """Padded tensors of this rank's episodes: prompt ids/mask (left-padded), completion ids, the attention mask
-        over the completion (1 on every real token) and env_mask (1 on sampled tokens only), right-padded."""
+        over the completion (1 on every real token) and env_mask (1 on the sampled tokens the loss trains on:
+        `_trained_mask`), right-padded."""
         device = self.accelerator.device
         token_lists = self._episode_token_lists()
         self._log_generation_lengths([p for p, _, _, _ in token_lists], [m for _, _, m, _ in token_lists])
@@ -202,11 +205,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         prompt_mask = padded([[1] * len(p) for p, _, _, _ in token_lists], 0, "left")
         completion_ids = padded([c for _, c, _, _ in token_lists], self._tokenizer.pad_token_id, "right")
         completion_mask = padded([[1] * len(c) for _, c, _, _ in token_lists], 0, "right")
-        env_mask = padded([m for _, _, m, _ in token_lists], 0, "right")
-        if self.mask_truncated_completions:
-            eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]
-            cut = torch.tensor([c[-1] not in eos_and_pad for _, c, _, _ in token_lists], device=device)
-            env_mask = env_mask * (~cut).unsqueeze(1).long()
+        env_mask = padded(self._trained_mask([m for _, _, m, _ in token_lists]), 0, "right")
         return prompt_ids, prompt_mask, completion_ids, completion_mask, env_mask
 
     def _generate_and_score_completions(self, inputs):
