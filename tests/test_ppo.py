@@ -15,7 +15,7 @@ from trl_multiturn import MultiTurnGRPOConfig, MultiTurnPPOConfig, MultiTurnPPOT
 from trl_multiturn.credit.gae import ValueBatch, gae, turn_gae
 from trl_multiturn.envs import TextWorldEnv
 from trl_multiturn.trainers.ppo import clipped_value_loss
-from trl_multiturn.trainers.value_model import CRITIC_DIR, load_value_model_weights, save_value_model
+from trl_multiturn.trainers.value_model import CRITIC_DIR, load_value_model_weights, save_value_model, token_values
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 
@@ -49,13 +49,20 @@ def same_weights(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def reply_count(completions, **kwargs):
+    """A trajectory-level reward: the number of replies in the episode."""
+    return [float(sum(m["role"] == "assistant" for m in c)) for c in completions]
+
+
 def test_trains_on_textworld_and_a_checkpoint_round_trips_the_critic(tiny_chatml_model, tmp_path,
                                                                     textworld_train_tasks, textworld_games_dir):
     def env():
         return TextWorldEnv(games_dir=str(textworld_games_dir))
 
+    # The random policy scores nothing in the games: a trajectory reward gives the critic returns to fit.
     trainer = make_trainer(tiny_chatml_model, tmp_path / "a", env, textworld_train_tasks, reward_mode="dense",
-                           per_device_train_batch_size=2, save_strategy="steps", save_steps=2)
+                           per_device_train_batch_size=2, save_strategy="steps", save_steps=2,
+                           trainer_kwargs={"reward_funcs": [reply_count]})
     assert trainer.ref_model is not None and trainer.beta == 0.0  # kl_coef=0.05 folds the KL into the reward
     initial = critic_state(trainer)
     result = trainer.train()
@@ -71,9 +78,9 @@ def test_trains_on_textworld_and_a_checkpoint_round_trips_the_critic(tiny_chatml
     assert same_weights(trained, saved.state_dict())
     assert os.path.exists(checkpoint / "model.safetensors")  # the policy, where TRL puts it
 
-    # A fresh trainer (another seed: another critic head) gets the critic and its optimizer state back on resume.
+    # A fresh trainer (another seed, an untrained critic) gets the critic and its optimizer state back on resume.
     resumed = make_trainer(tiny_chatml_model, tmp_path / "b", env, textworld_train_tasks, reward_mode="dense",
-                           per_device_train_batch_size=2, seed=1)
+                           per_device_train_batch_size=2, seed=1, trainer_kwargs={"reward_funcs": [reply_count]})
     assert not same_weights(critic_state(resumed), trained)
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert same_weights(critic_state(resumed), trained)
@@ -252,3 +259,22 @@ def test_critic_metrics_are_the_advantages_before_whitening_and_the_explained_va
     explained = 1 - (returns - values).var(unbiased=False) / returns.var(unbiased=False)
     assert metrics["critic/explained_variance"][-1] == pytest.approx(explained.item(), abs=1e-4)
     assert metrics["critic/value_mean"][-1] == pytest.approx(values.mean().item(), abs=1e-5)
+
+
+def test_a_new_value_head_starts_at_zero_and_a_saved_one_is_kept(tiny_chatml_model, tmp_path):
+    # A fresh head predicts 0 everywhere (no advantage before the critic has seen a return), whether the critic is
+    # copied from a policy object or loaded from a policy checkpoint; a saved critic's trained head is loaded as is.
+    from trl_multiturn.trainers.value_model import create_value_model
+
+    ids = torch.randint(0, 100, (2, 7))
+    attention = torch.ones_like(ids)
+    from_object = create_value_model(AutoModelForCausalLM.from_pretrained(tiny_chatml_model))
+    from_path = create_value_model(tiny_chatml_model)
+    for critic in (from_object, from_path):
+        assert torch.equal(token_values(critic, ids, attention, 6), torch.zeros(2, 6))
+        assert any(p.abs().sum() > 0 for p in critic.base_model.parameters())  # the backbone is not touched
+    with torch.no_grad():
+        from_path.score.weight.normal_()
+    save_value_model(from_path, str(tmp_path))
+    saved = create_value_model(tiny_chatml_model, str(tmp_path / CRITIC_DIR))
+    assert torch.equal(saved.score.weight, from_path.score.weight)

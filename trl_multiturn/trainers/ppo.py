@@ -4,8 +4,8 @@ TRL 1.16 has no PPO trainer. This one reuses `MultiTurnGRPOTrainer` end to end (
 generation backend, vLLM included; TRL's clipped surrogate on (B, T) advantages masked by env_mask; multiple PPO
 epochs through `num_iterations` and mini-batches through `steps_per_generation`) and adds:
 
-- a critic (`value_model.py`): its own backbone with a scalar head, initialised from the policy or a given path,
-  optionally with a PEFT adapter;
+- a critic (`value_model.py`): its own backbone with a scalar head (a new head starts at zero), initialised from
+  the policy or a given path, optionally with a PEFT adapter;
 - per-token rewards: each turn's reward on its last sampled token, minus `kl_coef` * (log pi_old - log pi_ref) on
   every sampled token (the KL penalty folded into the reward, the paper's setting); GRPO's `beta` still adds the
   KL as a loss term if set;
@@ -92,7 +92,8 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
     value_model: str | None = field(
         default=None,
         metadata={"help": "Path or Hub id of the critic's initial weights (a saved critic or any backbone). None: "
-                          "the critic's backbone starts as a copy of the policy's, with a fresh scalar head."},
+                          "the critic's backbone starts as a copy of the policy's. A new scalar head starts at zero "
+                          "(every value 0 until the critic has seen returns)."},
     )
     critic_learning_rate: float | None = field(
         default=None, metadata={"help": "Learning rate of the critic's parameters. None: `learning_rate`."}
