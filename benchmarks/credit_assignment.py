@@ -13,6 +13,9 @@ estimator; greedy success is measured with `trl_multiturn.evaluation.evaluate` o
     python benchmarks/credit_assignment.py --quick       # one seed, a shorter budget: a smoke run
     python benchmarks/credit_assignment.py --estimators grpo gigpo --reward-modes sparse --seeds 0 1
     python benchmarks/credit_assignment.py --rloo-trainer --estimators rloo turn_rloo --reward-modes sparse
+    python benchmarks/credit_assignment.py --estimators gae turn_gae    # the PPO rows (MultiTurnPPOConfig defaults)
+
+Replies are one token, so each turn is one step for PPO's `gae` and `turn_gae` alike: their rows coincide.
 
 A run that never reaches the target within `--max-steps` is shown as `>N` (N = the episodes it was given).
 """
