@@ -31,6 +31,10 @@ class MultiTurnRolloutCollator:
     delta for a new user turn (never re-tokenising history). An episode stops when its environment says done, at
     `max_turns`, or when the next observation would exceed `max_episode_tokens` (prompt included).
 
+    An episode fails (it is dropped from the baseline and the loss, and its `failure` says why) when its environment
+    raises, hangs past `env_timeout`, loses its worker or returns what breaks the contract (see
+    `trl_multiturn.envs.base.checked_step_result`).
+
     A reply cut at `max_reply_tokens` has no sampled end-of-turn token. The documented choice here: the turn is
     closed with the template's end-of-turn token under mask 0 (the model is not trained to have emitted it) and the
     episode goes on.
@@ -45,7 +49,7 @@ class MultiTurnRolloutCollator:
         action_parser: a parser name from `ACTION_PARSERS`, a `"module:function"` path, or a callable.
         system_prompt: an optional system message before the first observation.
         eos_token_ids: token ids that end a reply; defaults to the tokenizer's eos.
-        env_num_workers / env_timeout: see `EnvPool`.
+        env_mode / env_timeout / env_max_memory_mb: see `EnvPool` (`mode`, `timeout`, `max_memory_mb`).
         any_live: `(local live count) -> bool` that is True while any episode on any rank is live. Trainers pass a
             cross-rank reduction so that every rank makes the same number of generate calls.
     """
@@ -63,8 +67,9 @@ class MultiTurnRolloutCollator:
         system_prompt: str | None = None,
         eos_token_ids: Sequence[int] | None = None,
         chat_template_kwargs: dict | None = None,
-        env_num_workers: int = 0,
+        env_mode: str = "auto",
         env_timeout: float | None = None,
+        env_max_memory_mb: float | None = None,
         any_live: Callable[[int], bool] | None = None,
     ):
         if max_turns < 1:
@@ -78,7 +83,7 @@ class MultiTurnRolloutCollator:
         self.system_prompt = system_prompt
         self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs)
         self.eos_token_ids = self.tokens.eos_token_ids
-        self.pool = EnvPool(environment_factory, num_workers=env_num_workers, timeout=env_timeout)
+        self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb)
         self.any_live = any_live or (lambda n: n > 0)
 
     def opening_messages(self, observation: str) -> list[dict]:

@@ -21,6 +21,7 @@ from accelerate.utils import gather_object
 from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
 from ..rollout import Episode, MultiTurnRolloutCollator
+from ..rollout.env_pool import ENV_MODES
 
 
 @dataclass
@@ -67,15 +68,23 @@ class MultiTurnArguments:
     system_prompt: str | None = field(
         default=None, metadata={"help": "Optional system message placed before the first observation."}
     )
-    env_num_workers: int = field(
-        default=0,
-        metadata={"help": "Worker processes that run the environments (0: in this process). Workers give each "
-                          "environment call a timeout and survive crashes."},
+    env_mode: str = field(
+        default="auto",
+        metadata={"help": "How environments run: 'auto' (what the environment class declares in its `execution` "
+                          "attribute: worker processes for TextWorld, ALFWorld and user environments, threads for "
+                          "SWE-Gym), 'process' (one worker process per episode), 'thread' (one thread per call, in "
+                          "this process) or 'inline' (in this process, one after another, no timeout: for "
+                          "debugging). Every mode but 'inline' steps all live episodes at once."},
     )
     env_timeout: float | None = field(
         default=None,
-        metadata={"help": "Seconds a worker may take for one environment call before its episodes fail (needs "
-                          "env_num_workers > 0)."},
+        metadata={"help": "Seconds one environment call (reset, step, finish) may take before its episode fails "
+                          "(None: no deadline). Not with env_mode='inline'."},
+    )
+    env_max_memory_mb: float | None = field(
+        default=None,
+        metadata={"help": "Restart an environment worker between episodes once its private memory exceeds this many "
+                          "MiB (for environments that leak; None: no limit). Needs worker processes."},
     )
 
     def check_multiturn_args(self) -> None:
@@ -86,9 +95,19 @@ class MultiTurnArguments:
         self.check_advantage_estimator()
         if self.max_turns < 1:
             raise ValueError(f"max_turns={self.max_turns}: an episode needs at least one turn")
-        if self.env_timeout is not None and self.env_num_workers == 0:
-            raise ValueError("env_timeout needs env_num_workers > 0: a call in the trainer process cannot be "
-                             "interrupted. Set env_num_workers (e.g. to the per-device batch size).")
+        if self.env_mode not in ENV_MODES:
+            raise ValueError(f"env_mode={self.env_mode!r}: choose one of {ENV_MODES}")
+        if self.env_timeout is not None and not self.env_timeout > 0:
+            raise ValueError(f"env_timeout={self.env_timeout}: give a number of seconds > 0, or None for no deadline")
+        if self.env_timeout is not None and self.env_mode == "inline":
+            raise ValueError("env_timeout needs env_mode 'auto', 'process' or 'thread': an inline call cannot be "
+                             "interrupted")
+        if self.env_max_memory_mb is not None and not self.env_max_memory_mb > 0:
+            raise ValueError(f"env_max_memory_mb={self.env_max_memory_mb}: give a number of MiB > 0, or None for no "
+                             "limit")
+        if self.env_max_memory_mb is not None and self.env_mode in ("thread", "inline"):
+            raise ValueError(f"env_max_memory_mb needs worker processes, not env_mode={self.env_mode!r}: set "
+                             "env_mode='process' or drop the limit")
 
     def check_advantage_estimator(self) -> None:
         """Raise if `advantage_estimator` is not registered. Trainers whose estimators live in another registry
@@ -188,8 +207,9 @@ class MultiTurnMixin:
             system_prompt=self.args.system_prompt,
             eos_token_ids=self.eos_token_ids,
             chat_template_kwargs=self.chat_template_kwargs,
-            env_num_workers=self.args.env_num_workers,
+            env_mode=self.args.env_mode,
             env_timeout=self.args.env_timeout,
+            env_max_memory_mb=self.args.env_max_memory_mb,
             any_live=self._any_live,
         )
         self._episodes: list[Episode] = []

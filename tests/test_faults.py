@@ -1,0 +1,49 @@
+"""Faults through real trainer steps: a broken environment fails its own episode, counted in `episodes/failed`;
+nothing non-finite reaches the advantages or the parameters; an oversized first observation never reaches the
+model; the trainer releases its workers."""
+
+import math
+
+import pytest
+import torch
+from conftest import tiny_rl_args
+from datasets import Dataset
+
+from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRLOOConfig, MultiTurnRLOOTrainer
+from trl_multiturn.testing import FaultyEnv
+
+WHOLE_REPLY = "trl_multiturn.rollout.parsing:whole_reply"
+
+
+def make_trainer(model, tmp_path, rows, trainer_cls=MultiTurnGRPOTrainer, config_cls=MultiTurnGRPOConfig,
+                 env_factory=FaultyEnv, reward_funcs=None, **overrides):
+    overrides.setdefault("action_parser", WHOLE_REPLY)
+    overrides.setdefault("reward_mode", "dense")
+    args = tiny_rl_args(config_cls, tmp_path, **overrides)
+    return trainer_cls(model=model, args=args, environment_factory=env_factory,
+                       train_dataset=Dataset.from_list(list(rows)), reward_funcs=reward_funcs)
+
+
+def finite_parameters(model) -> bool:
+    return all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def train_logs(trainer):
+    return [log for log in trainer.state.log_history if "episodes/failed" in log]
+
+
+@pytest.mark.parametrize("trainer_cls,config_cls", [(MultiTurnGRPOTrainer, MultiTurnGRPOConfig),
+                                                    (MultiTurnRLOOTrainer, MultiTurnRLOOConfig)])
+def test_contract_breaking_results_fail_their_episode_and_parameters_stay_finite(
+        tiny_chatml_model, tmp_path, trainer_cls, config_cls):
+    """Before the contract checks one NaN reward made every parameter NaN in one step (logged loss 0.0), and a None
+    reward or a non-string observation crashed the run."""
+    rows = [{"fault": "nan_reward"}, {}, {"fault": "none_reward"}, {"fault": "bad_observation"}]
+    trainer = make_trainer(tiny_chatml_model, tmp_path, rows, trainer_cls, config_cls, per_device_train_batch_size=8,
+                           num_generations=2, max_steps=1)  # one step plays each row twice
+    result = trainer.train()
+    assert finite_parameters(trainer.model) and math.isfinite(result.training_loss)
+    assert [log["episodes/failed"] for log in train_logs(trainer)] == [6.0]
+    failures = [ep.failure for ep in trainer._episodes if ep.failed]
+    for reason in ("reward is nan", "reward is NoneType", "observation is dict"):
+        assert sum(reason in f for f in failures) == 2, (reason, failures)
