@@ -47,3 +47,18 @@ def test_contract_breaking_results_fail_their_episode_and_parameters_stay_finite
     failures = [ep.failure for ep in trainer._episodes if ep.failed]
     for reason in ("reward is nan", "reward is NoneType", "observation is dict"):
         assert sum(reason in f for f in failures) == 2, (reason, failures)
+
+def test_a_first_observation_over_the_episode_budget_fails_its_episode_and_never_reaches_the_model(
+        tiny_chatml_model, tmp_path):
+    """Before, the episode ended 'truncated' but its whole prompt still went through TRL's forward passes."""
+    trainer = make_trainer(tiny_chatml_model, tmp_path, [{"fault": "huge_observation"}, {}, {}, {}],
+                           per_device_train_batch_size=8, max_steps=1, max_episode_tokens=120)  # each row twice
+    longest = []
+    trainer.model.register_forward_pre_hook(lambda module, args, kwargs: longest.append(
+        kwargs["input_ids"].shape[1] if kwargs.get("input_ids") is not None else 0), with_kwargs=True)
+    result = trainer.train()
+    assert math.isfinite(result.training_loss) and finite_parameters(trainer.model)
+    assert train_logs(trainer)[0]["episodes/failed"] == 2.0
+    failed = [ep for ep in trainer._episodes if ep.failed]
+    assert len(failed) == 2 and "leaving no room for a reply within max_episode_tokens=120" in failed[0].failure
+    assert len(failed[0].prompt_ids) > 1000 and max(longest) <= 120

@@ -276,12 +276,13 @@ class MultiTurnMixin:
 
     def _episode_token_lists(self):
         """Per episode: (prompt_ids, completion_ids, env_mask, logprobs). A failed episode, or one with no reply,
-        becomes a one-token placeholder under mask 0 so that it carries no loss."""
+        becomes a one-token prompt and completion under mask 0: it carries no loss, and its prompt (which may be what
+        broke the episode budget) never reaches the model."""
         pad, eos = self._tokenizer.pad_token_id, self.eos_token_ids[0]
         out = []
         for ep in self._episodes:
             if ep.failed or not ep.completion_ids:
-                out.append((ep.prompt_ids or [pad], [eos], [0], [math.nan]))
+                out.append(([pad], [eos], [0], [math.nan]))
             else:
                 out.append((ep.prompt_ids, ep.completion_ids, ep.env_mask, ep.logprobs))
         return out
