@@ -78,6 +78,9 @@ class MultiTurnRolloutCollator:
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns={max_turns}: an episode needs at least one turn")
+        if max_reply_tokens is None or max_reply_tokens < 1:
+            raise ValueError(f"max_completion_length={max_reply_tokens}: each reply needs a cap of at least one "
+                             "token (e.g. 64)")
         self.tokenizer = tokenizer
         self.generate_fn = generate_fn
         self.max_turns = max_turns

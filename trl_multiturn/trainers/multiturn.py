@@ -22,6 +22,7 @@ from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_tok
 from ..credit.rewards import REWARD_MODES
 from ..rollout import Episode, MultiTurnRolloutCollator
 from ..rollout.env_pool import ENV_MODES
+from ..rollout.parsing import get_action_parser
 
 
 @dataclass
@@ -88,13 +89,22 @@ class MultiTurnArguments:
     )
 
     def check_multiturn_args(self) -> None:
-        if isinstance(self.estimator_kwargs, str):
-            self.estimator_kwargs = json.loads(self.estimator_kwargs)
+        """Refuse values that cannot work, naming the field and the fix (values that need the tokenizer or the
+        environment are checked by the trainer's constructor)."""
+        self.estimator_kwargs = parse_estimator_kwargs(self.estimator_kwargs)
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
         if self.max_turns < 1:
             raise ValueError(f"max_turns={self.max_turns}: an episode needs at least one turn")
+        max_completion_length = getattr(self, "max_completion_length", 1)
+        if max_completion_length is None or max_completion_length < 1:
+            raise ValueError(f"max_completion_length={max_completion_length}: it caps each reply and must be a "
+                             "positive number of tokens (e.g. 64)")
+        if self.max_episode_tokens is not None and self.max_episode_tokens < 1:
+            raise ValueError(f"max_episode_tokens={self.max_episode_tokens}: give a positive number of tokens for "
+                             "the whole episode, or None for no cap")
+        get_action_parser(self.action_parser)
         if self.env_mode not in ENV_MODES:
             raise ValueError(f"env_mode={self.env_mode!r}: choose one of {ENV_MODES}")
         if self.env_timeout is not None and not self.env_timeout > 0:
@@ -110,9 +120,32 @@ class MultiTurnArguments:
                              "env_mode='process' or drop the limit")
 
     def check_advantage_estimator(self) -> None:
-        """Raise if `advantage_estimator` is not registered. Trainers whose estimators live in another registry
-        (PPO's value-based ones) override this."""
-        get_estimator(self.advantage_estimator)
+        """Raise if `advantage_estimator` is not registered or `estimator_kwargs` holds options it does not take.
+        Trainers whose estimators live in another registry (PPO's value-based ones) override this."""
+        check_estimator_kwargs(self.advantage_estimator, get_estimator(self.advantage_estimator),
+                               self.estimator_kwargs)
+
+
+def parse_estimator_kwargs(value: dict | str | None) -> dict | None:
+    """`estimator_kwargs` as a dict: a dict or None as given, a string parsed as a JSON object."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"estimator_kwargs={value!r} is not valid JSON ({exc}); write a JSON object such as "
+                             "'{\"step_weight\": 0.5}'") from None
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"estimator_kwargs={value!r}: give a dict (a JSON object on the command line)")
+    return value
+
+
+def check_estimator_kwargs(name: str, estimator, kwargs: dict | None) -> None:
+    """Raise if `kwargs` names options that `estimator` does not take."""
+    accepted = set(inspect.signature(estimator).parameters) - {"batch"}
+    unknown = sorted(set(kwargs or {}) - accepted)
+    if unknown:
+        raise ValueError(f"estimator_kwargs {unknown} are not options of advantage_estimator={name!r}; it takes "
+                         f"{sorted(accepted)}.")
 
 
 @contextmanager
@@ -367,12 +400,7 @@ class MultiTurnMixin:
         fn = get_estimator(self.args.advantage_estimator)
         accepted = inspect.signature(fn).parameters
         options = {k: v for k, v in self._estimator_options().items() if k in accepted}
-        extra = self.args.estimator_kwargs or {}
-        unknown = sorted(set(extra) - set(accepted) - {"batch"})
-        if unknown:
-            raise ValueError(f"estimator_kwargs {unknown} are not options of advantage_estimator="
-                             f"{self.args.advantage_estimator!r}; it takes {sorted(set(accepted) - {'batch'})}.")
-        return fn(batch, **{**options, **extra})
+        return fn(batch, **{**options, **(self.args.estimator_kwargs or {})})
 
     # -- metrics ------------------------------------------------------------------------------------------------------
 
