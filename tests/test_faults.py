@@ -8,6 +8,8 @@ import pytest
 import torch
 from conftest import tiny_rl_args
 from datasets import Dataset
+from test_env_pool import alive
+from transformers import TrainerCallback
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRLOOConfig, MultiTurnRLOOTrainer
 from trl_multiturn.testing import FaultyEnv
@@ -62,3 +64,26 @@ def test_a_first_observation_over_the_episode_budget_fails_its_episode_and_never
     failed = [ep for ep in trainer._episodes if ep.failed]
     assert len(failed) == 2 and "leaving no room for a reply within max_episode_tokens=120" in failed[0].failure
     assert len(failed[0].prompt_ids) > 1000 and max(longest) <= 120
+
+
+def test_the_trainer_releases_its_workers_and_starts_them_again(tiny_chatml_model, tmp_path):
+    rows = [{"target": 1}] * 4
+    trainer = make_trainer(tiny_chatml_model, tmp_path, rows, max_steps=1, per_device_train_batch_size=4,
+                           per_device_eval_batch_size=4, env_mode="process")
+    pool = trainer.rollout_collator.pool
+    seen = []
+
+    class RecordWorkers(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            seen.extend(pool.worker_pids())
+
+    trainer.add_callback(RecordWorkers())
+    trainer.train()
+    assert len(seen) == 4 and pool.worker_pids() == []  # train() released them...
+    assert not any(alive(pid) for pid in seen)  # ...and they are gone
+    metrics = trainer.evaluate(eval_dataset=Dataset.from_list(rows))  # evaluation after training starts them again
+    assert metrics["eval_episodes/failed"] == 0 and len(pool.worker_pids()) == 4
+    pids = pool.worker_pids()
+    with trainer:
+        pass
+    assert pool.worker_pids() == [] and not any(alive(pid) for pid in pids)

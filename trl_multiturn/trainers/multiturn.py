@@ -247,6 +247,27 @@ class MultiTurnMixin:
         )
         self._episodes: list[Episode] = []
 
+    # -- environments' lifetime ---------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every environment and stop their worker processes. The trainer stays usable: the next rollout (a
+        second `train()`, `evaluate()`) starts what it needs again. `train()` calls it when it ends, and the trainer
+        is a context manager (`with MultiTurnGRPOTrainer(...) as trainer:`) that calls it on exit."""
+        self.rollout_collator.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def train(self, *args, **kwargs):
+        """TRL's `train()`; the environments are released when it returns or raises (Ctrl-C included)."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self.close()
+
     # -- generation ---------------------------------------------------------------------------------------------------
 
     def _any_live(self, local_live: int) -> bool:
