@@ -9,6 +9,7 @@ import torch
 from conftest import tiny_rl_args
 from datasets import Dataset
 from test_env_pool import alive
+from toy_envs import CountingEnv
 from transformers import TrainerCallback
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRLOOConfig, MultiTurnRLOOTrainer
@@ -49,6 +50,32 @@ def test_contract_breaking_results_fail_their_episode_and_parameters_stay_finite
     failures = [ep.failure for ep in trainer._episodes if ep.failed]
     for reason in ("reward is nan", "reward is NoneType", "observation is dict"):
         assert sum(reason in f for f in failures) == 2, (reason, failures)
+
+
+def test_reward_funcs_none_nan_or_inf_add_nothing_and_advantages_stay_finite(tiny_chatml_model, tmp_path):
+    """TRL turns a reward function's None into NaN (its "does not score this episode"); NaN and +-inf add nothing to
+    the episode's return. Before, an infinite value became +-3.4e38: the group's std overflowed and every advantage
+    of the group was 0 (or, unscaled, 1e38 in the loss)."""
+    def odd(completions, **kwargs):
+        return [None, float("nan"), float("inf"), 2.0, -float("inf"), 0.0, 2.0, 0.0]
+
+    def run(reward_funcs):
+        trainer = make_trainer(tiny_chatml_model, tmp_path, [{}] * 8, env_factory=CountingEnv,
+                               reward_funcs=reward_funcs, per_device_train_batch_size=8, num_generations=4)
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1
+        torch.manual_seed(0)
+        return trainer._generate_and_score_completions([{"target": 1}] * 8)["advantages"]
+
+    def as_zeros(completions, **kwargs):
+        return [0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 2.0, 0.0]
+
+    as_zeros.__name__ = odd.__name__
+    advantages = run(odd)
+    assert torch.isfinite(advantages).all()
+    assert torch.equal(advantages, run(as_zeros))
+    assert advantages[3].abs().sum() > 0 and advantages[6].abs().sum() > 0  # the finite rewards still count
+
 
 def test_a_first_observation_over_the_episode_budget_fails_its_episode_and_never_reaches_the_model(
         tiny_chatml_model, tmp_path):

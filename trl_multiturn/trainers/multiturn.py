@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import logging
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from ..credit.rewards import REWARD_MODES
 from ..rollout import Episode, MultiTurnRolloutCollator
 from ..rollout.env_pool import ENV_MODES
 from ..rollout.parsing import get_action_parser
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -399,10 +402,20 @@ class MultiTurnMixin:
 
     def _with_trajectory_rewards(self, turn_rewards: list[list[float]], rewards_per_func: torch.Tensor | None):
         """Add the weighted trajectory-level `reward_funcs` (columns 1.. of `rewards_per_func`, row-aligned with
-        `turn_rewards`) to each episode's final turn, in place; returns `turn_rewards`."""
+        `turn_rewards`) to each episode's final turn, in place; returns `turn_rewards`.
+
+        A reward function's None (NaN in TRL's tensor) is TRL's "this function does not score this episode": it adds
+        nothing, as in TRL's own sum over functions. An infinite value adds nothing either (it is no reward; one
+        would turn every advantage of its group non-finite) and is reported in a warning naming the function."""
         if rewards_per_func is not None and rewards_per_func.shape[1] > 1:
             weights = self.reward_weights[1:].to(rewards_per_func.device)
-            extra = (torch.nan_to_num(rewards_per_func[:, 1:]) * weights).sum(dim=1).tolist()
+            func_rewards = rewards_per_func[:, 1:]
+            infinite = torch.isinf(func_rewards).sum(dim=0).tolist()
+            for name, count in zip(self.reward_func_names[1:], infinite):
+                if count:
+                    logger.warning("reward function %r returned an infinite reward for %d episode(s); counted as no "
+                                   "reward from it", name, count)
+            extra = (torch.nan_to_num(func_rewards, nan=0.0, posinf=0.0, neginf=0.0) * weights).sum(dim=1).tolist()
             for r, e in zip(turn_rewards, extra):
                 if r:
                     r[-1] += e
