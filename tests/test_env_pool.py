@@ -212,13 +212,16 @@ def test_a_result_the_worker_cannot_send_back_fails_its_episode():
     assert isinstance(result, EnvFailure) and "cannot send back" in result.reason
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"timeout": 0}, "env_timeout=0"),
-    ({"timeout": -1.0}, "env_timeout=-1.0"),
-    ({"mode": "inline", "timeout": 5}, "env_timeout needs env_mode"),
-    ({"max_memory_mb": 0}, "env_max_memory_mb=0"),
-    ({"mode": "thread", "max_memory_mb": 500}, "env_max_memory_mb needs env_mode='process'"),
+@pytest.mark.parametrize("factory,kwargs,message", [
+    ("FaultyEnv", {"timeout": 0}, "env_timeout=0"),
+    ("FaultyEnv", {"timeout": -1.0}, "env_timeout=-1.0"),
+    ("FaultyEnv", {"mode": "inline", "timeout": 5}, "env_timeout needs env_mode"),
+    ("FaultyEnv", {"max_memory_mb": 0}, "env_max_memory_mb=0"),
+    ("FaultyEnv", {"mode": "thread", "max_memory_mb": 500}, "env_max_memory_mb needs worker processes"),
+    ("SWEGymEnv", {"max_memory_mb": 500}, "needs worker processes, and the environments run in mode 'thread'"),
 ])
-def test_bad_pool_settings_name_the_field(kwargs, message):
+def test_bad_pool_settings_name_the_field(factory, kwargs, message):
+    from trl_multiturn.envs import SWEGymEnv  # declares threads: "auto" resolves to them
+
     with pytest.raises(ValueError, match=message):
-        EnvPool(FaultyEnv, **kwargs)
+        EnvPool({"FaultyEnv": FaultyEnv, "SWEGymEnv": SWEGymEnv}[factory], **kwargs)

@@ -61,10 +61,25 @@ def declared_execution(factory: Callable[[], Environment]) -> str:
     return mode
 
 
-def resolve_env_mode(mode: str, factory: Callable[[], Environment]) -> str:
+def check_env_settings(mode: str, timeout: float | None, max_memory_mb: float | None) -> None:
+    """Refuse settings that cannot work, naming the config field and the fix (`mode` may still be "auto")."""
     if mode not in ENV_MODES:
         raise ValueError(f"env_mode={mode!r}: choose one of {ENV_MODES} ('inline' runs environments in this process "
                          "one after another, for debugging)")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"env_timeout={timeout}: give a number of seconds > 0, or None for no deadline")
+    if timeout is not None and mode == "inline":
+        raise ValueError("env_timeout needs env_mode 'auto', 'process' or 'thread': an inline call cannot be "
+                         "interrupted")
+    if max_memory_mb is not None and not max_memory_mb > 0:
+        raise ValueError(f"env_max_memory_mb={max_memory_mb}: give a number of MiB > 0, or None for no limit")
+    if max_memory_mb is not None and mode in ("thread", "inline"):
+        raise ValueError(f"env_max_memory_mb needs worker processes, and the environments run in mode {mode!r} "
+                         "inside this process: set env_mode='process' or drop the limit")
+
+
+def resolve_env_mode(mode: str, factory: Callable[[], Environment]) -> str:
+    check_env_settings(mode, None, None)
     return declared_execution(factory) if mode == "auto" else mode
 
 
@@ -323,15 +338,7 @@ class EnvPool:
                  max_memory_mb: float | None = None, start_method: str = "fork"):
         self.factory = factory
         self.mode = resolve_env_mode(mode, factory)
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"env_timeout={timeout}: give a number of seconds > 0, or None for no deadline")
-        if timeout is not None and self.mode == "inline":
-            raise ValueError("env_timeout needs env_mode='process' or 'thread': an inline call cannot be interrupted")
-        if max_memory_mb is not None and not max_memory_mb > 0:
-            raise ValueError(f"env_max_memory_mb={max_memory_mb}: give a number of MiB > 0, or None for no limit")
-        if max_memory_mb is not None and self.mode != "process":
-            raise ValueError(f"env_max_memory_mb needs env_mode='process' (the environments run in mode "
-                             f"{self.mode!r}, inside this process): set env_mode='process' or drop the limit")
+        check_env_settings(self.mode, timeout, max_memory_mb)  # "auto" resolved: e.g. threads refuse a memory cap
         self.timeout = timeout
         self.max_memory_mb = max_memory_mb
         self.restarts = 0  # workers restarted for exceeding max_memory_mb

@@ -22,7 +22,7 @@ from accelerate.utils import gather_object
 from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
 from ..rollout import Episode, MultiTurnRolloutCollator
-from ..rollout.env_pool import ENV_MODES
+from ..rollout.env_pool import check_env_settings
 from ..rollout.parsing import get_action_parser
 
 logger = logging.getLogger(__name__)
@@ -108,19 +108,7 @@ class MultiTurnArguments:
             raise ValueError(f"max_episode_tokens={self.max_episode_tokens}: give a positive number of tokens for "
                              "the whole episode, or None for no cap")
         get_action_parser(self.action_parser)
-        if self.env_mode not in ENV_MODES:
-            raise ValueError(f"env_mode={self.env_mode!r}: choose one of {ENV_MODES}")
-        if self.env_timeout is not None and not self.env_timeout > 0:
-            raise ValueError(f"env_timeout={self.env_timeout}: give a number of seconds > 0, or None for no deadline")
-        if self.env_timeout is not None and self.env_mode == "inline":
-            raise ValueError("env_timeout needs env_mode 'auto', 'process' or 'thread': an inline call cannot be "
-                             "interrupted")
-        if self.env_max_memory_mb is not None and not self.env_max_memory_mb > 0:
-            raise ValueError(f"env_max_memory_mb={self.env_max_memory_mb}: give a number of MiB > 0, or None for no "
-                             "limit")
-        if self.env_max_memory_mb is not None and self.env_mode in ("thread", "inline"):
-            raise ValueError(f"env_max_memory_mb needs worker processes, not env_mode={self.env_mode!r}: set "
-                             "env_mode='process' or drop the limit")
+        check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
 
     def check_advantage_estimator(self) -> None:
         """Raise if `advantage_estimator` is not registered or `estimator_kwargs` holds options it does not take.
