@@ -110,7 +110,7 @@ def test_environment_factory_is_required(tiny_chatml_model, tmp_path):
         make_trainer(tiny_chatml_model, tmp_path, None, [{"target": 1}] * 4)
 
 
-def test_estimator_kwargs_reach_the_estimator_and_unknown_ones_are_refused(tiny_chatml_model, tmp_path):
+def test_estimator_kwargs_reach_the_estimator(tiny_chatml_model, tmp_path):
     from trl_multiturn.credit import CreditBatch
     from trl_multiturn.credit.estimators import gigpo
 
@@ -120,9 +120,6 @@ def test_estimator_kwargs_reach_the_estimator_and_unknown_ones_are_refused(tiny_
                            advantage_estimator="gigpo", estimator_kwargs='{"step_weight": 0.25}')
     assert torch.allclose(trainer._call_estimator(batch), gigpo(batch, step_weight=0.25))
     assert not torch.allclose(gigpo(batch, step_weight=0.25), gigpo(batch))
-    trainer.args.estimator_kwargs = {"stepweight": 1.0}
-    with pytest.raises(ValueError, match=r"\['stepweight'\] are not options of advantage_estimator='gigpo'"):
-        trainer._call_estimator(batch)
 
 
 @pytest.mark.parametrize("config_name", ["MultiTurnGRPOConfig", "MultiTurnRLOOConfig", "MultiTurnPPOConfig",

@@ -130,9 +130,9 @@ def test_finish_scores_an_episode_cut_by_the_rollout(tiny_chatml_model):
     assert ep.truncated and ep.won and ep.turn_rewards == [0.0, 5.0]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_crashing_environment_fails_its_episode_not_the_run(tiny_chatml_model, workers):
-    collator, *_ = make_collator(tiny_chatml_model, env_factory=FlakyEnv, env_num_workers=workers)
+@pytest.mark.parametrize("mode", ["inline", "thread", "process"])
+def test_a_crashing_environment_fails_its_episode_not_the_run(tiny_chatml_model, mode):
+    collator, *_ = make_collator(tiny_chatml_model, env_factory=FlakyEnv, env_mode=mode)
     episodes = collator([{"target": 2, "mode": "raise"}, {"target": 2}])
     assert episodes[0].failed and "engine crashed" in episodes[0].failure
     assert not episodes[1].failed and episodes[1].won
@@ -143,7 +143,7 @@ def test_a_crashing_environment_fails_its_episode_not_the_run(tiny_chatml_model,
 
 
 def test_hanging_and_dying_workers_fail_their_episodes(tiny_chatml_model):
-    collator, *_ = make_collator(tiny_chatml_model, env_factory=FlakyEnv, env_num_workers=3, env_timeout=2.0)
+    collator, *_ = make_collator(tiny_chatml_model, env_factory=FlakyEnv, env_mode="process", env_timeout=2.0)
     episodes = collator([{"target": 2, "mode": "hang"}, {"target": 2, "mode": "exit"}, {"target": 2}])
     assert episodes[0].failed and "timed out" in episodes[0].failure
     assert episodes[1].failed and "died" in episodes[1].failure

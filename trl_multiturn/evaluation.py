@@ -47,7 +47,7 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
 
 def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: int = 8, max_reply_tokens: int = 32,
              max_episode_tokens: int | None = None, temperature: float = 0.0, system_prompt: str | None = None,
-             action_parser="first_line", batch_size: int = 16, env_num_workers: int = 0,
+             action_parser="first_line", batch_size: int = 16, env_mode: str = "auto",
              env_timeout: float | None = None) -> EvalResult:
     """Play every task once and report success. Greedy by default (`temperature=0`), independent of training
     sampling. `model` is a model object or a path/Hub id; `tasks` is a list of rows or a `datasets.Dataset`.
@@ -69,7 +69,7 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
         environment_factory, tokenizer, hf_generate_fn(model, tokenizer, eos, temperature=temperature),
         max_turns=max_turns, max_reply_tokens=max_reply_tokens, max_episode_tokens=max_episode_tokens,
         action_parser=action_parser, system_prompt=system_prompt, eos_token_ids=eos,
-        env_num_workers=env_num_workers, env_timeout=env_timeout,
+        env_mode=env_mode, env_timeout=env_timeout,
     )
     rows = list(tasks)
     episodes: list[Episode] = []

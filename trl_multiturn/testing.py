@@ -1,14 +1,18 @@
-"""Tiny offline models for tests, benchmarks and demos.
+"""Tiny offline models and a fault-injecting toy environment for tests, benchmarks and demos.
 
 `build_tiny_model(out_dir, template="chatml")` trains a byte-level BPE tokenizer in-process (no Hub), attaches a
 real chat template (Qwen2.5's ChatML or Llama 3's, as TRL ships them), builds a randomly initialised Llama-style
-model a few layers deep, and saves both so that TRL can reload them by path.
+model a few layers deep, and saves both so that TRL can reload them by path. `FaultyEnv` breaks the environment
+contract on purpose, in every way the rollout must contain to one episode.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+
+from .envs.base import Environment, StepResult
 
 CHAT_TEMPLATES = ("chatml", "llama3")
 
@@ -102,3 +106,46 @@ def build_tiny_model(out_dir: str | os.PathLike, template: str = "chatml", hidde
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+FAULTS = ("raise", "hang", "exit", "nan_reward", "none_reward", "bad_observation", "huge_observation")
+
+
+class FaultyEnv(Environment):
+    """A toy game that breaks on purpose, for fault tests and the soak benchmark (a test double of a *user*
+    environment, not of a real engine).
+
+    Each turn earns reward 1 and the episode is won after `task["target"]` turns (default 2). `task["fault"]`, one
+    of `FAULTS` or absent, breaks it at turn `task.get("fault_turn", 1)`: "raise" an exception, "hang" (sleep
+    `hang_seconds`), "exit" the process (a lost worker), return a NaN ("nan_reward") or None ("none_reward")
+    reward, an observation that is not a string ("bad_observation"); "huge_observation" makes the first
+    observation `huge_words` words long, more than an episode budget holds.
+    """
+
+    def __init__(self, hang_seconds: float = 3600.0, huge_words: int = 2000):
+        self.hang_seconds, self.huge_words = hang_seconds, huge_words
+
+    def reset(self, task):
+        self.turn, self.target = 0, task.get("target", 2)
+        self.fault, self.fault_turn = task.get("fault"), task.get("fault_turn", 1)
+        if self.fault == "huge_observation":
+            return "look around. " * self.huge_words
+        return f"Reach turn {self.target}. Say anything."
+
+    def step(self, action):
+        self.turn += 1
+        if self.turn == self.fault_turn:
+            if self.fault == "raise":
+                raise RuntimeError("injected crash")
+            if self.fault == "hang":
+                time.sleep(self.hang_seconds)
+            if self.fault == "exit":
+                os._exit(3)
+            if self.fault == "nan_reward":
+                return StepResult(f"Turn {self.turn}.", reward=float("nan"))
+            if self.fault == "none_reward":
+                return StepResult(f"Turn {self.turn}.", reward=None)
+            if self.fault == "bad_observation":
+                return StepResult({"text": f"Turn {self.turn}."}, reward=1.0)
+        done = self.turn >= self.target
+        return StepResult(f"Turn {self.turn}.", reward=1.0, done=done, won=done)

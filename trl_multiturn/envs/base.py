@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import reprlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Mapping
 
 
 @dataclass
@@ -25,8 +27,16 @@ class Environment:
     """Subclass and implement `reset` and `step`; `close` releases what the environment holds.
 
     A trainer builds one environment per concurrent episode through `environment_factory` (any callable that
-    returns a fresh instance) and calls `reset(task)` with one dataset row before each episode.
+    returns a fresh instance) and calls `reset(task)` with one dataset row before each episode. What `reset` and
+    `step` return is checked (`checked_observation`, `checked_step_result`): a result that breaks the contract fails
+    its episode like an exception does.
     """
+
+    execution: ClassVar[str] = "process"
+    """How trainers run instances of this environment under `env_mode="auto"`: "process" (each episode's
+    environment in its own worker process: for CPU-bound engines, and the safe default since a crash, a hang or a
+    leak stays in that process) or "thread" (each call on its own thread of the trainer process: for environments
+    whose work waits on I/O or subprocesses)."""
 
     def reset(self, task: dict) -> str:
         """Start the episode named by `task` (one dataset row) and return the first observation."""
@@ -60,3 +70,45 @@ EnvironmentFactory = Callable[[], Environment]
 
 class TaskError(ValueError):
     """A task row the environment cannot load; the message names the field and the fix."""
+
+
+class ContractError(TypeError):
+    """What an environment returned breaks the contract: an observation that is not a string, a reward that is not a
+    finite number, a `done` or `won` that is not a truth value, an `info` that is not a dict."""
+
+
+def checked_observation(value: Any, what: str = "observation") -> str:
+    """`value` if it is a string; otherwise `ContractError`."""
+    if not isinstance(value, str):
+        raise ContractError(f"{what} is {type(value).__name__} {reprlib.repr(value)}, not a str")
+    return value
+
+
+def checked_step_result(result: Any) -> StepResult:
+    """A `StepResult` with a str observation, a finite float reward, bool done/won and a dict info; otherwise
+    `ContractError` naming the field. A reward that is None, NaN, infinite or not a number is refused: it would
+    reach the advantages, and one NaN there makes every parameter NaN in one optimizer step."""
+    if not isinstance(result, StepResult):
+        raise ContractError(f"returned {type(result).__name__} {reprlib.repr(result)}, not a StepResult")
+    observation = checked_observation(result.observation)
+    reward = result.reward
+    try:
+        if isinstance(reward, (str, bytes)):
+            raise TypeError
+        value = float(reward)
+    except (TypeError, ValueError):
+        raise ContractError(f"reward is {type(reward).__name__} {reprlib.repr(reward)}, not a number") from None
+    if not math.isfinite(value):
+        raise ContractError(f"reward is {value}, not a finite number")
+    info = {} if result.info is None else result.info
+    if not isinstance(info, Mapping):
+        raise ContractError(f"info is {type(info).__name__} {reprlib.repr(info)}, not a dict")
+    return StepResult(observation, value, _truth(result.done, "done"), _truth(result.won, "won"), dict(info))
+
+
+def _truth(value: Any, name: str) -> bool:
+    try:
+        return bool(value)
+    except Exception as exc:  # noqa: BLE001 - e.g. a numpy array of several values
+        raise ContractError(f"{name} is {type(value).__name__} {reprlib.repr(value)}, not a truth value "
+                            f"({type(exc).__name__}: {exc})") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Callable, Sequence
 
@@ -10,6 +11,8 @@ from .chat_tokens import ChatTokenBuilder
 from .env_pool import EnvFailure, EnvPool
 from .episode import Episode
 from .parsing import ActionParser, get_action_parser
+
+logger = logging.getLogger(__name__)
 
 # generate_fn(contexts, max_new_tokens) -> (completions, logprobs or None); one completion per context.
 GenerateFn = Callable[[list[list[int]], int], "tuple[list[list[int]], list[list[float]] | None]"]
@@ -31,6 +34,11 @@ class MultiTurnRolloutCollator:
     delta for a new user turn (never re-tokenising history). An episode stops when its environment says done, at
     `max_turns`, or when the next observation would exceed `max_episode_tokens` (prompt included).
 
+    An episode fails (it is dropped from the baseline and the loss, and its `failure` says why) when its environment
+    raises, hangs past `env_timeout`, loses its worker or returns what breaks the contract (see
+    `trl_multiturn.envs.base.checked_step_result`), and when its first observation leaves no room for a reply within
+    `max_episode_tokens`: cutting the observation would train on a task the environment never stated.
+
     A reply cut at `max_reply_tokens` has no sampled end-of-turn token. The documented choice here: the turn is
     closed with the template's end-of-turn token under mask 0 (the model is not trained to have emitted it) and the
     episode goes on.
@@ -45,7 +53,7 @@ class MultiTurnRolloutCollator:
         action_parser: a parser name from `ACTION_PARSERS`, a `"module:function"` path, or a callable.
         system_prompt: an optional system message before the first observation.
         eos_token_ids: token ids that end a reply; defaults to the tokenizer's eos.
-        env_num_workers / env_timeout: see `EnvPool`.
+        env_mode / env_timeout / env_max_memory_mb: see `EnvPool` (`mode`, `timeout`, `max_memory_mb`).
         any_live: `(local live count) -> bool` that is True while any episode on any rank is live. Trainers pass a
             cross-rank reduction so that every rank makes the same number of generate calls.
     """
@@ -63,12 +71,16 @@ class MultiTurnRolloutCollator:
         system_prompt: str | None = None,
         eos_token_ids: Sequence[int] | None = None,
         chat_template_kwargs: dict | None = None,
-        env_num_workers: int = 0,
+        env_mode: str = "auto",
         env_timeout: float | None = None,
+        env_max_memory_mb: float | None = None,
         any_live: Callable[[int], bool] | None = None,
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns={max_turns}: an episode needs at least one turn")
+        if max_reply_tokens is None or max_reply_tokens < 1:
+            raise ValueError(f"max_completion_length={max_reply_tokens}: each reply needs a cap of at least one "
+                             "token (e.g. 64)")
         self.tokenizer = tokenizer
         self.generate_fn = generate_fn
         self.max_turns = max_turns
@@ -78,8 +90,22 @@ class MultiTurnRolloutCollator:
         self.system_prompt = system_prompt
         self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs)
         self.eos_token_ids = self.tokens.eos_token_ids
-        self.pool = EnvPool(environment_factory, num_workers=env_num_workers, timeout=env_timeout)
+        self._check_episode_budget()
+        self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb)
         self.any_live = any_live or (lambda n: n > 0)
+        self._warned_over_budget = False
+
+    def _check_episode_budget(self) -> None:
+        """Refuse a `max_episode_tokens` that no episode fits: the chat template around an empty first observation
+        (and the system prompt) plus one reply token."""
+        if self.max_episode_tokens is None:
+            return
+        least = len(self.tokens.prompt_ids(self.opening_messages(""))) + 1
+        if self.max_episode_tokens < least:
+            raise ValueError(
+                f"max_episode_tokens={self.max_episode_tokens} is smaller than any episode can be: the chat template "
+                f"and system prompt alone take {least - 1} tokens before the first observation. Raise it to cover "
+                f"the prompt, the observations and max_turns replies (or set it to None for no cap).")
 
     def opening_messages(self, observation: str) -> list[dict]:
         return opening_messages(observation, self.system_prompt)
@@ -108,9 +134,21 @@ class MultiTurnRolloutCollator:
                 messages = self.opening_messages(first)
                 ep = Episode(task=row, prompt_ids=self.tokens.prompt_ids(messages), prompt_messages=messages)
                 if self._budget(ep) < 1:
-                    ep.done = ep.truncated = True  # the first observation alone fills the episode budget
+                    ep.failed, ep.failure = True, (
+                        f"the first observation makes a prompt of {len(ep.prompt_ids)} tokens, leaving no room for a "
+                        f"reply within max_episode_tokens={self.max_episode_tokens}")
             episodes.append(ep)
+        self._warn_if_most_over_budget(episodes)
         return episodes
+
+    def _warn_if_most_over_budget(self, episodes: list[Episode]) -> None:
+        over = [len(ep.prompt_ids) for ep in episodes if ep.failed and ep.prompt_ids]  # reset failures have none
+        if len(over) * 2 > len(episodes) and not self._warned_over_budget:
+            self._warned_over_budget = True
+            logger.warning(
+                "%d of %d episodes failed before their first reply: their prompts (%d to %d tokens) leave no room "
+                "within max_episode_tokens=%d. Raise max_episode_tokens.", len(over), len(episodes), min(over),
+                max(over), self.max_episode_tokens)
 
     def _budget(self, ep: Episode) -> int:
         """Tokens the episode may still sample in its next reply."""

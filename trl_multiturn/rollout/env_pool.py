@@ -1,98 +1,355 @@
-"""Environments for a batch of concurrent episodes, in this process or in worker processes.
+"""Environments for a batch of concurrent episodes: one isolated runner per episode slot.
 
 Each episode of a batch owns a *slot*; a slot keeps its environment instance across batches (construct once,
-reset often). With `num_workers == 0` the environments live in this process and a crash (an exception) fails only
-its own episode. With `num_workers > 0` slot `i` lives in worker `i % num_workers`; every worker runs its slots'
-calls while the others run theirs, and a worker that exceeds `timeout` seconds or dies is killed, fails the
-episodes it held, and is started afresh at the next reset. Timeouts need workers: a call in this process cannot be
-interrupted safely.
+reset often). Every call of a batch (`reset`, `step` or `finish` of each slot) starts at once and has its own
+deadline, `timeout` seconds after it started, so an environment that raises, breaks the contract, hangs or dies
+fails its own episode and no other. Modes (how a slot runs its environment):
+
+* "process": each slot's environment lives in its own worker process, forked on first use. A call past its
+  deadline kills that worker (and its process group); a worker that dies fails only its episode; the slot's next
+  reset starts a fresh worker. Workers die with the process that owns the pool, and a worker whose private memory
+  exceeds `max_memory_mb` is restarted between episodes. For CPU-bound engines (TextWorld, ALFWorld), and the safe
+  choice for any environment.
+* "thread": each call runs on its own thread of this process, for environments whose work waits on I/O or on a
+  subprocess (SWE-Gym's sandboxes): the same overlap without a process per episode. Python cannot kill a thread: a
+  call past its deadline fails its episode, its environment is dropped (and closed when the call returns), and the
+  slot's next reset builds a fresh one.
+* "inline": calls run in this process one after another, without deadlines: for debugging (breakpoints, pdb).
+* "auto": the mode the environment declares (`Environment.execution`, read from the factory: a class, a
+  `functools.partial` of one, or any callable with an `execution` attribute); "process" if it declares none.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import logging
 import multiprocessing as mp
+import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..envs.base import Environment, StepResult
+import psutil
+
+from ..envs.base import ContractError, Environment, StepResult, checked_observation, checked_step_result
+
+logger = logging.getLogger(__name__)
+
+ENV_MODES = ("auto", "process", "thread", "inline")
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
 class EnvFailure:
-    """An environment call that did not return: an exception, a timeout or a lost worker."""
+    """An environment call that gave no valid result: an exception, a broken contract, a timeout or a lost worker."""
 
     reason: str
 
 
-def _apply(envs: dict[int, Environment], factory: Callable[[], Environment], cmd: str, items) -> list:
-    """Run one command on several slots; an exception fails only its slot (and drops its instance)."""
-    out = []
-    for slot, arg in items:
+def declared_execution(factory: Callable[[], Environment]) -> str:
+    """The mode an environment factory declares: the `execution` attribute of the factory (an `Environment` class
+    has one), of the function inside a `functools.partial`, or "process" when there is none (e.g. a lambda)."""
+    target = factory
+    while isinstance(target, functools.partial):
+        target = target.func
+    mode = getattr(target, "execution", "process")
+    if mode not in ("process", "thread", "inline"):
+        raise ValueError(f"{getattr(target, '__name__', target)!r}.execution={mode!r}: use 'process' or 'thread'")
+    return mode
+
+
+def check_env_settings(mode: str, timeout: float | None, max_memory_mb: float | None) -> None:
+    """Refuse settings that cannot work, naming the config field and the fix (`mode` may still be "auto")."""
+    if mode not in ENV_MODES:
+        raise ValueError(f"env_mode={mode!r}: choose one of {ENV_MODES} ('inline' runs environments in this process "
+                         "one after another, for debugging)")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"env_timeout={timeout}: give a number of seconds > 0, or None for no deadline")
+    if timeout is not None and mode == "inline":
+        raise ValueError("env_timeout needs env_mode 'auto', 'process' or 'thread': an inline call cannot be "
+                         "interrupted")
+    if max_memory_mb is not None and not max_memory_mb > 0:
+        raise ValueError(f"env_max_memory_mb={max_memory_mb}: give a number of MiB > 0, or None for no limit")
+    if max_memory_mb is not None and mode in ("thread", "inline"):
+        raise ValueError(f"env_max_memory_mb needs worker processes, and the environments run in mode {mode!r} "
+                         "inside this process: set env_mode='process' or drop the limit")
+
+
+def resolve_env_mode(mode: str, factory: Callable[[], Environment]) -> str:
+    check_env_settings(mode, None, None)
+    return declared_execution(factory) if mode == "auto" else mode
+
+
+def _describe(cmd: str, exc: Exception) -> str:
+    if isinstance(exc, ContractError):
+        return f"{cmd} broke the environment contract: {exc}"
+    return f"{cmd} raised {type(exc).__name__}: {exc}"
+
+
+class _SlotEnvironment:
+    """One slot's environment: built on the first reset, dropped (and closed) after any failure so that the slot's
+    next reset builds a fresh one. Every result is checked against the environment contract."""
+
+    def __init__(self, factory: Callable[[], Environment]):
+        self.factory = factory
+        self.env: Environment | None = None
+
+    def call(self, cmd: str, arg: Any) -> str | StepResult | EnvFailure | None:
         try:
             if cmd == "reset":
-                if slot not in envs:
-                    envs[slot] = factory()
-                out.append(envs[slot].reset(arg))
-            elif cmd == "step":
-                out.append(envs[slot].step(arg))
-            elif cmd == "finish":
-                out.append(envs[slot].finish())
-            else:
-                raise ValueError(f"unknown command {cmd!r}")
+                if self.env is None:
+                    self.env = self.factory()
+                return checked_observation(self.env.reset(arg), "the first observation")
+            if self.env is None:
+                return EnvFailure(f"{cmd} without a successful reset")
+            if cmd == "step":
+                return checked_step_result(self.env.step(arg))
+            if cmd == "finish":
+                result = self.env.finish()
+                return None if result is None else checked_step_result(result)
+            raise ValueError(f"unknown command {cmd!r}")
         except Exception as exc:  # noqa: BLE001 - any environment error fails its episode, not the run
-            out.append(EnvFailure(f"{cmd} raised {type(exc).__name__}: {exc}"))
-            _close_quietly(envs.pop(slot, None))
-    return out
+            self.close()
+            return EnvFailure(_describe(cmd, exc))
+
+    def close(self) -> None:
+        env, self.env = self.env, None
+        if env is not None:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing a broken environment must not fail the run
+                pass
 
 
-def _close_quietly(env: Environment | None) -> None:
-    if env is None:
-        return
-    try:
-        env.close()
-    except Exception:  # noqa: BLE001 - closing a broken environment must not fail the run
-        pass
+class _InlineRunner:
+    """The slot's calls run in this process, during `start`."""
+
+    lost = False
+
+    def __init__(self, factory):
+        self.slot_env = _SlotEnvironment(factory)
+        self._result = None
+
+    def start(self, cmd: str, arg: Any) -> None:
+        self._result = self.slot_env.call(cmd, arg)
+
+    def wait(self, deadline: float | None):
+        return self._result
+
+    def close(self) -> None:
+        self.slot_env.close()
 
 
-def _worker_main(conn, factory) -> None:
-    envs: dict[int, Environment] = {}
+class _ThreadCall:
+    """One call on a daemon thread of its own. Abandoned past its deadline, it closes its environment on return."""
+
+    def __init__(self, slot_env: _SlotEnvironment, cmd: str, arg: Any):
+        self.slot_env, self.result, self.abandoned = slot_env, None, False
+        self.done, self.lock = threading.Event(), threading.Lock()
+        threading.Thread(target=self._run, args=(cmd, arg), daemon=True, name=f"env-{cmd}").start()
+
+    def _run(self, cmd: str, arg: Any) -> None:
+        result = self.slot_env.call(cmd, arg)
+        with self.lock:
+            self.result = result
+            self.done.set()
+            if self.abandoned:
+                self.slot_env.close()
+
+    def finished_by(self, deadline: float | None) -> bool:
+        """Wait until `deadline`; False (and the call is abandoned) if it has not returned by then."""
+        self.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        with self.lock:
+            self.abandoned = not self.done.is_set()
+            return not self.abandoned
+
+
+class _ThreadRunner:
+    """Each call on its own thread. A call past its deadline fails; its environment is dropped (and closed when the
+    call returns) and the slot starts over with a fresh one."""
+
+    lost = False
+
+    def __init__(self, factory, timeout: float | None):
+        self.slot_env = _SlotEnvironment(factory)
+        self.timeout = timeout
+        self._call: _ThreadCall | None = None
+
+    def start(self, cmd: str, arg: Any) -> None:
+        self._call = _ThreadCall(self.slot_env, cmd, arg)
+
+    def wait(self, deadline: float | None):
+        if self._call.finished_by(deadline):
+            return self._call.result
+        self.slot_env = _SlotEnvironment(self.slot_env.factory)
+        return EnvFailure(f"environment call timed out after {self.timeout}s (its thread was abandoned)")
+
+    def close(self) -> None:
+        self.slot_env.close()  # an abandoned call closes its own (replaced) environment
+
+
+def _die_with_parent(parent_pid: int, use_pdeathsig: bool) -> None:
+    """In a worker: be killed when the pool's process dies, even while an environment call hangs. Linux's
+    PR_SET_PDEATHSIG delivers SIGKILL when the thread that forked us exits (so it is used only when that is the main
+    thread); a watchdog thread polling the parent pid covers the other cases."""
+    prctl = _libc_prctl() if use_pdeathsig else None
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(0)  # the parent died before the signal was armed
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()
+
+
+def _worker_main(conn, factory, parent_pid: int, use_pdeathsig: bool) -> None:
+    _die_with_parent(parent_pid, use_pdeathsig)
+    os.setpgid(0, 0)  # a process group of its own: a kill reaches what the environment started
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it closes its workers
+    slot_env = _SlotEnvironment(factory)
     while True:
         try:
-            cmd, items = conn.recv()
-        except EOFError:
+            cmd, arg = conn.recv()
+        except (EOFError, OSError):
             break
         if cmd == "close":
             break
-        conn.send(_apply(envs, factory, cmd, items))
-    for env in envs.values():
-        _close_quietly(env)
+        result = slot_env.call(cmd, arg)
+        try:
+            conn.send(result)
+        except (BrokenPipeError, OSError):
+            break
+        except Exception as exc:  # noqa: BLE001 - a result that cannot be pickled fails its episode
+            slot_env.close()
+            conn.send(EnvFailure(f"{cmd} returned a result the worker cannot send back ({type(exc).__name__}: "
+                                 f"{exc}); keep StepResult.info to plain data"))
+    slot_env.close()
+
+
+@functools.cache
+def _libc_prctl():
+    """libc's prctl (None off Linux). Looked up in the parent before forking: a forked child of a threaded process
+    must not dlopen or dlsym, and inherits this cache."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+class _ProcessRunner:
+    """The slot's environment in a worker process of its own."""
+
+    def __init__(self, factory, ctx, timeout: float | None):
+        self.timeout = timeout
+        self.lost = False
+        use_pdeathsig = threading.current_thread() is threading.main_thread() and _libc_prctl() is not None
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, factory, os.getpid(), use_pdeathsig), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        self._unsent: EnvFailure | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def private_memory_mb(self) -> float:
+        """Memory the worker does not share with other processes (its unique set size), in MiB."""
+        return psutil.Process(self.pid).memory_full_info().uss / 2**20
+
+    def start(self, cmd: str, arg: Any) -> None:
+        self._unsent = None
+        try:
+            self.conn.send((cmd, arg))
+        except (BrokenPipeError, OSError):
+            pass  # a dead worker: `wait` reports it
+        except Exception as exc:  # noqa: BLE001 - e.g. a task row that cannot be pickled
+            self._unsent = EnvFailure(f"{cmd}: could not send {type(arg).__name__} to the environment worker "
+                                      f"({type(exc).__name__}: {exc})")
+
+    def wait(self, deadline: float | None):
+        if self._unsent is not None:
+            return self._unsent
+        try:
+            if self.conn.poll(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                return self.conn.recv()
+            reason = f"environment call timed out after {self.timeout}s (its worker was killed)"
+        except (EOFError, OSError):
+            self.kill()  # reaches what the dead worker left running in its process group
+            return EnvFailure(f"environment worker died (exit code {self.proc.exitcode})")
+        self.kill()
+        return EnvFailure(reason)
+
+    def request_close(self) -> None:
+        try:
+            self.conn.send(("close", None))
+        except Exception:  # noqa: BLE001 - a dead worker is closed already
+            pass
+
+    def join_or_kill(self, deadline: float) -> None:
+        self.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.kill()  # a no-op for a worker that exited and was reaped by the join
+
+    def close(self) -> None:
+        self.request_close()
+        self.join_or_kill(time.monotonic() + 5.0)
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its process group, but only while its pid is still ours (running, or exited and
+        not yet reaped): once reaped, the number may name another process."""
+        self.lost = True
+        if self._pid_is_ours():
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(self.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self.proc.join(timeout=5)
+        self.conn.close()
+
+    def _pid_is_ours(self) -> bool:
+        try:  # a child of ours that runs, or exited and is not reaped yet
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            return True
+        except ChildProcessError:  # reaped, or not our child ("forkserver"): ask multiprocessing
+            return self.proc.exitcode is None
 
 
 class EnvPool:
-    """Runs `reset`, `step` and `finish` for many episode slots at once.
+    """Runs `reset`, `step` and `finish` for many episode slots at once, each slot isolated (see the module doc).
 
     Args:
-        factory: callable returning a fresh `Environment`. With workers it is sent to them (under the default
-            "fork" start method any callable works; "spawn"/"forkserver" need a picklable one).
-        num_workers: 0 runs environments in this process; N > 0 spreads the slots over N worker processes.
-        timeout: seconds a worker may take for one call over its slots before it is killed (workers only).
-        start_method: multiprocessing start method for workers.
+        factory: callable returning a fresh `Environment`. Process workers are forked, so any callable works.
+        mode: "auto", "process", "thread" or "inline".
+        timeout: seconds one call may take before its episode fails (None: no deadline; not with "inline").
+        max_memory_mb: restart a worker between episodes when its private memory exceeds this ("process" only).
+        start_method: multiprocessing start method of the workers ("spawn"/"forkserver" need a picklable factory).
     """
 
-    def __init__(self, factory: Callable[[], Environment], num_workers: int = 0, timeout: float | None = None,
-                 start_method: str = "fork"):
-        if num_workers < 0:
-            raise ValueError(f"env_num_workers={num_workers}: use 0 (in-process) or a positive number of processes")
+    def __init__(self, factory: Callable[[], Environment], mode: str = "auto", timeout: float | None = None,
+                 max_memory_mb: float | None = None, start_method: str = "fork"):
         self.factory = factory
-        self.num_workers = num_workers
+        self.mode = resolve_env_mode(mode, factory)
+        check_env_settings(self.mode, timeout, max_memory_mb)  # "auto" resolved: e.g. threads refuse a memory cap
         self.timeout = timeout
-        self._ctx = mp.get_context(start_method) if num_workers else None
-        self._local: dict[int, Environment] = {}
-        self._workers: dict[int, tuple[Any, Any]] = {}  # worker index -> (process, connection)
+        self.max_memory_mb = max_memory_mb
+        self.restarts = 0  # workers restarted for exceeding max_memory_mb
+        self._ctx = mp.get_context(start_method) if self.mode == "process" else None
+        self._runners: dict[int, Any] = {}
 
     def reset(self, tasks: list[dict]) -> list[str | EnvFailure]:
         """Reset slot i with tasks[i]; returns the first observation or a failure per slot."""
+        if self.max_memory_mb is not None:
+            for slot in range(len(tasks)):
+                self._restart_if_over_memory(slot)
         return self._run("reset", list(enumerate(tasks)))
 
     def step(self, slots: list[int], actions: list[str]) -> list[StepResult | EnvFailure]:
@@ -101,64 +358,80 @@ class EnvPool:
     def finish(self, slots: list[int]) -> list[StepResult | None | EnvFailure]:
         return self._run("finish", [(slot, None) for slot in slots])
 
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers ("process" mode)."""
+        return [r.pid for r in self._runners.values() if isinstance(r, _ProcessRunner)]
+
     def close(self) -> None:
-        for env in self._local.values():
-            _close_quietly(env)
-        self._local.clear()
-        for index in list(self._workers):
-            proc, conn = self._workers.pop(index)
-            try:
-                conn.send(("close", None))
-            except (BrokenPipeError, OSError):
-                pass
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
+        """Close every environment and stop every worker (gracefully, then by force after 5 s). The pool stays
+        usable: the next reset starts what it needs."""
+        runners, self._runners = list(self._runners.values()), {}
+        workers = [r for r in runners if isinstance(r, _ProcessRunner)]
+        for r in workers:
+            r.request_close()
+        deadline = time.monotonic() + 5.0
+        for r in workers:
+            r.join_or_kill(deadline)
+        for r in runners:
+            if not isinstance(r, _ProcessRunner):
+                r.close()
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __del__(self):
-        self.close()
+        if getattr(self, "_runners", None):
+            self.close()
 
     # -- internals ---------------------------------------------------------------------------------------------------
 
     def _run(self, cmd: str, items: list[tuple[int, Any]]) -> list:
-        if not items:
-            return []
-        if not self.num_workers:
-            return _apply(self._local, self.factory, cmd, items)
-        by_worker: dict[int, list[tuple[int, Any]]] = {}
+        started = []
         for slot, arg in items:
-            by_worker.setdefault(slot % self.num_workers, []).append((slot, arg))
-        for index, worker_items in by_worker.items():
-            self._send(index, cmd, worker_items)
-        results: dict[int, Any] = {}
+            runner = self._runners.get(slot)
+            if cmd == "reset" and isinstance(runner, _ProcessRunner) and not runner.proc.is_alive():
+                runner.kill()  # died between episodes (e.g. killed from outside): start afresh
+                runner = None
+            if runner is None and cmd != "reset":
+                started.append((slot, None))
+                continue
+            if runner is None:
+                runner = self._runners[slot] = self._new_runner()
+            runner.start(cmd, arg)
+            started.append((slot, runner))
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        for index, worker_items in by_worker.items():
-            for (slot, _), result in zip(worker_items, self._receive(index, deadline, len(worker_items))):
-                results[slot] = result
-        return [results[slot] for slot, _ in items]
+        results = []
+        for slot, runner in started:
+            if runner is None:
+                results.append(EnvFailure(f"{cmd} of a slot that has no environment (its reset failed)"))
+                continue
+            results.append(runner.wait(deadline))
+            if runner.lost:
+                del self._runners[slot]
+        return results
 
-    def _send(self, index: int, cmd: str, items) -> None:
-        if index not in self._workers:
-            parent, child = self._ctx.Pipe()
-            proc = self._ctx.Process(target=_worker_main, args=(child, self.factory), daemon=True)
-            proc.start()
-            child.close()
-            self._workers[index] = (proc, parent)
-        try:
-            self._workers[index][1].send((cmd, items))
-        except (BrokenPipeError, OSError):
-            pass  # the receive below reports the dead worker
+    def _new_runner(self):
+        if self.mode == "process":
+            return _ProcessRunner(self.factory, self._ctx, self.timeout)
+        if self.mode == "thread":
+            return _ThreadRunner(self.factory, self.timeout)
+        return _InlineRunner(self.factory)
 
-    def _receive(self, index: int, deadline: float | None, count: int) -> list:
-        proc, conn = self._workers[index]
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    def _restart_if_over_memory(self, slot: int) -> None:
+        runner = self._runners.get(slot)
+        if runner is None:
+            return
         try:
-            if conn.poll(remaining):
-                return conn.recv()
-            reason = f"environment worker timed out after {self.timeout}s"
-        except (EOFError, OSError):
-            reason = f"environment worker died (exit code {proc.exitcode})"
-        proc.kill()
-        proc.join(timeout=5)
-        del self._workers[index]
-        return [EnvFailure(reason)] * count
+            used = runner.private_memory_mb()
+        except psutil.Error:
+            return  # a dead worker: the reset reports it
+        if used > self.max_memory_mb:
+            log = logger.warning if self.restarts == 0 else logger.debug
+            log("environment worker %d uses %.0f MiB > env_max_memory_mb=%s: restarting it", runner.pid, used,
+                self.max_memory_mb)
+            runner.close()
+            del self._runners[slot]
+            self.restarts += 1

@@ -53,7 +53,16 @@ def get_action_parser(spec: str | ActionParser) -> ActionParser:
         return ACTION_PARSERS[spec]
     if isinstance(spec, str) and ":" in spec:
         module, _, name = spec.partition(":")
-        return getattr(importlib.import_module(module), name)
+        try:
+            parser = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"action_parser={spec!r} cannot be loaded ({type(exc).__name__}: {exc}). Give an "
+                             "importable 'package.module:function' path, or one of "
+                             f"{sorted(ACTION_PARSERS)}.") from None
+        if not callable(parser):
+            raise ValueError(f"action_parser={spec!r} names a {type(parser).__name__}, not a function reply -> "
+                             "action")
+        return parser
     raise ValueError(
         f"action_parser={spec!r} is not a known parser. Use one of {sorted(ACTION_PARSERS)} or a "
         "'package.module:function' path to a callable reply -> action."

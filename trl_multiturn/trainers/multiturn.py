@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import logging
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +22,10 @@ from accelerate.utils import gather_object
 from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
 from ..rollout import Episode, MultiTurnRolloutCollator
+from ..rollout.env_pool import check_env_settings
+from ..rollout.parsing import get_action_parser
+
+logger = logging.getLogger(__name__)
 
 
 def mask_truncated_field():
@@ -78,33 +83,71 @@ class MultiTurnArguments:
     system_prompt: str | None = field(
         default=None, metadata={"help": "Optional system message placed before the first observation."}
     )
-    env_num_workers: int = field(
-        default=0,
-        metadata={"help": "Worker processes that run the environments (0: in this process). Workers give each "
-                          "environment call a timeout and survive crashes."},
+    env_mode: str = field(
+        default="auto",
+        metadata={"help": "How environments run: 'auto' (what the environment class declares in its `execution` "
+                          "attribute: worker processes for TextWorld, ALFWorld and user environments, threads for "
+                          "SWE-Gym), 'process' (one worker process per episode), 'thread' (one thread per call, in "
+                          "this process) or 'inline' (in this process, one after another, no timeout: for "
+                          "debugging). Every mode but 'inline' steps all live episodes at once."},
     )
     env_timeout: float | None = field(
         default=None,
-        metadata={"help": "Seconds a worker may take for one environment call before its episodes fail (needs "
-                          "env_num_workers > 0)."},
+        metadata={"help": "Seconds one environment call (reset, step, finish) may take before its episode fails "
+                          "(None: no deadline). Not with env_mode='inline'."},
+    )
+    env_max_memory_mb: float | None = field(
+        default=None,
+        metadata={"help": "Restart an environment worker between episodes once its private memory exceeds this many "
+                          "MiB (for environments that leak; None: no limit). Needs worker processes."},
     )
 
     def check_multiturn_args(self) -> None:
-        if isinstance(self.estimator_kwargs, str):
-            self.estimator_kwargs = json.loads(self.estimator_kwargs)
+        """Refuse values that cannot work, naming the field and the fix (values that need the tokenizer or the
+        environment are checked by the trainer's constructor)."""
+        self.estimator_kwargs = parse_estimator_kwargs(self.estimator_kwargs)
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
         if self.max_turns < 1:
             raise ValueError(f"max_turns={self.max_turns}: an episode needs at least one turn")
-        if self.env_timeout is not None and self.env_num_workers == 0:
-            raise ValueError("env_timeout needs env_num_workers > 0: a call in the trainer process cannot be "
-                             "interrupted. Set env_num_workers (e.g. to the per-device batch size).")
+        max_completion_length = getattr(self, "max_completion_length", 1)
+        if max_completion_length is None or max_completion_length < 1:
+            raise ValueError(f"max_completion_length={max_completion_length}: it caps each reply and must be a "
+                             "positive number of tokens (e.g. 64)")
+        if self.max_episode_tokens is not None and self.max_episode_tokens < 1:
+            raise ValueError(f"max_episode_tokens={self.max_episode_tokens}: give a positive number of tokens for "
+                             "the whole episode, or None for no cap")
+        get_action_parser(self.action_parser)
+        check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
 
     def check_advantage_estimator(self) -> None:
-        """Raise if `advantage_estimator` is not registered. Trainers whose estimators live in another registry
-        (PPO's value-based ones) override this."""
-        get_estimator(self.advantage_estimator)
+        """Raise if `advantage_estimator` is not registered or `estimator_kwargs` holds options it does not take.
+        Trainers whose estimators live in another registry (PPO's value-based ones) override this."""
+        check_estimator_kwargs(self.advantage_estimator, get_estimator(self.advantage_estimator),
+                               self.estimator_kwargs)
+
+
+def parse_estimator_kwargs(value: dict | str | None) -> dict | None:
+    """`estimator_kwargs` as a dict: a dict or None as given, a string parsed as a JSON object."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"estimator_kwargs={value!r} is not valid JSON ({exc}); write a JSON object such as "
+                             "'{\"step_weight\": 0.5}'") from None
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"estimator_kwargs={value!r}: give a dict (a JSON object on the command line)")
+    return value
+
+
+def check_estimator_kwargs(name: str, estimator, kwargs: dict | None) -> None:
+    """Raise if `kwargs` names options that `estimator` does not take."""
+    accepted = set(inspect.signature(estimator).parameters) - {"batch"}
+    unknown = sorted(set(kwargs or {}) - accepted)
+    if unknown:
+        raise ValueError(f"estimator_kwargs {unknown} are not options of advantage_estimator={name!r}; it takes "
+                         f"{sorted(accepted)}.")
 
 
 @contextmanager
@@ -204,11 +247,33 @@ class MultiTurnMixin:
             system_prompt=self.args.system_prompt,
             eos_token_ids=self.eos_token_ids,
             chat_template_kwargs=self.chat_template_kwargs,
-            env_num_workers=self.args.env_num_workers,
+            env_mode=self.args.env_mode,
             env_timeout=self.args.env_timeout,
+            env_max_memory_mb=self.args.env_max_memory_mb,
             any_live=self._any_live,
         )
         self._episodes: list[Episode] = []
+
+    # -- environments' lifetime ---------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every environment and stop their worker processes. The trainer stays usable: the next rollout (a
+        second `train()`, `evaluate()`) starts what it needs again. `train()` calls it when it ends, and the trainer
+        is a context manager (`with MultiTurnGRPOTrainer(...) as trainer:`) that calls it on exit."""
+        self.rollout_collator.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def train(self, *args, **kwargs):
+        """TRL's `train()`; the environments are released when it returns or raises (Ctrl-C included)."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self.close()
 
     # -- generation ---------------------------------------------------------------------------------------------------
 
@@ -278,12 +343,13 @@ class MultiTurnMixin:
 
     def _episode_token_lists(self):
         """Per episode: (prompt_ids, completion_ids, env_mask, logprobs). A failed episode, or one with no reply,
-        becomes a one-token placeholder under mask 0 so that it carries no loss."""
+        becomes a one-token prompt and completion under mask 0: it carries no loss, and its prompt (which may be what
+        broke the episode budget) never reaches the model."""
         pad, eos = self._tokenizer.pad_token_id, self.eos_token_ids[0]
         out = []
         for ep in self._episodes:
             if ep.failed or not ep.completion_ids:
-                out.append((ep.prompt_ids or [pad], [eos], [0], [math.nan]))
+                out.append(([pad], [eos], [0], [math.nan]))
             else:
                 out.append((ep.prompt_ids, ep.completion_ids, ep.env_mask, ep.logprobs))
         return out
@@ -353,10 +419,20 @@ class MultiTurnMixin:
 
     def _with_trajectory_rewards(self, turn_rewards: list[list[float]], rewards_per_func: torch.Tensor | None):
         """Add the weighted trajectory-level `reward_funcs` (columns 1.. of `rewards_per_func`, row-aligned with
-        `turn_rewards`) to each episode's final turn, in place; returns `turn_rewards`."""
+        `turn_rewards`) to each episode's final turn, in place; returns `turn_rewards`.
+
+        A reward function's None (NaN in TRL's tensor) is TRL's "this function does not score this episode": it adds
+        nothing, as in TRL's own sum over functions. An infinite value adds nothing either (it is no reward; one
+        would turn every advantage of its group non-finite) and is reported in a warning naming the function."""
         if rewards_per_func is not None and rewards_per_func.shape[1] > 1:
             weights = self.reward_weights[1:].to(rewards_per_func.device)
-            extra = (torch.nan_to_num(rewards_per_func[:, 1:]) * weights).sum(dim=1).tolist()
+            func_rewards = rewards_per_func[:, 1:]
+            infinite = torch.isinf(func_rewards).sum(dim=0).tolist()
+            for name, count in zip(self.reward_func_names[1:], infinite):
+                if count:
+                    logger.warning("reward function %r returned an infinite reward for %d episode(s); counted as no "
+                                   "reward from it", name, count)
+            extra = (torch.nan_to_num(func_rewards, nan=0.0, posinf=0.0, neginf=0.0) * weights).sum(dim=1).tolist()
             for r, e in zip(turn_rewards, extra):
                 if r:
                     r[-1] += e
@@ -369,12 +445,7 @@ class MultiTurnMixin:
         fn = get_estimator(self.args.advantage_estimator)
         accepted = inspect.signature(fn).parameters
         options = {k: v for k, v in self._estimator_options().items() if k in accepted}
-        extra = self.args.estimator_kwargs or {}
-        unknown = sorted(set(extra) - set(accepted) - {"batch"})
-        if unknown:
-            raise ValueError(f"estimator_kwargs {unknown} are not options of advantage_estimator="
-                             f"{self.args.advantage_estimator!r}; it takes {sorted(set(accepted) - {'batch'})}.")
-        return fn(batch, **{**options, **extra})
+        return fn(batch, **{**options, **(self.args.estimator_kwargs or {})})
 
     # -- metrics ------------------------------------------------------------------------------------------------------
 

@@ -84,6 +84,8 @@ class SWEGymEnv(Environment):
     Use `functools.partial(SWEGymEnv, SWEGymConfig(...))` (or keyword overrides) as the environment factory.
     """
 
+    execution = "thread"  # its steps wait on sandbox subprocesses: threads overlap them without a process each
+
     def __init__(self, config: SWEGymConfig | None = None, **overrides):
         config = config or SWEGymConfig()
         self.config = dataclasses.replace(config, **overrides) if overrides else config

@@ -1,0 +1,73 @@
+"""Bad values are refused when the config or the trainer is built, with an error naming the field and the fix (not
+at the first rollout, and not as a raw library exception)."""
+
+import logging
+
+import pytest
+from conftest import tiny_rl_args
+from datasets import Dataset
+from toy_envs import CountingEnv
+from transformers import AutoTokenizer
+
+from trl_multiturn import (
+    MultiTurnGRPOConfig,
+    MultiTurnGRPOTrainer,
+    MultiTurnRLOOConfig,
+    MultiTurnRolloutCollator,
+)
+from trl_multiturn.testing import FaultyEnv
+
+
+@pytest.mark.parametrize("config_cls", [MultiTurnGRPOConfig, MultiTurnRLOOConfig])
+@pytest.mark.parametrize("overrides,message", [
+    ({"env_timeout": 0}, r"env_timeout=0: give a number of seconds > 0"),
+    ({"env_timeout": -5.0}, r"env_timeout=-5.0: give a number of seconds > 0"),
+    ({"env_mode": "inline", "env_timeout": 10}, r"env_timeout needs env_mode"),
+    ({"env_mode": "parallel"}, r"env_mode='parallel': choose one of"),
+    ({"env_max_memory_mb": -1}, r"env_max_memory_mb=-1"),
+    ({"env_mode": "thread", "env_max_memory_mb": 512}, r"env_max_memory_mb needs worker processes"),
+    ({"max_episode_tokens": 0}, r"max_episode_tokens=0: give a positive number"),
+    ({"max_completion_length": 0}, r"max_completion_length=0: it caps each reply"),
+    ({"max_completion_length": None}, r"max_completion_length=None: it caps each reply"),
+    ({"action_parser": "no_such_package.parsers:act"}, r"action_parser='no_such_package.parsers:act' cannot be "
+                                                       r"loaded \(ModuleNotFoundError"),
+    ({"action_parser": "trl_multiturn.rollout.parsing:no_such_parser"}, r"cannot be loaded \(AttributeError"),
+    ({"action_parser": "trl_multiturn.rollout.parsing:ACTION_PARSERS"}, r"names a dict, not a function"),
+    ({"estimator_kwargs": '{"step_weight": 0.5'}, r"estimator_kwargs='\{\"step_weight\": 0.5' is not valid JSON"),
+    ({"estimator_kwargs": "[0.5]"}, r"estimator_kwargs=\[0.5\]: give a dict"),
+    ({"advantage_estimator": "gigpo", "estimator_kwargs": {"stepweight": 0.5}},
+     r"estimator_kwargs \['stepweight'\] are not options of advantage_estimator='gigpo'; it takes .*'step_weight'"),
+    ({"advantage_estimator": "gigpo", "estimator_kwargs": '{"step_weight": 0.5, "lam": 1}'},
+     r"estimator_kwargs \['lam'\] are not options"),
+])
+def test_a_bad_value_is_refused_at_config_construction(tmp_path, config_cls, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_rl_args(config_cls, tmp_path, **overrides)
+
+
+def test_estimator_kwargs_json_is_parsed_into_a_dict(tmp_path):
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, advantage_estimator="gigpo",
+                        estimator_kwargs='{"step_weight": 0.5}')
+    assert args.estimator_kwargs == {"step_weight": 0.5}
+
+
+def test_an_episode_budget_smaller_than_any_prompt_is_refused_at_construction(tiny_chatml_model, tmp_path):
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, max_episode_tokens=6, system_prompt="You play a text game.")
+    with pytest.raises(ValueError, match=r"max_episode_tokens=6 is smaller than any episode can be: the chat "
+                                         r"template and system prompt alone take \d+ tokens"):
+        MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                             train_dataset=Dataset.from_list([{"target": 1}] * 4))
+
+
+def test_a_warning_when_most_episodes_fail_before_their_first_reply(tiny_chatml_model, caplog):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
+
+    def end_of_turn(contexts, max_new_tokens):
+        return [[tokenizer.eos_token_id] for _ in contexts], None
+
+    collator = MultiTurnRolloutCollator(FaultyEnv, tokenizer, end_of_turn, max_turns=2, max_reply_tokens=4,
+                                        max_episode_tokens=100, env_mode="inline")
+    with caplog.at_level(logging.WARNING, logger="trl_multiturn.rollout.collator"):
+        episodes = collator([{"fault": "huge_observation"}] * 3 + [{}])
+    assert [ep.failed for ep in episodes] == [True, True, True, False]
+    assert "3 of 4 episodes failed before their first reply" in caplog.text and "max_episode_tokens=100" in caplog.text
