@@ -38,6 +38,7 @@ def _assert_clean(observation):
     assert not any(line.lstrip().startswith(">") for line in observation.splitlines()), observation
     assert not STATUS_LINE.search(observation), observation
     assert "$$" not in observation and "RESTART" not in observation, observation
+    assert "<score>" not in observation and not re.search(r"\[[a-z]", observation), observation  # TextWorld's tags
 
 
 @pytest.mark.parametrize("task", CUSTOM + SIMPLE, ids=lambda t: f"{t.get('challenge', 'custom')}-"
@@ -100,6 +101,27 @@ def test_actions_become_one_line_of_printable_ascii():
     assert normalize_action("\U0001F600 look\x7f") == "look"
     assert normalize_action("\\help me") == "help me"
     assert len(normalize_action("a" * 1000)) == MAX_ACTION_CHARS
+
+
+@pytest.mark.parametrize("task", [CUSTOM[0], SIMPLE[0]], ids=["custom", "tw-simple"])
+def test_a_chained_reply_is_played_and_scored_in_full(env, task):
+    """TextWorld keeps a reply's first `<score>` tag and cuts its text up to the last one: after "a. b then c" it
+    would report the score and text of "a" alone. The env reports what the whole chain did."""
+    env.reset(task)
+    actions = env.expert_actions(task)
+    single = [env.step(action) for action in actions]
+    env.reset(task)
+    half = len(actions) // 2
+    replies = [". ".join(actions[:half]), " then ".join(actions[half:])]
+    assert max(map(len, replies)) <= MAX_ACTION_CHARS
+    chained = [env.step(reply) for reply in replies]
+    for result, played in zip(chained, (single[half - 1], single[-1])):
+        assert (result.info["score"], result.info["moves"]) == (played.info["score"], played.info["moves"])
+        _assert_clean(result.observation)
+    assert [r.done for r in chained] == [False, True] and chained[-1].won
+    assert sum(r.reward for r in chained) == chained[-1].info["max_score"] > 0
+    for played, reply in zip(single, [chained[0]] * half + [chained[1]] * (len(actions) - half)):
+        assert played.observation.splitlines()[0] in reply.observation
 
 
 def test_admissible_commands_only_with_the_flag(games_dir):

@@ -62,6 +62,29 @@ _BANNER_LINE = re.compile(r"^[ _|\\/$<>]*[_|\\/$][ _|\\/$<>]*$", re.MULTILINE)
 _STATUS = re.compile(r"[ \t]*>?[ \t]*-= [^\n]*=-[ \t]*-?\d+/\d+\s*$")
 _PROMPT = re.compile(r"^>[ \t]*$", re.MULTILINE)
 _END_QUESTION = re.compile(r"Would you like to RESTART, RESTORE a saved game, QUIT or UNDO the last command\?")
+# TextWorld turns on Inform's action trace ("[opening the box]") and a score and moves tag after every turn.
+_TRACE_TAG = re.compile(r"\[[^\]]+\]\n?")
+_TURN_TAGS = re.compile(r"<(score|moves)>\n(-?\d+)\n</\1>")
+
+
+def last_turn_tag(output: str, name: str, default: int) -> int:
+    """The last `<score>` or `<moves>` tag (`name`) in the story's raw `output`: its value after the whole reply.
+
+    TextWorld keeps the first tag: after a chained reply ("open box. take key") that is the value after its first
+    command, so a chain that wins would score less than the game says. A parser error prints no tag: `default`.
+    A reply cannot forge a tag: it spans lines.
+    """
+    values = [value for tag, value in _TURN_TAGS.findall(output) if tag == name]
+    return int(values[-1]) if values else default
+
+
+def story_text(output: str) -> str:
+    """What the story said in its raw `output`, without TextWorld's action trace and turn tags.
+
+    TextWorld's own `feedback` cuts everything from the first `<score>` tag to the last one, which after a chained
+    reply is the text of every command but the first.
+    """
+    return _TURN_TAGS.sub("", _TRACE_TAG.sub("", output))
 
 
 def clean_observation(text: str) -> str:
@@ -81,7 +104,9 @@ class TextWorldEnv(Environment):
     A reply is one line of printable ASCII (`normalize_action`). Replies that would act on the interpreter, its files
     or TextWorld's state tracker rather than the story (`restart`, `me, quit`, `look. save`, `g`, `tw-print`, ...)
     never reach the game: they are answered "The command '...' is not available in this game." and change nothing.
-    `textworld_commands` lists what is refused and what passes, and why.
+    `textworld_commands` lists what is refused and what passes, and why. A reply may chain commands
+    ("open box. take key"): the story plays them in turn, the observation has each one's text and the reward is
+    what the whole chain scored; TextWorld's tracker, and so `admissible_commands`, sees only part of such a reply.
 
     Build it with a config or its fields: `TextWorldEnv()`, `TextWorldEnv(games_dir="games")`,
     `TextWorldEnv(TextWorldConfig(admissible_commands_in_observation=True))`.
@@ -98,6 +123,7 @@ class TextWorldEnv(Environment):
         self._state = None  # the engine's last GameState
         self._game_file: Path | None = None
         self._score = 0
+        self._moves = 0
         self._over = True
 
     def game_file(self, task: Mapping[str, Any]) -> Path:
@@ -136,6 +162,7 @@ class TextWorldEnv(Environment):
             self._game_file = game_file
         state = self._state = self._engine.reset()
         self._score = state.score or 0
+        self._moves = state.moves or 0
         self._over = False
         return self._observation(state.feedback, state.admissible_commands)
 
@@ -148,14 +175,17 @@ class TextWorldEnv(Environment):
             observation = f"The command '{refused}' is not available in this game."
             return StepResult(self._observation(observation, self._state.admissible_commands),
                               info=self._info(self._state))
-        state, score, engine_done = self._engine.step(action)
+        state, _, engine_done = self._engine.step(action)
         self._state = state
+        output = state.get("raw") or ""
+        score = last_turn_tag(output, "score", default=self._score)
+        self._moves = last_turn_tag(output, "moves", default=self._moves)
         reward = score - self._score
         self._score = score
         won = bool(state.won)
         self._over = won or bool(state.lost) or bool(engine_done)
         return StepResult(
-            observation=self._observation(state.feedback, state.admissible_commands),
+            observation=self._observation(story_text(output), state.admissible_commands),
             reward=float(reward),
             done=self._over,
             won=won,
@@ -184,7 +214,7 @@ class TextWorldEnv(Environment):
         return {
             "score": self._score,
             "max_score": state.max_score,
-            "moves": state.moves,
+            "moves": self._moves,
             "lost": bool(state.lost),
             "admissible_commands": list(state.admissible_commands),
             "game_file": str(self._game_file),
