@@ -10,7 +10,7 @@ import re
 
 import pytest
 import textworld
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
@@ -165,10 +165,11 @@ def test_game_commands_are_not_refused(game_files):
 
 
 @hypothesis_settings(max_examples=200)
-@given(st.text(), st.sampled_from(REFUSED_WORDS), st.text(alphabet=" .,\"", min_size=1, max_size=5),
+@given(st.text(max_size=60), st.sampled_from(REFUSED_WORDS), st.text(alphabet=" .,\"", min_size=1, max_size=5),
        st.text(max_size=40))
 def test_a_refused_word_is_refused_wherever_it_stands(before, word, gap, after):
-    command = normalize_action(before[:60] + gap + word.upper() + " " + after)
+    assume(len(normalize_action(before)) < 100)  # NFKD can lengthen text ("\ufdfa" is 18 letters): keep the word
+    command = normalize_action(before + gap + word.upper() + " " + after)
     assert refused_word(command) is not None
 
 
