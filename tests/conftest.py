@@ -7,8 +7,14 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 from trl_multiturn.testing import build_tiny_model  # noqa: E402
+
+# Property-based tests: no per-example deadline (a shared CI core is slow), no example database written into the
+# checkout, and the blob to replay a failure printed with it. Each test bounds its own `max_examples`.
+settings.register_profile("trl_multiturn", deadline=None, database=None, print_blob=True)
+settings.load_profile("trl_multiturn")
 
 
 @pytest.fixture(scope="session")

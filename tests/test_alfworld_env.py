@@ -74,6 +74,35 @@ def test_unknown_actions_do_nothing_and_are_not_wins(env, row):
     assert "open microwave 1" in result.info["admissible_commands"]
 
 
+# What acts outside a TextWorld story (see test_textworld_commands.py), and a chain of real commands. ALFWorld's
+# steps cost a quarter of a second each (admissible commands are recomputed): one of each kind.
+META_ATTACKS = ["me, restart", "y", "q", "undo", "save", "restore", "g", "look. restart", "tw-trace-actions", "\\q",
+                ",,,", "x" * 5000, "go to sinkbasin 1. move potato 1 to sinkbasin 1"]
+IN_WORLD_VERBS = {"go", "open", "close", "take", "move", "put", "examine", "use", "heat", "clean", "cool", "slice",
+                  "look", "inventory", "help"}
+
+
+def test_meta_commands_do_nothing_and_the_expert_still_wins(env, row, handcoded_plan, tmp_path, monkeypatch):
+    """ALFWorld's engine plays a command only if it is one of its admissible commands, word for word, and none of
+    those acts outside the world: interpreter commands and chains do nothing, and the plan still wins."""
+    monkeypatch.chdir(tmp_path)
+    env.reset(row)
+    verbs = set()
+    for index, action in enumerate(handcoded_plan[:-1]):
+        if index == len(handcoded_plan) // 2:  # midway, with progress to lose
+            for attack in META_ATTACKS:
+                result = env.step(attack)
+                assert (result.observation, result.done, result.won, result.reward) == (
+                    "Nothing happens.", False, False, 0.0), attack
+        result = env.step(action)
+        assert result.observation != "Nothing happens.", action
+        verbs |= {command.split()[0] for command in result.info["admissible_commands"]}
+    assert verbs <= IN_WORLD_VERBS and {"go", "take", "heat", "move"} <= verbs
+    assert list(tmp_path.iterdir()) == []
+    result = env.step(handcoded_plan[-1])
+    assert (result.done, result.won, result.reward) == (True, True, 1.0)
+
+
 def test_admissible_commands_in_observation_on_request(row):
     env = ALFWorldEnv(ALFWorldConfig(admissible_commands=True))
     first = env.reset(row)

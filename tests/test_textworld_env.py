@@ -7,7 +7,8 @@ import pytest
 from textworld.core import GameNotRunningError
 
 from trl_multiturn.envs import TaskError, TextWorldEnv
-from trl_multiturn.envs.textworld import MAX_ACTION_CHARS, TextWorldConfig, clean_observation, normalize_action
+from trl_multiturn.envs.textworld import TextWorldConfig, clean_observation
+from trl_multiturn.envs.textworld_commands import MAX_ACTION_CHARS, normalize_action
 from trl_multiturn.envs.textworld_games import CustomGameSpec, game_path
 
 # TextWorld silences this Jericho warning at import; pytest re-enables warnings per test.
@@ -37,6 +38,7 @@ def _assert_clean(observation):
     assert not any(line.lstrip().startswith(">") for line in observation.splitlines()), observation
     assert not STATUS_LINE.search(observation), observation
     assert "$$" not in observation and "RESTART" not in observation, observation
+    assert "<score>" not in observation and not re.search(r"\[[a-z]", observation), observation  # TextWorld's tags
 
 
 @pytest.mark.parametrize("task", CUSTOM + SIMPLE, ids=lambda t: f"{t.get('challenge', 'custom')}-"
@@ -101,18 +103,25 @@ def test_actions_become_one_line_of_printable_ascii():
     assert len(normalize_action("a" * 1000)) == MAX_ACTION_CHARS
 
 
-def test_meta_commands_cannot_rewind_the_story(env):
-    """`restart` would put the story back at the start behind TextWorld's state tracker: it is refused."""
-    task = CUSTOM[0]
+@pytest.mark.parametrize("task", [CUSTOM[0], SIMPLE[0]], ids=["custom", "tw-simple"])
+def test_a_chained_reply_is_played_and_scored_in_full(env, task):
+    """TextWorld keeps a reply's first `<score>` tag and cuts its text up to the last one: after "a. b then c" it
+    would report the score and text of "a" alone. The env reports what the whole chain did."""
     env.reset(task)
-    first, *rest = env.expert_actions(task)
-    env.step(first)
-    for meta in ("restart", "look. undo", "quit"):
-        result = env.step(meta)
-        assert result.reward == 0.0 and not result.done
-        assert "not available" in result.observation
-    results = [env.step(action) for action in rest]
-    assert results[-1].won
+    actions = env.expert_actions(task)
+    single = [env.step(action) for action in actions]
+    env.reset(task)
+    half = len(actions) // 2
+    replies = [". ".join(actions[:half]), " then ".join(actions[half:])]
+    assert max(map(len, replies)) <= MAX_ACTION_CHARS
+    chained = [env.step(reply) for reply in replies]
+    for result, played in zip(chained, (single[half - 1], single[-1])):
+        assert (result.info["score"], result.info["moves"]) == (played.info["score"], played.info["moves"])
+        _assert_clean(result.observation)
+    assert [r.done for r in chained] == [False, True] and chained[-1].won
+    assert sum(r.reward for r in chained) == chained[-1].info["max_score"] > 0
+    for played, reply in zip(single, [chained[0]] * half + [chained[1]] * (len(actions) - half)):
+        assert played.observation.splitlines()[0] in reply.observation
 
 
 def test_admissible_commands_only_with_the_flag(games_dir):

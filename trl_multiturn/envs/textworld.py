@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,6 +22,7 @@ from typing import Any, Mapping
 import textworld
 
 from .base import Environment, StepResult, TaskError
+from .textworld_commands import normalize_action, refused_word
 from .textworld_games import GameGenerationError, generate_game, is_complete, spec_from_task, walkthrough
 
 TASK_FORMATS = (
@@ -56,19 +56,35 @@ class TextWorldConfig:
     )
 
 
-# Z-machine commands that act on the interpreter rather than the story. `restart`/`restore`/`undo` rewind the story
-# behind TextWorld's state tracker (won/lost and admissible commands would then describe another game state), and
-# `quit`/`restart` leave the game waiting for a yes/no answer.
-META_VERBS = frozenset({"restart", "restore", "undo", "save", "quit", "q", "script", "unscript", "transcript",
-                        "noscript"})
-_COMMAND_SEPARATORS = re.compile(r"[.;]|\bthen\b")  # Inform reads "a. b" and "a then b" as two commands
-
 # The banner printed at the start of a story: lines drawn only with these characters.
 _BANNER_LINE = re.compile(r"^[ _|\\/$<>]*[_|\\/$][ _|\\/$<>]*$", re.MULTILINE)
 # The prompt `>` and the status line ("-= Kitchen =-3/12": room, score/moves) the interpreter prints after it.
 _STATUS = re.compile(r"[ \t]*>?[ \t]*-= [^\n]*=-[ \t]*-?\d+/\d+\s*$")
 _PROMPT = re.compile(r"^>[ \t]*$", re.MULTILINE)
 _END_QUESTION = re.compile(r"Would you like to RESTART, RESTORE a saved game, QUIT or UNDO the last command\?")
+# TextWorld turns on Inform's action trace ("[opening the box]") and a score and moves tag after every turn.
+_TRACE_TAG = re.compile(r"\[[^\]]+\]\n?")
+_TURN_TAGS = re.compile(r"<(score|moves)>\n(-?\d+)\n</\1>")
+
+
+def last_turn_tag(output: str, name: str, default: int) -> int:
+    """The last `<score>` or `<moves>` tag (`name`) in the story's raw `output`: its value after the whole reply.
+
+    TextWorld keeps the first tag: after a chained reply ("open box. take key") that is the value after its first
+    command, so a chain that wins would score less than the game says. A parser error prints no tag: `default`.
+    A reply cannot forge a tag: it spans lines.
+    """
+    values = [value for tag, value in _TURN_TAGS.findall(output) if tag == name]
+    return int(values[-1]) if values else default
+
+
+def story_text(output: str) -> str:
+    """What the story said in its raw `output`, without TextWorld's action trace and turn tags.
+
+    TextWorld's own `feedback` cuts everything from the first `<score>` tag to the last one, which after a chained
+    reply is the text of every command but the first.
+    """
+    return _TURN_TAGS.sub("", _TRACE_TAG.sub("", output))
 
 
 def clean_observation(text: str) -> str:
@@ -79,36 +95,18 @@ def clean_observation(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-MAX_ACTION_CHARS = 198  # Jericho's input buffer; it truncates longer commands itself, with a warning
-
-
-def normalize_action(action: str) -> str:
-    """The action as the Z-machine can take it: one line of printable ASCII, at most `MAX_ACTION_CHARS` long.
-
-    Accents are folded (`café` -> `cafe`) and other non-ASCII characters dropped: the games' words are ASCII, and
-    Jericho hands the interpreter raw UTF-8 bytes, which it reads as other characters. Control characters become
-    spaces: some (e.g. `\\x14`) make the interpreter wait forever, and a newline would end the command early.
-    Backslashes become spaces too: the dumb-frotz interpreter reads `\\q`, `\\help`, ... as its own commands and
-    then waits for input forever.
-    """
-    text = unicodedata.normalize("NFKD", action).encode("ascii", "ignore").decode("ascii")
-    text = "".join(char if char.isprintable() and char != "\\" else " " for char in text)
-    return " ".join(text.split())[:MAX_ACTION_CHARS]
-
-
-def _meta_verb(action: str) -> str | None:
-    for command in _COMMAND_SEPARATORS.split(action.lower()):
-        words = command.split()
-        if words and words[0] in META_VERBS:
-            return words[0]
-    return None
-
-
 class TextWorldEnv(Environment):
     """One TextWorld game at a time; `reset` with a new game closes the previous one.
 
     `reward` is the change in the game's score; `won` and `lost` are TextWorld's own (a lost game ends with
     `done=True, won=False`). `info` holds `score`, `max_score`, `moves`, `lost`, `admissible_commands` and `game_file`.
+
+    A reply is one line of printable ASCII (`normalize_action`). Replies that would act on the interpreter, its files
+    or TextWorld's state tracker rather than the story (`restart`, `me, quit`, `look. save`, `g`, `tw-print`, ...)
+    never reach the game: they are answered "The command '...' is not available in this game." and change nothing.
+    `textworld_commands` lists what is refused and what passes, and why. A reply may chain commands
+    ("open box. take key"): the story plays them in turn, the observation has each one's text and the reward is
+    what the whole chain scored; TextWorld's tracker, and so `admissible_commands`, sees only part of such a reply.
 
     Build it with a config or its fields: `TextWorldEnv()`, `TextWorldEnv(games_dir="games")`,
     `TextWorldEnv(TextWorldConfig(admissible_commands_in_observation=True))`.
@@ -125,6 +123,7 @@ class TextWorldEnv(Environment):
         self._state = None  # the engine's last GameState
         self._game_file: Path | None = None
         self._score = 0
+        self._moves = 0
         self._over = True
 
     def game_file(self, task: Mapping[str, Any]) -> Path:
@@ -163,6 +162,7 @@ class TextWorldEnv(Environment):
             self._game_file = game_file
         state = self._state = self._engine.reset()
         self._score = state.score or 0
+        self._moves = state.moves or 0
         self._over = False
         return self._observation(state.feedback, state.admissible_commands)
 
@@ -170,19 +170,22 @@ class TextWorldEnv(Environment):
         if self._over:
             raise RuntimeError("the episode is over (or never started): call reset(task) before step()")
         action = normalize_action(action)
-        verb = _meta_verb(action)
-        if verb is not None:
-            observation = f"The command '{verb}' is not available in this game."
+        refused = refused_word(action)
+        if refused is not None:  # the story never sees it: nothing changes, no question is left pending
+            observation = f"The command '{refused}' is not available in this game."
             return StepResult(self._observation(observation, self._state.admissible_commands),
                               info=self._info(self._state))
-        state, score, engine_done = self._engine.step(action)
+        state, _, engine_done = self._engine.step(action)
         self._state = state
+        output = state.get("raw") or ""
+        score = last_turn_tag(output, "score", default=self._score)
+        self._moves = last_turn_tag(output, "moves", default=self._moves)
         reward = score - self._score
         self._score = score
         won = bool(state.won)
         self._over = won or bool(state.lost) or bool(engine_done)
         return StepResult(
-            observation=self._observation(state.feedback, state.admissible_commands),
+            observation=self._observation(story_text(output), state.admissible_commands),
             reward=float(reward),
             done=self._over,
             won=won,
@@ -211,7 +214,7 @@ class TextWorldEnv(Environment):
         return {
             "score": self._score,
             "max_score": state.max_score,
-            "moves": state.moves,
+            "moves": self._moves,
             "lost": bool(state.lost),
             "admissible_commands": list(state.admissible_commands),
             "game_file": str(self._game_file),

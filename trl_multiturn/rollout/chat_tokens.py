@@ -78,14 +78,35 @@ class ChatTokenBuilder:
         return [self.end_of_turn_id]
 
     def assistant_content_ids(self, content: str) -> list[int]:
-        """The tokens the template gives an assistant reply's content, end-of-turn token included (for SFT)."""
+        """The tokens the template gives an assistant reply's content, end-of-turn token included (for SFT).
+
+        They are the tokens a model could sample after `prompt_ids`: the rendering of the reply must extend the
+        generation prompt, and hold an end-of-sequence token only at its end (generation stops at the first one).
+        A reply that breaks either is refused with a ValueError naming it, instead of being cut or misaligned.
+        """
         prompt = self._probe_prompt_ids
         full = self.render(
             [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": content}],
             add_generation_prompt=False,
         )
-        eot = self._end_of_turn_index(full, len(prompt))
-        return full[len(prompt): eot + 1]
+        end = len(full) - len(self._turn_tail)  # the reply ends where the template's closing of a turn begins
+        if full[end:] != self._turn_tail or full[end - 1] != self.end_of_turn_id:
+            raise self._error("an assistant turn's closing tokens depend on the reply")
+        if full[: len(prompt)] != prompt:
+            raise ValueError(
+                f"The assistant reply {content!r} is tokenized together with the end of the generation prompt (it "
+                f"starts with characters the tokenizer joins to the prompt's last token), so no reply sampled after "
+                "the prompt has these tokens: strip the reply."
+            )
+        reply = full[len(prompt): end]
+        early = [token for token in reply[:-1] if token in self.eos_token_ids]
+        if early:
+            raise ValueError(
+                f"The assistant reply {content!r} contains the end-of-sequence token "
+                f"{self.tokenizer.convert_ids_to_tokens(early[0])!r} before its end, where generation would stop: "
+                "remove it from the reply."
+            )
+        return reply
 
     # -- probing ---------------------------------------------------------------------------------------------------
 

@@ -11,8 +11,9 @@ from typing import Callable
 
 ActionParser = Callable[[str], "str | None"]
 
-_ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
-_ACTION_LINE = re.compile(r"^\s*action\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+# A tag's content holds no opening tag: in "I answer with <action>. <action>go</action>" the tag is the second one.
+_ACTION_TAG = re.compile(r"<action>((?:(?!<action>).)*?)</action>", re.DOTALL | re.IGNORECASE)
+_ACTION_LINE = re.compile(r"\s*action\s*:(.*)", re.IGNORECASE)
 
 
 def first_line(reply: str) -> str | None:
@@ -24,13 +25,19 @@ def first_line(reply: str) -> str | None:
 
 
 def think_then_act(reply: str) -> str | None:
-    """For replies that reason first: the text of the last `<action>...</action>` tag, else the last
-    `Action: ...` line; None when the reply names no action."""
+    """For replies that reason first: the text of the last `<action>...</action>` tag, else the text after the
+    last `Action:` (on its line, or on the next non-blank line when none follows the colon); None when the reply
+    names no action or the last one is blank."""
     tags = _ACTION_TAG.findall(reply)
     if tags:
         return tags[-1].strip() or None
-    lines = _ACTION_LINE.findall(reply)
-    return lines[-1].strip() if lines else None
+    lines = reply.splitlines()
+    for index in range(len(lines) - 1, -1, -1):
+        match = _ACTION_LINE.match(lines[index])
+        if match:
+            action = match.group(1).strip() or next((line.strip() for line in lines[index + 1:] if line.strip()), "")
+            return action or None
+    return None
 
 
 def whole_reply(reply: str) -> str | None:
@@ -55,9 +62,9 @@ def get_action_parser(spec: str | ActionParser) -> ActionParser:
         module, _, name = spec.partition(":")
         try:
             parser = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"action_parser={spec!r} cannot be loaded ({type(exc).__name__}: {exc}). Give an "
-                             "importable 'package.module:function' path, or one of "
+        except Exception as exc:  # an import runs the module's code: any error means "this path is not usable"
+            raise ValueError(f"action_parser={spec!r} cannot be loaded ({type(exc).__name__}: {exc}). Give a "
+                             "'package.module:function' path importable where training runs, or one of "
                              f"{sorted(ACTION_PARSERS)}.") from None
         if not callable(parser):
             raise ValueError(f"action_parser={spec!r} names a {type(parser).__name__}, not a function reply -> "

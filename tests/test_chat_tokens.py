@@ -1,0 +1,73 @@
+"""Property-based tests of `ChatTokenBuilder`: a conversation built turn by turn equals the template's rendering.
+
+Conversations are random: any number of turns, an optional system prompt, and contents mixing random unicode,
+whitespace and strings that look like the templates' special tokens and syntax. Every registered tiny template
+(`trl_multiturn.testing.CHAT_TEMPLATES`) is checked.
+"""
+
+import pytest
+from hypothesis import example, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from trl_multiturn.rollout import ChatTokenBuilder
+from trl_multiturn.testing import CHAT_TEMPLATES, build_tiny_tokenizer
+
+SPECIAL_LOOKING = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|start_header_id|>",
+                   "<|end_header_id|>", "<|begin_of_text|>", "assistant", "user", "system", "<action>", "</action>",
+                   "{{ x }}", "{% if %}", "<|", "|>"]
+WHITESPACE = ["\n", "\n\n", " ", "  ", "\t", "\r\n", "\u00a0", "\u2028", "\u3000"]
+TEXT = st.lists(st.one_of(st.text(max_size=10), st.sampled_from(SPECIAL_LOOKING + WHITESPACE)), max_size=6).map(
+    "".join)
+CONVERSATIONS = st.tuples(st.one_of(st.none(), TEXT), TEXT, st.lists(st.tuples(TEXT, TEXT), max_size=4))
+
+
+@pytest.fixture(scope="module", params=CHAT_TEMPLATES)
+def builder(request):
+    return ChatTokenBuilder(build_tiny_tokenizer(request.param))
+
+
+def refusal_is_justified(builder, reply):
+    """A reply the builder may refuse: one holding an end-of-sequence token as text (generation would stop in it),
+    or starting with whitespace, which the tokenizer may join to the generation prompt's trailing newline."""
+    eos_texts = builder.tokenizer.convert_ids_to_tokens(sorted(builder.eos_token_ids))
+    return reply[:1].isspace() or any(text in reply for text in eos_texts)
+
+
+@hypothesis_settings(max_examples=150)
+@given(conversation=CONVERSATIONS)
+@example(conversation=(None, "", [("<|im_end|>", "")]))  # found by hypothesis: used to be cut at the first eos
+@example(conversation=(None, "", [("  ", "")]))  # found by hypothesis: joined to the prompt's "\n" in ChatML
+def test_turn_by_turn_ids_equal_the_templates_rendering(builder, conversation):
+    system, first, turns = conversation
+    messages = ([{"role": "system", "content": system}] if system is not None else []) + [
+        {"role": "user", "content": first}]
+    ids = builder.prompt_ids(messages)
+    for reply, observation in turns:
+        try:
+            reply_ids = builder.assistant_content_ids(reply)
+        except ValueError:
+            assert refusal_is_justified(builder, reply), reply
+            return
+        assert builder.close_ids(reply_ids) == []
+        ids += reply_ids + builder.observation_ids(observation)
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
+    assert ids == builder.render(messages, add_generation_prompt=True)
+
+
+def test_replies_no_model_could_sample_are_refused_by_name():
+    """Regression tests of what hypothesis found: the builder used to return the tokens up to the first eos of the
+    rendering (cutting a reply that holds one as text) and the tokens after the generation prompt's length (for a
+    reply the tokenizer joins to the prompt's last token, misaligned ids)."""
+    chatml = ChatTokenBuilder(build_tiny_tokenizer("chatml"))
+    with pytest.raises(ValueError, match=r"reply 'go<\|im_end\|>north' contains the end-of-sequence token "
+                                         r"'<\|im_end\|>' before its end"):
+        chatml.assistant_content_ids("go<|im_end|>north")
+    # ChatML's "assistant\n" then a blank reply: the tokenizer makes one token of "\n  ".
+    with pytest.raises(ValueError, match="reply '  ' is tokenized together with the end of the generation prompt"):
+        chatml.assistant_content_ids("  ")
+    assert chatml.tokenizer.decode(chatml.assistant_content_ids("  go")) == "  go<|im_end|>"
+    # Llama 3's template trims replies: blanks are no problem there.
+    llama3 = ChatTokenBuilder(build_tiny_tokenizer("llama3"))
+    assert llama3.assistant_content_ids("  ") == llama3.assistant_content_ids("") == [llama3.end_of_turn_id]
+    assert chatml.assistant_content_ids("")[-1] == chatml.end_of_turn_id
