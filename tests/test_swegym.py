@@ -26,18 +26,9 @@ ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
 AS_ROOT = os.geteuid() == 0
 
 
-@pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory):
-    """Every shipped repository, built once for the session."""
-    root = tmp_path_factory.mktemp("swegym-repos")
-    for row in ROWS.values():
-        shipped_repo(row["repo"], row["base_commit"], root)
-    return str(root)
-
-
 @pytest.fixture
-def config(cache_dir):
-    return SWEGymConfig(repo_cache_dir=cache_dir, command_timeout=3, max_processes=48,
+def config(swegym_cache_dir):
+    return SWEGymConfig(repo_cache_dir=swegym_cache_dir, command_timeout=3, max_processes=48,
                         max_observation_chars=2000)
 
 
@@ -45,11 +36,11 @@ def config(cache_dir):
 # Reproducible repositories
 
 
-def test_repositories_build_reproducibly(cache_dir, tmp_path):
+def test_repositories_build_reproducibly(swegym_cache_dir, tmp_path):
     for name in ("intervals", "rpn"):
         source = SOURCES[name]
         head = build_repo(source, tmp_path / name)  # a second, independent build
-        cached = Path(cache_dir) / f"{name}-{head[:12]}"
+        cached = Path(swegym_cache_dir) / f"{name}-{head[:12]}"
         assert head == source.base_commit == git(["rev-parse", "HEAD"], cached).strip()
         log = git(["log", "--format=%an <%ae> %aI %cI"], tmp_path / name).splitlines()
         assert len(log) == len(source.commits) >= 2
@@ -80,8 +71,8 @@ def _noop_patch(name: str) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))
-def test_every_task_grades_gold_empty_noop_and_garbage(name, cache_dir):
-    row, cfg = ROWS[name], SandboxConfig(repo_cache_dir=cache_dir)
+def test_every_task_grades_gold_empty_noop_and_garbage(name, swegym_cache_dir):
+    row, cfg = ROWS[name], SandboxConfig(repo_cache_dir=swegym_cache_dir)
     n_f2p, n_p2p = len(row["FAIL_TO_PASS"]), len(row["PASS_TO_PASS"])
 
     gold = grade_patch(row, row["patch"], cfg)
@@ -103,8 +94,8 @@ def test_every_task_grades_gold_empty_noop_and_garbage(name, cache_dir):
     assert "Patch Apply Failed" in garbage.log and garbage.summary() == "The patch could not be applied."
 
 
-def test_dense_reward_counts_fail_to_pass_only_while_pass_to_pass_hold(cache_dir):
-    row, cfg = ROWS["rpn"], SandboxConfig(repo_cache_dir=cache_dir)
+def test_dense_reward_counts_fail_to_pass_only_while_pass_to_pass_hold(swegym_cache_dir):
+    row, cfg = ROWS["rpn"], SandboxConfig(repo_cache_dir=swegym_cache_dir)
     evaluator = SOURCES["rpn"].files_at_base()["rpn/evaluator.py"]
     half = evaluator.replace('"-": operator.sub', '"-": lambda a, b: b - a')
     partial = grade_patch(row, make_patch({"rpn/evaluator.py": evaluator}, {"rpn/evaluator.py": half}), cfg)
@@ -119,12 +110,12 @@ def test_dense_reward_counts_fail_to_pass_only_while_pass_to_pass_hold(cache_dir
     assert graded.reward("dense") == 0.0 and not graded.resolved
 
 
-def test_a_hanging_test_run_is_cut_at_eval_timeout(cache_dir):
+def test_a_hanging_test_run_is_cut_at_eval_timeout(swegym_cache_dir):
     row = ROWS["wordfreq"]
     module = SOURCES["wordfreq"].files_at_base()["wordfreq/tokenize.py"]
     hanging = "import time\ntime.sleep(600)\n" + module
     hang = make_patch({"wordfreq/tokenize.py": module}, {"wordfreq/tokenize.py": hanging})
-    graded = grade_patch(row, hang, SandboxConfig(repo_cache_dir=cache_dir), eval_timeout=3)
+    graded = grade_patch(row, hang, SandboxConfig(repo_cache_dir=swegym_cache_dir), eval_timeout=3)
     assert graded.timed_out and not graded.resolved and graded.summary() == "The tests timed out."
 
 

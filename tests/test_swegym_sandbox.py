@@ -14,7 +14,6 @@ from docker_engine import docker_client
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
 from trl_multiturn.envs.swegym.sandbox.bwrap import bwrap_argv
-from trl_multiturn.envs.swegym.tasks import shipped_repo
 
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
 # Test names that only the hidden test patches hold (the distinctive ones: `test_round_trip` is in the standard
@@ -23,19 +22,11 @@ HIDDEN = sorted({name for row in ROWS.values() for test in row["FAIL_TO_PASS"]
                  if len((name := test.split("::")[-1]).split("_")) >= 4})
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("swegym-repos")
-    for name in ("roman", "ledger"):
-        shipped_repo(ROWS[name]["repo"], ROWS[name]["base_commit"], root)
-    return str(root)
-
-
 @pytest.fixture(params=["local", "docker"])
-def config(request, cache_dir):
+def config(request, swegym_cache_dir):
     if request.param == "docker":
         docker_client()
-    return SandboxConfig(sandbox=request.param, repo_cache_dir=cache_dir, command_timeout=20, max_processes=64)
+    return SandboxConfig(sandbox=request.param, repo_cache_dir=swegym_cache_dir, command_timeout=20, max_processes=64)
 
 
 @pytest.fixture
