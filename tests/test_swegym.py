@@ -1,5 +1,7 @@
 """SWE-Gym end to end on the shipped tasks: reproducible repositories, SWE-bench grading of every task, the
-environment driven through `step` alone, runaway commands contained, and the Docker sandbox's construction."""
+environment driven through `step` alone, runaway commands contained, the local sandbox's fallback modes, and the
+Docker image names. (Containment: test_swegym_sandbox.py; attacks: test_swegym_attacks.py; Docker:
+test_swegym_docker.py.)"""
 
 import dataclasses
 import os
