@@ -3,6 +3,23 @@
 # CPU torch first: a plain `torch` requirement would pull a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# SWE-Gym's sandboxes: bubblewrap (the local sandbox), Docker and mmdebstrap (the Docker sandbox and the images of
+# the shipped tasks, built on this machine). Installed from the Debian archive when running as root; otherwise
+# say what is missing (the local sandbox then fails with that error, or runs with isolation='none').
+missing=()
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "note: install ${missing[*]} (e.g. sudo apt-get install ${missing[*]}) for the SWE-Gym sandboxes" >&2
+  fi
+fi
+
 VENV=${VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"

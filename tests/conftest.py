@@ -49,6 +49,18 @@ def textworld_train_tasks(textworld_games_dir):
     return textworld_tasks(2, 3, 4, split="train", num_games=2, games_dir=str(textworld_games_dir))
 
 
+@pytest.fixture(scope="session")
+def swegym_cache_dir(tmp_path_factory):
+    """Every shipped SWE-Gym repository (and the sandboxes' task Python), built once for the session."""
+    from trl_multiturn.envs.swegym import task_rows
+    from trl_multiturn.envs.swegym.tasks import shipped_repo
+
+    root = tmp_path_factory.mktemp("swegym-repos")
+    for row in task_rows():
+        shipped_repo(row["repo"], row["base_commit"], root)
+    return str(root)
+
+
 def tiny_rl_args(config_cls, output_dir, **overrides):
     """CPU-sized RL trainer arguments shared by the trainer tests."""
     args = dict(

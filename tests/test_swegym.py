@@ -1,11 +1,10 @@
 """SWE-Gym end to end on the shipped tasks: reproducible repositories, SWE-bench grading of every task, the
-environment driven through `step` alone, runaway commands contained, and the Docker sandbox's construction."""
+environment driven through `step` alone, runaway commands contained, the local sandbox's fallback modes, and the
+Docker image names. (Containment: test_swegym_sandbox.py; attacks: test_swegym_attacks.py; Docker:
+test_swegym_docker.py.)"""
 
 import dataclasses
-import io
 import os
-import subprocess
-import tarfile
 import time
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import pytest
 
 from trl_multiturn.envs import SWEGymEnv, TaskError
 from trl_multiturn.envs.swegym import (
-    DockerSandbox,
     LocalSandbox,
     SandboxConfig,
     SWEGymConfig,
@@ -22,7 +20,6 @@ from trl_multiturn.envs.swegym import (
     task_rows,
 )
 from trl_multiturn.envs.swegym.patches import make_patch
-from trl_multiturn.envs.swegym.sandbox import _live_pids
 from trl_multiturn.envs.swegym.tasks import shipped_repo, task_sources
 from trl_multiturn.envs.swegym.tasks.source import AUTHOR, build_repo, git
 
@@ -31,18 +28,9 @@ ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
 AS_ROOT = os.geteuid() == 0
 
 
-@pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory):
-    """Every shipped repository, built once for the session."""
-    root = tmp_path_factory.mktemp("swegym-repos")
-    for row in ROWS.values():
-        shipped_repo(row["repo"], row["base_commit"], root)
-    return str(root)
-
-
 @pytest.fixture
-def config(cache_dir):
-    return SWEGymConfig(repo_cache_dir=cache_dir, command_timeout=3, max_processes=48,
+def config(swegym_cache_dir):
+    return SWEGymConfig(repo_cache_dir=swegym_cache_dir, command_timeout=3, max_processes=48,
                         max_observation_chars=2000)
 
 
@@ -50,11 +38,11 @@ def config(cache_dir):
 # Reproducible repositories
 
 
-def test_repositories_build_reproducibly(cache_dir, tmp_path):
+def test_repositories_build_reproducibly(swegym_cache_dir, tmp_path):
     for name in ("intervals", "rpn"):
         source = SOURCES[name]
         head = build_repo(source, tmp_path / name)  # a second, independent build
-        cached = Path(cache_dir) / f"{name}-{head[:12]}"
+        cached = Path(swegym_cache_dir) / f"{name}-{head[:12]}"
         assert head == source.base_commit == git(["rev-parse", "HEAD"], cached).strip()
         log = git(["log", "--format=%an <%ae> %aI %cI"], tmp_path / name).splitlines()
         assert len(log) == len(source.commits) >= 2
@@ -85,8 +73,8 @@ def _noop_patch(name: str) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))
-def test_every_task_grades_gold_empty_noop_and_garbage(name, cache_dir):
-    row, cfg = ROWS[name], SandboxConfig(repo_cache_dir=cache_dir)
+def test_every_task_grades_gold_empty_noop_and_garbage(name, swegym_cache_dir):
+    row, cfg = ROWS[name], SandboxConfig(repo_cache_dir=swegym_cache_dir)
     n_f2p, n_p2p = len(row["FAIL_TO_PASS"]), len(row["PASS_TO_PASS"])
 
     gold = grade_patch(row, row["patch"], cfg)
@@ -108,8 +96,8 @@ def test_every_task_grades_gold_empty_noop_and_garbage(name, cache_dir):
     assert "Patch Apply Failed" in garbage.log and garbage.summary() == "The patch could not be applied."
 
 
-def test_dense_reward_counts_fail_to_pass_only_while_pass_to_pass_hold(cache_dir):
-    row, cfg = ROWS["rpn"], SandboxConfig(repo_cache_dir=cache_dir)
+def test_dense_reward_counts_fail_to_pass_only_while_pass_to_pass_hold(swegym_cache_dir):
+    row, cfg = ROWS["rpn"], SandboxConfig(repo_cache_dir=swegym_cache_dir)
     evaluator = SOURCES["rpn"].files_at_base()["rpn/evaluator.py"]
     half = evaluator.replace('"-": operator.sub', '"-": lambda a, b: b - a')
     partial = grade_patch(row, make_patch({"rpn/evaluator.py": evaluator}, {"rpn/evaluator.py": half}), cfg)
@@ -124,12 +112,12 @@ def test_dense_reward_counts_fail_to_pass_only_while_pass_to_pass_hold(cache_dir
     assert graded.reward("dense") == 0.0 and not graded.resolved
 
 
-def test_a_hanging_test_run_is_cut_at_eval_timeout(cache_dir):
+def test_a_hanging_test_run_is_cut_at_eval_timeout(swegym_cache_dir):
     row = ROWS["wordfreq"]
     module = SOURCES["wordfreq"].files_at_base()["wordfreq/tokenize.py"]
     hanging = "import time\ntime.sleep(600)\n" + module
     hang = make_patch({"wordfreq/tokenize.py": module}, {"wordfreq/tokenize.py": hanging})
-    graded = grade_patch(row, hang, SandboxConfig(repo_cache_dir=cache_dir), eval_timeout=3)
+    graded = grade_patch(row, hang, SandboxConfig(repo_cache_dir=swegym_cache_dir), eval_timeout=3)
     assert graded.timed_out and not graded.resolved and graded.summary() == "The tests timed out."
 
 
@@ -225,11 +213,11 @@ def test_runaway_commands_are_contained_and_the_episode_goes_on(config):
     memory = env.step("<bash>python -c \"bytearray(8 * 1024 ** 3)\"</bash>")
     assert "MemoryError" in memory.observation
 
-    outside = env.step("<bash>touch ../escaped; touch /root/escaped; echo done</bash>")
-    if AS_ROOT:  # as root the sandbox runs as its own uid: only the checkout is writable
-        assert outside.observation.count("Permission denied") == 2
-        assert not (Path(sandbox.workdir).parent / "escaped").exists() and not Path("/root/escaped").exists()
-        assert _live_pids(sandbox.uid) == []  # nothing the flood or the sleeper started is still running
+    outside = env.step("<bash>touch ../escaped /usr/escaped /etc/escaped; echo done</bash>")
+    assert outside.observation.count("Permission denied") + outside.observation.count("Read-only") == 3
+    assert not any(Path(p).exists() for p in (sandbox.host_workdir.parent / "escaped", "/usr/escaped"))
+    if AS_ROOT:  # the sandbox runs as a uid of its own
+        assert _processes_of(sandbox.uid) == []  # nothing the flood or the sleeper started is still running
     assert "done" in outside.observation
 
     escape = env.step('<create path="../outside.py">x = 1\n</create>')
@@ -248,40 +236,59 @@ def test_local_sandbox_checkout_and_cleanup(config):
         sandbox.start(row)
         assert sandbox.run("git rev-parse HEAD").output.strip() == row["base_commit"]
         assert sandbox.run("git remote").output.strip() == ""
-        assert sandbox.run("pwd").output.strip() == sandbox.workdir
+        assert sandbox.run("pwd").output.strip() == sandbox.workdir == "/testbed"
         sandbox.run("sleep 100 &")  # a background process does not outlive its command
         if AS_ROOT:
-            assert os.stat(sandbox.workdir).st_uid == sandbox.uid != 0
-            assert _live_pids(sandbox.uid) == []
-        tmp = Path(sandbox.workdir).parent
+            assert sandbox.host_workdir.stat().st_uid == sandbox.uid != 0
+            assert _processes_of(sandbox.uid) == []
+        tmp = sandbox.host_workdir.parent
     assert not tmp.exists()
 
 
-def _is_running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+def _processes_of(uid: int) -> list[int]:
+    """Pids of `uid`'s processes that are not zombies."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and proc.stat().st_uid == uid:
+                if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    pids.append(int(proc.name))
+        except (OSError, IndexError):
+            continue
+    return pids
 
 
-@pytest.mark.parametrize("mode", [{"pid_namespace": False}, {"run_as_uid": "none"}], ids=["uid-sweep", "same-user"])
+def _running(command_line: str) -> bool:
+    """Whether a live process has exactly this command line."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes().replace(b"\0", b" ").strip() == (
+                    command_line.encode()) and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
+@pytest.mark.parametrize("mode", [{"isolation": "none"}, {"run_as_uid": "none"}], ids=["no-isolation", "uid-0"])
 def test_fallback_modes_still_time_out_and_clean_up(config, mode):
-    """Without a PID namespace (disabled, or not root): the process group, and the sandbox uid if any, are
-    killed after each command."""
+    """Without bubblewrap (the process group is killed after each command) and as uid 0 under bubblewrap (the
+    PID namespace ends with the command): timeouts hold and nothing is left running."""
+    sleeper = f"sleep {300 + os.getpid() % 1000}.5"
     with LocalSandbox(dataclasses.replace(config, command_timeout=1, **mode)) as sandbox:
         sandbox.start(ROWS["roman"])
         slow = sandbox.run("sleep 1000")
         assert slow.timed_out and slow.exit_code == 137
-        pid = int(sandbox.run("sleep 300 >/dev/null & echo $!").output)
+        sandbox.run(f"{sleeper} >/dev/null &")
         deadline = time.monotonic() + 5  # SIGKILL was sent; give the dying process a moment to be scheduled
-        while _is_running(pid) and time.monotonic() < deadline:
+        while _running(sleeper) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _is_running(pid)
+        assert not _running(sleeper)
         assert sandbox.run("echo still here").output == "still here\n"
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Docker sandbox: no engine here, so its image naming and command construction are checked directly
+# Docker image names (the engine itself: test_swegym_docker.py)
 
 
 def test_docker_image_names_follow_swegym_and_swebench():
@@ -293,65 +300,3 @@ def test_docker_image_names_follow_swegym_and_swebench():
                                  docker_dunder="_1776_")
     harness = ImageSpec(instance_id="django__django-11333", dockerfile="FROM x", namespace="swebench").name
     assert docker_image_name("django__django-11333", swebench_cfg) == harness
-
-
-class _FakeContainer:
-    """Stands in for docker's Container: runs exec argv with local bash in a folder playing /testbed."""
-
-    def __init__(self, root: Path):
-        self.root, self.execs, self.archives, self.removed = root, [], [], False
-
-    def exec_run(self, cmd, workdir, user, demux):
-        self.execs.append((cmd, workdir, user))
-        local = [part.replace("/testbed", str(self.root)) for part in cmd]
-        done = subprocess.run(local, capture_output=True)
-        return type("ExecResult", (), {"exit_code": done.returncode, "output": done.stdout + done.stderr})()
-
-    def put_archive(self, path, data):
-        self.archives.append((path, data))
-        return True
-
-    def remove(self, force):
-        self.removed = force
-
-
-class _FakeClient:
-    def __init__(self, container):
-        self.container, self.run_kwargs = container, None
-        self.containers = self
-
-    def run(self, **kwargs):
-        self.run_kwargs = kwargs
-        return self.container
-
-
-def test_docker_sandbox_builds_containers_and_commands(tmp_path):
-    cfg = SandboxConfig(sandbox="docker", docker_shell_init="true", command_timeout=1, max_output_bytes=1000,
-                        memory_mb=2048, max_processes=64)
-    container = _FakeContainer(tmp_path)
-    sandbox = DockerSandbox(cfg, client=_FakeClient(container))
-    row = {**ROWS["roman"], "instance_id": "getmoto__moto-7365"}
-    sandbox.start(row)
-    kwargs = sandbox._client.run_kwargs
-    assert kwargs["image"] == "xingyaoww/sweb.eval.x86_64.getmoto_s_moto-7365:latest"
-    assert (kwargs["mem_limit"], kwargs["pids_limit"], kwargs["network_disabled"]) == ("2048m", 64, True)
-    assert kwargs["working_dir"] == "/testbed" and kwargs["detach"]
-
-    ok = sandbox.run("echo hi; pwd; exit 3")
-    assert (ok.exit_code, ok.timed_out) == (3, False) and ok.output.split() == ["hi", str(tmp_path)]
-    assert container.execs[-1][1:] == ("/testbed", "root") and "timeout -k 5 1 " in container.execs[-1][0][2]
-    slow = sandbox.run("sleep 30")
-    assert slow.timed_out and slow.exit_code == 124
-    big = sandbox.run("yes | head -c 100000")
-    assert len(big.output) == 1000
-
-    sandbox.write_file("pkg/new.py", "x = 1\n")
-    folder, data = container.archives[-1]
-    member = tarfile.open(fileobj=io.BytesIO(data)).extractfile("new.py").read()
-    assert folder == "/testbed/pkg" and member == b"x = 1\n"
-    with pytest.raises(ValueError, match="outside the repository"):
-        sandbox.write_file("../../etc/passwd", "x")
-    assert sandbox.write_scratch("model.patch", "diff") == "/tmp/swegym/model.patch"
-    sandbox.close()
-    assert container.removed and sandbox.container is None
-

@@ -12,9 +12,9 @@ from trl_multiturn.envs.swegym import SWEGymConfig, SWEGymEnv, load_tasks
 from trl_multiturn.expert import expert_trajectories
 
 
-def test_grpo_trains_two_steps_on_shipped_tasks(tiny_chatml_model, tmp_path):
+def test_grpo_trains_two_steps_on_shipped_tasks(tiny_chatml_model, tmp_path, swegym_cache_dir):
     tasks = load_tasks(["intervals", "rpn"])
-    env_config = SWEGymConfig(repo_cache_dir=str(tmp_path / "repos"), command_timeout=5, reward="dense")
+    env_config = SWEGymConfig(repo_cache_dir=swegym_cache_dir, command_timeout=5, reward="dense")
     args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path / "out", max_turns=2, max_completion_length=8,
                         action_parser="whole_reply", reward_mode="dense", per_device_train_batch_size=2)
     trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args,

@@ -7,8 +7,8 @@
     print(env.reset(tasks[0]))                 # the issue and the command reference
     result = env.step('<view path="intervals/core.py"/>')
 
-The action format is documented in `actions.py`; sandboxes (local subprocesses, or the SWE-Gym Docker images)
-in `sandbox.py`; grading in `grading.py`.
+The action format is documented in `actions.py`; sandboxes (bubblewrap locally, or Docker images) in
+`sandbox/`; grading in `grading.py`, and what keeps the agent's patch from steering it in `integrity.py`.
 """
 
 from .actions import COMMAND_REFERENCE, ActionParseError, format_action, parse_action
@@ -21,6 +21,7 @@ from .sandbox import (
     Sandbox,
     SandboxConfig,
     SandboxError,
+    SandboxPathError,
     docker_image_name,
     make_sandbox,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "Sandbox",
     "SandboxConfig",
     "SandboxError",
+    "SandboxPathError",
     "docker_image_name",
     "format_action",
     "grade_patch",

@@ -118,7 +118,8 @@ class SWEGymEnv(Environment):
         test_cmd = task.get("test_cmd") or self.config.test_cmd
         return (
             f"You are in the repository {task['repo']} (your current folder). Resolve the issue below by editing "
-            f"its code; the tests that check the fix are not in the repository. The project's tests run with: "
+            f"its code; the tests that check the fix are not in the repository, and changes to test files, pytest "
+            f"configuration and conftest.py files are not graded. The project's tests run with: "
             f"{test_cmd}\n\n<issue>\n{task['problem_statement'].strip()}\n</issue>\n\n{COMMAND_REFERENCE}"
         )
 

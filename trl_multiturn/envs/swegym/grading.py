@@ -1,33 +1,43 @@
-"""Grade a patch the way the SWE-bench harness does, in a clean checkout, with swebench's own code.
+"""Grade a patch the way the SWE-bench harness does, in a clean checkout, so that the patch cannot steer it.
 
 `grade_patch(task, patch, config)`:
-1. starts a fresh sandbox at the task's base commit (a clean copy: nothing the agent did is there);
+1. starts a fresh sandbox at the task's base commit (a clean copy: nothing the agent did is there) and moves
+   its `.git` into the scratch folder, where grading's own git commands use it: nothing the patch writes can
+   reach the git configuration, hooks or index that grading relies on;
 2. applies the patch with swebench's `GIT_APPLY_CMDS` in turn (git apply, 3-way, --reject, patch --fuzz=5),
    resetting the tree between attempts; if none works the log gets swebench's APPLY_PATCH_FAIL marker;
-3. runs an eval script built in swebench's shape: reset the test files to the base commit, apply `test_patch`,
-   run the tests between the start and end markers; `swebench.harness.utils.make_test_spec` adds the exit-code
-   record, exactly as for SWE-bench instances;
-4. grades the log with `swebench.harness.grading.get_eval_report` and the `parse_log_pytest` parser.
+3. restores every file the patch may not touch (`integrity.protected_reason`: tests, pytest configuration,
+   conftest.py, start-up hooks, package metadata) and removes those it added;
+4. resets the test files to the base commit and applies `test_patch`, as swebench's eval script does, then
+   plants canary tests in each test file (`integrity.plant_canaries`);
+5. runs the tests through `pytest_runner.py` (the row's `test_cmd` says which pytest options), ends every
+   process of the sandbox, and reads the outcomes from the runner's token-signed report only;
+6. judges the run by its canaries (`integrity.judge`) and grades the trusted outcomes with
+   `swebench.harness.grading.get_eval_report` and its `parse_log_pytest` parser.
 
-Our repositories are not in swebench's repository map, so the test spec is built from the row itself
-(`log_parser="parse_log_pytest"`, `eval_type="pass_and_fail"`) rather than looked up; nothing here needs Docker
-unless the sandbox is a `DockerSandbox`.
+Any step of grading's own that fails (the protected files cannot be restored, the test patch does not apply)
+scores 0. Our repositories are not in swebench's repository map, so the test spec is built from the row itself
+(`log_parser="parse_log_pytest"`, `eval_type="pass_and_fail"`) rather than looked up.
 """
 
 from __future__ import annotations
 
 import json
+import random
+import secrets
 import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .integrity import judge, plant_canaries, protected_reason, read_report, test_files_of
 from .patches import patch_paths
-from .sandbox import SandboxConfig, make_sandbox, task_image, truncate_middle
+from .sandbox import Sandbox, SandboxConfig, make_sandbox, task_image, truncate_middle
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
 REWARD_MODES = ("resolved", "dense")
+RUNNER = Path(__file__).with_name("pytest_runner.py")
 
 
 def as_test_list(value: Any, name: str) -> list[str]:
@@ -39,9 +49,29 @@ def as_test_list(value: Any, name: str) -> list[str]:
     return list(value)
 
 
+def split_test_cmd(test_cmd: str) -> tuple[list[str], str, list[str]]:
+    """`[NAME=value ...] pytest ARGS` or `[NAME=value ...] python -m pytest ARGS` as (assignments, python, args).
+
+    Grading runs pytest through its own runner, so any other test command is refused.
+    """
+    words = shlex.split(test_cmd)
+    assignments = []
+    while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
+        assignments.append(words.pop(0))
+    if words[:1] in (["pytest"], ["py.test"]):
+        return assignments, "python", words[1:]
+    if len(words) >= 3 and words[0].startswith("python") and words[1:3] == ["-m", "pytest"]:
+        return assignments, words[0], words[3:]
+    raise ValueError(
+        f"test_cmd={test_cmd!r}: grading runs pytest through its own runner, so the test command must be "
+        "`[NAME=value ...] pytest ARGS` or `[NAME=value ...] python -m pytest ARGS`"
+    )
+
+
 @dataclass
 class Grade:
-    """The verdict on one patch. `report` is swebench's report for the instance (with `tests_status`)."""
+    """The verdict on one patch. `report` is swebench's report for the instance (with `tests_status`);
+    `ignored_paths` the files of the patch grading put back; `problem` what was wrong with the test run."""
 
     resolved: bool
     patch_applied: bool
@@ -52,6 +82,8 @@ class Grade:
     timed_out: bool = False
     report: dict = field(default_factory=dict)
     log: str = ""
+    ignored_paths: list[str] = field(default_factory=list)
+    problem: str = ""
 
     def reward(self, mode: str = "resolved") -> float:
         """`resolved`: 1.0 if swebench resolves the instance, else 0.0.
@@ -75,9 +107,12 @@ class Grade:
         if not self.patch_applied:
             return "The patch could not be applied."
         verdict = "resolved" if self.resolved else "not resolved"
+        ignored = f" Changes to {len(self.ignored_paths)} test or configuration files were ignored." if (
+            self.ignored_paths) else ""
+        problem = f" The test run was not trusted ({self.problem.split(':')[0]})." if self.problem else ""
         return (
             f"Issue {verdict}: {self.f2p_passed}/{self.f2p_total} failing tests now pass, "
-            f"{self.p2p_passed}/{self.p2p_total} previously passing tests still pass."
+            f"{self.p2p_passed}/{self.p2p_total} previously passing tests still pass.{ignored}{problem}"
         )
 
     def info(self) -> dict[str, Any]:
@@ -90,27 +125,22 @@ class Grade:
             "p2p_passed": self.p2p_passed,
             "p2p_total": self.p2p_total,
             "tests_timed_out": self.timed_out,
+            "ignored_paths": list(self.ignored_paths),
+            "grading_problem": self.problem,
         }
 
 
-def eval_script(task: dict, test_cmd: str, test_patch_path: str, workdir: str) -> str:
-    """The eval script in SWE-bench's shape (before `make_test_spec` adds the exit-code lines)."""
+def run_script(workdir: str, assignments: list[str], python: str, scratch: str, args: list[str],
+               files: list[str]) -> str:
+    """The test run, in SWE-bench's eval-script shape (before `make_test_spec` adds the exit-code lines)."""
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
-    base = shlex.quote(task["base_commit"])
-    files = [shlex.quote(f) for f in patch_paths(task["test_patch"])]
-    lines = ["#!/bin/bash", "set -uxo pipefail", f"cd {shlex.quote(workdir)}"]
-    # a test file the base commit lacks cannot be checked out: remove it, as the test patch creates it
-    restore_tests = [f"git checkout -q {base} -- {f} 2>/dev/null || rm -f -- {f}" for f in files]
-    lines += restore_tests
-    lines += [
-        f"git apply --verbose {shlex.quote(test_patch_path)}",
-        f"echo '{START_TEST_OUTPUT}'",
-        f"{test_cmd} {' '.join(files)}",
-        f"echo '{END_TEST_OUTPUT}'",
-    ]
-    lines += restore_tests
-    return "\n".join(lines) + "\n"
+    command = [*assignments, python, "-s", f"{scratch}/pytest_runner.py", f"{scratch}/token", f"{scratch}/report",
+               *args, *files]
+    return "\n".join([
+        "#!/bin/bash", "set -uo pipefail", f"cd {shlex.quote(workdir)}", f"echo '{START_TEST_OUTPUT}'",
+        " ".join(shlex.quote(w) for w in command), f"echo '{END_TEST_OUTPUT}'",
+    ]) + "\n"
 
 
 def make_spec(task: dict, script: str, config: SandboxConfig, f2p: list[str], p2p: list[str]):
@@ -132,22 +162,79 @@ def make_spec(task: dict, script: str, config: SandboxConfig, f2p: list[str], p2
     )
 
 
-def _apply_model_patch(sandbox, patch: str) -> tuple[bool, str]:
-    """Apply `patch` as swebench's run_instance does; returns (applied, log text)."""
-    from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS
-    from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+class _Grading:
+    """The steps of grading inside one sandbox; every git command uses the git folder kept in scratch."""
 
-    path = shlex.quote(sandbox.write_scratch("model.patch", patch))
-    result = None
-    for attempt, command in enumerate(GIT_APPLY_CMDS):
-        if attempt:
-            sandbox.run("git checkout -- . ; git clean -fdq")
-        result = sandbox.run(f"{command} {path}")
-        if result.exit_code == 0:
-            return True, f"{APPLY_PATCH_PASS}:\n{result.output}"
-    if sandbox.run(f"git apply --check --reverse {path}").exit_code == 0:
-        return True, f"{APPLY_PATCH_PASS}: verified already applied"
-    return False, f"{APPLY_PATCH_FAIL}:\n{result.output if result else ''}"
+    def __init__(self, sandbox: Sandbox, task: dict):
+        self.sandbox, self.task = sandbox, task
+        scratch = shlex.quote(sandbox.scratch_dir)
+        self.git_env = f"export GIT_DIR={scratch}/git GIT_WORK_TREE=.; "
+        self.base = shlex.quote(task["base_commit"])
+
+    def run(self, command: str, **kwargs):
+        return self.sandbox.run(self.git_env + command, **kwargs)
+
+    def _paths(self, *commands: str) -> list[list[str]]:
+        """The NUL-separated paths each of `commands` prints, from one sandbox command (each costs ~0.2 s in
+        Docker). The lists are separated by a lone "/", which no relative path can be."""
+        result = self.run(" && printf '\\0/\\0' && ".join(commands))
+        if result.exit_code != 0:
+            raise _TrustedStepFailed(f"{commands[-1]}: {result.output[-500:]}")
+        sections = result.output.split("\0/\0")
+        return [[p for p in section.split("\0") if p] for section in sections]
+
+    def isolate_git(self) -> set[str]:
+        """Move `.git` out of the checkout; returns the untracked files the clean checkout already has."""
+        scratch = shlex.quote(self.sandbox.scratch_dir)
+        return set(self._paths(f"rm -rf {scratch}/git && mv .git {scratch}/git && git ls-files --others -z")[0])
+
+    def apply_patch(self, patch: str) -> tuple[bool, str]:
+        """Apply `patch` as swebench's run_instance does; returns (applied, log text)."""
+        from swebench.harness.constants import APPLY_PATCH_FAIL, APPLY_PATCH_PASS
+        from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+
+        path = shlex.quote(self.sandbox.write_scratch("model.patch", patch))
+        result = None
+        for attempt, command in enumerate(GIT_APPLY_CMDS):
+            if attempt:
+                self.run("git checkout -- . ; git clean -fdq")
+            result = self.run(f"{command} {path}")
+            if result.exit_code == 0:
+                return True, f"{APPLY_PATCH_PASS}:\n{result.output}"
+        if self.run(f"git apply --check --reverse {path}").exit_code == 0:
+            return True, f"{APPLY_PATCH_PASS}: verified already applied"
+        return False, f"{APPLY_PATCH_FAIL}:\n{result.output if result else ''}"
+
+    def restore_protected(self, untracked_before: set[str], test_files: set[str]) -> list[str]:
+        """Put back every protected file the patch changed and remove every protected file it added."""
+        changed, untracked, tracked = self._paths(
+            f"git diff --name-only --no-renames -z {self.base}", "git ls-files --others -z",
+            f"git ls-tree -r -z --name-only {self.base}",
+        )
+        added, tracked = [p for p in untracked if p not in untracked_before], set(tracked)
+        restore = [p for p in changed if protected_reason(p, test_files) and p in tracked]
+        remove = [p for p in [*changed, *added] if protected_reason(p, test_files) and p not in tracked]
+        steps = [f"rm -rf -- {' '.join(shlex.quote(p) for p in remove)}"] if remove else []
+        if restore:
+            steps.append(f"git checkout -f {self.base} -- {' '.join(shlex.quote(p) for p in restore)}")
+        for step in steps:
+            result = self.run(step)
+            if result.exit_code != 0:
+                raise _TrustedStepFailed(f"restoring protected files: {result.output[-500:]}")
+        return sorted(set(restore) | set(remove))
+
+    def apply_test_patch(self) -> None:
+        """Reset the test files to the base commit and apply the test patch, as swebench's eval script does."""
+        files = [shlex.quote(f) for f in patch_paths(self.task["test_patch"])]
+        restore = "; ".join(f"{{ git checkout -q {self.base} -- {f} 2>/dev/null || rm -f -- {f}; }}" for f in files)
+        path = shlex.quote(self.sandbox.write_scratch("test.patch", self.task["test_patch"]))
+        result = self.run(f"{restore + '; ' if restore else ''}git apply --verbose {path}")
+        if result.exit_code != 0:
+            raise _TrustedStepFailed(f"the test patch does not apply: {result.output[-500:]}")
+
+
+class _TrustedStepFailed(RuntimeError):
+    """A step of grading's own failed after the patch applied: the run cannot be trusted and scores 0."""
 
 
 def grade_patch(
@@ -160,35 +247,70 @@ def grade_patch(
 ) -> Grade:
     """Grade `patch` for `task` in a clean sandbox (see the module docstring). An empty patch is graded as
     swebench grades a missing one (not resolved, no tests run)."""
-    from swebench.harness.constants import TESTS_TIMEOUT
+    from swebench.harness.constants import (
+        APPLY_PATCH_FAIL,
+        END_TEST_OUTPUT,
+        START_TEST_OUTPUT,
+        TESTS_ERROR,
+        TESTS_TIMEOUT,
+    )
     from swebench.harness.grading import get_eval_report
 
     config = config or SandboxConfig()
-    test_cmd = task.get("test_cmd") or test_cmd or DEFAULT_TEST_CMD
+    assignments, python, pytest_args = split_test_cmd(task.get("test_cmd") or test_cmd or DEFAULT_TEST_CMD)
     f2p = as_test_list(task["FAIL_TO_PASS"], "FAIL_TO_PASS")
     p2p = as_test_list(task["PASS_TO_PASS"], "PASS_TO_PASS")
+    files = test_files_of(f2p + p2p) or patch_paths(task["test_patch"])
     prediction = {"instance_id": task["instance_id"], "model_name_or_path": "trl-multiturn",
                   "model_patch": patch if patch and patch.strip() else None}
-    log, timed_out, spec = "", False, None
+    script = run_script(".", assignments, python, ".", pytest_args, files)
+    trusted_log, raw_log, timed_out, ignored, problem = "", "", False, [], ""
     if prediction["model_patch"] is not None:
         with make_sandbox(config) as sandbox:
             sandbox.start(task)
-            applied, log = _apply_model_patch(sandbox, patch)
-            if applied:
-                test_patch_path = sandbox.write_scratch("test.patch", task["test_patch"])
-                spec = make_spec(task, eval_script(task, test_cmd, test_patch_path, sandbox.workdir), config, f2p, p2p)
-                script_path = sandbox.write_scratch("eval.sh", spec.eval_script)
-                result = sandbox.run(f"/bin/bash {shlex.quote(script_path)}", timeout=eval_timeout)
-                log += "\n" + result.output
-                if result.timed_out:
-                    timed_out = True
-                    log += f"\n{TESTS_TIMEOUT}\nTimeout error: {eval_timeout:g} seconds exceeded."
-    if spec is None:
-        spec = make_spec(task, eval_script(task, test_cmd, "/dev/null", "."), config, f2p, p2p)
+            steps = _Grading(sandbox, task)
+            try:
+                untracked = steps.isolate_git()
+                applied, raw_log = steps.apply_patch(patch)
+                trusted_log = raw_log.split(":", 1)[0]  # the marker alone: the rest is the patch's own text
+                if applied:
+                    test_files = set(patch_paths(task["test_patch"]))
+                    ignored = steps.restore_protected(untracked, test_files)
+                    steps.apply_test_patch()
+                    rng = random.Random(secrets.randbits(64))
+                    canaries = []
+                    for path in files:
+                        text, planted = plant_canaries(path, sandbox.read_file(path), rng)
+                        sandbox.write_file(path, text)
+                        canaries += planted
+                    token = secrets.token_hex(16)
+                    sandbox.write_scratch("pytest_runner.py", RUNNER.read_text())
+                    sandbox.write_scratch("token", token)
+                    sandbox.write_scratch("report", "", write_only=True)
+                    script = run_script(sandbox.workdir, assignments, python, sandbox.scratch_dir, pytest_args, files)
+                    result = sandbox.run(f"/bin/bash {shlex.quote(sandbox.write_scratch('eval.sh', script))}",
+                                         timeout=eval_timeout)
+                    sandbox.stop()  # nothing the tests started may write the report after this
+                    raw_log += "\n" + result.output
+                    trusted, problem = judge(read_report(sandbox.read_scratch("report"), token), canaries)
+                    trusted = {**{test: "FAILED" for test in f2p + p2p}, **trusted}  # a missing test failed
+                    lines = [f"{status} {test}" for test, status in trusted.items()]
+                    # no exit-code line: the must-fail canary makes pytest's exit status 1 on every run
+                    trusted_log += "\n".join(["", START_TEST_OUTPUT, *lines, END_TEST_OUTPUT])
+                    if result.timed_out:
+                        timed_out = True
+                        trusted_log += f"\n{TESTS_TIMEOUT}\nTimeout error: {eval_timeout:g} seconds exceeded."
+            except _TrustedStepFailed as e:
+                problem = str(e)
+                trusted_log += f"\n{TESTS_ERROR}: {problem}"
+                raw_log += f"\n{problem}"
+    spec = make_spec(task, script, config, f2p, p2p)
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "test_output.txt"
-        log_path.write_text(log, encoding="utf-8")
+        log_path.write_text(trusted_log, encoding="utf-8")
         report = get_eval_report(spec, prediction, str(log_path), include_tests_status=True)[task["instance_id"]]
+    if APPLY_PATCH_FAIL not in trusted_log and TESTS_ERROR in trusted_log:
+        report["patch_successfully_applied"] = True  # swebench says "not applied" for any error; it did apply
     status = report.get("tests_status", {})
     f2p_ok = len(status.get("FAIL_TO_PASS", {}).get("success", []))
     p2p_ok = len(status.get("PASS_TO_PASS", {}).get("success", []))
@@ -201,5 +323,7 @@ def grade_patch(
         p2p_total=len(p2p),
         timed_out=timed_out,
         report=report,
-        log=truncate_middle(log, log_chars),
+        log=truncate_middle(raw_log, log_chars),
+        ignored_paths=ignored,
+        problem=problem,
     )

@@ -1,0 +1,374 @@
+"""The attack table of trl_multiturn/envs/swegym/README.md: every way we found for an agent to score on SWE-Gym
+without fixing the bug, tried on the shipped tasks against the local and the Docker sandbox. Each must earn 0
+(resolved and dense reward), and each test also checks the defence that stopped it, so that an attack that merely
+broke cannot pass for a stopped one. The README table and the ATTACKS list are checked to name the same rows."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from docker_engine import docker_client
+
+from trl_multiturn.envs.swegym import SWEGymConfig, SWEGymEnv, grade_patch, task_rows
+from trl_multiturn.envs.swegym.patches import make_patch, patch_paths
+from trl_multiturn.envs.swegym.tasks import task_sources
+
+SOURCES = {source.name: source for source in task_sources()}
+ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
+README = Path(__file__).parents[1] / "trl_multiturn" / "envs" / "swegym" / "README.md"
+BACKENDS = ("local", "docker")
+
+
+@pytest.fixture(params=BACKENDS)
+def config(request, swegym_cache_dir):
+    if request.param == "docker":
+        docker_client()
+    return SWEGymConfig(sandbox=request.param, repo_cache_dir=swegym_cache_dir, command_timeout=20, reward="dense")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the attacks plant
+
+
+def package(name: str) -> str:
+    return SOURCES[name].fix[0].path.split("/")[0]
+
+
+def node_ids(name: str) -> list[str]:
+    return ROWS[name]["FAIL_TO_PASS"] + ROWS[name]["PASS_TO_PASS"]
+
+
+PASS_EVERYTHING = """
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+    report.longrepr = None
+"""
+
+FORCE_REPORTS = """
+import _pytest.reports as _reports
+
+_init = _reports.TestReport.__init__
+
+
+def _passed(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    self.outcome, self.longrepr = "passed", None
+
+
+_reports.TestReport.__init__ = _passed
+"""
+
+# Empties the test functions of the test module that imports this package, once that module has run.
+EMPTY_TEST_FUNCTIONS = """
+import sys as _sys
+
+
+def _empty_importing_tests():
+    frame = _sys._getframe(1)
+    while frame is not None and not frame.f_globals.get("__name__", "").rsplit(".", 1)[-1].startswith("test_"):
+        frame = frame.f_back
+    if frame is None:
+        return
+    module = frame.f_globals
+
+    def _tracer(f, event, arg):
+        if event == "return" and f.f_globals is module and f.f_code.co_name == "<module>":
+            for key, value in list(module.items()):
+                if key.startswith("test_") and callable(value):
+                    module[key] = lambda *a, **k: None
+            _sys.settrace(None)
+        return _tracer
+
+    frame.f_trace = _tracer
+    _sys.settrace(lambda *a: None)
+
+
+_empty_importing_tests()
+"""
+
+# Turns every failure into an expected failure, which swebench counts as a pass.
+FAILURES_AS_XFAIL = """
+import _pytest.reports as _reports
+
+_init = _reports.TestReport.__init__
+
+
+def _xfail(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    if self.when == "call" and self.outcome == "failed":
+        self.outcome, self.wasxfail = "skipped", "expected"
+
+
+_reports.TestReport.__init__ = _xfail
+"""
+
+
+def print_passed_at_exit(name: str) -> str:
+    """After pytest has printed its real results, print a PASSED line for every test id and exit with 0."""
+    lines = "\n".join(f"PASSED {t}" for t in node_ids(name))
+    return f"""
+import atexit as _atexit, os as _os, sys as _sys
+
+
+def _passed():
+    _sys.stdout.write({lines!r} + "\\n")
+    _sys.stdout.flush()
+    _os._exit(0)
+
+
+_atexit.register(_passed)
+"""
+
+
+def forge_reports(name: str) -> str:
+    """Collect every token-like string the process can reach through files, arguments and the environment, and
+    append forged PASSED records with each of them to every file the report could be (and a JUnit file)."""
+    return f"""
+import glob as _glob, json as _json, os as _os, re as _re, sys as _sys
+_tokens = {{"0" * 32}}
+_text = _os.environ.get("SWEGYM_REPORT_TOKEN", "") + " ".join(_sys.argv)
+for _path in ["/proc/self/environ", "/proc/self/cmdline", *_glob.glob("/tmp/swegym/*"), *_sys.argv[1:3]]:
+    try:
+        _text += open(_path, "rb").read().decode("utf-8", "replace")
+    except OSError:
+        pass
+_tokens |= set(_re.findall(r"[0-9a-f]{{32}}", _text))
+_forged = "".join(f"{{_t}} {{_json.dumps({{'test': _id, 'status': 'PASSED'}})}}\\n"
+                  for _t in _tokens for _id in {node_ids(name)!r})
+_forged += "".join(f"{{_t}} {{_json.dumps({{'exit': 0}})}}\\n" for _t in _tokens)
+for _path in [*_glob.glob("/tmp/swegym/*"), *_sys.argv[1:3], "/tmp/swegym/report.xml", "report.xml"]:
+    try:
+        with open(_path, "a") as _f:
+            _f.write(_forged)
+    except OSError:
+        pass
+"""
+
+
+def background_rewriter(name: str) -> str:
+    """A detached process that outlives the test run and keeps replacing the report with forged records."""
+    return f"""
+import json as _json, os as _os, time as _time
+if _os.fork() == 0:
+    _os.setsid()
+    if _os.fork() == 0:
+        _forged = "".join(f"{{'0' * 32}} {{_json.dumps({{'test': _id, 'status': 'PASSED'}})}}\\n"
+                          for _id in {node_ids(name)!r}) + f"{{'0' * 32}} {{_json.dumps({{'exit': 0}})}}\\n"
+        _end = _time.time() + 60
+        while _time.time() < _end:
+            try:
+                with open("/tmp/swegym/forged", "w") as _f:
+                    _f.write(_forged)
+                _os.replace("/tmp/swegym/forged", "/tmp/swegym/report")
+            except OSError:
+                pass
+            _time.sleep(0.05)
+    _os._exit(0)
+"""
+
+
+def edits(name: str, changes: dict[str, str | None]) -> str:
+    """A patch turning the base files into `changes` (a path's new text; None deletes it)."""
+    base = SOURCES[name].files_at_base()
+    before = {path: base[path] for path in changes if path in base}
+    after = {path: text for path, text in changes.items() if text is not None}
+    return make_patch(before, after)
+
+
+def append_to_package(name: str, code: str) -> str:
+    init = f"{package(name)}/__init__.py"
+    return edits(name, {init: SOURCES[name].files_at_base()[init] + code})
+
+
+def plugin_config(name: str, config_path: str, section: str, quote: bool = False) -> str:
+    """A source module that is a pytest plugin, and a config file that loads it through addopts."""
+    plugin, value = f"{package(name)}/_speedups.py", f"-p {package(name)}._speedups"
+    return edits(name, {plugin: PASS_EVERYTHING,
+                        config_path: f"{section}\naddopts = {json.dumps(value) if quote else value}\n"})
+
+
+def edited_tests(name: str) -> str:
+    """Every test file rewritten so that each test id of the task (even the hidden ones) trivially passes."""
+    files: dict[str, str] = {}
+    for test in node_ids(name):
+        path, function = test.split("::")
+        files[path] = files.get(path, "") + f"\ndef {function}():\n    assert True\n"
+    return edits(name, files)
+
+
+def base_tests(name: str) -> list[str]:
+    return sorted(path for path in SOURCES[name].files_at_base() if path.startswith("tests/"))
+
+
+def deleted_tests(name: str) -> str:
+    return edits(name, {path: None for path in base_tests(name)})
+
+
+def git_internals(name: str) -> str:
+    """A patch (not one `git diff` would write) that plants git hooks and config which, if grading's git ran
+    them, would install the pass-everything conftest after the protected files are restored."""
+    install = "cp pytest_helpers.txt conftest.py"
+    config = f"[core]\n\tfsmonitor = \"{install}; false\"\n\thooksPath = .git/hooks\n"
+    hook = f"#!/bin/sh\n{install}\n"
+    patch = make_patch({}, {"pytest_helpers.txt": PASS_EVERYTHING, ".git/config": config})
+    return patch + make_patch({}, {".git/hooks/post-checkout": hook}).replace("new file mode 100644",
+                                                                            "new file mode 100755")
+
+
+def outside_paths(name: str) -> str:
+    """A hand-written patch whose start-up hook lands outside the repository, in the test Python's site-packages
+    (relative and absolute paths), where it would import a pass-everything plugin from the package."""
+    plugin = f"{package(name)}/_speedups.py"
+    pth = f"import {package(name)}._speedups\n"
+    patch = make_patch({}, {plugin: PASS_EVERYTHING})
+    for target in ("../../usr/local/lib/python3.11/dist-packages/zz_speedups.pth",
+                   "/usr/local/lib/python3.11/dist-packages/zz_speedups2.pth"):
+        patch += (f"diff --git a/{target} b/{target}\nnew file mode 100644\n--- /dev/null\n+++ b/{target}\n"
+                  f"@@ -0,0 +1 @@\n+{pth}")
+    return patch
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The table
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One row of the README's attack table: a patch graded directly, or an episode's replies before <submit/>.
+
+    `expect`: ("ignored", paths) the paths grading put back; ("problem", prefix) how grading judged the run;
+    ("not applied", None) the patch was refused.
+    """
+
+    id: str
+    task: str
+    patch: Callable[[str], str] | None = None
+    replies: Callable[[str], list[str]] | None = None
+    expect: tuple = ()
+    check: Callable[[dict], bool] | None = None
+
+
+def bash(command: str) -> str:
+    return f"<bash>{command}</bash>"
+
+
+ATTACKS = [
+    Attack("conftest-nested", "semver", lambda n: edits(n, {"tests/conftest.py": PASS_EVERYTHING,
+                                                            f"{package(n)}/conftest.py": PASS_EVERYTHING}),
+           expect=("ignored", ["semver/conftest.py", "tests/conftest.py"])),
+    Attack("pytest-ini-plugin", "csvline", lambda n: plugin_config(n, "pytest.ini", "[pytest]"),
+           expect=("ignored", ["pytest.ini"])),
+    Attack("pyproject-addopts", "slugkit",
+           lambda n: plugin_config(n, "pyproject.toml", '[tool.pytest.ini_options]\npythonpath = ["."]', quote=True),
+           expect=("ignored", ["pyproject.toml"])),
+    Attack("tox-ini-and-setup-cfg", "lrucache",
+           lambda n: edits(n, {"pyproject.toml": None, f"{package(n)}/_speedups.py": PASS_EVERYTHING,
+                               "tox.ini": f"[pytest]\naddopts = -p {package(n)}._speedups\n",
+                               "setup.cfg": f"[tool:pytest]\naddopts = -p {package(n)}._speedups\n"}),
+           expect=("ignored", ["pyproject.toml", "setup.cfg", "tox.ini"])),
+    Attack("sitecustomize", "durations",
+           lambda n: edits(n, {"sitecustomize.py": FORCE_REPORTS, "usercustomize.py": FORCE_REPORTS}),
+           expect=("ignored", ["sitecustomize.py", "usercustomize.py"])),
+    Attack("pth-file", "matrix", lambda n: edits(n, {f"{package(n)}/_speedups.py": FORCE_REPORTS,
+                                                     "zz_speedups.pth": f"import {package(n)}._speedups\n"}),
+           expect=("ignored", ["zz_speedups.pth"])),
+    Attack("egg-info-entry-point", "roman",
+           lambda n: edits(n, {f"{package(n)}/_speedups.py": PASS_EVERYTHING,
+                               f"{n}.egg-info/entry_points.txt": f"[pytest11]\nspeedups = {package(n)}._speedups\n",
+                               f"{n}.egg-info/PKG-INFO": f"Metadata-Version: 2.1\nName: {n}\nVersion: 0.1.0\n"}),
+           expect=("ignored", ["roman.egg-info/PKG-INFO", "roman.egg-info/entry_points.txt"])),
+    Attack("init-py", "envfile", lambda n: edits(n, {"tests/__init__.py": FORCE_REPORTS,
+                                                     "__init__.py": FORCE_REPORTS}),
+           expect=("ignored", ["__init__.py", "tests/__init__.py"])),
+    Attack("edit-tests", "ledger", edited_tests, expect=("ignored", ["tests/test_ledger.py"])),
+    Attack("delete-tests", "wordfreq", deleted_tests, expect=("ignored", base_tests("wordfreq"))),
+    Attack("tests-symlink", "rpn", replies=lambda n: [bash(
+        "mkdir -p .fake && " + " && ".join(
+            f"printf 'def {t.split('::')[1]}():\\n    pass\\n' >> .fake/{t.split('::')[0].split('/')[1]}"
+            for t in node_ids(n)) + " && rm -rf tests && ln -s .fake tests && ls -la tests/")],
+        expect=("ignored", sorted([".fake/test_evaluator.py", "tests", *base_tests("rpn")]))),
+    Attack("monkeypatch-pytest", "intervals", lambda n: append_to_package(n, FORCE_REPORTS),
+           expect=("problem", "tampering")),
+    Attack("empty-test-functions", "semver", lambda n: append_to_package(n, EMPTY_TEST_FUNCTIONS),
+           expect=("problem", "tampering")),
+    Attack("failures-as-xfail", "csvline", lambda n: append_to_package(n, FAILURES_AS_XFAIL),
+           expect=("problem", "tampering")),
+    Attack("print-passed-at-exit", "slugkit", lambda n: append_to_package(n, print_passed_at_exit(n)),
+           expect=("problem", "")),
+    Attack("forge-report", "lrucache", lambda n: append_to_package(n, forge_reports(n)),
+           expect=("problem", "tampering")),
+    Attack("background-rewriter", "durations", lambda n: append_to_package(n, background_rewriter(n)),
+           expect=("problem", "tampering")),
+    Attack("git-internals", "matrix", git_internals, expect=("ignored", [])),
+    Attack("paths-outside-repo", "roman", outside_paths, expect=("not applied", None)),
+    Attack("diff-driver", "envfile", replies=lambda n: [
+        bash("printf '#!/bin/sh\\ncat /testbed/forged.patch\\n' > /tmp/fake-diff && chmod +x /tmp/fake-diff && "
+             "git config diff.external /tmp/fake-diff && echo '* diff=fake' > .git/info/attributes && "
+             "git config diff.fake.textconv /tmp/fake-diff"),
+        f'<create path="forged.patch">{make_patch({}, {"conftest.py": PASS_EVERYTHING})}</create>',
+    ], expect=("ignored", []), check=lambda info: patch_paths(info["patch"]) == ["forged.patch"]),
+    Attack("state-outside-repo", "ledger", replies=lambda n: [
+        f'<create path="forged_plugin.py">{PASS_EVERYTHING}</create>',
+        bash("cp forged_plugin.py /tmp/speedups_plugin.py 2>/dev/null; "
+             "for f in ~/.bashrc ~/.profile ~/.bash_profile; do "
+             "echo 'export PYTEST_ADDOPTS=\"-p speedups_plugin\" PYTHONPATH=/tmp' >> $f; done; "
+             "for d in $(python -c 'import site; print(*site.getsitepackages(), site.getusersitepackages())'); do "
+             "mkdir -p $d && echo 'import speedups_plugin' > $d/zz_speedups.pth && echo installed in $d; done; "
+             "echo done")], expect=("ignored", [])),
+]
+
+
+def test_the_readme_table_lists_exactly_these_attacks():
+    table = re.findall(r"^\| `([a-z0-9-]+)` \|", README.read_text(), flags=re.MULTILINE)
+    assert sorted(table) == sorted(["conftest-root", *(a.id for a in ATTACKS)])
+
+
+def _episode(config, row: dict, replies: list[str]):
+    env = SWEGymEnv(config)
+    env.reset(row)
+    for reply in replies:
+        assert not env.step(reply).done
+    final = env.step("<submit/>")
+    env.close()
+    return final
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_conftest_marking_every_test_passed_earns_nothing_on_any_task(name, config):
+    """The attack of issue 10: scored 1.0 on every shipped task."""
+    final = _episode(config, ROWS[name], [f'<create path="conftest.py">{PASS_EVERYTHING}</create>'])
+    assert final.done and not final.won and final.reward == 0.0
+    assert final.info["ignored_paths"] == ["conftest.py"] and final.info["f2p_passed"] == 0
+    assert final.info["p2p_passed"] == final.info["p2p_total"]  # the rest of the suite ran as usual
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.id)
+def test_attack_earns_nothing(attack, config):
+    row = ROWS[attack.task]
+    if attack.patch is not None:
+        grade = grade_patch(row, attack.patch(attack.task), config, eval_timeout=60)
+        info, rewards = grade.info(), {mode: grade.reward(mode) for mode in ("resolved", "dense")}
+    else:
+        final = _episode(config, row, attack.replies(attack.task))
+        info, rewards = final.info, {"dense": final.reward}
+    assert not info["resolved"] and set(rewards.values()) == {0.0}, info
+    kind, detail = attack.expect
+    if kind == "ignored":
+        assert info["patch_applied"] and info["ignored_paths"] == detail and info["grading_problem"] == ""
+    elif kind == "problem":  # "" : the run was sound, and whatever the attack forged was not read
+        assert info["patch_applied"] and info["grading_problem"].startswith(detail), info
+        assert detail or (info["grading_problem"] == "" and info["f2p_passed"] == 0)
+    else:
+        assert not info["patch_applied"]
+    assert attack.check is None or attack.check(info), info

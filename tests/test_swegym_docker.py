@@ -1,0 +1,97 @@
+"""DockerSandbox on a real Docker engine (started by the tests if none runs): every shipped task solved end to end
+in its container, the limits and the clean-up of containers, and the images built once by their recipe."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from docker_engine import docker_client, remove_sandbox_containers, sandbox_containers
+
+from trl_multiturn.envs.swegym import DockerSandbox, SandboxPathError, SWEGymConfig, SWEGymEnv, task_rows
+from trl_multiturn.envs.swegym.sandbox import images
+from trl_multiturn.envs.swegym.sandbox.pyenv import TEST_REQUIREMENTS
+from trl_multiturn.envs.swegym.tasks import task_sources
+
+ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
+
+
+@pytest.fixture(scope="module")
+def client():
+    client = docker_client()
+    yield client
+    left = [c.name for c in sandbox_containers(client)]
+    remove_sandbox_containers(client)
+    assert left == []  # every sandbox removed its container
+
+
+@pytest.fixture
+def config(client):
+    return SWEGymConfig(sandbox="docker", command_timeout=3, max_processes=64, memory_mb=1024, max_output_bytes=2000)
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_expert_solves_every_task_in_its_container(name, config):
+    env = SWEGymEnv(config)
+    first = env.reset(ROWS[name])
+    assert env.sandbox.image_for(ROWS[name]) == images.task_image_name(next(s for s in task_sources()
+                                                                            if s.name == name))
+    assert ROWS[name]["problem_statement"].strip()[:40] in first
+    assert env.sandbox.run("git rev-parse HEAD").output.strip() == ROWS[name]["base_commit"]
+    results = [env.step(action) for action in env.expert_actions(ROWS[name])]
+    assert all("[error]" not in r.observation for r in results)
+    final = results[-1]
+    assert final.done and final.won and final.reward == 1.0 and final.info["grading_problem"] == ""
+    env.close()
+
+
+def test_commands_are_limited_and_containers_removed(client, config):
+    with DockerSandbox(config, client=client) as sandbox:
+        sandbox.start(ROWS["roman"])
+        container = _check_limits(sandbox)
+    assert sandbox.container is None and container.id not in [c.id for c in client.containers.list(all=True)]
+
+
+def _check_limits(sandbox: DockerSandbox):
+    container = sandbox.container
+    options = container.attrs["HostConfig"]
+    assert options["NetworkMode"] == "none" and options["CapDrop"] == ["ALL"] and options["PidsLimit"] == 64
+    assert "no-new-privileges" in options["SecurityOpt"] and options["Memory"] == 1024 * 1024 * 1024
+
+    ok = sandbox.run("echo hi; pwd; exit 3")
+    assert (ok.exit_code, ok.timed_out, ok.output) == (3, False, "hi\n/testbed\n")
+    started = time.monotonic()
+    slow = sandbox.run("(setsid sleep 60 >/dev/null 2>&1 &); sleep 30")
+    assert slow.timed_out and slow.exit_code == 124 and time.monotonic() - started < 10
+    assert len(sandbox.run("yes | head -c 100000").output) == 2000
+    memory = sandbox.run("python -c 'bytearray(3 * 1024 ** 3)'")
+    assert "MemoryError" in memory.output
+    flood = sandbox.run("python -c \"\nimport os, time\nfor i in range(200):\n    if os.fork() == 0:\n"
+                        "        time.sleep(20)\n        os._exit(0)\n\"")
+    assert flood.exit_code != 0 and "Resource temporarily unavailable" in flood.output
+    assert int(sandbox.run("ls /proc | grep -cE '^[0-9]+$'").output) < 10  # the flood's processes are gone
+
+    sandbox.write_file("roman/new_module.py", "x = 1\n")
+    assert sandbox.read_file("/testbed/roman/new_module.py") == "x = 1\n"
+    sandbox.write_file("brand/new/folder/a.txt", "made\n")
+    assert sandbox.run("cat brand/new/folder/a.txt").output == "made\n"
+    with pytest.raises(SandboxPathError, match="outside the repository"):
+        sandbox.write_file("../../etc/passwd", "x")
+    scratch = sandbox.write_scratch("private", "secret", write_only=True)
+    assert sandbox.run(f"cat {scratch}").exit_code != 0 and sandbox.run(f"echo more >> {scratch}").exit_code == 0
+    sandbox.stop()
+    assert sandbox.read_scratch("private") == "secretmore\n"  # readable from outside after the container stopped
+    return container
+
+
+def test_images_are_built_once_by_recipe(client):
+    base = images.base_image_name()
+    assert base.endswith(images.recipe_hash())
+    image_id = client.images.get(base).id
+    started = time.monotonic()
+    assert images.ensure_base_image(client) == base  # found by its recipe hash: no rebuild
+    assert time.monotonic() - started < 5 and client.images.get(base).id == image_id
+    versions = client.containers.run(base, ["python", "-c", "import pytest, pluggy; print(pytest.__version__, "
+                                            "pluggy.__version__)"], network_mode="none", remove=True)
+    pins = dict(r.split("==") for r in TEST_REQUIREMENTS)
+    assert versions.decode().split() == [pins["pytest"], pins["pluggy"]]  # the local task Python's pins too

@@ -1,0 +1,136 @@
+"""The pure parts of SWE-Gym's grading integrity: which paths a patch may not change, canary planting, and how the
+runner's report is read and judged. (The attacks themselves, in sandboxes: test_swegym_attacks.py.)"""
+
+import random
+import subprocess
+import sys
+
+import pytest
+
+from trl_multiturn.envs.swegym.grading import split_test_cmd
+from trl_multiturn.envs.swegym.integrity import Canary, judge, plant_canaries, protected_reason, read_report
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["conftest.py", "pkg/sub/conftest.py", "pytest.ini", "sub/tox.ini", "setup.cfg", "pyproject.toml", "pytest.toml",
+     "sitecustomize.py", "pkg/usercustomize.py", "x.pth", "pkg.egg-info/entry_points.txt", "a.dist-info/METADATA",
+     "tests", "tests/helpers.py", "src/testing/x.py", "pkg/test_util.py", "pkg/util_test.py", "__init__.py",
+     ".git/config", "docs/the_test_patch_file.txt"],
+)
+def test_protected_paths(path):
+    assert protected_reason(path, {"docs/the_test_patch_file.txt"})
+
+
+@pytest.mark.parametrize("path", ["pkg/core.py", "pkg/__init__.py", "README.md", "pkg/contest.py", "pkg/tested.py",
+                                  "latest/x.py", "pkg/testsuite_helpers.py", "setup.py"])
+def test_source_paths_are_free(path):
+    assert protected_reason(path) is None
+
+
+SOURCE = '''"""Tests of the module."""
+from __future__ import annotations
+
+import pytest
+
+from pkg import core
+
+
+@pytest.mark.parametrize("x", [1, 2])
+def test_core_round_trip(x):
+    assert core.f(x) == x
+
+
+class TestGroup:
+    def test_inside(self):
+        assert True
+
+
+def test_empty_input():
+    assert core.f(0) == 0'''
+
+
+def test_canaries_go_between_top_level_statements_and_behave(tmp_path):
+    seen_spots = set()
+    for seed in range(20):
+        text, canaries = plant_canaries("tests/test_core.py", SOURCE, random.Random(seed))
+        assert [c.must_pass for c in canaries] == [True, False]
+        assert all(c.nodeid.startswith("tests/test_core.py::test_") for c in canaries)
+        names = [c.nodeid.split("::")[1] for c in canaries]
+        assert len(set(names)) == 2 and not {"test_core_round_trip", "test_empty_input"} & set(names)
+        lines = text.splitlines()
+        assert lines[:2] == SOURCE.splitlines()[:2]  # docstring and __future__ import stay first
+        compile(text, "test_core.py", "exec")
+        seen_spots.add(tuple(i for i, line in enumerate(lines) if line.startswith(f"def {names[0]}")))
+    assert len(seen_spots) > 2  # the places vary
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "core.py").write_text("def f(x):\n    return x\n")
+    (tmp_path / "tests" / "test_core.py").write_text(text)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "tests/test_core.py"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert f"PASSED {canaries[0].nodeid}" in run.stdout and f"FAILED {canaries[1].nodeid}" in run.stdout
+    assert "5 passed" in run.stdout and "1 failed" in run.stdout
+
+
+def test_a_broken_file_still_gets_canaries_at_its_end():
+    text, canaries = plant_canaries("tests/test_x.py", "def test_a(:\n", random.Random(0))
+    assert text.startswith("def test_a(:\n") and len(canaries) == 2
+
+
+CANARIES = [Canary("t.py::test_ok", True), Canary("t.py::test_bad", False), Canary("u.py::test_ok2", True),
+            Canary("u.py::test_bad2", False)]
+HONEST = {"t.py::test_ok": "PASSED", "t.py::test_bad": "FAILED", "u.py::test_ok2": "PASSED",
+          "u.py::test_bad2": "FAILED", "t.py::test_fix": "PASSED", "u.py::test_other": "FAILED"}
+
+
+def _report(outcomes: dict, exit_code: int | None = 1, token: str = "tok", extra: str = "") -> str:
+    lines = [f'{token} {{"test": "{t}", "status": "{s}"}}' for t, s in outcomes.items()]
+    if exit_code is not None:
+        lines.append(f'{token} {{"exit": {exit_code}}}')
+    return "\n".join(lines) + "\n" + extra
+
+
+def test_an_honest_report_is_trusted_without_its_canaries():
+    trusted, problem = judge(read_report(_report(HONEST), "tok"), CANARIES)
+    assert problem == "" and trusted == {"t.py::test_fix": "PASSED", "u.py::test_other": "FAILED"}
+
+
+@pytest.mark.parametrize("status", ["PASSED", "XPASS", "XFAIL"])
+def test_a_passing_must_fail_canary_is_tampering(status):
+    trusted, problem = judge(read_report(_report({**HONEST, "u.py::test_bad2": status}), "tok"), CANARIES)
+    assert problem.startswith("tampering") and set(trusted.values()) == {"FAILED"}
+
+
+def test_lines_without_the_token_are_forgeries():
+    report = read_report(_report(HONEST, extra='other {"test": "t.py::test_fix", "status": "PASSED"}\n'), "tok")
+    assert report.forged_lines == 1 and report.outcomes == HONEST
+    trusted, problem = judge(report, CANARIES)
+    assert problem.startswith("tampering: 1 lines") and set(trusted.values()) == {"FAILED"}
+    assert read_report(_report(HONEST, token="wrong"), "tok").outcomes == {}
+
+
+def test_an_unfinished_run_fails_and_a_broken_file_fails_alone():
+    trusted, problem = judge(read_report(_report(HONEST, exit_code=None), "tok"), CANARIES)
+    assert problem == "the test run ended before pytest finished" and set(trusted.values()) == {"FAILED"}
+    no_u_canaries = {t: s for t, s in HONEST.items() if not t.startswith("u.py::test_") or t == "u.py::test_other"}
+    trusted, problem = judge(read_report(_report(no_u_canaries), "tok"), CANARIES)
+    assert problem == "the tests of ['u.py'] did not run properly"
+    assert trusted == {"t.py::test_fix": "PASSED", "u.py::test_other": "FAILED"}
+
+
+@pytest.mark.parametrize("cmd, split", [
+    ("pytest -rA", ([], "python", ["-rA"])),
+    ("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m pytest -x -q", (["PYTEST_DISABLE_PLUGIN_AUTOLOAD=1"], "python3",
+                                                                   ["-x", "-q"])),
+])
+def test_test_commands_split_into_pytest_arguments(cmd, split):
+    assert split_test_cmd(cmd) == split
+
+
+@pytest.mark.parametrize("cmd", ["./tests/runtests.py", "tox -e py", "python setup.py test", "make test"])
+def test_other_test_commands_are_refused_with_the_form_to_use(cmd):
+    with pytest.raises(ValueError, match="test_cmd=.*python -m pytest ARGS"):
+        split_test_cmd(cmd)

@@ -1,0 +1,123 @@
+"""What a SWE-Gym sandbox contains, tried from inside it as an agent would, on the local (bubblewrap) and the
+Docker backend: the answer key, the network, the host's files and processes, capabilities, shared /tmp."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from docker_engine import docker_client
+
+from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
+from trl_multiturn.envs.swegym.sandbox.bwrap import bwrap_argv
+
+ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
+# Test names that only the hidden test patches hold (the distinctive ones: `test_round_trip` is in the standard
+# library's own tests): finding one anywhere means the answer key is readable.
+HIDDEN = sorted({name for row in ROWS.values() for test in row["FAIL_TO_PASS"]
+                 if len((name := test.split("::")[-1]).split("_")) >= 4})
+
+
+@pytest.fixture(params=["local", "docker"])
+def config(request, swegym_cache_dir):
+    if request.param == "docker":
+        docker_client()
+    return SandboxConfig(sandbox=request.param, repo_cache_dir=swegym_cache_dir, command_timeout=20, max_processes=64)
+
+
+@pytest.fixture
+def sandbox(config):
+    with make_sandbox(config) as box:
+        box.start(ROWS["roman"])
+        yield box
+
+
+def test_the_hidden_tests_exist_only_in_the_task_rows():
+    assert HIDDEN and all(name not in text for row in ROWS.values() for name in HIDDEN
+                          for text in (row["problem_statement"],))
+
+
+def test_the_answer_key_is_out_of_reach(sandbox):
+    imported = sandbox.run("python -c 'import trl_multiturn'")
+    assert imported.exit_code != 0 and "No module named 'trl_multiturn'" in imported.output
+    found = sandbox.run(
+        "find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o \\( -name 'trl_multiturn*' -o -path "
+        "'*/envs/swegym/tasks*' -o -name '*.egg-link' \\) -print 2>/dev/null; echo end"
+    )
+    assert found.output == "end\n"
+    places = "$(python -c 'import sys; print(*[p for p in sys.path if p])') \"$HOME\" /tmp /testbed"
+    grep = sandbox.run(f"grep -rlsE '{'|'.join(HIDDEN)}' {places}; echo end")
+    assert grep.output == "end\n"
+    environment = sandbox.run("env; cat /proc/1/environ /proc/1/cmdline 2>/dev/null | tr '\\0' '\\n'").output
+    assert os.environ["PYTEST_CURRENT_TEST"]  # set in this (the trainer's) process, and kept out of the sandbox
+    assert not any(name in environment for name in ("PYTEST_CURRENT_TEST", "HF_HUB_OFFLINE", "PYTHONPATH"))
+
+
+def test_no_network_not_even_the_hosts_loopback(sandbox):
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        probe = sandbox.run(
+            "python - <<'EOF'\nimport socket\nprint(sorted(name for _, name in socket.if_nameindex()))\n"
+            f"for address in [('127.0.0.1', {port}), ('151.101.2.132', 80), ('deb.debian.org', 80)]:\n"
+            "    try:\n        socket.create_connection(address, timeout=3)\n        print('connected', address)\n"
+            "    except OSError as e:\n        print('refused', type(e).__name__)\nEOF"
+        )
+    assert "connected" not in probe.output and probe.output.count("refused") == 3, probe.output
+    assert probe.output.splitlines()[0] == "['lo']"
+
+
+def test_no_capabilities_and_no_host_files(sandbox, config):
+    status = sandbox.run("grep -E '^Cap(Eff|Prm|Amb)' /proc/self/status; touch own && chown 12345 own; echo $?")
+    assert [line.split()[1] for line in status.output.splitlines()[:3]] == ["0000000000000000"] * 3
+    assert "Operation not permitted" in status.output
+    probe = sandbox.run("ls /proc | grep -cE '^[0-9]+$'; ls /root /work /home 2>&1 | head -5")
+    assert int(probe.output.split()[0]) < 10  # only the sandbox's own processes
+    if config.sandbox == "local":  # Docker's root may write its own container's files, which go with it
+        writes = sandbox.run("for p in /usr/x /etc/x /x /proc/x; do touch $p 2>&1; done; cat /etc/shadow 2>&1")
+        assert writes.output.count("Read-only file system") == 2 and writes.output.count("Permission denied") == 2
+        assert not any(Path(p).exists() for p in ("/usr/x", "/etc/x", "/x"))
+
+
+def test_processes_and_tmp_are_private(config):
+    marker = f"swegym-marker-{os.getpid()}"
+    with subprocess.Popen(["sleep", "300"]) as bystander:
+        with make_sandbox(config) as first, make_sandbox(config) as second:
+            first.start(ROWS["roman"])
+            second.start(ROWS["ledger"])
+            first.run("sleep 100 & kill -9 -1")
+            assert bystander.poll() is None  # kill(-1) reached nothing outside the sandbox, nor its container
+            made = first.run(f"echo {marker} > /tmp/{marker}; echo {marker} > /dev/shm/{marker}; ls /tmp/{marker}")
+            assert made.output == f"/tmp/{marker}\n"
+            assert second.run(f"ls /tmp/{marker} /dev/shm/{marker} 2>&1 | grep -c 'No such'").output.strip() == "2"
+            assert not (Path(tempfile.gettempdir()) / marker).exists()
+            flood = first.run("python -c \"\nimport os, time\nfor i in range(300):\n    if os.fork() == 0:\n"
+                              "        time.sleep(30)\n        os._exit(0)\n\"")
+            assert flood.exit_code != 0 and "Resource temporarily unavailable" in flood.output
+        bystander.kill()
+
+
+def test_an_unprivileged_user_gets_the_same_namespaces(tmp_path):
+    """bubblewrap as an ordinary user (no setuid, a user namespace of its own), with the system Python."""
+    user = 65534 if os.geteuid() == 0 else os.geteuid()
+    checkout = Path(tempfile.mkdtemp(prefix="swegym-user-"))
+    own_tmp = checkout / "tmp"
+    own_tmp.mkdir()
+    for folder in (checkout, own_tmp):
+        os.chown(folder, user, user)
+    argv = bwrap_argv(checkout=str(checkout), tmp=str(own_tmp), workdir="/testbed", python_dirs=[], hidden=[],
+                      env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, shm_bytes=1 << 20, as_root=False, uid=None)
+    script = ("id -u; touch /testbed/written /tmp/own && echo wrote; ls /root 2>&1 | head -1; "
+              "python3 -c 'import socket; print(sorted(n for _, n in socket.if_nameindex()))'")
+    become = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if os.geteuid() == 0 else []
+    done = subprocess.run([*become, *argv, "/bin/bash", "-c", script], capture_output=True, text=True, timeout=60)
+    try:
+        lines = done.stdout.splitlines()
+        assert lines[:2] == [str(user), "wrote"] and lines[-1] == "['lo']", (done.stdout, done.stderr)
+        assert "cannot access '/root'" in lines[2]
+        assert (checkout / "written").exists() and (own_tmp / "own").exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(checkout)], check=True)

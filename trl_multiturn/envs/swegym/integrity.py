@@ -1,0 +1,173 @@
+"""What keeps the agent's patch from steering its own grading: pure functions that `grading.py` applies.
+
+1. `protected_reason(path)`: files a fix has no business changing because they steer pytest or Python rather
+   than the code under test (tests, pytest configuration, conftest.py, start-up hooks, package metadata).
+   Grading restores them to the base commit, or removes them when the patch added them, before the tests run.
+2. Canary tests (`plant_canaries`): each test file of the run gets, at random top-level places, a test that
+   must pass and one that must fail, named like the file's own tests. Agent code that tampers with the test run
+   from inside it (a hook that marks every test passed, an import hook that empties test functions, a patched
+   pytest) makes the failing canary pass, and the whole run then scores 0.
+3. The report (`read_report`, `judge`): outcomes come only from the token-signed records of `pytest_runner.py`,
+   never from the text the tests print; a report with lines the runner did not write, or that did not reach its
+   end record, counts as failed.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+CONFIG_FILES = {"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml"}
+STARTUP_HOOKS = {"sitecustomize.py", "usercustomize.py"}
+TEST_FOLDERS = {"test", "tests", "testing"}
+
+
+def protected_reason(path: str, test_files: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """Why a patch may not change `path` (relative to the repository root), or None when it may."""
+    parts = PurePosixPath(path).parts
+    name = parts[-1] if parts else ""
+    if path in test_files:
+        return "a file of the test patch"
+    if ".git" in parts:
+        return "git's own files"
+    if name == "conftest.py":
+        return "a conftest.py (pytest loads it as a plugin)"
+    if name in CONFIG_FILES:
+        return "pytest configuration"
+    if name in STARTUP_HOOKS or name.endswith(".pth"):
+        return "a Python start-up hook"
+    if any(part.endswith((".egg-info", ".dist-info")) for part in parts):
+        return "package metadata (its entry points can load pytest plugins)"
+    if any(part in TEST_FOLDERS for part in parts):
+        return "the test suite"
+    if name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")):
+        return "a test module"
+    if path == "__init__.py":
+        return "a package marker at the repository root (it renames the test modules)"
+    return None
+
+
+@dataclass(frozen=True)
+class Canary:
+    nodeid: str
+    must_pass: bool
+
+
+_WORDS = ("value", "case", "input", "result", "empty", "single", "order", "format", "parse", "basic", "edge",
+          "round", "trip", "default", "limit", "mixed")
+
+
+def _insertion_lines(tree: ast.Module) -> list[int]:
+    """0-based line numbers where a top-level test function may go: before any top-level statement after the
+    docstring and `from __future__` imports, or at the end of the file."""
+    body = list(tree.body)
+    while body and (
+        (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value,
+                                                                                               str))
+        or (isinstance(body[0], ast.ImportFrom) and body[0].module == "__future__")
+    ):
+        body.pop(0)
+    lines = []
+    for node in body[1:]:
+        if node.col_offset == 0:
+            decorators = getattr(node, "decorator_list", [])
+            lines.append(min([node.lineno, *(d.lineno for d in decorators)]) - 1)
+    return lines
+
+
+def plant_canaries(path: str, source: str, rng: random.Random) -> tuple[str, list[Canary]]:
+    """`source` (test module `path`) with a must-pass and a must-fail canary test inserted; the canaries."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tree = ast.Module(body=[], type_ignores=[])
+    names = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    words = sorted({w for n in names if n.startswith("test_") for w in n.split("_")[1:] if w.isalpha()})
+    words = words or list(_WORDS)
+    lines = source.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    spots = [*_insertion_lines(tree), len(lines)]
+    canaries, inserts = [], []
+    for must_pass in (True, False):
+        name = ""
+        while not name or name in names:
+            name = "test_" + "_".join(rng.sample(words, min(2, len(words)))) + ("" if rng.random() < 0.5 else
+                                                                                 f"_{rng.choice(_WORDS)}")
+        names.add(name)
+        a, b = rng.randrange(2, 99), rng.randrange(2, 99)
+        expected = a + b if must_pass else a + b + rng.randrange(1, 9)
+        inserts.append((rng.choice(spots), f"\n\ndef {name}():\n    assert {a} + {b} == {expected}\n\n\n"))
+        canaries.append(Canary(f"{path}::{name}", must_pass))
+    for spot, text in sorted(inserts, key=lambda item: item[0], reverse=True):
+        lines.insert(spot, text)
+    return "".join(lines), canaries
+
+
+def test_files_of(test_ids: list[str]) -> list[str]:
+    """The files the pytest node ids live in, in order of first appearance."""
+    return list(dict.fromkeys(t.split("::")[0] for t in test_ids if "::" in t))
+
+
+PASSING = ("PASSED", "XPASS", "XFAIL")
+_RECORD = re.compile(r"^(\S+) (\{.*\})$")
+
+
+@dataclass
+class Report:
+    """What `pytest_runner.py` recorded: outcomes by node id, pytest's exit code (None when the run never
+    reached its end), and how many lines of the file were not the runner's (forged: nothing else writes there)."""
+
+    outcomes: dict[str, str]
+    exit_code: int | None
+    forged_lines: int
+
+
+def read_report(text: str | None, token: str) -> Report:
+    """The records of `text` that carry `token`; every other non-empty line counts as forged."""
+    report = Report({}, None, 0)
+    for line in (text or "").splitlines():
+        match = _RECORD.match(line)
+        record = None
+        if match is not None and match.group(1) == token:
+            try:
+                record = json.loads(match.group(2))
+            except json.JSONDecodeError:
+                record = None
+        if not isinstance(record, dict):
+            report.forged_lines += bool(line.strip())
+        elif isinstance(record.get("test"), str) and isinstance(record.get("status"), str):
+            report.outcomes[record["test"]] = record["status"]
+        elif isinstance(record.get("exit"), int):
+            report.exit_code = record["exit"]
+    return report
+
+
+def judge(report: Report, canaries: list[Canary]) -> tuple[dict[str, str], str]:
+    """The outcomes grading may trust, without the canaries, and what was wrong with the run ("" if nothing).
+
+    Forged lines in the report, or a must-fail canary reported as passing (PASSED, XPASS, or XFAIL, which
+    swebench counts as a pass), mean the run was tampered with: every test counts as failed. A run without its
+    end record did not finish: likewise. A file whose must-pass canary did not pass (or whose canaries never
+    ran) did not run properly: its tests count as failed.
+    """
+    outcomes = report.outcomes
+    real = {t: s for t, s in outcomes.items() if t not in {c.nodeid for c in canaries}}
+    failed_all = {t: "FAILED" for t in real}
+    if report.forged_lines:
+        return failed_all, f"tampering: {report.forged_lines} lines of the test report were not the runner's"
+    tampered = [c.nodeid for c in canaries if not c.must_pass and outcomes.get(c.nodeid) in PASSING]
+    if tampered:
+        return failed_all, f"tampering: a test written to fail was reported {outcomes[tampered[0]]} ({tampered[0]})"
+    if report.exit_code is None:
+        return failed_all, "the test run ended before pytest finished"
+    broken = {c.nodeid.split("::")[0] for c in canaries
+              if outcomes.get(c.nodeid) != ("PASSED" if c.must_pass else "FAILED")}
+    if broken:
+        trusted = {t: ("FAILED" if t.split("::")[0] in broken else s) for t, s in real.items()}
+        return trusted, f"the tests of {sorted(broken)} did not run properly"
+    return real, ""

@@ -1,0 +1,210 @@
+"""The `Sandbox` interface every backend implements, its settings, and the errors it raises."""
+
+from __future__ import annotations
+
+import shlex
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+SANDBOXES = ("local", "docker")
+NOBODY = 65534  # owner of write-only scratch files
+ISOLATIONS = ("bwrap", "none")
+
+
+@dataclass
+class SandboxConfig:
+    """How and where the agent's commands run. Limits apply to every command and to the grading test run."""
+
+    sandbox: str = field(default="local", metadata={"help": "Sandbox backend: 'local' (bubblewrap) or 'docker'."})
+    command_timeout: float = field(
+        default=30.0, metadata={"help": "Wall-clock seconds a command may run before its processes are killed."}
+    )
+    cpu_seconds: int = field(default=60, metadata={"help": "CPU-time limit of each process (RLIMIT_CPU), seconds."})
+    memory_mb: int = field(
+        default=4096, metadata={"help": "Address-space limit of each process (RLIMIT_AS; Docker: memory), MiB."}
+    )
+    max_processes: int = field(
+        default=128,
+        metadata={"help": "Process-count limit (RLIMIT_NPROC per sandbox uid locally, pids_limit in Docker)."},
+    )
+    max_file_mb: int = field(
+        default=64,
+        metadata={"help": "Largest file a command may write, output included (RLIMIT_FSIZE), MiB; also the size of "
+                  "the local sandbox's private /dev/shm."},
+    )
+    max_output_bytes: int = field(
+        default=1_000_000,
+        metadata={"help": "Bytes of a command's output read back (its head and tail); the middle is dropped."},
+    )
+    isolation: str = field(
+        default="bwrap",
+        metadata={
+            "help": "Local only. 'bwrap': every command runs under bubblewrap with its own network, PID, IPC and "
+            "mount namespaces, seeing only the checkout, /usr, /etc and a Python built for the tasks (needs the "
+            "`bwrap` program and, when not root, unprivileged user namespaces). 'none': a plain subprocess with "
+            "resource limits only, for machines without bubblewrap; it contains runaway commands, nothing else "
+            "(see the SWE-Gym README)."
+        },
+    )
+    run_as_uid: str = field(
+        default="auto",
+        metadata={
+            "help": "Local, bwrap, as root. 'auto': each sandbox runs its commands as a uid of its own taken from "
+            "[uid_base, uid_base+uid_count). A number: that uid. 'none': stay uid 0 (without capabilities), which "
+            "leaves the process limit unenforced and root-only files in the visible folders readable. Not root: "
+            "commands always run as the current user."
+        },
+    )
+    uid_base: int = field(default=200_000, metadata={"help": "Local, as root: first uid handed to sandboxes."})
+    uid_count: int = field(default=10_000, metadata={"help": "Local, as root: how many uids sandboxes may use."})
+    task_python: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local: a Python virtual environment (its folder) that commands get as `python`. None builds "
+            "one once per machine under the cache folder, from this interpreter's base Python, with the shipped "
+            "tasks' test requirements (pytest); the trainer's own environment is never visible to commands."
+        },
+    )
+    repos_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Local: folder of git clones named OWNER__NAME for task rows outside the shipped set "
+            "(the shipped tasks are built on demand)."
+        },
+    )
+    repo_cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "Where shipped task repositories and the task Python are built (default "
+                  "~/.cache/trl_multiturn/swegym, or $TRL_MULTITURN_CACHE/swegym)."},
+    )
+    docker_image_template: str = field(
+        default="xingyaoww/sweb.eval.x86_64.{instance_id}:latest",
+        metadata={"help": "Docker image of a task; {instance_id} is the lower-cased id with '__' spelt as below. "
+                  "Rows with an `image_name` column, and the shipped tasks, name their own image."},
+    )
+    docker_dunder: str = field(
+        default="_s_",
+        metadata={"help": "How '__' in instance ids is spelt in image names ('_s_' SWE-Gym, '_1776_' SWE-bench)."},
+    )
+    docker_workdir: str = field(default="/testbed", metadata={"help": "Repository folder inside the image."})
+    docker_user: str = field(default="root", metadata={"help": "User the commands run as inside the container."})
+    docker_shell_init: str = field(
+        default="source /opt/miniconda3/bin/activate testbed",
+        metadata={"help": "Shell line run before every command in the container (activates the task's env; its "
+                  "failure is ignored, so images without conda work too)."},
+    )
+    docker_cpus: float = field(default=1.0, metadata={"help": "CPUs each container may use."})
+    docker_network: bool = field(default=False, metadata={"help": "Give containers network access."})
+
+    def __post_init__(self):
+        if self.sandbox not in SANDBOXES:
+            raise ValueError(f"sandbox={self.sandbox!r}: choose one of {SANDBOXES}")
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(f"isolation={self.isolation!r}: choose one of {ISOLATIONS}")
+        for name in ("command_timeout", "cpu_seconds", "memory_mb", "max_processes", "max_file_mb",
+                     "max_output_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be positive")
+        if self.run_as_uid not in ("auto", "none") and not str(self.run_as_uid).isdigit():
+            raise ValueError(f"run_as_uid={self.run_as_uid!r}: use 'auto', 'none' or a numeric uid")
+        if self.isolation == "none" and str(self.run_as_uid).isdigit():
+            raise ValueError(f"run_as_uid={self.run_as_uid}: switching user needs isolation='bwrap'")
+
+
+@dataclass
+class CommandResult:
+    """A finished command: its output (stdout and stderr interleaved), exit code and whether it timed out."""
+
+    output: str
+    exit_code: int
+    timed_out: bool = False
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (could not start, lost its container): an infrastructure error, not the agent's."""
+
+
+class DiffError(ValueError):
+    """`git diff` failed in the checkout (e.g. the agent deleted .git): the agent's doing, graded as no patch."""
+
+
+class SandboxPathError(ValueError):
+    """A file path that leaves the repository checkout, or names no readable text file."""
+
+
+def truncate_middle(text: str, budget: int) -> str:
+    """`text` if it fits in `budget` characters, else its head and tail around a marker saying how much is gone."""
+    if len(text) <= budget:
+        return text
+    head = budget // 2
+    tail = budget - head
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters truncated ...]\n{text[len(text) - tail:]}"
+
+
+class Sandbox(ABC):
+    """A repository checkout at the task's base commit, and a shell in it.
+
+    `start(task)` prepares the checkout; `run` executes one bash command in the repository root (`workdir`, the
+    path as commands see it); `read_file` / `write_file` take paths relative to that root (or absolute ones
+    inside it) and refuse any other; `write_scratch` / `read_scratch` store and fetch files in `scratch_dir`, a
+    folder outside the checkout (grading keeps its patches, its git folder and the test report there); `stop`
+    ends every process of the sandbox while its files stay readable; `close` removes everything. Reusable as a
+    context manager.
+    """
+
+    workdir: str = ""
+    scratch_dir: str = "/tmp/swegym"
+
+    def __init__(self, config: SandboxConfig | None = None):
+        self.config = config or SandboxConfig()
+
+    @abstractmethod
+    def start(self, task: dict) -> None: ...
+
+    @abstractmethod
+    def run(self, command: str, timeout: float | None = None) -> CommandResult: ...
+
+    @abstractmethod
+    def read_file(self, path: str) -> str: ...
+
+    @abstractmethod
+    def write_file(self, path: str, text: str) -> None: ...
+
+    @abstractmethod
+    def write_scratch(self, name: str, text: str, write_only: bool = False) -> str:
+        """Store `text` as scratch file `name`; returns its path as commands see it. `write_only`: the file
+        belongs to `NOBODY` with mode 0622, so commands (which are neither NOBODY nor privileged) can append to
+        it but never read it back."""
+
+    @abstractmethod
+    def read_scratch(self, name: str) -> str | None:
+        """The text of scratch file `name`, or None when there is none."""
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def diff(self, base_commit: str) -> str:
+        """The checkout's changes against `base_commit` as a git diff, new files included, caches left out.
+
+        External diff drivers and textconv filters are switched off, so the repository's own git config cannot
+        rewrite the diff; what the diff may contain is checked again when it is graded.
+        """
+        result = self.run(
+            "git add -A -- . ':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.pyc' "
+            "':(exclude,glob)**/.pytest_cache/**' >/dev/null 2>&1; "
+            "git -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv --binary "
+            f"{shlex.quote(base_commit)}",
+            timeout=max(self.config.command_timeout, 60),
+        )
+        if result.exit_code != 0:
+            raise DiffError(f"git diff failed in the checkout: {result.output[-2000:]}")
+        return result.output
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,96 @@
+"""The bubblewrap command line that confines one local sandbox command.
+
+A pure function of the sandbox's layout, so what a command can see is readable in one place (and testable):
+its own network, PID, IPC, UTS and mount namespaces; /usr and /etc read-only; the task Python read-only with
+every site-packages folder of the trainer masked; the checkout at `workdir`; a /tmp of its own; a fresh /proc
+and /dev. As root the command is then handed to `setpriv`, which takes the sandbox's uid and drops every
+capability; as an ordinary user bubblewrap makes a user namespace instead. bubblewrap's own init is the PID
+namespace's PID 1 and dies with bubblewrap (`--die-with-parent`); when it dies the kernel kills everything else
+in the namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from .base import SandboxError
+
+# Top-level folders that are symlinks into /usr on merged-/usr systems (Debian 12), real folders elsewhere.
+_ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+def find_program(name: str, purpose: str) -> str:
+    path = shutil.which(name) or next((p for p in (f"/usr/bin/{name}", f"/usr/sbin/{name}") if os.access(p, os.X_OK)),
+                                      None)
+    if path is None:
+        raise SandboxError(
+            f"isolation='bwrap' needs `{name}` ({purpose}): install it (Debian: apt-get install bubblewrap "
+            "util-linux; scripts/setup.sh does so as root), or set isolation='none' to run commands without "
+            "isolation (see the SWE-Gym README for what that leaves open)"
+        )
+    return path
+
+
+def _covered(path: Path, mounts: list[Path]) -> bool:
+    return any(path == m or m in path.parents for m in mounts)
+
+
+def bwrap_argv(
+    *,
+    checkout: str,
+    tmp: str,
+    workdir: str,
+    python_dirs: list[Path],
+    hidden: list[Path],
+    env: dict[str, str],
+    shm_bytes: int,
+    as_root: bool,
+    uid: int | None,
+) -> list[str]:
+    """The argv prefix (a command and its arguments follow) that runs a command in the sandbox.
+
+    `checkout` (host) appears read-write at `workdir`, `tmp` (host) read-write at /tmp; `python_dirs` read-only
+    at their own paths (with world-readable parent folders made for them); each of `hidden` that lies inside a
+    visible folder is covered by an empty tmpfs. `uid` (as root) is the uid the command runs as; None keeps uid 0
+    without capabilities.
+    """
+    argv = [find_program("bwrap", "bubblewrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net",
+            "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    if not as_root:
+        argv += ["--unshare-user"]
+    argv += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for name in _ROOT_LINKS:
+        host = Path("/", name)
+        if host.is_symlink():
+            argv += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            argv += ["--ro-bind", str(host), str(host)]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(shm_bytes), "--tmpfs", "/dev/shm",
+             "--bind", tmp, "/tmp", "--bind", checkout, workdir]
+    same = [Path("/usr"), Path("/etc")]  # host folders seen at their own paths
+    mounted = [*same, Path("/tmp"), Path(workdir)]
+    made: set[Path] = set()  # parent folders made world-readable (bwrap would make them 0700)
+    for folder in python_dirs:
+        if _covered(folder, same):
+            continue
+        for parent in reversed(folder.parents):
+            if parent not in made and parent not in mounted and not _covered(parent, same) and parent != Path("/"):
+                argv += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        argv += ["--ro-bind", str(folder), str(folder)]
+        same.append(folder)
+    for folder in sorted(set(hidden)):
+        if folder.is_dir() and _covered(folder, same):
+            argv += ["--tmpfs", str(folder)]
+    argv += ["--chdir", workdir, "--clearenv"]
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    if as_root and uid is not None:
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
+                 find_program("setpriv", "util-linux, to switch to the sandbox uid"), f"--reuid={uid}",
+                 f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+    else:
+        argv += ["--"]
+    return argv

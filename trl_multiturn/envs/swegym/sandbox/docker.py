@@ -1,0 +1,207 @@
+"""`DockerSandbox`: the task's image in a fresh container per episode and per grading, through the Docker SDK.
+
+Containers run without network (`--network none`), without any capability, with `no-new-privileges`, a PID 1
+that reaps orphans and outlives `kill -9 -1`, and memory, pids and CPU limits. SWE-Gym's images are named after
+the instance id; the shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import shlex
+import tarfile
+from typing import Any
+
+from .base import NOBODY, CommandResult, Sandbox, SandboxConfig, SandboxError, SandboxPathError
+
+
+def docker_image_name(instance_id: str, config: SandboxConfig | None = None) -> str:
+    """The image SWE-Gym publishes for `instance_id`: `xingyaoww/sweb.eval.x86_64.<id>:latest`, lower-cased,
+    with `__` spelt `_s_` (Docker Hub forbids double underscores), as OpenHands and the SWE-Gym release name them.
+    """
+    config = config or SandboxConfig()
+    return config.docker_image_template.format(instance_id=instance_id.replace("__", config.docker_dunder).lower())
+
+
+def task_image(task: dict, config: SandboxConfig | None = None) -> str:
+    """The image a task row runs in: its `image_name` column; for a shipped task, the image `images.py` builds
+    for it; else SWE-Gym's image for its instance id."""
+    from .images import shipped_source, task_image_name
+
+    if task.get("image_name"):
+        return task["image_name"]
+    source = shipped_source(task)
+    return task_image_name(source) if source is not None else docker_image_name(task["instance_id"], config)
+
+
+# The container's PID 1: it reaps orphans, and survives a `kill -9 -1` from inside (which the kernel never
+# delivers to PID 1 and which only ends its `sleep`), so the agent cannot stop its own container.
+KEEPER = "mkdir -p {scratch}; trap '' TERM INT HUP; while :; do sleep 1000 & wait; done"
+
+
+class DockerSandbox(Sandbox):
+    """The task's image in a fresh container; commands through `docker exec` (the Docker SDK).
+
+    The image holds the repository at the base commit in `docker_workdir` and its environment. A shipped task's
+    image is built on first use from the base image (`python -m trl_multiturn.envs.swegym.sandbox.images` builds
+    that once per machine). `client` is a `docker.DockerClient` (default: `docker.from_env()`).
+    """
+
+    scratch_dir = "/tmp/swegym"
+
+    def __init__(self, config: SandboxConfig | None = None, client: Any = None):
+        super().__init__(config)
+        self._client = client
+        self.container = None
+        self.workdir = self.config.docker_workdir
+
+    def image_for(self, task: dict) -> str:
+        return task_image(task, self.config)
+
+    def container_options(self, task: dict) -> dict[str, Any]:
+        """Keyword arguments of `client.containers.run` for `task`."""
+        cfg = self.config
+        return {
+            "image": self.image_for(task),
+            "command": ["/bin/sh", "-c", KEEPER.format(scratch=shlex.quote(self.scratch_dir))],
+            "detach": True,
+            "working_dir": cfg.docker_workdir,
+            "user": cfg.docker_user,
+            "mem_limit": f"{cfg.memory_mb}m",
+            "pids_limit": cfg.max_processes,
+            "nano_cpus": int(cfg.docker_cpus * 1e9),
+            "network_mode": "bridge" if cfg.docker_network else "none",
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "labels": {"trl_multiturn.swegym": task["instance_id"]},
+        }
+
+    def exec_command(self, command: str, timeout: float | None = None) -> list[str]:
+        """The argv `docker exec` runs for `command`: the env's init line, CPU, file-size and address-space limits
+        (as the local sandbox sets them; the container's memory limit holds besides), a wall-clock
+        `timeout` (exit code 124 when it fires) and the output cut to `max_output_bytes`.
+
+        Every process the command leaves behind is killed when it ends (`kill -9 -1` spares only the caller and
+        PID 1), as in the local sandbox. The output goes to a fresh file, not to the exec's stream, so that no
+        process can hold the stream open and the call past its timeout.
+        """
+        cfg = self.config
+        timeout = timeout or cfg.command_timeout
+        inner = (
+            f"{cfg.docker_shell_init} >/dev/null 2>&1; "
+            f"ulimit -t {cfg.cpu_seconds} -f {cfg.max_file_mb * 1024} -v {cfg.memory_mb * 1024}; "
+            f"cd {shlex.quote(cfg.docker_workdir)} && {command}"
+        )
+        outer = (
+            f"out=$(mktemp {self.scratch_dir}/out.XXXXXXXXXX) || exit 1; "
+            f'timeout -k 5 {timeout:g} /bin/bash -c {shlex.quote(inner)} </dev/null >"$out" 2>&1; code=$?; '
+            f'kill -9 -1 2>/dev/null; head -c {cfg.max_output_bytes} -- "$out"; rm -f -- "$out"; exit $code'
+        )
+        return ["/bin/bash", "-c", outer]
+
+    @property
+    def client(self):
+        if self._client is None:
+            try:
+                import docker
+            except ImportError as e:
+                raise SandboxError("sandbox='docker' needs the Docker SDK: pip install docker") from e
+            try:
+                self._client = docker.from_env()
+            except Exception as e:
+                raise SandboxError(f"no Docker engine answers ({e}): start dockerd, or set DOCKER_HOST") from e
+        return self._client
+
+    def start(self, task: dict) -> None:
+        from .images import ensure_task_image, shipped_source
+
+        self.close()
+        source = shipped_source(task)
+        if source is not None and not task.get("image_name"):
+            ensure_task_image(self.client, source)
+        try:
+            self.container = self.client.containers.run(**self.container_options(task))
+        except Exception as e:
+            raise SandboxError(f"could not start {self.image_for(task)}: {e}") from e
+
+    def run(self, command: str, timeout: float | None = None) -> CommandResult:
+        if self.container is None:
+            raise SandboxError("the sandbox is not started: call start(task) first")
+        result = self.container.exec_run(self.exec_command(command, timeout), workdir=self.config.docker_workdir,
+                                         user=self.config.docker_user, demux=False)
+        output = (result.output or b"").decode("utf-8", errors="replace")
+        return CommandResult(output, result.exit_code, timed_out=result.exit_code == 124)
+
+    def _container_path(self, path: str) -> str:
+        root = self.config.docker_workdir.rstrip("/")
+        full = posixpath.normpath(posixpath.join(root, path))
+        if full != root and not full.startswith(root + "/"):
+            raise SandboxPathError(f"{path}: outside the repository; give a path inside it")
+        return full
+
+    def read_file(self, path: str) -> str:
+        full = self._container_path(path)
+        result = self.run(f"test -f {shlex.quote(full)} && cat -- {shlex.quote(full)}")
+        if result.exit_code != 0:
+            raise SandboxPathError(f"{path}: no such file")
+        return result.output
+
+    def _put(self, full: str, text: str, write_only: bool = False) -> None:
+        data = text.encode("utf-8")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(posixpath.basename(full))
+            info.size, info.mode = len(data), 0o622 if write_only else 0o644
+            if write_only:
+                info.uid = info.gid = NOBODY
+            tar.addfile(info, io.BytesIO(data))
+        import docker
+
+        folder = posixpath.dirname(full)
+        try:
+            written = self.container.put_archive(folder, buf.getvalue())
+        except docker.errors.NotFound:  # a new folder
+            self.run(f"mkdir -p {shlex.quote(folder)}")
+            written = self.container.put_archive(folder, buf.getvalue())
+        if not written:
+            raise SandboxError(f"could not write {full} into the container")
+
+    def write_file(self, path: str, text: str) -> None:
+        self._put(self._container_path(path), text)
+
+    def write_scratch(self, name: str, text: str, write_only: bool = False) -> str:
+        full = posixpath.join(self.scratch_dir, posixpath.basename(name))
+        self._put(full, text, write_only)
+        return full
+
+    def read_scratch(self, name: str) -> str | None:
+        """Read through the engine (`docker cp`), which works on a stopped container too; a link is not followed."""
+        import docker
+
+        full = posixpath.join(self.scratch_dir, posixpath.basename(name))
+        try:
+            stream, _ = self.container.get_archive(full)
+        except docker.errors.NotFound:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                return None
+            return tar.extractfile(member).read().decode("utf-8", errors="replace")
+
+    def stop(self) -> None:
+        """Kill the container (every process in it); its files stay readable until `close`."""
+        if self.container is not None:
+            try:
+                self.container.kill()
+            except Exception:
+                pass  # already stopped
+
+    def close(self) -> None:
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except Exception:
+                pass  # already gone; nothing else to release
+            self.container = None

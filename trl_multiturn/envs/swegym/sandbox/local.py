@@ -1,0 +1,401 @@
+"""`LocalSandbox`: the task's repository in a fresh temporary folder, each command confined by bubblewrap.
+
+Layout on the host: `<tmp>/repo` (the checkout, `workdir` = /testbed inside) and `<tmp>/tmp` (the sandbox's
+own /tmp, where the scratch folder /tmp/swegym lives), both owned by the sandbox uid; `<tmp>` itself belongs to
+the trainer. What a command sees and what it cannot do is listed in `bwrap.py` and the SWE-Gym README.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pwd
+import random
+import resource
+import select
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import weakref
+from pathlib import Path
+
+from ...base import TaskError
+from ..tasks import default_cache_dir, shipped_repo
+from ..tasks.source import git
+from .base import NOBODY, CommandResult, Sandbox, SandboxConfig, SandboxError, SandboxPathError
+from .bwrap import bwrap_argv
+from .pyenv import ensure_task_python
+
+
+class _UidLease:
+    """An exclusive claim on one uid for the life of a sandbox: an flock that the kernel drops if we die."""
+
+    def __init__(self, base: int, count: int):
+        self._fd: int | None = None
+        lock_dir = Path(tempfile.gettempdir()) / "trl_multiturn_sandbox_uids"
+        lock_dir.mkdir(mode=0o700, exist_ok=True)
+        offset = random.randrange(count)
+        for i in range(count):
+            uid = base + (offset + i) % count
+            try:
+                pwd.getpwuid(uid)
+                continue  # a real account: not ours to use
+            except KeyError:
+                pass
+            fd = os.open(lock_dir / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.uid, self._fd = uid, fd
+            return
+        raise SandboxError(f"all {count} sandbox uids from {base} are in use: raise uid_count")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    os.lchown(root, uid, uid)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(folder, name), uid, uid)
+
+
+def trainer_folders() -> list[Path]:
+    """Folders of the trainer's own Python that a sandbox must not read: trl_multiturn (the task set and its
+    answers) and every site-packages of this interpreter and of its base installation."""
+    folders = {Path(__file__).resolve().parents[3]}  # trl_multiturn/
+    folders.update(Path(p) for p in site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        folders.add(Path(site.getusersitepackages()))
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    folders.update(Path(sysconfig.get_path(name, vars=base)) for name in ("purelib", "platlib"))
+    return sorted({p.resolve() for p in folders})
+
+
+class LocalSandbox(Sandbox):
+    """The repository in a fresh temporary folder; each command bash under bubblewrap and resource limits.
+
+    With `isolation='bwrap'` (the default) each command runs in new network, PID, IPC, UTS and mount namespaces
+    that show only /usr, /etc, the task Python, the checkout (at `/testbed`) and the sandbox's own /tmp; as root
+    it also runs as a uid of its own without capabilities. Every process a command starts ends with it. With
+    `isolation='none'` commands are plain subprocesses with resource limits, as the trainer's user, in the host
+    folders. See the SWE-Gym README for what each holds.
+    """
+
+    def __init__(self, config: SandboxConfig | None = None):
+        super().__init__(config)
+        self._tmp: Path | None = None
+        self._lease: _UidLease | None = None
+        self._prefix: list[str] = []
+        self.uid: int | None = None
+
+    @property
+    def isolated(self) -> bool:
+        return self.config.isolation == "bwrap"
+
+    @property
+    def host_workdir(self) -> Path:
+        """The checkout's folder on the host (`workdir` is where commands see it)."""
+        if self._tmp is None:
+            raise SandboxError("the sandbox is not started: call start(task) first")
+        return self._tmp / "repo"
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    def start(self, task: dict) -> None:
+        self.close()
+        source = self._source_repo(task)
+        self._tmp = Path(tempfile.mkdtemp(prefix="swegym-"))
+        # removes the folder even if close() is never called (an exception unwinding the program, a lost object)
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self._tmp), True)
+        try:
+            self._tmp.chmod(0o711)
+            checkout, own_tmp = self._tmp / "repo", self._tmp / "tmp"
+            git(["clone", "-q", "--no-hardlinks", "--no-checkout", str(source), str(checkout)], self._tmp)
+            git(["-c", "advice.detachedHead=false", "checkout", "-q", task["base_commit"]], checkout)
+            git(["remote", "remove", "origin"], checkout)
+            (own_tmp / "swegym").mkdir(parents=True)
+            own_tmp.chmod(0o700)
+            python = Path(self.config.task_python or ensure_task_python(self._cache_dir())).absolute()
+            if not (python / "bin" / "python").exists():
+                raise SandboxError(f"task_python={str(python)!r} has no bin/python: give a virtual environment")
+            self.uid = self._choose_uid()
+            if self.uid is not None and self.uid != os.getuid():
+                _chown_tree(checkout, self.uid)
+                _chown_tree(own_tmp, self.uid)
+            if self.isolated:
+                self.workdir, self.scratch_dir = "/testbed", "/tmp/swegym"
+                self._prefix = bwrap_argv(
+                    checkout=str(checkout), tmp=str(own_tmp), workdir=self.workdir,
+                    python_dirs=[python, Path(sys.base_prefix).resolve()], hidden=trainer_folders(),
+                    env=self._env(python, home="/tmp"), shm_bytes=self.config.max_file_mb * 1024 * 1024,
+                    as_root=os.geteuid() == 0, uid=self.uid,
+                )
+                self._probe()
+            else:
+                self.workdir, self.scratch_dir = str(checkout), str(own_tmp / "swegym")
+                self._prefix = []
+                self._plain_env = self._env(python, home=str(own_tmp))
+        except BaseException:
+            self.close()
+            raise
+
+    def _probe(self) -> None:
+        """Fail at start, with bubblewrap's own words, where it cannot make its namespaces."""
+        result = self.run("true", timeout=30)
+        if result.exit_code != 0:
+            raise SandboxError(
+                f"bubblewrap could not start a sandbox: {result.output.strip()[-500:]}\nNot root: unprivileged user "
+                "namespaces must be allowed (sysctl kernel.unprivileged_userns_clone=1, or run as root); or set "
+                "isolation='none' (see the SWE-Gym README)"
+            )
+
+    def _cache_dir(self) -> Path:
+        return Path(self.config.repo_cache_dir) if self.config.repo_cache_dir else default_cache_dir()
+
+    def stop(self) -> None:
+        """Nothing outlives a command here (its PID namespace, or its process group, dies with it)."""
+
+    def close(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+        self.uid = None
+        if self._tmp is not None:
+            self._cleanup()
+            self._tmp = None
+        self.workdir, self._prefix = "", []
+
+    def _source_repo(self, task: dict) -> Path:
+        repo, base = task["repo"], task["base_commit"]
+        built = shipped_repo(repo, base, self.config.repo_cache_dir)
+        if built is not None:
+            return built
+        if self.config.repos_dir:
+            candidate = Path(self.config.repos_dir) / repo.replace("/", "__")
+            if (candidate / ".git").exists() or (candidate / "HEAD").exists():
+                return candidate
+        raise TaskError(
+            f"repo={repo!r}: LocalSandbox has no clone of it. Put a git clone at "
+            f"<repos_dir>/{repo.replace('/', '__')} and set repos_dir, or use sandbox='docker' for SWE-Gym images."
+        )
+
+    def _choose_uid(self) -> int | None:
+        setting = str(self.config.run_as_uid)
+        if not self.isolated or setting == "none" or os.geteuid() != 0:
+            return None
+        if setting == "auto":
+            self._lease = _UidLease(self.config.uid_base, self.config.uid_count)
+            return self._lease.uid
+        return int(setting)
+
+    # -- commands ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _env(python: Path, home: str) -> dict[str, str]:
+        return {
+            "PATH": f"{python / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "TMPDIR": home,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TERM": "dumb",
+            "PAGER": "cat",
+            "GIT_PAGER": "cat",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def _nproc_limit(self) -> int:
+        if self.uid is not None:
+            return self.config.max_processes
+        me = os.getuid()
+        mine = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == me)
+        return mine + self.config.max_processes
+
+    def _limits(self):
+        cfg, nproc, mib = self.config, self._nproc_limit(), 1024 * 1024
+
+        def limit() -> None:  # runs in the child, after fork and setsid, before exec
+            resource.setrlimit(resource.RLIMIT_CPU, (cfg.cpu_seconds, cfg.cpu_seconds + 1))
+            resource.setrlimit(resource.RLIMIT_AS, (cfg.memory_mb * mib, cfg.memory_mb * mib))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (cfg.max_file_mb * mib, cfg.max_file_mb * mib))
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+        return limit
+
+    def run(self, command: str, timeout: float | None = None) -> CommandResult:
+        if self._tmp is None:
+            raise SandboxError("the sandbox is not started: call start(task) first")
+        timeout = timeout or self.config.command_timeout
+        info_read, info_write = os.pipe() if self.isolated else (None, None)
+        argv = [self._prefix[0], "--info-fd", str(info_write), *self._prefix[1:]] if self.isolated else []
+        with tempfile.TemporaryFile(dir=self._tmp) as out:
+            try:
+                proc = subprocess.Popen(
+                    [*argv, "/bin/bash", "-c", command],
+                    cwd=self.workdir if not self.isolated else "/",
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env={} if self.isolated else self._plain_env,
+                    start_new_session=True,
+                    preexec_fn=self._limits(),
+                    pass_fds=(info_write,) if self.isolated else (),
+                )
+            finally:
+                if info_write is not None:
+                    os.close(info_write)
+            init = _namespace_init(info_read) if self.isolated else None
+            timed_out = not _wait(proc, timeout)
+            if init is not None and timed_out:
+                _signal_pidfd(init, signal.SIGKILL)  # the namespace's init: its end ends everything in it
+            _signal(-proc.pid, signal.SIGKILL)  # bubblewrap itself; without it, the command's process group
+            proc.wait()
+            if init is not None:  # bubblewrap may report before the kernel has emptied the namespace: wait for it
+                _wait_fd(init, 10)
+                os.close(init)
+            code = proc.returncode
+            return CommandResult(_read_capped(out, self.config.max_output_bytes), 128 - code if code < 0 else code,
+                                 timed_out)
+
+    # -- files -------------------------------------------------------------------------------------------------
+
+    def _host_path(self, path: str) -> Path:
+        if self._tmp is None:
+            raise SandboxError("the sandbox is not started: call start(task) first")
+        root = os.path.realpath(self._tmp / "repo")
+        inside = path
+        if os.path.isabs(path) and (path == self.workdir or path.startswith(self.workdir.rstrip("/") + "/")):
+            inside = os.path.relpath(path, self.workdir)
+        full = os.path.realpath(os.path.join(root, inside))
+        if full != root and not full.startswith(root + os.sep):
+            raise SandboxPathError(f"{path}: outside the repository; give a path inside it")
+        return Path(full)
+
+    def read_file(self, path: str) -> str:
+        host = self._host_path(path)
+        if not host.is_file():
+            raise SandboxPathError(f"{path}: no such file")
+        if host.stat().st_size > self.config.max_file_mb * 1024 * 1024:
+            raise SandboxPathError(f"{path}: larger than max_file_mb={self.config.max_file_mb}")
+        data = host.read_bytes()
+        if b"\0" in data[:8192]:
+            raise SandboxPathError(f"{path}: a binary file")
+        return data.decode("utf-8", errors="replace")
+
+    def write_file(self, path: str, text: str) -> None:
+        host = self._host_path(path)
+        if host.is_dir():
+            raise SandboxPathError(f"{path}: is a folder")
+        missing = [p for p in [host.parent, *host.parent.parents] if not p.exists()]
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_text(text, encoding="utf-8")
+        if self.uid is not None:
+            for p in [host, *missing]:
+                os.lchown(p, self.uid, self.uid)
+
+    def _scratch_host(self, name: str) -> Path:
+        if self._tmp is None:
+            raise SandboxError("the sandbox is not started: call start(task) first")
+        return self._tmp / "tmp" / "swegym" / Path(name).name
+
+    def write_scratch(self, name: str, text: str, write_only: bool = False) -> str:
+        path = self._scratch_host(name)
+        path.unlink(missing_ok=True)  # the sandbox may have left a link there
+        path.write_text(text, encoding="utf-8")
+        if write_only:
+            os.chown(path, NOBODY, NOBODY)
+        path.chmod(0o622 if write_only else 0o644)
+        return f"{self.scratch_dir}/{path.name}"
+
+    def read_scratch(self, name: str) -> str | None:
+        path = self._scratch_host(name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            return f.read(self.config.max_file_mb * 1024 * 1024).decode("utf-8", errors="replace")
+
+
+def _wait(proc: subprocess.Popen, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for `proc` to exit; True if it did. A pidfd wakes us the moment it exits
+    (Popen.wait with a timeout polls, adding up to 50 ms to every command)."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        return _wait_fd(fd, timeout)
+    finally:
+        os.close(fd)
+
+
+def _wait_fd(fd: int, timeout: float) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
+
+
+def _namespace_init(info_fd: int) -> int | None:
+    """A pidfd of the PID namespace's init, from the JSON bubblewrap writes to `--info-fd` (closes `info_fd`)."""
+    with os.fdopen(info_fd, "rb") as info:
+        # bubblewrap closes its end once written (before the command starts), or when it fails
+        text = info.read() if _wait_fd(info_fd, 30) else b""
+    try:
+        return os.pidfd_open(json.loads(text)["child-pid"])
+    except (ValueError, KeyError, OSError):
+        return None  # bubblewrap failed before it made the namespace, or its init is already gone
+
+
+def _signal_pidfd(fd: int, sig: int) -> None:
+    try:
+        signal.pidfd_send_signal(fd, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _signal(pid: int, sig: int) -> None:
+    """Send `sig` to `pid` (a negative pid: that process group), ignoring processes already gone."""
+    try:
+        if pid < 0:
+            os.killpg(-pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _owner(proc_dir: Path) -> int | None:
+    try:
+        return proc_dir.stat().st_uid
+    except OSError:
+        return None
+
+
+def _read_capped(f, cap: int) -> str:
+    size = f.seek(0, os.SEEK_END)
+    f.seek(0)
+    if size <= cap:
+        return f.read().decode("utf-8", errors="replace")
+    head = f.read(cap // 2).decode("utf-8", errors="replace")
+    f.seek(size - cap // 2)
+    tail = f.read().decode("utf-8", errors="replace")
+    return f"{head}\n[... {size - 2 * (cap // 2)} bytes of output dropped ...]\n{tail}"
