@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from trl import GRPOConfig, GRPOTrainer
 
 from .multiturn import MultiTurnArguments, MultiTurnMixin, bf16_only_where_supported, default_args
+from .vllm_cpu import colocated_vllm_on_cpu
 
 
 @dataclass
@@ -60,19 +61,20 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         reward_funcs, reward_processing_classes = self._with_environment_reward(
             reward_funcs, args, reward_processing_classes
         )
-        super().__init__(
-            model=model,
-            reward_funcs=reward_funcs,
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            reward_processing_classes=reward_processing_classes,
-            callbacks=callbacks,
-            optimizers=optimizers,
-            quantization_config=quantization_config,
-            peft_config=peft_config,
-        )
+        with colocated_vllm_on_cpu(args, model):
+            super().__init__(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                reward_processing_classes=reward_processing_classes,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                quantization_config=quantization_config,
+                peft_config=peft_config,
+            )
         self._init_multiturn(environment_factory)
 
     def _generate_and_score_completions(self, inputs):
