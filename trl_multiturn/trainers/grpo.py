@@ -15,6 +15,7 @@ from .multiturn import (
     mask_truncated_field,
     reference_from_policy,
 )
+from .vllm_cpu import colocated_vllm_on_cpu
 
 
 @dataclass
@@ -71,7 +72,7 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         reward_funcs, reward_processing_classes = self._with_environment_reward(
             reward_funcs, args, reward_processing_classes
         )
-        with reference_from_policy(trl_grpo, model, args.beta != 0.0, peft_config):
+        with reference_from_policy(trl_grpo, model, args.beta != 0.0, peft_config), colocated_vllm_on_cpu(args, model):
             super().__init__(
                 model=model,
                 reward_funcs=reward_funcs,

@@ -367,7 +367,7 @@ class MultiTurnMixin:
 
     def _episode_logprobs(self, token_lists):
         logps = [lp for _, _, _, lp in token_lists]
-        if all(math.isnan(x) for lp in logps for x in lp):
+        if all(x is None or math.isnan(x) for lp in logps for x in lp):  # vLLM reports a NaN log-prob as None
             return None  # the backend reported none (transformers path)
         return logps
 
