@@ -1,0 +1,57 @@
+"""`CachedGenerator`: each episode's key/value cache carried from turn to turn gives what `model.generate` gives."""
+
+import torch
+from rollout_checks import assert_env_mask_exact, assert_token_exact
+from toy_envs import CountingEnv
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from trl_multiturn.rollout import MultiTurnRolloutCollator
+from trl_multiturn.rollout.generation import CachedGenerator, hf_generate_fn
+
+
+def play(path, generate_factory, rows):
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    collator = MultiTurnRolloutCollator(CountingEnv, tokenizer, generate_factory(model, tokenizer), max_turns=4,
+                                        max_reply_tokens=6, action_parser=lambda reply: "go")
+    return model, tokenizer, collator(rows)
+
+
+def test_greedy_episodes_equal_model_generate_and_every_token_is_fed_once(tiny_model):
+    rows = [{"target": 3}, {"target": 1}, {"target": 5}]
+    fed = []
+
+    def cached(model, tokenizer):
+        generator = CachedGenerator(model, tokenizer)
+        forward = model.forward
+
+        def counting_forward(*args, **kwargs):
+            fed.append(kwargs["input_ids"].shape[1])
+            return forward(*args, **kwargs)
+
+        model.forward = counting_forward
+        return generator
+
+    _, _, reference = play(tiny_model, lambda m, t: hf_generate_fn(m, t, batch_size=1), rows)
+    model, tokenizer, episodes = play(tiny_model, cached, rows)
+    fed_in_rollout = sum(fed)
+    for ep, ref in zip(episodes, reference):
+        assert ep.completion_ids == ref.completion_ids and ep.env_mask == ref.env_mask
+        assert_token_exact(model, ep)
+        assert_env_mask_exact(tokenizer, ep)
+    # Every token of every episode went through the model exactly once, except each reply's last sampled token
+    # (never fed back) - so later turns did not re-read the history.
+    total = sum(ep.num_tokens - (ep.num_turns if ep.done else 0) for ep in episodes)
+    assert fed_in_rollout <= total
+
+
+def test_sampling_is_seeded_and_differs_from_greedy(tiny_model):
+    rows = [{"target": 4}] * 3
+    torch.manual_seed(0)
+    _, _, first = play(tiny_model, lambda m, t: CachedGenerator(m, t, temperature=1.5), rows)
+    torch.manual_seed(0)
+    _, _, again = play(tiny_model, lambda m, t: CachedGenerator(m, t, temperature=1.5), rows)
+    _, _, greedy = play(tiny_model, CachedGenerator, rows)
+    assert [ep.completion_ids for ep in first] == [ep.completion_ids for ep in again]
+    assert len({tuple(ep.completion_ids) for ep in greedy}) == 1
+    assert len({tuple(ep.completion_ids) for ep in first}) > 1
