@@ -1,5 +1,6 @@
 """`CachedGenerator`: each episode's key/value cache carried from turn to turn gives what `model.generate` gives."""
 
+import pytest
 import torch
 from rollout_checks import assert_env_mask_exact, assert_token_exact
 from toy_envs import CountingEnv
@@ -54,3 +55,39 @@ def test_sampling_is_seeded_and_differs_from_greedy(tiny_model):
     assert [ep.completion_ids for ep in first] == [ep.completion_ids for ep in again]
     assert len({tuple(ep.completion_ids) for ep in greedy}) == 1
     assert len({tuple(ep.completion_ids) for ep in first}) > 1
+
+
+@pytest.mark.parametrize("trainer_name", ["grpo", "rloo"])
+def test_trainer_rollouts_from_the_history_cache_equal_trls_generate(tiny_chatml_model, tmp_path, trainer_name):
+    """top_k=1 makes sampling greedy: the cached path and TRL's `generate` must then play identical episodes."""
+    from conftest import tiny_rl_args
+    from datasets import Dataset
+
+    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRLOOConfig, MultiTurnRLOOTrainer
+
+    trainer_cls, config_cls = {"grpo": (MultiTurnGRPOTrainer, MultiTurnGRPOConfig),
+                               "rloo": (MultiTurnRLOOTrainer, MultiTurnRLOOConfig)}[trainer_name]
+    rows = [{"target": 3}, {"target": 1}, {"target": 2}, {"target": 3}]
+    played = {}
+    for cached in (True, False):
+        args = tiny_rl_args(config_cls, tmp_path / str(cached), top_k=1, cache_episode_history=cached, max_turns=3)
+        trainer = trainer_cls(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                              train_dataset=Dataset.from_list(rows))
+        assert (trainer._history_cache is not None) == cached
+        trainer.model.eval()
+        trainer._rollout(rows)
+        played[cached] = trainer._episodes
+    for ep, ref in zip(played[True], played[False]):
+        assert ep.completion_ids == ref.completion_ids and ep.env_mask == ref.env_mask
+
+
+def test_unsupported_sampling_settings_use_trls_generation(tiny_chatml_model, tmp_path):
+    from conftest import tiny_rl_args
+    from datasets import Dataset
+
+    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, repetition_penalty=1.3)
+    trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                                   train_dataset=Dataset.from_list([{"target": 2}] * 2))
+    assert trainer._history_cache is None
