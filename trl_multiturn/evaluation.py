@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from .rollout import Episode, MultiTurnRolloutCollator
-from .rollout.generation import generation_eos_ids, hf_generate_fn, reply_eos_ids
+from .rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
 
 
 @dataclass
@@ -66,7 +66,7 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
     model.eval()
     eos = reply_eos_ids(tokenizer, generation_eos_ids(model))
     collator = MultiTurnRolloutCollator(
-        environment_factory, tokenizer, hf_generate_fn(model, tokenizer, eos, temperature=temperature),
+        environment_factory, tokenizer, CachedGenerator(model, tokenizer, eos, temperature=temperature),
         max_turns=max_turns, max_reply_tokens=max_reply_tokens, max_episode_tokens=max_episode_tokens,
         action_parser=action_parser, system_prompt=system_prompt, eos_token_ids=eos,
         env_mode=env_mode, env_timeout=env_timeout,
@@ -84,3 +84,21 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
     low, high = wilson_interval(wins, len(scored))
     mean_turns = sum(ep.num_turns for ep in scored) / len(scored) if scored else 0.0
     return EvalResult(wins, len(scored), low, high, mean_turns, len(episodes) - len(scored), episodes)
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar test of two models played on the same tasks.
+
+    Of the tasks where the two disagree, `only_a` were won by model A alone and `only_b` by model B alone. Under the
+    null hypothesis (equal success probability) each disagreement is a fair coin flip, so with n = only_a + only_b
+    and k = min(only_a, only_b):
+
+        p = min(1, 2 * sum_{i=0}^{k} C(n, i) / 2^n)
+
+    and p = 1 when the models never disagree.
+    """
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)

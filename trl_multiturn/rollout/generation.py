@@ -6,6 +6,8 @@ Inside a trainer the collator uses the trainer's own backend (transformers, vLLM
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 
@@ -51,6 +53,130 @@ def hf_generate_fn(model, tokenizer, eos_token_ids=None, temperature: float = 0.
         return out, None
 
     return generate
+
+
+class CachedGenerator:
+    """A `GenerateFn` that keeps the live episodes' key/value cache from one turn to the next.
+
+    `hf_generate_fn` re-reads every episode's whole history at every turn: over an episode of K turns the model
+    processes the prompt K times. Here the episodes of a rollout share one batched cache, and at each turn only the
+    tokens appended since the last (the end of the reply and the observation) are fed, so every token of an episode
+    goes through the model once.
+
+    How the batch stays aligned: each call's new tokens (a different number per episode) are left-padded into one
+    chunk; padding and the steps after an episode's end-of-reply token are masked out of attention, and every real
+    token is given its own position (its index in the episode), so the cache holds, per row, exactly the episode's
+    tokens at their positions. Contexts must each extend the history of one row of the previous call (the collator
+    only appends); episodes that ended are dropped from the batch. A call whose contexts do not all extend earlier
+    ones (a new rollout, or a reply the caller cut) starts a fresh cache. Call `reset()` whenever the model's weights
+    change: a cache computed with other weights must not be reused.
+
+    Greedy when `temperature == 0`, else sampling with temperature, top-k and top-p.
+    """
+
+    def __init__(self, model, tokenizer, eos_token_ids=None, temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0):
+        from transformers.generation.logits_process import (
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        self.model = model
+        eos = list(eos_token_ids) if eos_token_ids is not None else [tokenizer.eos_token_id]
+        self.eos = set(eos)
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+        self.temperature = temperature
+        warpers = []
+        if temperature > 0:
+            warpers.append(TemperatureLogitsWarper(temperature))
+            if top_k:
+                warpers.append(TopKLogitsWarper(top_k))
+            if top_p < 1.0:
+                warpers.append(TopPLogitsWarper(top_p))
+        self.warpers = LogitsProcessorList(warpers)
+        # transformers renamed `past_key_values` to `cache` (5.2x); take whichever this model's forward has
+        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every cached episode (e.g. after a weight update)."""
+        self._cache = None
+        self._held: list[list[int]] = []  # per cache row: the episode tokens it holds
+        self._mask: torch.Tensor | None = None  # (rows, cache length): 1 where the cache holds a real token
+
+    @torch.no_grad()
+    def __call__(self, contexts: list[list[int]], max_new_tokens: int):
+        if not contexts:
+            return [], None
+        rows = self._matching_rows(contexts)
+        if rows is None:
+            self.reset()
+            held = [[] for _ in contexts]
+        else:
+            index = torch.tensor(rows, device=self._mask.device)
+            self._cache.batch_select_indices(index)
+            self._mask = self._mask[index]
+            held = [self._held[r] for r in rows]
+        logits = self._feed([c[len(h):] for c, h in zip(contexts, held)], [len(h) for h in held])
+        replies: list[list[int]] = [[] for _ in contexts]
+        done = [False] * len(contexts)
+        while True:
+            tokens = self._pick(logits)
+            for i, token in enumerate(tokens):
+                if not done[i]:
+                    replies[i].append(token)
+                    done[i] = token in self.eos or len(replies[i]) >= max_new_tokens
+            if all(done):
+                break
+            live_before = [len(c) + len(r) - 1 for c, r in zip(contexts, replies)]
+            logits = self._feed([[] if d else [r[-1]] for d, r in zip(done, replies)], live_before)
+        # each reply's last token was sampled but never fed
+        self._held = [c + r[:-1] for c, r in zip(contexts, replies)]
+        return replies, None
+
+    def _matching_rows(self, contexts: list[list[int]]) -> list[int] | None:
+        """For each context, the cache row whose tokens it extends; None unless every context has its own."""
+        rows, free = [], set(range(len(self._held)))
+        for context in contexts:
+            row = next((r for r in sorted(free) if len(self._held[r]) < len(context)
+                        and context[: len(self._held[r])] == self._held[r]), None)
+            if row is None:
+                return None
+            rows.append(row)
+            free.discard(row)
+        return rows
+
+    def _feed(self, chunks: list[list[int]], positions: list[int]) -> torch.Tensor:
+        """Append each row's `chunks[i]` (left-padded to a common width; an empty chunk is all padding) at
+        positions `positions[i]`, ...; return the logits after each row's last real token."""
+        from transformers import DynamicCache
+
+        device = next(self.model.parameters()).device
+        width = max(len(chunk) for chunk in chunks)
+        ids = torch.full((len(chunks), width), self.pad, dtype=torch.long)
+        mask = torch.zeros((len(chunks), width), dtype=torch.long)
+        position_ids = torch.zeros((len(chunks), width), dtype=torch.long)
+        for i, (chunk, start) in enumerate(zip(chunks, positions)):
+            if chunk:
+                ids[i, width - len(chunk):] = torch.tensor(chunk)
+                mask[i, width - len(chunk):] = 1
+                position_ids[i, width - len(chunk):] = torch.arange(start, start + len(chunk))
+        mask = mask.to(device)
+        self._mask = mask if self._mask is None else torch.cat([self._mask, mask], dim=1)
+        if self._cache is None:
+            self._cache = DynamicCache()
+        out = self.model(input_ids=ids.to(device), attention_mask=self._mask, position_ids=position_ids.to(device),
+                         use_cache=True, **{self._cache_arg: self._cache})
+        return out.logits[:, -1, :].float()
+
+    def _pick(self, logits: torch.Tensor) -> list[int]:
+        if self.temperature == 0:
+            return logits.argmax(dim=-1).tolist()
+        placeholder_ids = torch.zeros((logits.shape[0], 1), dtype=torch.long, device=logits.device)
+        probs = torch.softmax(self.warpers(placeholder_ids, logits), dim=-1)
+        return torch.multinomial(probs, 1).squeeze(1).tolist()
 
 
 def generation_eos_ids(model) -> list[int]:

@@ -23,6 +23,7 @@ from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_tok
 from ..credit.rewards import REWARD_MODES
 from ..rollout import Episode, MultiTurnRolloutCollator
 from ..rollout.env_pool import check_env_settings
+from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
 
 logger = logging.getLogger(__name__)
@@ -100,6 +101,15 @@ class MultiTurnArguments:
         default=None,
         metadata={"help": "Restart an environment worker between episodes once its private memory exceeds this many "
                           "MiB (for environments that leak; None: no limit). Needs worker processes."},
+    )
+
+    cache_episode_history: bool = field(
+        default=True,
+        metadata={"help": "On the transformers generation path, keep the live episodes' key/value cache from one "
+                          "turn to the next, so that each token of an episode is processed once per rollout "
+                          "(`CachedGenerator`). Off: TRL's `generate` re-reads each episode's whole history every "
+                          "turn. Applies only to plain sampling (temperature, top_p, top_k); with vLLM, continuous "
+                          "batching, min_p, repetition_penalty or generation_kwargs, TRL's own generation is used."},
     )
 
     def check_multiturn_args(self) -> None:
@@ -253,6 +263,7 @@ class MultiTurnMixin:
             any_live=self._any_live,
         )
         self._episodes: list[Episode] = []
+        self._history_cache = self._make_history_cache()
 
     # -- environments' lifetime ---------------------------------------------------------------------------------------
 
@@ -303,11 +314,39 @@ class MultiTurnMixin:
         a one-token dummy context outside vLLM) so collective generation cannot hang."""
         dummy = not contexts and not self.use_vllm
         batch = [[self._tokenizer.pad_token_id]] if dummy else contexts
-        with self._reply_cap(max_new_tokens):
-            completions, logprobs = self._sample_replies(batch)
+        if self._history_cache is not None:
+            completions, logprobs = self._cached_replies(batch, max_new_tokens)
+        else:
+            with self._reply_cap(max_new_tokens):
+                completions, logprobs = self._sample_replies(batch)
         if dummy:
             return [], None
         return [list(c) for c in completions], logprobs
+
+    def _make_history_cache(self) -> CachedGenerator | None:
+        """The `CachedGenerator` of the transformers path, or None where TRL's own generation must run (see the
+        `cache_episode_history` field)."""
+        plain_sampling = (self.min_p is None and self.repetition_penalty == 1.0
+                          and not getattr(self.args, "generation_kwargs", None))
+        if (not self.args.cache_episode_history or self.use_vllm or not plain_sampling
+                or getattr(self, "use_transformers_continuous_batching", False)):
+            return None
+        return CachedGenerator(self.accelerator.unwrap_model(self.model), self._tokenizer, self.eos_token_ids,
+                               temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0)
+
+    def _cached_replies(self, contexts: list[list[int]], max_new_tokens: int):
+        """Replies from the episode-history cache, with the model unwrapped for generation as TRL does it."""
+        from trl.models import unwrap_model_for_generation
+
+        with (
+            unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                        gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                                        gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs)
+            as unwrapped,
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            self._history_cache.model = unwrapped
+            return self._history_cache(contexts, max_new_tokens)
 
     def _sample_replies(self, contexts: list[list[int]]):
         """`(completions, logprobs | None)` for the parent's single-turn generation; trainers whose parent has a
@@ -318,7 +357,13 @@ class MultiTurnMixin:
 
     def _rollout(self, inputs: list[dict]) -> list[dict]:
         """Play one episode per row; return the rows with each episode's opening messages as `prompt`."""
-        self._episodes = self.rollout_collator(inputs)
+        if self._history_cache is not None:
+            self._history_cache.reset()  # the weights changed since the last rollout
+        try:
+            self._episodes = self.rollout_collator(inputs)
+        finally:
+            if self._history_cache is not None:
+                self._history_cache.reset()  # free the caches between rollouts
         returns = [self._episode_return(ep) for ep in self._episodes]
         rows = []
         for row, ep, ret in zip(inputs, self._episodes, returns):

@@ -1,0 +1,28 @@
+"""The statistics every evaluation report uses: Wilson intervals and the exact McNemar test."""
+
+import math
+
+import pytest
+
+from trl_multiturn.evaluation import mcnemar_exact, wilson_interval
+
+
+def test_wilson_interval_matches_hand_computed_values():
+    # 8/10 at z=1.96: centre (0.8 + 0.19208) / 1.38416, half 1.96 * sqrt(0.016 + 0.0009604) / 1.38416
+    low, high = wilson_interval(8, 10)
+    assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_mcnemar_exact_is_the_two_sided_binomial_tail_of_the_disagreements():
+    # 10 disagreements split 9:1 -> p = 2 * (C(10,0) + C(10,1)) / 1024 = 22/1024
+    assert mcnemar_exact(9, 1) == pytest.approx(22 / 1024)
+    assert mcnemar_exact(1, 9) == mcnemar_exact(9, 1)
+    assert mcnemar_exact(0, 6) == pytest.approx(2 / 64)
+    assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    # brute force over every outcome of n fair coins: P(|heads - tails| >= observed)
+    for a, b in [(7, 2), (3, 12), (4, 4), (0, 1)]:
+        n = a + b
+        extreme = sum(math.comb(n, i) for i in range(n + 1) if abs(2 * i - n) >= abs(a - b))
+        assert mcnemar_exact(a, b) == pytest.approx(min(1.0, extreme / 2 ** n))
