@@ -1,0 +1,412 @@
+"""Does multi-turn RL make an agent better than its supervised (SFT) start? Measured on TextWorld, offline, on CPU.
+
+The offline SmolLM2-135M-Instruct is first taught the game format by SFT on the walkthroughs of a few generated
+games; from that one checkpoint, GRPO, RLOO and PPO each train on other games with a stated budget of episodes, and
+a control continues SFT on the same walkthroughs for as long as the longest RL arm trained. Every arm is then played
+greedily on the same held-out games, and each RL arm is compared with the control and with the SFT start by an exact
+McNemar test on the paired per-game outcomes.
+
+    python benchmarks/learning.py run                     # every stage in order (hours on 2 cores); resumable
+    python benchmarks/learning.py run --stages grpo eval  # some stages (a finished stage is skipped; --force redoes)
+    python benchmarks/learning.py report                  # table and curves from the results JSON
+
+Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG):
+
+    games     the three disjoint game sets: SFT games (train-split seeds from 0), RL games (train-split seeds from
+              500000) and evaluation games (test-split seeds from 0); generated once and cached
+    sft       SFT warm start on the SFT games' walkthroughs
+    grpo, rloo, ppo   RL from the SFT checkpoint on the RL games, `--rl-episodes` episodes each; a model-only
+              checkpoint at every quarter of the budget, for the held-out learning curve
+    sft_more  the control: SFT continued from the SFT checkpoint on the same walkthroughs, as many epochs as fit in
+              the wall time of the longest RL arm
+    eval      greedy success of every trained model (and of each RL arm's quarter checkpoints) on the evaluation games
+    report    the table (Wilson 95% intervals, exact McNemar p-values) and the learning curves
+
+Everything about an episode (system prompt, action parser, turn and token caps) is the same in SFT, RL and
+evaluation, so the difference between arms is what their training taught.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SYSTEM_PROMPT = ("You are playing a text adventure game. Reply with a single command, such as 'go north', "
+                 "'take key' or 'open chest'.")
+RL_FIRST_SEED = 500_000  # RL games start here in the train split's seed range: disjoint from the SFT games
+RL_ARMS = ("grpo", "rloo", "ppo")
+STAGES = ("games", "sft", *RL_ARMS, "sft_more", "eval", "report")
+
+
+@dataclass
+class Setting:
+    """The benchmark's fixed choices (saved with the results)."""
+
+    world_size: int = 2
+    nb_objects: int = 3
+    quest_length: int = 4
+    sft_games: int = 40
+    rl_games: int = 128
+    eval_games: int = 100
+    max_turns: int = 8
+    max_reply_tokens: int = 12
+    max_episode_tokens: int = 1024
+    sft_epochs: float = 2.0
+    sft_learning_rate: float = 1e-4
+    rl_episodes: int = 960
+    episodes_per_step: int = 16
+    num_generations: int = 8
+    rl_learning_rate: float = 1e-5
+    critic_learning_rate: float = 1e-4
+    temperature: float = 1.0
+    seed: int = 0
+    threads: int = 2
+    system_prompt: str = SYSTEM_PROMPT
+    overrides: dict = field(default_factory=dict)  # per-arm config overrides from --arm-option
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.world_size, self.nb_objects, self.quest_length
+
+    @property
+    def rl_steps(self) -> int:
+        return self.rl_episodes // self.episodes_per_step
+
+    def episode_kwargs(self) -> dict:
+        """How every episode is played, in SFT (format), RL and evaluation alike."""
+        return dict(max_turns=self.max_turns, max_reply_tokens=self.max_reply_tokens,
+                    max_episode_tokens=self.max_episode_tokens, system_prompt=self.system_prompt,
+                    action_parser="first_line")
+
+
+class Results:
+    """The results JSON: one section per stage, rewritten after each stage so that a run can resume."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.data = json.loads(path.read_text()) if path.exists() else {}
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def put(self, key: str, value) -> None:
+        self.data[key] = value
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+        tmp.replace(self.path)
+
+
+# -- stages -------------------------------------------------------------------------------------------------------
+
+
+def game_sets(setting: Setting, games_dir: Path) -> dict:
+    from trl_multiturn.data import textworld_tasks
+
+    sets = {
+        "sft": dict(split="train", num_games=setting.sft_games, first_game=0),
+        "rl": dict(split="train", num_games=setting.rl_games, first_game=RL_FIRST_SEED),
+        "eval": dict(split="test", num_games=setting.eval_games, first_game=0),
+    }
+    return {name: textworld_tasks(*setting.shape, games_dir=games_dir, **kwargs) for name, kwargs in sets.items()}
+
+
+def environment(games_dir: Path):
+    from trl_multiturn.envs import TextWorldEnv
+
+    return functools.partial(TextWorldEnv, games_dir=str(games_dir))
+
+
+def run_sft(setting: Setting, model: str, tasks, games_dir: Path, output_dir: Path, epochs: float) -> dict:
+    from trl_multiturn import MultiTurnSFTConfig, MultiTurnSFTTrainer
+
+    config = MultiTurnSFTConfig(
+        output_dir=str(output_dir), system_prompt=setting.system_prompt, action_parser="first_line",
+        max_length=None, num_train_epochs=epochs, per_device_train_batch_size=2,
+        learning_rate=setting.sft_learning_rate, lr_scheduler_type="linear", warmup_steps=2,
+        activation_checkpointing=False, use_cpu=True, bf16=False, logging_steps=5, save_strategy="no",
+        report_to="none", seed=setting.seed,
+    )
+    clock = time.perf_counter()
+    trainer = MultiTurnSFTTrainer(model, args=config, environment_factory=environment(games_dir),
+                                  train_dataset=tasks)
+    result = trainer.train()
+    seconds = time.perf_counter() - clock
+    trainer.save_model(str(output_dir))
+    episodes = trainer.train_dataset
+    return {
+        "seconds": seconds, "epochs": epochs, "steps": trainer.state.global_step,
+        "examples": len(episodes), "tokens": sum(len(ids) for ids in episodes["input_ids"]),
+        "final_train_loss": result.training_loss, "log": trainer.state.log_history,
+    }
+
+
+def rl_config(arm: str, setting: Setting, output_dir: Path):
+    """The arm's trainer class and config: the same episodes, budget and learning rate for every algorithm."""
+    from trl_multiturn import (
+        MultiTurnGRPOConfig,
+        MultiTurnGRPOTrainer,
+        MultiTurnPPOConfig,
+        MultiTurnPPOTrainer,
+        MultiTurnRLOOConfig,
+        MultiTurnRLOOTrainer,
+    )
+
+    quarter = max(1, setting.rl_steps // 4)
+    common = dict(
+        output_dir=str(output_dir), max_turns=setting.max_turns, max_completion_length=setting.max_reply_tokens,
+        max_episode_tokens=setting.max_episode_tokens, system_prompt=setting.system_prompt,
+        action_parser="first_line", reward_mode="sparse", temperature=setting.temperature,
+        per_device_train_batch_size=setting.episodes_per_step, learning_rate=setting.rl_learning_rate,
+        max_steps=setting.rl_steps, lr_scheduler_type="constant", logging_steps=1, save_strategy="steps",
+        save_steps=quarter, save_only_model=True, use_cpu=True, bf16=False, report_to="none", seed=setting.seed,
+        beta=0.0,
+    )
+    if arm == "grpo":
+        trainer_cls, config = MultiTurnGRPOTrainer, MultiTurnGRPOConfig(
+            num_generations=setting.num_generations, **common)
+    elif arm == "rloo":
+        trainer_cls, config = MultiTurnRLOOTrainer, MultiTurnRLOOConfig(
+            num_generations=setting.num_generations, **common)
+    elif arm == "ppo":
+        trainer_cls, config = MultiTurnPPOTrainer, MultiTurnPPOConfig(
+            num_generations=1, critic_learning_rate=setting.critic_learning_rate, **common)
+    else:
+        raise ValueError(f"unknown RL arm {arm!r}: choose one of {RL_ARMS}")
+    for key, value in setting.overrides.get(arm, {}).items():
+        setattr(config, key, value)
+    return trainer_cls, config
+
+
+def run_rl(arm: str, setting: Setting, model: str, tasks, games_dir: Path, output_dir: Path) -> dict:
+    trainer_cls, config = rl_config(arm, setting, output_dir)
+    clock = time.perf_counter()
+    trainer = trainer_cls(model=model, args=config, environment_factory=environment(games_dir), train_dataset=tasks)
+    trainer.train()
+    seconds = time.perf_counter() - clock
+    trainer.save_model(str(output_dir))
+    episodes = trainer.state.global_step * setting.episodes_per_step
+    checkpoints = sorted((p for p in output_dir.glob("checkpoint-*")), key=lambda p: int(p.name.split("-")[1]))
+    return {
+        "seconds": seconds, "steps": trainer.state.global_step, "episodes": episodes,
+        "config": {k: v for k, v in config.to_dict().items() if _jsonable(v)},
+        "checkpoints": [{"step": int(p.name.split("-")[1]), "path": str(p)} for p in checkpoints],
+        "log": trainer.state.log_history,
+    }
+
+
+def _jsonable(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except TypeError:
+        return False
+
+
+def evaluate_model(model_path: str, setting: Setting, tasks, games_dir: Path) -> dict:
+    from trl_multiturn.evaluation import evaluate
+
+    clock = time.perf_counter()
+    result = evaluate(model_path, environment(games_dir), tasks, batch_size=25, **setting.episode_kwargs())
+    outcomes = {str(ep.task["seed"]): bool(ep.won) for ep in result.episodes if not ep.failed}
+    return {
+        "successes": result.successes, "n": result.n, "failed": result.failed, "ci_low": result.ci_low,
+        "ci_high": result.ci_high, "mean_turns": result.mean_turns, "seconds": time.perf_counter() - clock,
+        "outcomes": outcomes,
+    }
+
+
+# -- report -------------------------------------------------------------------------------------------------------
+
+
+def comparison(results: Results, arm: str, baseline: str) -> dict | None:
+    from trl_multiturn.evaluation import mcnemar_exact
+
+    evals = results.data.get("eval", {})
+    if arm not in evals or baseline not in evals:
+        return None
+    a, b = evals[arm]["outcomes"], evals[baseline]["outcomes"]
+    games = sorted(set(a) & set(b))
+    only_arm = sum(a[g] and not b[g] for g in games)
+    only_baseline = sum(b[g] and not a[g] for g in games)
+    return {"only_arm": only_arm, "only_baseline": only_baseline,
+            "p_value": mcnemar_exact(only_arm, only_baseline)}
+
+
+def report(results: Results, curves_path: Path) -> str:
+    evals = results.data.get("eval", {})
+    setting = results.data.get("setting", {})
+    lines = [
+        f"TextWorld w{setting.get('world_size')}-o{setting.get('nb_objects')}-q{setting.get('quest_length')}, "
+        f"offline SmolLM2-135M-Instruct, greedy success on {setting.get('eval_games')} held-out games "
+        f"(max {setting.get('max_turns')} turns). p: exact McNemar test on the paired per-game outcomes.",
+        "",
+        "| arm | training | wall time | held-out success (95% CI) | vs SFT start: +/- games, p | "
+        "vs SFT control: +/- games, p |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm in ("sft", "sft_more", *RL_ARMS):
+        if arm not in evals:
+            continue
+        ev = evals[arm]
+        trained = results.data.get(arm, {})
+        what = {"sft": f"SFT, {trained.get('examples')} walkthroughs x {trained.get('epochs')} epochs",
+                "sft_more": f"+ SFT, {trained.get('epochs', 0):.0f} more epochs"}.get(
+            arm, f"+ {arm.upper()}, {trained.get('episodes')} episodes")
+        cells = [arm, what, f"{trained.get('seconds', 0) / 60:.0f} min",
+                 f"{ev['successes']}/{ev['n']} = {ev['successes'] / max(1, ev['n']):.0%} "
+                 f"({ev['ci_low']:.0%}-{ev['ci_high']:.0%})"]
+        for baseline in ("sft", "sft_more"):
+            c = comparison(results, arm, baseline) if arm != baseline else None
+            cells.append("" if c is None else f"+{c['only_arm']}/-{c['only_baseline']}, p={c['p_value']:.3g}")
+        lines.append("| " + " | ".join(cells) + " |")
+    plot_curves(results, curves_path)
+    return "\n".join(lines)
+
+
+def plot_curves(results: Results, path: Path) -> None:
+    """Left: training success (sampled, per step) against episodes; right: held-out greedy success at the
+    quarter checkpoints (the SFT start at 0 episodes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (train_ax, held_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    evals = results.data.get("eval", {})
+    start = evals.get("sft")
+    for arm in RL_ARMS:
+        run = results.data.get(arm)
+        if not run:
+            continue
+        per_step = run["episodes"] / max(1, run["steps"])
+        points = [(entry["step"] * per_step, entry["episodes/success_rate"]) for entry in run["log"]
+                  if "episodes/success_rate" in entry]
+        if points:
+            xs, ys = zip(*points)
+            window = 5
+            smooth = [sum(ys[max(0, i - window + 1): i + 1]) / len(ys[max(0, i - window + 1): i + 1])
+                      for i in range(len(ys))]
+            train_ax.plot(xs, smooth, label=arm.upper())
+        held = [(0, start["successes"] / start["n"])] if start else []
+        for ck in run.get("checkpoints", []):
+            key = f"{arm}@{ck['step']}"
+            if key in evals:
+                held.append((ck["step"] * per_step, evals[key]["successes"] / evals[key]["n"]))
+        if arm in evals:
+            held.append((run["episodes"], evals[arm]["successes"] / evals[arm]["n"]))
+        if held:
+            xs, ys = zip(*sorted(dict(held).items()))
+            held_ax.plot(xs, ys, marker="o", label=arm.upper())
+    if "sft_more" in evals:
+        control = evals["sft_more"]
+        held_ax.axhline(control["successes"] / control["n"], color="grey", linestyle="--", label="SFT control")
+    train_ax.set(title="training success (sampled, 5-step mean)", xlabel="episodes", ylabel="success rate")
+    held_ax.set(title="held-out greedy success", xlabel="episodes", ylabel="success rate", ylim=(0, 1))
+    for ax in (train_ax, held_ax):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- driver -------------------------------------------------------------------------------------------------------
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["run", "report"])
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--force", action="store_true", help="redo the named stages even if they are done")
+    parser.add_argument("--results", type=Path, default=Path("benchmarks/results/learning.json"))
+    parser.add_argument("--work-dir", type=Path, default=Path("outputs/learning"),
+                        help="checkpoints and the game cache (not committed)")
+    parser.add_argument("--arm-option", action="append", default=[], metavar="ARM.FIELD=VALUE",
+                        help="override one config field of an RL arm, e.g. ppo.kl_coef=0.0 (YAML value)")
+    for name, default in asdict(Setting()).items():
+        if name != "overrides":
+            parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    return parser.parse_args()
+
+
+def main() -> None:
+    import torch
+    import yaml
+
+    args = parse_args()
+    setting = Setting(**{k: getattr(args, k) for k in asdict(Setting()) if k != "overrides"})
+    for option in args.arm_option:
+        target, _, value = option.partition("=")
+        arm, _, key = target.partition(".")
+        setting.overrides.setdefault(arm, {})[key] = yaml.safe_load(value)
+    results = Results(args.results)
+    curves = args.results.with_name(args.results.stem + "_curves.png")
+    if args.command == "report":
+        print(report(results, curves))
+        return
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    torch.set_num_threads(setting.threads)
+    if results.has("setting") and results.data["setting"] != asdict(setting):
+        print("note: the results file was made with another setting; stages already done keep theirs")
+    results.put("setting", asdict(setting))
+    games_dir = args.work_dir / "games"
+    sft_dir = args.work_dir / "sft"
+
+    def due(stage: str) -> bool:
+        return stage in args.stages and (args.force or not results.has(stage))
+
+    from trl_multiturn.models import OFFLINE_DEFAULT_MODEL, resolve_model
+
+    clock = time.perf_counter()
+    tasks = game_sets(setting, games_dir)
+    if due("games"):
+        results.put("games", {name: {"seeds": [rows["seed"][0], rows["seed"][-1]], "count": len(rows)}
+                              for name, rows in tasks.items()} | {"seconds": time.perf_counter() - clock})
+    if due("sft"):
+        results.put("sft", run_sft(setting, resolve_model(OFFLINE_DEFAULT_MODEL), tasks["sft"], games_dir, sft_dir,
+                                   setting.sft_epochs))
+    for arm in RL_ARMS:
+        if due(arm):
+            out = args.work_dir / arm
+            shutil.rmtree(out, ignore_errors=True)
+            results.put(arm, run_rl(arm, setting, str(sft_dir), tasks["rl"], games_dir, out))
+    if due("sft_more"):
+        budget = max(results.data[arm]["seconds"] for arm in RL_ARMS if results.has(arm))
+        per_epoch = results.data["sft"]["seconds"] / results.data["sft"]["epochs"]
+        epochs = max(1, round(budget / per_epoch))
+        results.put("sft_more", run_sft(setting, str(sft_dir), tasks["sft"], games_dir, args.work_dir / "sft_more",
+                                        epochs))
+    if "eval" in args.stages:
+        evals = dict(results.data.get("eval", {}))
+        models = {"sft": sft_dir, "sft_more": args.work_dir / "sft_more"}
+        for arm in RL_ARMS:
+            models[arm] = args.work_dir / arm
+            run = results.data.get(arm, {})
+            for ck in run.get("checkpoints", []):
+                if ck["step"] != run["steps"]:  # the last checkpoint is the final model
+                    models[f"{arm}@{ck['step']}"] = Path(ck["path"])
+        for name, path in models.items():
+            if (args.force or name not in evals) and (path / "config.json").exists():
+                evals[name] = evaluate_model(str(path), setting, tasks["eval"], games_dir)
+                print(f"eval {name}: {evals[name]['successes']}/{evals[name]['n']}", flush=True)
+                results.put("eval", evals)
+    if "report" in args.stages:
+        print(report(results, curves))
+
+
+if __name__ == "__main__":
+    main()
