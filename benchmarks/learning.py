@@ -16,10 +16,10 @@ Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG
               500000) and evaluation games (test-split seeds from 0); generated once and cached
     sft       SFT warm start on the SFT games' walkthroughs
     grpo, rloo, ppo   RL from the SFT checkpoint on the RL games, `--rl-episodes` episodes each; a model-only
-              checkpoint at every quarter of the budget, for the held-out learning curve
+              checkpoint every 1/curve_points of the budget, for the held-out learning curve
     sft_more  the control: SFT continued from the SFT checkpoint on the same walkthroughs, as many epochs as fit in
               the wall time of the longest RL arm
-    eval      greedy success of every trained model (and of each RL arm's quarter checkpoints) on the evaluation games
+    eval      greedy success of every trained model (and of each RL arm's intermediate checkpoints) on the evaluation games
     report    the table (Wilson 95% intervals, exact McNemar p-values) and the learning curves
 
 Everything about an episode (system prompt, action parser, turn and token caps) is the same in SFT, RL and
@@ -64,12 +64,14 @@ class Setting:
     max_episode_tokens: int = 1024
     sft_epochs: float = 2.0
     sft_learning_rate: float = 1e-4
-    rl_episodes: int = 960
+    rl_episodes: int = 320
     episodes_per_step: int = 16
-    num_generations: int = 8
-    rl_learning_rate: float = 1e-5
-    critic_learning_rate: float = 1e-4
+    num_generations: int = 4
+    rl_learning_rate: float = 2e-5
+    critic_learning_rate: float = 2e-4
     temperature: float = 1.0
+    turn_gamma: float = 0.9  # GRPO/RLOO: a faster win returns more, so a group that always wins still has a signal
+    curve_points: int = 2  # model-only checkpoints per RL run, each evaluated for the held-out learning curve
     seed: int = 0
     threads: int = 2
     system_prompt: str = SYSTEM_PROMPT
@@ -163,22 +165,22 @@ def rl_config(arm: str, setting: Setting, output_dir: Path):
         MultiTurnRLOOTrainer,
     )
 
-    quarter = max(1, setting.rl_steps // 4)
+    every = max(1, setting.rl_steps // setting.curve_points)
     common = dict(
         output_dir=str(output_dir), max_turns=setting.max_turns, max_completion_length=setting.max_reply_tokens,
         max_episode_tokens=setting.max_episode_tokens, system_prompt=setting.system_prompt,
         action_parser="first_line", reward_mode="sparse", temperature=setting.temperature,
         per_device_train_batch_size=setting.episodes_per_step, learning_rate=setting.rl_learning_rate,
         max_steps=setting.rl_steps, lr_scheduler_type="constant", logging_steps=1, save_strategy="steps",
-        save_steps=quarter, save_only_model=True, use_cpu=True, bf16=False, report_to="none", seed=setting.seed,
+        save_steps=every, save_only_model=True, use_cpu=True, bf16=False, report_to="none", seed=setting.seed,
         beta=0.0,
     )
     if arm == "grpo":
         trainer_cls, config = MultiTurnGRPOTrainer, MultiTurnGRPOConfig(
-            num_generations=setting.num_generations, **common)
+            num_generations=setting.num_generations, turn_gamma=setting.turn_gamma, **common)
     elif arm == "rloo":
         trainer_cls, config = MultiTurnRLOOTrainer, MultiTurnRLOOConfig(
-            num_generations=setting.num_generations, **common)
+            num_generations=setting.num_generations, turn_gamma=setting.turn_gamma, **common)
     elif arm == "ppo":
         trainer_cls, config = MultiTurnPPOTrainer, MultiTurnPPOConfig(
             num_generations=1, critic_learning_rate=setting.critic_learning_rate, **common)
@@ -277,7 +279,7 @@ def report(results: Results, curves_path: Path) -> str:
 
 def plot_curves(results: Results, path: Path) -> None:
     """Left: training success (sampled, per step) against episodes; right: held-out greedy success at the
-    quarter checkpoints (the SFT start at 0 episodes)."""
+    intermediate checkpoints (the SFT start at 0 episodes)."""
     import matplotlib
 
     matplotlib.use("Agg")
