@@ -232,18 +232,13 @@ def evaluate_model(model_path: str, setting: Setting, tasks, games_dir: Path) ->
 # -- report -------------------------------------------------------------------------------------------------------
 
 
-def comparison(results: Results, arm: str, baseline: str) -> dict | None:
-    from trl_multiturn.evaluation import mcnemar_exact
+def comparison(results: Results, arm: str, baseline: str):
+    from trl_multiturn.evaluation import paired_test
 
     evals = results.data.get("eval", {})
     if arm not in evals or baseline not in evals:
         return None
-    a, b = evals[arm]["outcomes"], evals[baseline]["outcomes"]
-    games = sorted(set(a) & set(b))
-    only_arm = sum(a[g] and not b[g] for g in games)
-    only_baseline = sum(b[g] and not a[g] for g in games)
-    return {"only_arm": only_arm, "only_baseline": only_baseline,
-            "p_value": mcnemar_exact(only_arm, only_baseline)}
+    return paired_test(evals[arm]["outcomes"], evals[baseline]["outcomes"])
 
 
 def report(results: Results, curves_path: Path) -> str:
@@ -271,7 +266,7 @@ def report(results: Results, curves_path: Path) -> str:
                  f"({ev['ci_low']:.0%}-{ev['ci_high']:.0%})"]
         for baseline in ("sft", "sft_more"):
             c = comparison(results, arm, baseline) if arm != baseline else None
-            cells.append("" if c is None else f"+{c['only_arm']}/-{c['only_baseline']}, p={c['p_value']:.3g}")
+            cells.append("" if c is None else f"+{c.only_a}/-{c.only_b}, p={c.p_value:.3g}")
         lines.append("| " + " | ".join(cells) + " |")
     plot_curves(results, curves_path)
     return "\n".join(lines)

@@ -43,6 +43,11 @@ class TextWorldScriptArguments(ModelArguments):
     eval_max_turns: int | None = field(
         default=None, metadata={"help": "Turns per held-out episode (default: the trainer's max_turns)."}
     )
+    eval_start_model: bool = field(
+        default=False,
+        metadata={"help": "Also play the held-out games with the starting model, before training, and print both "
+                          "results side by side at the end, with an exact McNemar test on the paired outcomes."},
+    )
 
     def tasks(self, split: str, num_games: int):
         """The task `Dataset` of `num_games` games of `split`, generated on first use."""
@@ -62,13 +67,13 @@ class TextWorldScriptArguments(ModelArguments):
         return functools.partial(TextWorldEnv, games_dir=self.games_dir,
                                  admissible_commands_in_observation=self.admissible_commands)
 
-    def evaluate_held_out(self, model, tokenizer, training_args):
+    def evaluate_held_out(self, model, tokenizer, training_args, label: str = "held-out greedy evaluation"):
         """Greedy success on the held-out (test-split) games, printed and returned."""
         from .evaluation import evaluate
 
         result = evaluate(model, self.environment_factory(), self.tasks("test", self.num_eval_games), tokenizer,
                           **evaluation_options(training_args, self.eval_max_turns))
-        print(f"held-out greedy evaluation on {self.num_eval_games} test games: {result}")
+        print(f"{label} on {self.num_eval_games} test games: {result}")
         return result
 
 
@@ -83,13 +88,33 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
         train_dataset=script_args.tasks("train", script_args.num_train_games),
         **trainer_kwargs,
     )
+    evaluating = script_args.num_eval_games > 0
+    before = None
+    if evaluating and script_args.eval_start_model:
+        before = script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args,
+                                               label="starting model, held-out greedy evaluation")
     trainer.train()
 
     def held_out():
-        script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
+        after = script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
+        if before is not None:
+            print(side_by_side(before, after, script_args.model_name_or_path, type(trainer).__name__))
 
-    finish_run(trainer, training_args, held_out if script_args.num_eval_games else None)
+    finish_run(trainer, training_args, held_out if evaluating else None)
     return trainer
+
+
+def side_by_side(before, after, start: str, trainer_name: str) -> str:
+    """The held-out results of the starting model and of the trained one, with the paired test between them."""
+    from .evaluation import paired_test
+
+    width = max(len(start), len(trainer_name) + 8)
+    return "\n".join([
+        "held-out greedy success, the same games:",
+        f"  {start:<{width}}  {before}",
+        f"  {'+ ' + trainer_name:<{width}}  {after}",
+        f"  trained vs start: {paired_test(after.outcomes(), before.outcomes())}",
+    ])
 
 
 def evaluation_options(training_args, max_turns: int | None = None) -> dict:
