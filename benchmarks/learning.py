@@ -19,7 +19,8 @@ Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG
               checkpoint every 1/curve_points of the budget, for the held-out learning curve
     sft_more  the control: SFT continued from the SFT checkpoint on the same walkthroughs, as many epochs as fit in
               the wall time of the longest RL arm
-    eval      greedy success of every trained model (and of each RL arm's intermediate checkpoints) on the evaluation games
+    eval      greedy success of every trained model (and of each RL arm's intermediate checkpoints) on the
+              evaluation games
     report    the table (Wilson 95% intervals, exact McNemar p-values) and the learning curves
 
 Everything about an episode (system prompt, action parser, turn and token caps) is the same in SFT, RL and
