@@ -15,6 +15,7 @@ from .multiturn import (
     mask_truncated_field,
     reference_from_policy,
 )
+from .trl_compat import check_trl_compat, generate_result
 from .vllm_cpu import colocated_vllm_on_cpu
 
 
@@ -62,6 +63,7 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         rollout_func=None,
         environment_factory=None,
     ):
+        check_trl_compat(type(self))
         if tools or rollout_func is not None:
             raise ValueError("MultiTurnGRPOTrainer plays episodes through `environment_factory`; `tools` and "
                              "`rollout_func` belong to TRL's single-call GRPOTrainer and cannot be combined with it.")
@@ -119,6 +121,7 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         completion_ids = [c for _, c, _, _ in token_lists]
         env_mask = [m for _, _, m, _ in token_lists]
         self._log_generation_lengths(prompt_ids, env_mask)
-        return (prompt_ids, completion_ids, self._trained_mask(env_mask), self._episode_completions(),
-                self._episode_logprobs(token_lists), {}, None, [])
+        return generate_result(prompt_ids=prompt_ids, completion_ids=completion_ids,
+                               tool_mask=self._trained_mask(env_mask), completions=self._episode_completions(),
+                               logprobs=self._episode_logprobs(token_lists))
 

@@ -25,6 +25,7 @@ from ..rollout import Episode, MultiTurnRolloutCollator
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
+from .trl_compat import check_trl_attributes
 
 logger = logging.getLogger(__name__)
 
@@ -242,6 +243,7 @@ class MultiTurnMixin:
             raise ValueError("environment_factory is required: pass a callable that returns a fresh Environment "
                              "(e.g. `TextWorldEnv` or `lambda: MyEnv(...)`).")
         self.args.check_multiturn_args()
+        check_trl_attributes(self)
         # TRL's parents would mask by "the completion's last token is not end-of-sequence"; `_trained_mask` masks
         # truncated episodes instead.
         self.mask_truncated_completions = False

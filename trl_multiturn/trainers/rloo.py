@@ -29,6 +29,7 @@ from .multiturn import (
     mask_truncated_field,
     reference_from_policy,
 )
+from .trl_compat import check_trl_compat
 from .vllm_cpu import colocated_vllm_on_cpu
 
 LOSS_GRANULARITIES = ("episode", "turn")
@@ -136,6 +137,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         peft_config=None,
         environment_factory=None,
     ):
+        check_trl_compat(type(self))
         if args is None:
             args = default_args(MultiTurnRLOOConfig, model)
         reward_funcs, reward_processing_classes = self._with_environment_reward(
