@@ -33,6 +33,11 @@ class MultiTurnGRPOConfig(GRPOConfig, MultiTurnArguments):
         super().__post_init__()
         self.check_multiturn_args()
 
+    def unused_fields(self) -> dict[str, str]:
+        return {**super().unused_fields(), "multi_objective_aggregation": (
+            "multi-turn credit adds each reward function's weighted score to the final turn's reward and then "
+            "applies advantage_estimator; weight the functions with reward_weights")}
+
 
 class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
     """GRPO over multi-turn episodes.

@@ -9,6 +9,7 @@ configured estimator.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import json
 import logging
@@ -117,6 +118,7 @@ class MultiTurnArguments:
         """Refuse values that cannot work, naming the field and the fix (values that need the tokenizer or the
         environment are checked by the trainer's constructor)."""
         self.estimator_kwargs = parse_estimator_kwargs(self.estimator_kwargs)
+        refuse_unused_fields(self, self.unused_fields())
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
@@ -132,11 +134,28 @@ class MultiTurnArguments:
         get_action_parser(self.action_parser)
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
 
+    def unused_fields(self) -> dict[str, str]:
+        """The fields of this config that its trainer ignores, each with what to use instead: `check_multiturn_args`
+        refuses any of them set to a value other than its default."""
+        return {}
+
     def check_advantage_estimator(self) -> None:
         """Raise if `advantage_estimator` is not registered or `estimator_kwargs` holds options it does not take.
         Trainers whose estimators live in another registry (PPO's value-based ones) override this."""
         check_estimator_kwargs(self.advantage_estimator, get_estimator(self.advantage_estimator),
                                self.estimator_kwargs)
+
+
+def refuse_unused_fields(config, unused: dict[str, str]) -> None:
+    """Raise one ValueError naming every field of `unused` (field -> what to use instead) that `config` sets to a
+    value other than the field's default (an empty dict counts as unset)."""
+    defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+                for f in dataclasses.fields(config)}
+    given = [name for name in unused if getattr(config, name) not in (defaults[name], {})]
+    if given:
+        reasons = "; ".join(f"{name}={getattr(config, name)!r} ({unused[name]})" for name in given)
+        raise ValueError(f"{type(config).__name__} does not use these fields, leave them at their defaults: "
+                         f"{reasons}")
 
 
 def parse_estimator_kwargs(value: dict | str | None) -> dict | None:

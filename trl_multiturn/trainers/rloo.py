@@ -63,10 +63,11 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
         self.check_multiturn_args()
         if self.loss_granularity not in LOSS_GRANULARITIES:
             raise ValueError(f"loss_granularity={self.loss_granularity!r}: choose one of {LOSS_GRANULARITIES}")
-        if self.reward_clip_range is not None:
-            raise ValueError("reward_clip_range clips one reward per completion, which multi-turn credit does not "
-                             "have; shape per-turn rewards with reward_mode / format_penalty instead, and leave "
-                             "reward_clip_range=None.")
+
+    def unused_fields(self) -> dict[str, str]:
+        return {**super().unused_fields(), "reward_clip_range": (
+            "it clips one reward per completion, which multi-turn credit does not have; shape per-turn rewards with "
+            "reward_mode / format_penalty instead")}
 
 
 def segment_sums(values: torch.Tensor, index: torch.Tensor, num_segments: int) -> torch.Tensor:
