@@ -91,7 +91,8 @@ def test_a_reordered_generate_tuple_and_a_loss_without_tool_mask_are_refused(mon
     source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     reordered = source.replace("completion_ids_list,\n            tool_mask_list,",
                                "tool_mask_list,\n            completion_ids_list,")
-    assert reordered != source
+    reordered = reordered.replace('"ref_per_token_logps"', '"reference_logps"')
+    assert reordered.count("reference_logps") and "tool_mask_list,\n            completion_ids_list," in reordered
     sources = {GRPOTrainer._generate_and_score_completions: reordered,
                GRPOTrainer._compute_loss: "def _compute_loss(self, model, inputs):\n    return 0\n"}
     real = inspect.getsource
@@ -99,6 +100,19 @@ def test_a_reordered_generate_tuple_and_a_loss_without_tool_mask_are_refused(mon
     message = _message_of(MultiTurnPPOTrainer)
     assert "unpacks _generate() as ('prompt_ids_list', 'tool_mask_list', 'completion_ids_list'," in message
     assert 'no longer reads inputs["tool_mask"]' in message
+    assert "no longer outputs ['ref_per_token_logps']" in message
+
+
+def test_a_helper_without_a_keyword_we_pass_is_refused(monkeypatch):
+    import trl.trainer.utils
+
+    def pad(tensors, padding_value=0, pad_to_multiple_of=None, side="right"):
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(trl.trainer.utils, "pad", pad)
+    message = _message_of(MultiTurnSFTTrainer)  # shared helpers apply to every trainer
+    assert ("pad(tensors, padding_value, pad_to_multiple_of, side): expected (tensors, ...) with keywords "
+            "['padding_value', 'padding_side', 'pad_to_multiple_of']") in message
 
 
 def test_missing_trainer_state_is_refused():

@@ -11,7 +11,7 @@ Two further couplings are behaviours, not signatures, and are checked in the sou
 - `GRPOTrainer._generate` returns a positional 8-tuple; `generate_result` builds it by name, in the order that
   `_generate_and_score_completions` unpacks it (`GENERATE_FIELDS`, checked against TRL's unpacking).
 - `GRPOTrainer._compute_loss` multiplies the completion mask by `inputs["tool_mask"]`: the hook that keeps
-  observation tokens out of the loss.
+  observation tokens out of the loss; `_generate_and_score_completions` outputs the keys in `OUTPUT_KEYS`.
 Two more are covered by tests rather than here: `MultiTurnPPOConfig` passes `num_generations=1` through
 `GRPOConfig`'s "< 2" check with an `int` subclass (`ppo._GroupOfOne`), and `MultiTurnPPOTrainer` sets `beta`
 non-zero while TRL's `__init__` runs so that TRL builds a reference model (tests/test_ppo.py).
@@ -45,17 +45,21 @@ class TouchPoint:
 
     `owner` is a class ("module:Class") or a module ("module"); `parameters` the parameter names (without `self`)
     we rely on, in order. `exact`: the whole parameter list must match (we override the method, so TRL calls ours
-    with its arguments); otherwise the listed names must come first and any further parameter needs a default (we
-    call it). `parameters=None`: only the attribute's existence is checked (an instance attribute of the trainer
-    when `instance` is set, read after TRL's `__init__`).
+    with its arguments); otherwise the listed names must come first, the `keywords` we pass by name must exist, and
+    any further parameter needs a default (we call it). `parameters=None`: only the attribute's existence is
+    checked (an instance attribute of the trainer when `instance` is set, read after TRL's `__init__`). A touch
+    point applies to the trainers with its owner class among their bases or its owner module defining one of their
+    bases; a `shared` one (a TRL helper) to all.
     """
 
     owner: str
     name: str
     parameters: tuple[str, ...] | None
     use: str
+    keywords: tuple[str, ...] = ()
     exact: bool = False
     instance: bool = False
+    shared: bool = False
     needs: str | None = None  # an optional package without which the touch point is not used
 
 
@@ -63,12 +67,12 @@ GRPO = "trl.trainer.grpo_trainer:GRPOTrainer"
 RLOO = "trl.trainer.rloo_trainer:RLOOTrainer"
 SFT = "trl.trainer.sft_trainer:SFTTrainer"
 TRAINER = "transformers.trainer:Trainer"
-_LOGPS = ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
-          "compute_aux_loss")
-_GRPO_STATE = ("_metrics", "_logs", "_tokenizer", "num_generations", "num_generations_eval", "use_vllm",
-               "reward_weights", "reward_func_names", "eos_token_ids", "ref_model", "generation_config",
-               "chat_template_kwargs", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "beta",
-               "epsilon_low", "epsilon_high", "mask_truncated_completions")
+_LOGPS = ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size")
+_LOGPS_KEYWORDS = ("compute_entropy", "compute_aux_loss")
+_GRPO_STATE = ("_metrics", "_logs", "_tokenizer", "_dist", "model_wrapped", "num_generations",
+               "num_generations_eval", "use_vllm", "reward_weights", "reward_func_names", "eos_token_ids", "ref_model",
+               "generation_config", "chat_template_kwargs", "temperature", "top_p", "top_k", "min_p",
+               "repetition_penalty", "beta", "epsilon_low", "epsilon_high", "mask_truncated_completions")
 
 TOUCH_POINTS: tuple[TouchPoint, ...] = (
     # GRPO (MultiTurnGRPOTrainer, MultiTurnPPOTrainer)
@@ -81,7 +85,8 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint(GRPO, "_compute_loss", ("model", "inputs"), "overridden by PPO: adds the value loss", exact=True),
     TouchPoint(GRPO, "_generate_single_turn", ("prompt_ids", "images", "multimodal_fields", "num_generations"),
                "called per turn: one reply per episode (MultiTurnMixin._sample_replies)"),
-    TouchPoint(GRPO, "_get_per_token_logps_and_entropies", _LOGPS, "called: reference and old log-probs"),
+    TouchPoint(GRPO, "_get_per_token_logps_and_entropies", _LOGPS, "called: reference and old log-probs",
+               keywords=_LOGPS_KEYWORDS),
     TouchPoint("trl.trainer.grpo_trainer", "create_model_from_path", ("model_id", "architecture"),
                "swapped during __init__: the reference model is a copy of the policy object"),
     *(TouchPoint(GRPO, name, None, "read after __init__", instance=True) for name in _GRPO_STATE),
@@ -94,7 +99,8 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
                exact=True),
     TouchPoint(RLOO, "_generate_single_turn", ("prompt_ids", "images", "multimodal_fields"),
                "called per turn: one reply per episode (MultiTurnRLOOTrainer._sample_replies)"),
-    TouchPoint(RLOO, "_get_per_token_logps_and_entropies", _LOGPS, "called: old, reference and new log-probs"),
+    TouchPoint(RLOO, "_get_per_token_logps_and_entropies", _LOGPS, "called: old, reference and new log-probs",
+               keywords=_LOGPS_KEYWORDS),
     TouchPoint("trl.trainer.rloo_trainer", "create_model_from_path", ("model_id", "architecture"),
                "swapped during __init__: the reference model is a copy of the policy object"),
     *(TouchPoint(RLOO, name, None, "read after __init__", instance=True)
@@ -108,10 +114,25 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint(TRAINER, "_load_from_checkpoint", ("resume_from_checkpoint", "model"),
                "overridden by PPO: loads the critic", exact=True),
     TouchPoint(TRAINER, "_clip_grad_norm", ("model",), "overridden by PPO: clips the critic too", exact=True),
+    # TRL helpers, called with these parameters by name
+    TouchPoint("trl.models.utils", "unwrap_model_for_generation", ("model", "accelerator"),
+               "called: the KV-cached episode generation (MultiTurnMixin._cached_replies)",
+               keywords=("gather_deepspeed3_params", "gradient_checkpointing_kwargs"), shared=True),
+    TouchPoint("trl.models.utils", "disable_gradient_checkpointing", ("model", "gradient_checkpointing_kwargs"),
+               "called: no-grad scoring (RLOO, PPO)", shared=True),
+    TouchPoint("trl.trainer.utils", "use_adapter", ("model",), "called: reference log-probs of a PEFT policy",
+               keywords=("adapter_name",), shared=True),
+    TouchPoint("trl.trainer.utils", "pad", ("tensors",), "called: RLOO's episode tensors",
+               keywords=("padding_value", "padding_side", "pad_to_multiple_of"), shared=True),
+    TouchPoint("trl.trainer.utils", "disable_dropout_in_model", ("model",), "called: PPO's critic", shared=True),
     # vLLM colocated on CPU (vllm_cpu.py)
     TouchPoint("trl.generation.vllm_generation", "LLM", None, "swapped during __init__: the engine's dtype",
-               needs="vllm"),
+               shared=True, needs="vllm"),
 )
+
+OUTPUT_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask", "old_per_token_logps",
+               "ref_per_token_logps")
+"""Keys of `GRPOTrainer._generate_and_score_completions`' output that MultiTurnGRPOTrainer and PPO read."""
 
 
 def generate_result(*, prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields=None) -> tuple:
@@ -149,8 +170,7 @@ def touch_point_problems(points=TOUCH_POINTS) -> list[str]:
 def _class_problems(trainer_cls: type) -> list[str]:
     bases = {_qualified(cls) for cls in trainer_cls.__mro__}
     modules = {name.split(":")[0] for name in bases}
-    generates = GRPO in bases or RLOO in bases
-    points = [p for p in TOUCH_POINTS if p.owner in bases or p.owner in modules or (p.needs and generates)]
+    points = [p for p in TOUCH_POINTS if p.owner in bases or p.owner in modules or p.shared]
     problems = touch_point_problems(points)
     if GRPO in bases:
         problems += generate_tuple_problems()
@@ -158,8 +178,8 @@ def _class_problems(trainer_cls: type) -> list[str]:
 
 
 def generate_tuple_problems() -> list[str]:
-    """Differences between `GENERATE_FIELDS` and TRL's unpacking of `_generate`, and a `_compute_loss` that no longer
-    reads `tool_mask`."""
+    """Differences between `GENERATE_FIELDS` and TRL's unpacking of `_generate`, a `_compute_loss` that no longer
+    reads `tool_mask`, and `OUTPUT_KEYS` missing from `_generate_and_score_completions`."""
     from trl import GRPOTrainer
 
     problems = []
@@ -169,6 +189,10 @@ def generate_tuple_problems() -> list[str]:
                         f"{GENERATE_FIELDS}")
     if '"tool_mask"' not in inspect.getsource(GRPOTrainer._compute_loss):
         problems.append('GRPOTrainer._compute_loss no longer reads inputs["tool_mask"] (the env_mask hook)')
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    missing = [key for key in OUTPUT_KEYS if f'"{key}"' not in source]
+    if missing:
+        problems.append(f"GRPOTrainer._generate_and_score_completions no longer outputs {missing}")
     return problems
 
 
@@ -202,10 +226,14 @@ def _problem(point: TouchPoint) -> str | None:
         ok = names == expected
     else:
         rest = [p for p in params[len(expected):] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-        ok = names[:len(expected)] == expected and all(p.default is not p.empty for p in rest)
+        ok = (names[:len(expected)] == expected and set(point.keywords) <= set(names)
+              and all(p.default is not p.empty for p in rest if p.name not in point.keywords))
     if ok:
         return None
-    return f"{where}{_signature(names)}: expected {_signature(expected, more=not point.exact)} ({point.use})"
+    wanted = f"{_signature(expected, more=not point.exact)}"
+    if point.keywords:
+        wanted += f" with keywords {list(point.keywords)}"
+    return f"{where}{_signature(names)}: expected {wanted} ({point.use})"
 
 
 def _message(problems: list[str]) -> str:
