@@ -8,7 +8,7 @@ import math
 import threading
 
 import pytest
-from toy_envs import CountingEnv
+from toy_envs import CountingEnv, FlakyEnv
 
 from trl_multiturn import StepResult
 from trl_multiturn.envs import EnvironmentCheckError, check_environment
@@ -31,6 +31,10 @@ def test_a_correct_environment_passes_every_check():
     assert "reset({'target': 'two'}) raises TaskError" in passed
     assert "close() without reset is safe" in passed  # a factory was given
     assert "close() without reset is safe" not in check_environment(CountingEnv(), TASK)  # an instance
+    assert len(check_environment(FlakyEnv, {**TASK, "mode": "ok"}, losing_actions=["lose"])) == 14
+    with pytest.raises(EnvironmentCheckError, match="the expert wins through step: raised RuntimeError: engine "
+                                                    "crashed"):
+        check_environment(FlakyEnv, {**TASK, "mode": "raise"})
 
 
 class ExpertNeverWins(CountingEnv):
