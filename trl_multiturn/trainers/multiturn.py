@@ -26,7 +26,7 @@ from ..rollout import Episode, MultiTurnRolloutCollator
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
-from .trl_compat import check_trl_attributes
+from .trl_compat import check_trl_attributes, single_turn_replies
 
 logger = logging.getLogger(__name__)
 
@@ -370,9 +370,8 @@ class MultiTurnMixin:
             return self._history_cache(contexts, max_new_tokens)
 
     def _sample_replies(self, contexts: list[list[int]]):
-        """`(completions, logprobs | None)` for the parent's single-turn generation; trainers whose parent has a
-        different signature override this."""
-        return self._generate_single_turn(contexts, None, {}, 1)
+        """`(completions, logprobs | None)`: one reply per context from the parent's single-turn generation."""
+        return single_turn_replies(self, contexts)
 
     # -- episodes to TRL's inputs -------------------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ the objective (the sequence log-probability, the old one, the KL penalty, the en
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -99,18 +98,6 @@ def segment_surrogate(per_token_logps, old_per_token_logps, advantages, index, e
     return loss, ratio, seg_adv, present
 
 
-@contextmanager
-def _one_completion_per_context(trainer):
-    """RLOO's generation asks vLLM for `num_generations` completions per prompt; each context here is one episode's
-    own history, which gets exactly one reply."""
-    saved = trainer.num_generations, trainer.num_generations_eval
-    trainer.num_generations = trainer.num_generations_eval = 1
-    try:
-        yield
-    finally:
-        trainer.num_generations, trainer.num_generations_eval = saved
-
-
 class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
     """RLOO over multi-turn episodes.
 
@@ -159,12 +146,6 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
                 peft_config=peft_config,
             )
         self._init_multiturn(environment_factory)
-
-    # -- generation ---------------------------------------------------------------------------------------------------
-
-    def _sample_replies(self, contexts: list[list[int]]):
-        with _one_completion_per_context(self):
-            return self._generate_single_turn(contexts, None, {}), None
 
     # -- credit -------------------------------------------------------------------------------------------------------
 

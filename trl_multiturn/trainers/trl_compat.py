@@ -7,6 +7,9 @@ lists each one with the parameters we rely on; `check_trl_compat` compares them 
 `inspect`, once per trainer class) and raises `TRLCompatibilityError` naming the supported TRL versions and every
 difference, before a run starts rather than in the middle of it.
 
+The calls whose shape differs between TRL's trainers go through one adapter here: `single_turn_replies` (GRPO's and
+RLOO's `_generate_single_turn` differ in parameters and return value) and `generate_result` (below).
+
 Two further couplings are behaviours, not signatures, and are checked in the source TRL ships:
 - `GRPOTrainer._generate` returns a positional 8-tuple; `generate_result` builds it by name, in the order that
   `_generate_and_score_completions` unpacks it (`GENERATE_FIELDS`, checked against TRL's unpacking).
@@ -84,7 +87,7 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
                "overridden: keeps the per-function rewards for the credit", exact=True),
     TouchPoint(GRPO, "_compute_loss", ("model", "inputs"), "overridden by PPO: adds the value loss", exact=True),
     TouchPoint(GRPO, "_generate_single_turn", ("prompt_ids", "images", "multimodal_fields", "num_generations"),
-               "called per turn: one reply per episode (MultiTurnMixin._sample_replies)"),
+               "called per turn: one reply per episode (single_turn_replies)"),
     TouchPoint(GRPO, "_get_per_token_logps_and_entropies", _LOGPS, "called: reference and old log-probs",
                keywords=_LOGPS_KEYWORDS),
     TouchPoint("trl.trainer.grpo_trainer", "create_model_from_path", ("model_id", "architecture"),
@@ -98,7 +101,7 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint(RLOO, "_compute_loss", ("model", "inputs"), "overridden: per-segment surrogate on env_mask",
                exact=True),
     TouchPoint(RLOO, "_generate_single_turn", ("prompt_ids", "images", "multimodal_fields"),
-               "called per turn: one reply per episode (MultiTurnRLOOTrainer._sample_replies)"),
+               "called per turn: one reply per episode (single_turn_replies)"),
     TouchPoint(RLOO, "_get_per_token_logps_and_entropies", _LOGPS, "called: old, reference and new log-probs",
                keywords=_LOGPS_KEYWORDS),
     TouchPoint("trl.trainer.rloo_trainer", "create_model_from_path", ("model_id", "architecture"),
@@ -141,6 +144,22 @@ def generate_result(*, prompt_ids, completion_ids, tool_mask, completions, logpr
              "completions": completions, "sampling_per_token_logps_list": logprobs,
              "extra_fields": {} if extra_fields is None else extra_fields, "images": None, "tool_images": []}
     return tuple(named[field] for field in GENERATE_FIELDS)
+
+
+def single_turn_replies(trainer, contexts: list[list[int]]):
+    """`(completion_ids, logprobs | None)`: one reply per context (an episode's whole history) from the TRL parent's
+    `_generate_single_turn`. GRPO's takes `num_generations` and returns log-probs too; RLOO's returns the completions
+    alone and asks vLLM for `trainer.num_generations` replies per prompt, so that count is 1 while it runs."""
+    from trl import RLOOTrainer
+
+    if not isinstance(trainer, RLOOTrainer):
+        return trainer._generate_single_turn(prompt_ids=contexts, images=None, multimodal_fields={}, num_generations=1)
+    saved = trainer.num_generations, trainer.num_generations_eval
+    trainer.num_generations = trainer.num_generations_eval = 1
+    try:
+        return trainer._generate_single_turn(prompt_ids=contexts, images=None, multimodal_fields={}), None
+    finally:
+        trainer.num_generations, trainer.num_generations_eval = saved
 
 
 def check_trl_compat(trainer_cls: type) -> None:
