@@ -43,16 +43,30 @@ class TextWorldScriptArguments(ModelArguments):
     eval_max_turns: int | None = field(
         default=None, metadata={"help": "Turns per held-out episode (default: the trainer's max_turns)."}
     )
+    eval_temperature: float = field(
+        default=0.0,
+        metadata={"help": "Sampling temperature of the held-out evaluation: 0 plays greedily (the default); the "
+                          "paper validates at 0.4. Training rollouts keep the trainer's own `temperature`."},
+    )
+    first_train_game: int = field(
+        default=0,
+        metadata={"help": "Index of the first training game in the train split's seed range. Give an SFT recipe and "
+                          "the RL recipe that starts from it disjoint ranges (e.g. SFT from 500000) so that SFT "
+                          "demonstrations never come from the games RL plays."},
+    )
 
     def tasks(self, split: str, num_games: int):
-        """The task `Dataset` of `num_games` games of `split`, generated on first use."""
+        """The task `Dataset` of `num_games` games of `split`, generated on first use (training games start at
+        `first_train_game`)."""
         from .data import textworld_tasks
 
+        first_game = self.first_train_game if split == "train" else 0
         if self.challenge:
             return textworld_tasks(challenge=self.challenge, rewards=self.challenge_rewards, goal=self.challenge_goal,
-                                   split=split, num_games=num_games, games_dir=self.games_dir)
+                                   split=split, num_games=num_games, first_game=first_game,
+                                   games_dir=self.games_dir)
         return textworld_tasks(self.world_size, self.nb_objects, self.quest_length, split=split,
-                               num_games=num_games, games_dir=self.games_dir)
+                               num_games=num_games, first_game=first_game, games_dir=self.games_dir)
 
     def environment_factory(self):
         import functools
@@ -63,12 +77,15 @@ class TextWorldScriptArguments(ModelArguments):
                                  admissible_commands_in_observation=self.admissible_commands)
 
     def evaluate_held_out(self, model, tokenizer, training_args):
-        """Greedy success on the held-out (test-split) games, printed and returned."""
+        """Success on the held-out (test-split) games at `eval_temperature` (greedy by default), printed and
+        returned."""
         from .evaluation import evaluate
 
         result = evaluate(model, self.environment_factory(), self.tasks("test", self.num_eval_games), tokenizer,
+                          temperature=self.eval_temperature,
                           **evaluation_options(training_args, self.eval_max_turns))
-        print(f"held-out greedy evaluation on {self.num_eval_games} test games: {result}")
+        how = "greedy" if self.eval_temperature == 0 else f"temperature-{self.eval_temperature:g}"
+        print(f"held-out {how} evaluation on {self.num_eval_games} test games: {result}")
         return result
 
 
