@@ -153,10 +153,9 @@ def test_every_paper_recipe_loads_and_builds_its_configs(path, tmp_path):
     spec = yaml.safe_load(path.read_text())
     assert study.paper and study.hardware and len(study.runs) >= 2
     cpu = path.stem.endswith("_cpu")
+    assert (spec["model"] == "offline:smollm2-135m-instruct") == cpu  # runs may change it (model_size)
     for run in study.runs:
-        if cpu:
-            assert run.model == "offline:smollm2-135m-instruct"
-        else:  # paper hyperparameters; the GPU settings are swapped for CPU ones only to build the configs here
+        if not cpu:  # paper hyperparameters; the GPU settings are swapped for CPU ones only to build the configs here
             assert spec["rl"]["temperature"] == 0.7 and run.eval.temperature == 0.4
             assert run.data.num_eval_games == 100
             run = dataclasses.replace(run, rl={**run.rl, "bf16": False, "use_cpu": True, "use_vllm": False},

@@ -19,6 +19,7 @@ A study file names a base pipeline and the runs that change it:
     expected: [0.55, 0.73, 0.75, 0.76]       # optional: the paper's number for each run
     runs:                                    # ... runs listed one by one (both may be given; sweep runs first)
       - {name: sparse, set: {rl.reward_mode: sparse}, expected: 0.5}
+      - {name: rloo, set: {algorithm: rloo, rl: *rloo}}   # a whole section replaced (anchor in a "_" key)
 
 Each run trains an SFT warm start (when `sft` is set; runs with the same SFT settings share one checkpoint), then
 RL from it on the training games, then plays the held-out games once and records each game's outcome. The results
@@ -33,6 +34,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +46,7 @@ ALGORITHMS = {
     "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
     "rloo": ("MultiTurnRLOOTrainer", "MultiTurnRLOOConfig"),
     "ppo": ("MultiTurnPPOTrainer", "MultiTurnPPOConfig"),
-    "none": (None, "MultiTurnGRPOConfig"),  # pure SFT: `rl` then holds only the episode settings of evaluation
+    "none": (None, None),  # pure SFT: `rl` then only gives the held-out episodes their settings
 }
 ENVIRONMENTS = ("textworld", "alfworld")
 RUNNER_FIELDS = ("output_dir",)  # set by the runner for every stage; a study does not set them
@@ -78,9 +80,15 @@ class StudyData:
     data_path: str | None = field(
         default=None, metadata={"help": "ALFWorld: the downloaded games ($ALFWORLD_DATA); none: generated."}
     )
-    num_train_games: int = field(default=16, metadata={"help": "RL training games (train split, from seed 0)."})
-    num_eval_games: int = field(default=100, metadata={"help": "Held-out games (test split)."})
-    num_sft_games: int = field(default=0, metadata={"help": "Games whose expert walkthroughs SFT trains on."})
+    num_train_games: int | None = field(
+        default=16, metadata={"help": "RL training games (train split, from seed 0). ALFWorld: None for all."}
+    )
+    num_eval_games: int | None = field(
+        default=100, metadata={"help": "Held-out games (test split). ALFWorld: None for all."}
+    )
+    num_sft_games: int | None = field(
+        default=0, metadata={"help": "Games whose expert walkthroughs SFT trains on. ALFWorld: None for all."}
+    )
     sft_first_game: int = field(
         default=500_000,
         metadata={"help": "TextWorld: index of the first SFT game in the train split's seeds, so that SFT games "
@@ -97,6 +105,13 @@ class StudyData:
 
         if self.env not in ENVIRONMENTS:
             raise ValueError(f"data.env={self.env!r}: choose one of {ENVIRONMENTS}")
+        if self.env == "textworld":
+            counts = {"num_train_games": self.num_train_games, "num_eval_games": self.num_eval_games,
+                      "num_sft_games": self.num_sft_games}
+            missing = sorted(name for name, value in counts.items() if value is None)
+            if missing:
+                raise ValueError(f"data: {missing} must be numbers of TextWorld games (None means all games only "
+                                 "for ALFWorld)")
         if self.env == "textworld" and self.challenge is None:
             for shape in [*self.train_shapes, *(self.eval_shapes or [])]:
                 parse_shape(shape)
@@ -198,12 +213,13 @@ def _config_class(name: str):
     return getattr(trl_multiturn, name)
 
 
-def _check_fields(section: str, values: dict, cls) -> None:
-    known = {f.name for f in dataclasses.fields(cls)}
+def _check_fields(section: str, values: dict, *classes) -> None:
+    known = {f.name for cls in classes for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ValueError(f"{section}: {unknown} are not fields of {cls.__name__}; see its documentation for the "
-                         "field names")
+        names = " or ".join(cls.__name__ for cls in classes)
+        raise ValueError(f"{section}: {unknown} are not fields of {names}; see its documentation for the field "
+                         "names")
     taken = sorted(set(values) & set(RUNNER_FIELDS))
     if taken:
         raise ValueError(f"{section}: {taken} are set by the study runner; remove them from the study file")
@@ -264,9 +280,12 @@ def load_study(path: str | Path) -> Study:
     """Read and check a study file: every section's fields exist in its config class, every run resolves. Nothing
     is trained or generated."""
     spec = yaml.safe_load(Path(path).read_text())
+    # Keys starting with "_" hold YAML anchors (e.g. one algorithm's `rl` section that runs switch to).
+    spec = {key: value for key, value in spec.items() if not key.startswith("_")}
     unknown = sorted(set(spec) - set(STUDY_KEYS))
     if unknown:
-        raise ValueError(f"{path}: unknown keys {unknown}; a study has {list(STUDY_KEYS)}")
+        raise ValueError(f"{path}: unknown keys {unknown}; a study has {list(STUDY_KEYS)} (and `_`-prefixed keys "
+                         "for YAML anchors)")
     name = spec.get("name") or Path(path).stem
     base = {key: spec.get(key) for key in BASE_KEYS}
     base["data"] = base["data"] or {}
@@ -280,7 +299,10 @@ def load_study(path: str | Path) -> Study:
         algorithm = resolved["algorithm"]
         if algorithm not in ALGORITHMS:
             raise ValueError(f"{where}: algorithm={algorithm!r}; choose one of {sorted(ALGORITHMS)}")
-        _check_fields(f"{where}: rl", resolved["rl"], _config_class(ALGORITHMS[algorithm][1]))
+        # With algorithm 'none' the section may still hold the base algorithm's fields (it is not built).
+        rl_classes = [ALGORITHMS[algorithm][1]] if algorithm != "none" else [
+            config for _, config in ALGORITHMS.values() if config]
+        _check_fields(f"{where}: rl", resolved["rl"], *map(_config_class, rl_classes))
         if resolved["sft"] is not None:
             _check_fields(f"{where}: sft", resolved["sft"], _config_class("MultiTurnSFTConfig"))
         if algorithm == "none" and resolved["sft"] is None:
@@ -292,7 +314,7 @@ def load_study(path: str | Path) -> Study:
             data.check()
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
-        if resolved["sft"] is not None and not data.num_sft_games:
+        if resolved["sft"] is not None and data.num_sft_games == 0:
             raise ValueError(f"{where}: an SFT warm start needs data.num_sft_games > 0")
         if not resolved["model"]:
             raise ValueError(f"{where}: name the starting `model`")
@@ -333,6 +355,8 @@ class Results:
         self.data.setdefault("runs", {})
 
     def save(self) -> None:
+        if int(os.environ.get("RANK", "0")) != 0:  # under `accelerate launch`, the main process writes
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True, default=str))
@@ -531,6 +555,8 @@ def write_report(study: Study, results: Results) -> str:
     table = markdown_table(study, rows)
     results.data["table"] = rows
     results.save()
+    if int(os.environ.get("RANK", "0")) != 0:
+        return table
     study.results.with_suffix(".md").write_text(table)
     if rows:
         plot(study, rows, study.results.with_suffix(".png"))
