@@ -90,7 +90,8 @@ def test_a_tiny_study_runs_end_to_end_and_resumes_where_it_stopped(tiny_chatml_m
         ev = record["eval"]
         assert row["n"] == 2 and len(ev["outcomes"]) == 2 and ev["failed"] == 0
         assert (row["ci_low"], row["ci_high"]) == pytest.approx(wilson_interval(row["successes"], row["n"]))
-        assert record["settings"]["rl"]["max_turns"] == int(row["run"][-1])
+        assert record["settings"]["rl"]["max_turns"] == int(row["run"][-1]) and record["rl"]["steps"] == 1
+        assert row["changed"] == {"rl.max_turns": int(row["run"][-1])}
     assert rows[1]["vs_first"]["run"] == "max_turns=1" and 0 <= rows[1]["vs_first"]["p_value"] <= 1
     table = (tmp_path / "results" / "tiny.md").read_text()
     assert table.count("\n| max_turns=") == 2 and "| 25% |" in table and "| 50% |" in table

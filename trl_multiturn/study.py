@@ -267,6 +267,19 @@ def _run_specs(spec: dict) -> list[tuple[str, dict, object]]:
     return specs
 
 
+def _changed(base: dict, changes: dict) -> dict:
+    """A run's changes as shown in the table: as written, except that a section replaced whole shows only the
+    fields it sets differently from the base section (not its whole text)."""
+    shown = {}
+    for path, value in changes.items():
+        old = base.get(path)
+        if isinstance(value, dict) and isinstance(old, dict):
+            shown.update({f"{path}.{leaf}": value[leaf] for leaf in value if old.get(leaf) != value[leaf]})
+        else:
+            shown[path] = value
+    return shown
+
+
 def _short(value) -> str:
     return "+".join(map(str, value)) if isinstance(value, list) else str(value)
 
@@ -319,7 +332,7 @@ def load_study(path: str | Path) -> Study:
         if not resolved["model"]:
             raise ValueError(f"{where}: name the starting `model`")
         runs.append(StudyRun(run_name, resolved["model"], data, resolved["sft"], algorithm, resolved["rl"],
-                             StudyEval(**resolved["eval"]), changes, expected))
+                             StudyEval(**resolved["eval"]), _changed(base, changes), expected))
     output_dir = Path(spec.get("output_dir") or f"outputs/paper/{name}")
     results = Path(spec.get("results") or f"benchmarks/results/paper/{name}")
     return Study(name, runs, output_dir, results, spec.get("paper") or "", spec.get("hardware") or "",
@@ -388,6 +401,10 @@ def train_rl(algorithm: str, config, model: str, tasks, environment_factory) -> 
     trainer_cls = _config_class(ALGORITHMS[algorithm][0])
     trainer = trainer_cls(model=model, args=config, environment_factory=environment_factory, train_dataset=tasks)
     trainer.train()
+    if trainer.state.global_step == 0:
+        raise RuntimeError(f"{algorithm} trained no step on {len(tasks)} games: one step needs more games than that "
+                           "(per_device_train_batch_size / num_generations per process); raise data.num_train_games "
+                           "or lower rl.per_device_train_batch_size")
     trainer.save_model(config.output_dir)
     # Each generated batch is trained on `num_iterations` times (TRL's GRPO machinery; PPO's epochs).
     episodes = (trainer.state.global_step * config.per_device_train_batch_size * config.gradient_accumulation_steps
