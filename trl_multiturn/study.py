@@ -525,6 +525,10 @@ def markdown_table(study: Study, rows: list[dict]) -> str:
         lines += [f"Paper: {study.paper}", ""]
     if study.hardware:
         lines += [f"Sized for: {study.hardware}", ""]
+    temperatures = sorted({run.eval.temperature for run in study.runs})
+    lines += ["Held-out games played once each at temperature "
+              f"{', '.join(f'{t:g}' for t in temperatures)} (0: greedy); 95% CI: Wilson; p: exact McNemar test "
+              "on the games both runs played.", ""]
     first = rows[0]["run"] if rows else ""
     lines += [f"| run | changed | SFT examples | RL episodes | held-out success (95% CI) | paper | vs {first}: +/-, p "
               "| wall time |", "|---|---|---:|---:|---|---:|---|---:|"]
