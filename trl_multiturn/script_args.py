@@ -44,15 +44,15 @@ class TextWorldScriptArguments(ModelArguments):
         default=None, metadata={"help": "Turns per held-out episode (default: the trainer's max_turns)."}
     )
 
-    def tasks(self, split: str, num_games: int):
-        """The task `Dataset` of `num_games` games of `split`, generated on first use."""
+    def tasks(self, split: str, num_games: int, progress: bool = True):
+        """The task `Dataset` of `num_games` games of `split`, generated on first use (with a progress bar)."""
         from .data import textworld_tasks
 
+        where = dict(split=split, num_games=num_games, games_dir=self.games_dir, progress=progress)
         if self.challenge:
             return textworld_tasks(challenge=self.challenge, rewards=self.challenge_rewards, goal=self.challenge_goal,
-                                   split=split, num_games=num_games, games_dir=self.games_dir)
-        return textworld_tasks(self.world_size, self.nb_objects, self.quest_length, split=split,
-                               num_games=num_games, games_dir=self.games_dir)
+                                   **where)
+        return textworld_tasks(self.world_size, self.nb_objects, self.quest_length, **where)
 
     def environment_factory(self):
         import functools
@@ -62,13 +62,17 @@ class TextWorldScriptArguments(ModelArguments):
         return functools.partial(TextWorldEnv, games_dir=self.games_dir,
                                  admissible_commands_in_observation=self.admissible_commands)
 
-    def evaluate_held_out(self, model, tokenizer, training_args):
-        """Greedy success on the held-out (test-split) games, printed and returned."""
+    def evaluate_held_out(self, model, tokenizer, training_args, trainer=None):
+        """Greedy success on the held-out (test-split) games, printed and returned; with a `trainer`, also kept by
+        `trainer.record_evaluation` (eval_results.json, `report_to`, model card)."""
         from .evaluation import evaluate
 
-        result = evaluate(model, self.environment_factory(), self.tasks("test", self.num_eval_games), tokenizer,
-                          **evaluation_options(training_args, self.eval_max_turns))
+        options = evaluation_options(training_args, self.eval_max_turns)
+        result = evaluate(model, self.environment_factory(), self.tasks("test", self.num_eval_games,
+                                                                        options["progress"]), tokenizer, **options)
         print(f"held-out greedy evaluation on {self.num_eval_games} test games: {result}")
+        if trainer is not None:
+            trainer.record_evaluation(result, split="test")
         return result
 
 
@@ -80,13 +84,13 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
         model=script_args.model_path,
         args=training_args,
         environment_factory=script_args.environment_factory(),
-        train_dataset=script_args.tasks("train", script_args.num_train_games),
+        train_dataset=script_args.tasks("train", script_args.num_train_games, not training_args.disable_tqdm),
         **trainer_kwargs,
     )
     trainer.train()
 
     def held_out():
-        script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
+        script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args, trainer)
 
     finish_run(trainer, training_args, held_out if script_args.num_eval_games else None)
     return trainer
@@ -94,13 +98,17 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
 
 def evaluation_options(training_args, max_turns: int | None = None) -> dict:
     """`evaluate` keyword arguments that play held-out episodes as the trainer's rollouts were played (`max_turns`
-    overrides the config's); an SFT config, which has no rollout fields, gets the RL configs' defaults."""
+    overrides the config's); fields a config lacks (an SFT config has no rollout fields) stay None, for `evaluate`
+    to take from the model's saved episode settings or its defaults. A config's `disable_tqdm` turns the progress
+    bar off."""
     return dict(
-        max_turns=max_turns or getattr(training_args, "max_turns", 8),
-        max_reply_tokens=getattr(training_args, "max_completion_length", None) or 32,
+        max_turns=max_turns or getattr(training_args, "max_turns", None),
+        max_reply_tokens=getattr(training_args, "max_completion_length", None),
         max_episode_tokens=getattr(training_args, "max_episode_tokens", None),
         system_prompt=getattr(training_args, "system_prompt", None),
-        action_parser=getattr(training_args, "action_parser", "first_line"),
+        action_parser=getattr(training_args, "action_parser", None),
+        chat_template_kwargs=getattr(training_args, "chat_template_kwargs", None),
+        progress=not getattr(training_args, "disable_tqdm", False),
     )
 
 
