@@ -148,6 +148,8 @@ def run_eval(parser, argv: list[str]) -> int:
     if env == "alfworld" and eval_args.data_path:
         overrides.setdefault("data_path", eval_args.data_path)
     factory = environment_factory_from_spec(spec, env, **overrides)
+    if env == "textworld" and not script_args.games_dir:
+        script_args.games_dir = factory.keywords.get("games_dir")  # held-out games beside the training games
     tasks = held_out_tasks(env, script_args, eval_args, {**factory.keywords})
     print(f"evaluating {model_path} on {len(tasks)} held-out {env} tasks"
           + (f" with the episode settings saved in {model_path}" if saved else ""))
