@@ -118,3 +118,31 @@ def test_eval_picks_swegym_tasks():
 
     tasks = held_out_tasks("swegym", TextWorldScriptArguments(num_eval_games=3), EvalArguments(), {})
     assert len(tasks) == 3 and {"instance_id", "FAIL_TO_PASS", "repo"} <= set(tasks.column_names)
+
+
+def test_train_then_eval_from_the_command_line_plays_as_trained(tiny_chatml_model, textworld_games_dir, tmp_path):
+    """`train sft` with a recipe saves its episode settings; `eval` of the saved folder plays with them."""
+    out = tmp_path / "sft"
+    assert main(["train", "sft", "--config", str(ROOT / "recipes" / "quickstart_sft.yaml"), "--model_name_or_path",
+                 tiny_chatml_model, "--output_dir", str(out), "--max_steps", "1", "--num_train_games", "2",
+                 "--games_dir", str(textworld_games_dir), "--disable_tqdm", "true"]) == 0
+    saved = json.loads((out / "episode_settings.json").read_text())
+    assert saved["system_prompt"].startswith("You are playing") and saved["action_parser"] == "first_line"
+    assert saved["environment"]["name"] == "textworld"
+    assert "trained with multi-turn SFT" in (out / "README.md").read_text()
+    assert main(["eval", "--model_name_or_path", str(out), "--num_eval_games", "1", "--world_size", "1",
+                 "--nb_objects", "2", "--quest_length", "2", "--max_turns", "2", "--no_progress"]) == 0
+    record = json.loads((out / "eval_results.json").read_text())  # beside the model
+    assert record["settings"]["system_prompt"] == saved["system_prompt"] and record["settings"]["max_turns"] == 2
+    assert record["settings"]["environment"]["settings"]["games_dir"] == str(textworld_games_dir)
+    assert record["outcomes"][0]["task"]["game_file"].startswith(str(textworld_games_dir))
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")))
+def test_every_recipe_is_accepted_by_eval(recipe):
+    from trl_multiturn.cli import eval_parser
+
+    script_args, eval_args, config_only, cli_only = eval_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes" / recipe)], return_remaining_strings=True, separate_remaining_strings=True)
+    assert cli_only == [] and "--model_name_or_path" not in config_only
+    assert "--max_turns" not in config_only and "--system_prompt" not in config_only

@@ -147,6 +147,8 @@ def run_eval(parser, argv: list[str]) -> int:
         overrides.setdefault("games_dir", script_args.games_dir)
     if env == "alfworld" and eval_args.data_path:
         overrides.setdefault("data_path", eval_args.data_path)
+    if script_args.admissible_commands and env != "swegym":  # each environment's name for the same setting
+        overrides.setdefault({"textworld": "admissible_commands_in_observation"}.get(env, "admissible_commands"), True)
     factory = environment_factory_from_spec(spec, env, **overrides)
     if env == "textworld" and not script_args.games_dir:
         script_args.games_dir = factory.keywords.get("games_dir")  # held-out games beside the training games

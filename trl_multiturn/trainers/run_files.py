@@ -27,23 +27,31 @@ class RunFilesMixin:
         return episode_settings(self.args, getattr(self, "environment_factory", None))
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        """TRL's `save_model`, plus `episode_settings.json` and `trainer_state.json`; a save the user asks for (not
+        a checkpoint's or `push_to_hub`'s, which write the card themselves) also writes the model card."""
         super().save_model(output_dir, _internal_call)
         if self.args.should_save:
             output_dir = output_dir or self.args.output_dir
             save_episode_settings(output_dir, self.episode_settings())
             self.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))
+            if not _internal_call:
+                self._write_model_card(output_dir)
 
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
                           tags: str | list[str] | None = None, **kwargs) -> None:
         """Write trl-multiturn's model card to `output_dir/README.md` (see `trl_multiturn.model_card`). Extra
         keyword arguments of `push_to_hub` (`finetuned_from`, ...) are accepted and ignored, as TRL does."""
+        self._write_model_card(self.args.output_dir, model_name, dataset_name, tags)
+
+    def _write_model_card(self, folder: str, model_name: str | None = None, dataset_name: str | None = None,
+                          tags: str | list[str] | None = None) -> None:
         from ..model_card import base_model_name, build_model_card, recipe_from_argv
 
         if not self.is_world_process_zero():
             return
         name_or_path = getattr(self.model.config, "_name_or_path", None) or None
         card = build_model_card(
-            model_name=model_name or Path(self.args.output_dir).name,
+            model_name=model_name or Path(folder).name,
             trainer_name=type(self).__name__,
             base_model=base_model_name(name_or_path),
             local_base=name_or_path,
@@ -51,13 +59,13 @@ class RunFilesMixin:
             settings=self.episode_settings(),
             global_step=self.state.global_step,
             recipe=recipe_from_argv(),
-            eval_results=load_eval_results(self.args.output_dir),
+            eval_results=load_eval_results(folder),
             hub_model_id=self.hub_model_id,
             dataset_name=dataset_name,
             tags=[tags] if isinstance(tags, str) else tags,
         )
-        os.makedirs(self.args.output_dir, exist_ok=True)
-        card.save(os.path.join(self.args.output_dir, "README.md"))
+        os.makedirs(folder, exist_ok=True)
+        card.save(os.path.join(folder, "README.md"))
 
     def record_evaluation(self, result, prefix: str = "heldout", **extra) -> None:
         """Keep a held-out `EvalResult`: write it to `output_dir/eval_results.json` (with `extra`, e.g. the split),
