@@ -146,3 +146,10 @@ def test_every_recipe_is_accepted_by_eval(recipe):
         ["--config", str(ROOT / "recipes" / recipe)], return_remaining_strings=True, separate_remaining_strings=True)
     assert cli_only == [] and "--model_name_or_path" not in config_only
     assert "--max_turns" not in config_only and "--system_prompt" not in config_only
+
+
+def test_settings_of_a_hub_model_out_of_reach_are_none(monkeypatch):
+    from trl_multiturn.episode_settings import load_episode_settings
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert load_episode_settings("someone/not-cached") == {} and load_episode_settings("not/a/repo") == {}

@@ -158,7 +158,8 @@ def test_push_to_hub_uploads_the_card_settings_and_results(trained_run, monkeypa
     assert {"README.md", "episode_settings.json", "eval_results.json", "config.json", "model.safetensors",
             "trainer_state.json"} <= uploaded
     card = (out / "README.md").read_text()
-    assert "trl-multiturn eval --model_name_or_path someone/tiny-grpo" in card and "## Evaluation" in card
+    assert "trl-multiturn eval --model_name_or_path someone/tiny-grpo --num_eval_games" in card
+    assert "## Evaluation" in card
 
 
 def test_plot_draws_the_logged_curves_of_several_runs(trained_run, tmp_path):

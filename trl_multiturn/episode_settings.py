@@ -88,13 +88,22 @@ def save_episode_settings(output_dir: str | os.PathLike, settings: dict) -> Path
     return path
 
 
-def load_episode_settings(model_dir: str | os.PathLike | None) -> dict:
-    """The settings saved in `model_dir`, or {} when it is not a folder or holds none."""
-    if model_dir is None:
+def load_episode_settings(model: str | os.PathLike | None) -> dict:
+    """The settings saved with `model`: in its folder, or for a Hub id in its repository (from the Hub or its
+    cache); {} when there are none or they cannot be reached."""
+    if model is None:
         return {}
-    path = Path(model_dir) / EPISODE_SETTINGS_FILE
+    path = Path(model) / EPISODE_SETTINGS_FILE
     if not path.is_file():
-        return {}
+        if Path(model).exists() or str(model).count("/") != 1:
+            return {}
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(str(model), EPISODE_SETTINGS_FILE))
+        except Exception as exc:  # no such file or repository, offline, no network: play with the defaults
+            logger.info("no %s for %s (%s)", EPISODE_SETTINGS_FILE, model, type(exc).__name__)
+            return {}
     return json.loads(path.read_text())
 
 

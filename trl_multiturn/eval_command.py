@@ -137,7 +137,7 @@ def run_eval(parser, argv: list[str]) -> int:
         ignored = sorted(key[2:] for key in config_remaining if key.startswith("--"))
         print(f"note: ignoring the config's training-only fields: {', '.join(ignored)}")
     model_path = script_args.model_path
-    saved = load_episode_settings(model_path) if os.path.isdir(model_path) else {}
+    saved = load_episode_settings(model_path)
     spec = saved.get("environment") or {}
     env = eval_args.env or (spec.get("name") if spec.get("name") in ENVS else "textworld")
     if env not in ENVS:

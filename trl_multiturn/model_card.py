@@ -124,7 +124,8 @@ def build_model_card(*, model_name: str, trainer_name: str, base_model: str | No
     model_ref = hub_model_id or model_name
     sections.append(
         "## Evaluate it\n\n```bash\n"
-        f"trl-multiturn eval --model_name_or_path {model_ref} --env {env_name} --num_eval_games 50\n```")
+        f"trl-multiturn eval --model_name_or_path {model_ref} --num_eval_games 50\n```\n\nIt plays with the "
+        "episode settings and environment above (`episode_settings.json`); any of them can be given instead.")
     sections.append("## Framework versions\n\n" + "\n".join(
         f"- {package}: {_version(package)}" for package in ("trl-multiturn", "trl", "transformers", "torch")))
     return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
