@@ -59,6 +59,7 @@ def test_eval_takes_a_training_recipe(tiny_chatml_model, textworld_games_dir, tm
     recipe = (ROOT / "recipes" / "quickstart.yaml").read_text()
     assert record["settings"]["system_prompt"] in recipe and record["settings"]["system_prompt"].startswith("You")
     assert record["settings"]["max_turns"] == 1  # the command line wins over the recipe's 4
+    assert record["settings"]["temperature"] == 0.0  # greedy: the recipe's sampling temperature is training's
     assert record["settings"]["max_completion_length"] == 12 and record["settings"]["max_episode_tokens"] == 1024
     assert record["outcomes"][0]["task"]["quest_length"] == 2 and record["summary"]["n"] == 1
 
@@ -130,12 +131,16 @@ def test_train_then_eval_from_the_command_line_plays_as_trained(tiny_chatml_mode
     assert saved["system_prompt"].startswith("You are playing") and saved["action_parser"] == "first_line"
     assert saved["environment"]["name"] == "textworld"
     assert "trained with multi-turn SFT" in (out / "README.md").read_text()
+    assert "## Evaluation" not in (out / "README.md").read_text()  # the recipe evaluates nothing
     assert main(["eval", "--model_name_or_path", str(out), "--num_eval_games", "1", "--world_size", "1",
                  "--nb_objects", "2", "--quest_length", "2", "--max_turns", "2", "--no_progress"]) == 0
     record = json.loads((out / "eval_results.json").read_text())  # beside the model
     assert record["settings"]["system_prompt"] == saved["system_prompt"] and record["settings"]["max_turns"] == 2
     assert record["settings"]["environment"]["settings"]["games_dir"] == str(textworld_games_dir)
     assert record["outcomes"][0]["task"]["game_file"].startswith(str(textworld_games_dir))
+    card = (out / "README.md").read_text()  # the card now shows the evaluation
+    assert card.count("## Evaluation\n") == 1 and card.count("## Evaluate it") == 1
+    assert "Held-out tasks (test split), played greedily with at most 2 turns" in card and "| all | " in card
 
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")))
@@ -146,6 +151,7 @@ def test_every_recipe_is_accepted_by_eval(recipe):
         ["--config", str(ROOT / "recipes" / recipe)], return_remaining_strings=True, separate_remaining_strings=True)
     assert cli_only == [] and "--model_name_or_path" not in config_only
     assert "--max_turns" not in config_only and "--system_prompt" not in config_only
+    assert eval_args.eval_temperature == 0.0  # a recipe's `temperature` is training's sampling, not evaluation's
 
 
 def test_settings_of_a_hub_model_out_of_reach_are_none(monkeypatch):

@@ -45,7 +45,11 @@ class EvalArguments:
     action_parser: str | None = field(
         default=None, metadata={"help": "How an action is read from a reply [first_line]."}
     )
-    temperature: float = field(default=0.0, metadata={"help": "Sampling temperature (0: greedy)."})
+    eval_temperature: float = field(
+        default=0.0,
+        metadata={"help": "Sampling temperature of evaluation (0: greedy); a recipe's training `temperature` is not "
+                          "used."},
+    )
     batch_size: int = field(default=16, metadata={"help": "Episodes played at once."})
     results_dir: str | None = field(
         default=None,
@@ -123,6 +127,7 @@ def run_eval(parser, argv: list[str]) -> int:
     print and save the result; exit code 0 when at least one episode was scored."""
     from .episode_settings import environment_factory_from_spec, load_episode_settings
     from .evaluation import evaluate
+    from .model_card import update_card_evaluation
 
     script_args, eval_args, config_remaining, cli_remaining = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True)
@@ -159,10 +164,15 @@ def run_eval(parser, argv: list[str]) -> int:
         model_path, factory, tasks, max_turns=eval_args.max_turns or script_args.eval_max_turns,
         max_reply_tokens=eval_args.max_completion_length, max_episode_tokens=eval_args.max_episode_tokens,
         system_prompt=eval_args.system_prompt, action_parser=eval_args.action_parser,
-        temperature=eval_args.temperature, batch_size=eval_args.batch_size, episode_settings=saved,
+        temperature=eval_args.eval_temperature, batch_size=eval_args.batch_size, episode_settings=saved,
         progress=eval_args.progress)
     print(f"held-out greedy evaluation on {len(tasks)} test games: {result}")
     results_dir = eval_args.results_dir or (model_path if os.path.isdir(model_path) else None)
     if results_dir:
-        print(f"results: {result.save(results_dir, env=env, model=script_args.model_name_or_path)}")
+        split = {"alfworld": eval_args.eval_split, "swegym": eval_args.dataset_split if eval_args.dataset_name
+                 else "shipped"}.get(env, "test")
+        path = result.save(results_dir, env=env, model=script_args.model_name_or_path, split=split)
+        print(f"results: {path}")
+        if update_card_evaluation(results_dir, json.loads(path.read_text())):
+            print(f"model card updated: {Path(results_dir, 'README.md')}")
     return 0 if result.n else 1

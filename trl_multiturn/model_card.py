@@ -81,10 +81,35 @@ def evaluation_table(summary: dict) -> str:
          f"{s['mean_turns']:.2f}", f"{s['mean_return']:.3f}", s["failed"]) for name, s in rows])
 
 
+def evaluation_section(eval_results: dict) -> str:
+    """The card's "## Evaluation" section for the contents of an `eval_results.json`."""
+    played = eval_results.get("settings") or {}
+    how = "greedily" if not played.get("temperature") else f"at temperature {played['temperature']}"
+    split = f" ({eval_results['split']} split)" if eval_results.get("split") else ""
+    return (f"## Evaluation\n\nHeld-out tasks{split}, played {how} with at most {played.get('max_turns', '?')} "
+            "turns (`eval_results.json` holds every task's outcome).\n\n" + evaluation_table(eval_results["summary"]))
+
+
+def update_card_evaluation(folder: str | os.PathLike, eval_results: dict) -> bool:
+    """Put `eval_results` in the evaluation section of the trl-multiturn model card in `folder` (replaced, or added
+    before "## Evaluate it"); False, and nothing written, when the folder has no such card."""
+    readme = Path(folder) / "README.md"
+    if not readme.is_file():
+        return False
+    text = readme.read_text()
+    if "\n## Evaluate it\n" not in text or "trl-multiturn" not in text:
+        return False
+    head, _, tail = text.partition("\n## Evaluate it\n")
+    head = head.split("\n## Evaluation\n")[0].rstrip("\n")
+    readme.write_text(f"{head}\n\n{evaluation_section(eval_results)}\n\n## Evaluate it\n{tail}")
+    return True
+
+
 def build_model_card(*, model_name: str, trainer_name: str, base_model: str | None, local_base: str | None,
                      args, settings: dict, global_step: int, recipe: str | None = None,
                      eval_results: dict | None = None, hub_model_id: str | None = None,
-                     dataset_name: str | None = None, tags: list[str] | None = None) -> ModelCard:
+                     dataset_name: str | None = None, tags: list[str] | None = None,
+                     folder: str | None = None) -> ModelCard:
     """The card's text and metadata; see the module docstring."""
     algorithm = trainer_name.removeprefix("MultiTurn").removesuffix("Trainer")
     environment = settings.get("environment") or {}
@@ -115,13 +140,8 @@ def build_model_card(*, model_name: str, trainer_name: str, base_model: str | No
         "beside the weights, and `trl-multiturn eval` reads them back.\n\n" + _table(("setting", "value"), episode),
     ]
     if eval_results:
-        played = eval_results.get("settings") or {}
-        sections.append(
-            "## Evaluation\n\nHeld-out tasks, played "
-            + ("greedily" if not played.get("temperature") else f"at temperature {played['temperature']}")
-            + f" with at most {played.get('max_turns', '?')} turns (`eval_results.json` holds every task's outcome)"
-            + ".\n\n" + evaluation_table(eval_results["summary"]))
-    model_ref = hub_model_id or model_name
+        sections.append(evaluation_section(eval_results))
+    model_ref = hub_model_id or folder or model_name
     sections.append(
         "## Evaluate it\n\n```bash\n"
         f"trl-multiturn eval --model_name_or_path {model_ref} --num_eval_games 50\n```\n\nIt plays with the "

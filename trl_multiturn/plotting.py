@@ -57,6 +57,7 @@ def plot_runs(run_dirs: list[str | os.PathLike], output: str | os.PathLike, labe
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     labels = labels or [Path(d).resolve().name for d in run_dirs]
     if len(labels) != len(run_dirs):
@@ -80,7 +81,11 @@ def plot_runs(run_dirs: list[str | os.PathLike], output: str | os.PathLike, labe
     for ax, title in zip(axes[0], CURVES):
         ax.set_title(title)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
+        if not ax.get_lines():
+            ax.text(0.5, 0.5, f"not logged\n({CURVES[title]!r})", ha="center", va="center",
+                    transform=ax.transAxes, color="grey")
     axes[0][0].legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(output, dpi=120)

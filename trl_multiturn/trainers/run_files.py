@@ -63,6 +63,7 @@ class RunFilesMixin:
             hub_model_id=self.hub_model_id,
             dataset_name=dataset_name,
             tags=[tags] if isinstance(tags, str) else tags,
+            folder=str(folder),
         )
         os.makedirs(folder, exist_ok=True)
         card.save(os.path.join(folder, "README.md"))
