@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 from conftest import tiny_rl_args
+from datasets import Dataset
 from transformers import TrainerCallback
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
@@ -137,6 +138,18 @@ def test_base_model_is_named_for_the_offline_default_and_for_our_checkpoints(tra
                                                                       "Instruct\nmodel_name:", 1))
     assert base_model_name(str(warm_start)) == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert base_model_name(trained_run["base"]) is None  # a bare local folder says nothing
+    # The card of a trainer that loads the offline default from its local folder names SmolLM2 on the Hub.
+    from huggingface_hub import ModelCard
+
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path / "from-offline")
+    trainer = MultiTurnGRPOTrainer(model=str(offline), args=args, environment_factory=TextWorldEnv,
+                                   train_dataset=Dataset.from_list([{"game_file": "unused"}]))
+    trainer.create_model_card()
+    card = ModelCard.load(tmp_path / "from-offline" / "README.md")
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert "fine-tuned version of [HuggingFaceTB/SmolLM2-135M-Instruct](https://huggingface.co/" in card.text
+    (warm_start / "README.md").write_text("---\nbase_model: [\n---\nbroken metadata")
+    assert base_model_name(str(warm_start)) is None
 
 
 def test_push_to_hub_uploads_the_card_settings_and_results(trained_run, monkeypatch):

@@ -13,6 +13,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import yaml
 from huggingface_hub import ModelCard, ModelCardData
 
 TRAINING_FIELDS = ("reward_mode", "success_reward", "format_penalty", "turn_gamma", "advantage_estimator",
@@ -38,7 +39,10 @@ def base_model_name(name_or_path: str | os.PathLike | None) -> str | None:
         return OFFLINE_DEFAULT_HUB_ID
     readme = path / "README.md"
     if readme.is_file():
-        base = ModelCard.load(readme).data.base_model
+        try:
+            base = ModelCard.load(readme).data.base_model
+        except (ValueError, yaml.YAMLError):  # a README whose metadata block is not valid YAML names nothing
+            return None
         return base[0] if isinstance(base, list) and base else base
     return None
 
