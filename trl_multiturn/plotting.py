@@ -53,7 +53,10 @@ def log_curves(log_history: list[dict]) -> dict[str, tuple[list[int], list[float
 def plot_runs(run_dirs: list[str | os.PathLike], output: str | os.PathLike, labels: list[str] | None = None):
     """Draw each run's curves on one figure of `CURVES` panels against the training step and save it to `output`
     (the format follows the suffix: .png, .pdf, .svg). Returns the matplotlib figure."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("plotting needs matplotlib: pip install 'trl-multiturn[plot]' (or matplotlib)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
