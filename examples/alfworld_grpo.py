@@ -112,6 +112,7 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
         result = evaluate(trainer.model, environment_factory, eval_tasks, trainer.processing_class,
                           **evaluation_options(training_args))
         print(f"greedy evaluation on {len(eval_tasks)} {script_args.eval_split} games: {result}")
+        trainer.record_evaluation(result, split=script_args.eval_split)  # eval_results.json, report_to, model card
 
     finish_run(trainer, training_args, held_out if script_args.num_eval_games else None)
 

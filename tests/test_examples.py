@@ -1,6 +1,7 @@
 """Every recipe parses with its example's own TrlParser, and the README's main job runs end to end."""
 
 import inspect
+import json
 import os
 import re
 import runpy
@@ -52,14 +53,22 @@ def test_the_main_job_trains_and_reports_held_out_success(tiny_chatml_model, tmp
     assert "held-out greedy evaluation on 2 test games: success" in done.stdout
     assert "starting model, held-out greedy evaluation on 2 test games: success" in done.stdout
     assert "held-out success, the same games:" in done.stdout and "exact McNemar p" in done.stdout
-    assert (tmp_path / "out" / "config.json").exists()
+    out = tmp_path / "out"
+    assert (out / "config.json").exists()
+    # What the run leaves for `trl-multiturn eval`, `plot` and the Hub.
+    assert json.loads((out / "episode_settings.json").read_text())["max_turns"] == 4
+    assert json.loads((out / "eval_results.json").read_text())["summary"]["n"] == 2
+    assert len(json.loads((out / "trainer_state.json").read_text())["log_history"]) >= 1
+    card = (out / "README.md").read_text()
+    assert "recipes/quickstart.yaml" in card and "## Evaluation" in card
 
 
-def test_cli_eval_reports_greedy_success(tiny_chatml_model, textworld_games_dir, capsys):
+def test_cli_eval_reports_greedy_success(tiny_chatml_model, textworld_games_dir, capsys, tmp_path):
     from trl_multiturn.cli import main
 
     code = main(["eval", "--model_name_or_path", tiny_chatml_model, "--num_eval_games", "2", "--max_turns", "2",
-                 "--max_completion_length", "4", "--games_dir", str(textworld_games_dir)])
+                 "--max_completion_length", "4", "--games_dir", str(textworld_games_dir),
+                 "--results_dir", str(tmp_path)])
     assert code == 0
     printed = capsys.readouterr().out
     assert re.search(r"held-out greedy evaluation on 2 test games: success [0-2]/2 = .*95% CI", printed)

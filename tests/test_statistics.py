@@ -38,13 +38,13 @@ def test_paired_test_counts_disagreements_on_shared_tasks_only():
     assert paired_test(b, a).only_b == 2
 
 
-def test_eval_result_outcomes_pair_episodes_by_task_and_skip_failed_ones():
+def test_eval_result_won_by_task_pairs_episodes_by_task_and_skip_failed_ones():
     def episode(seed, won, failed=False):
         ep = Episode(task={"seed": seed, "game": "g"}, prompt_ids=[], prompt_messages=[])
         ep.won, ep.failed = won, failed
         return ep
 
     result = EvalResult(1, 2, 0.0, 1.0, 1.0, 1, [episode(1, True), episode(2, False), episode(3, True, failed=True)])
-    outcomes = result.outcomes()
+    outcomes = result.won_by_task()
     assert sorted(outcomes.values()) == [False, True] and len(outcomes) == 2
     assert outcomes['{"game": "g", "seed": 1}'] is True

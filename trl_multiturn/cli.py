@@ -6,10 +6,14 @@
     trl-multiturn train grpo --config recipes/textworld_w2-o3-q4_grpo.yaml --max_steps 50
     trl-multiturn train sft --config recipes/textworld_sft.yaml
     trl-multiturn eval --model_name_or_path outputs/textworld_sft --num_eval_games 50 --max_turns 8
+    trl-multiturn eval --config recipes/quickstart.yaml
+    trl-multiturn plot outputs/quickstart_grpo outputs/other_run -o curves.png
 
 Adding a subcommand: write `_add_<name>(subparsers)` that builds its parser and sets `func` (called with the parsed
-arguments, returns an exit code), and list it in `SUBCOMMANDS`. Adding an environment to `make-games`: an argument
-group for its options in `_add_make_games` and a handler in `MAKE_GAMES`.
+arguments, returns an exit code), and list it in `SUBCOMMANDS`. A command whose options are dataclass fields
+registers with `add_help=False` and `takes_options=True`, and parses `args.options` with its own `TrlParser`.
+Help strings are %-formatted by argparse: write a literal percent sign as %%. Adding an environment to
+`make-games`: an argument group for its options in `_add_make_games` and a handler in `MAKE_GAMES`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -106,7 +109,8 @@ def _make_alfworld_games(args: argparse.Namespace, parser: argparse.ArgumentPars
         for seed in seeds:
             game_start = time.perf_counter()
             try:
-                [game_file] = generate_games(args.out, [seed], [task_type], folder, config, args.overwrite)
+                [game_file] = generate_games(args.out, [seed], [task_type], folder, config, args.overwrite,
+                                             progress=False)
             except (ValueError, GenerationError) as exc:
                 print(f"error: {task_type} seed {seed}: {exc}", file=sys.stderr)
                 return 1
@@ -166,61 +170,72 @@ TRAINERS = {
     "sft": ("MultiTurnSFTTrainer", "MultiTurnSFTConfig"),
 }
 
+# Commands whose options are dataclass fields are parsed as TRL's own CLI does: the subcommand is registered with
+# `add_help=False`, and its `TrlParser` (built when the command runs) reads `--config FILE`, the fields, and
+# `--help`, which lists every field with its help.
 
-def _train(args: argparse.Namespace) -> int:
+
+def trainer_parser(algo: str):
+    """The `TrlParser` of `trl-multiturn train <algo>`: `TextWorldScriptArguments` and the trainer's config."""
     from trl import TrlParser
 
     import trl_multiturn
 
-    from .script_args import TextWorldScriptArguments, train_on_textworld
+    from .script_args import TextWorldScriptArguments
 
-    trainer_name, config_name = TRAINERS[args.algo]
-    config_cls = getattr(trl_multiturn, config_name)
-    script_args, training_args = TrlParser((TextWorldScriptArguments, config_cls)).parse_args_and_config(
-        args=args.options
-    )
-    train_on_textworld(getattr(trl_multiturn, trainer_name), script_args, training_args)
+    return TrlParser(
+        (TextWorldScriptArguments, getattr(trl_multiturn, TRAINERS[algo][1])), prog=f"trl-multiturn train {algo}",
+        description=f"Train {TRAINERS[algo][0]} on TextWorld games (what examples/textworld_{algo}.py does): "
+                    "--config recipe.yaml sets any field below, and the command line overrides it.")
+
+
+def _train(args: argparse.Namespace) -> int:
+    import trl_multiturn
+
+    from .script_args import train_on_textworld
+
+    script_args, training_args = trainer_parser(args.algo).parse_args_and_config(args=args.options)
+    train_on_textworld(getattr(trl_multiturn, TRAINERS[args.algo][0]), script_args, training_args)
     return 0
 
 
 def _add_train(subparsers) -> None:
     parser = subparsers.add_parser(
         "train", help="Train on TextWorld games with one of the trainers (what examples/textworld_<algo>.py does).",
-        description="trl-multiturn train grpo --config recipes/textworld_w2-o3-q4_grpo.yaml [--field value ...]: "
-                    "every field of TextWorldScriptArguments and the trainer's config can be set.",
+        description="trl-multiturn train grpo --config recipes/textworld_w2-o3-q4_grpo.yaml [--field value ...]; "
+                    "`trl-multiturn train ALGO --help` lists the fields.",
     )
-    parser.add_argument("algo", choices=sorted(TRAINERS), help="The trainer.")
-    parser.set_defaults(func=_train, takes_options=True)
+    algos = parser.add_subparsers(dest="algo", required=True, metavar="ALGO")
+    for algo, (trainer, _) in sorted(TRAINERS.items()):
+        sub = algos.add_parser(algo, help=f"{trainer} (--help lists its fields)", add_help=False)
+        sub.set_defaults(func=_train, takes_options=True)
 
 
-@dataclass
-class EvalArguments:
-    """Episode settings of `trl-multiturn eval` (the trainers' fields of the same names)."""
+def eval_parser():
+    """The `TrlParser` of `trl-multiturn eval`."""
+    from trl import TrlParser
 
-    max_turns: int = field(default=8, metadata={"help": "The most replies per episode."})
-    max_completion_length: int = field(default=32, metadata={"help": "Cap on one reply's tokens."})
-    max_episode_tokens: int | None = field(default=None, metadata={"help": "Cap on a whole episode's tokens."})
-    system_prompt: str | None = field(default=None, metadata={"help": "System message before the first observation."})
-    action_parser: str = field(default="first_line", metadata={"help": "How an action is read from a reply."})
+    from .eval_command import EvalArguments
+    from .script_args import TextWorldScriptArguments
+
+    return TrlParser(
+        (TextWorldScriptArguments, EvalArguments), prog="trl-multiturn eval",
+        description="Greedy success of a model on held-out tasks (TextWorld, ALFWorld or SWE-Gym) with a 95% "
+                    "Wilson interval, played with the episode settings saved with the model (episode_settings.json; "
+                    "arguments given here win). --config accepts a training recipe. Writes eval_results.json to the "
+                    "model's folder.")
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from trl import TrlParser
+    from .eval_command import run_eval
 
-    from .script_args import TextWorldScriptArguments
-
-    script_args, eval_args = TrlParser((TextWorldScriptArguments, EvalArguments)).parse_args_and_config(
-        args=args.options
-    )
-    result = script_args.evaluate_held_out(script_args.model_path, None, eval_args)
-    return 0 if result.n else 1
+    return run_eval(eval_parser(), args.options)
 
 
 def _add_eval(subparsers) -> None:
     parser = subparsers.add_parser(
-        "eval", help="Greedy success of a model on held-out TextWorld games, with a 95% confidence interval.",
-        description="trl-multiturn eval --model_name_or_path outputs/textworld_sft --num_eval_games 50 "
-                    "[--world_size 2 --nb_objects 3 --quest_length 4 --max_turns 8 ...]",
+        "eval", help="Greedy success of a saved model on held-out tasks, with a 95%% confidence interval "
+                     "(--help lists the fields).", add_help=False,
     )
     parser.set_defaults(func=_eval, takes_options=True)
 
@@ -231,7 +246,26 @@ def _add_study(subparsers) -> None:
     add_study_parser(subparsers)
 
 
-SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_study]
+def _plot(args: argparse.Namespace) -> int:
+    from .plotting import plot_runs
+
+    plot_runs(args.run_dirs, args.output, args.labels)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _add_plot(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "plot", help="Learning curves (success, return, turns, KL, entropy) of one or more runs in one figure.",
+        description="Reads trainer_state.json of each run folder (or of its latest checkpoint-N) and draws its "
+                    "logged history against the step. Needs matplotlib (the `plot` extra).")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="Trainer output folders.")
+    parser.add_argument("-o", "--output", default="curves.png", help="Image to write (.png, .pdf, .svg).")
+    parser.add_argument("--labels", nargs="+", help="One legend label per run (default: folder names).")
+    parser.set_defaults(func=_plot)
+
+
+SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_study, _add_plot]
 
 
 def build_parser() -> argparse.ArgumentParser:

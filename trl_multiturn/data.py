@@ -49,6 +49,7 @@ def textworld_tasks(
     first_game: int = 0,
     games_dir: str | os.PathLike | None = None,
     generate: bool = True,
+    progress: bool = True,
     **challenge_settings: Any,
 ) -> datasets.Dataset:
     """A TextWorld task set: `num_games` games of one kind, seeded from `split`'s seed range.
@@ -58,10 +59,12 @@ def textworld_tasks(
 
     Each row holds the generation parameters and `seed`, plus `game_file`: the compiled game in `games_dir`
     (`TextWorldEnv`'s default cache when None) when `generate` is True, else None (the environment then generates
-    the game on first use). Resets from a row whose file exists cost no generation.
+    the game on first use). Resets from a row whose file exists cost no generation. `progress` shows a progress bar
+    while games are generated.
     """
     from .envs.textworld import default_games_dir
     from .envs.textworld_games import ChallengeGameSpec, CustomGameSpec, generate_game
+    from .progress import progress_bar
 
     if challenge is not None:
         if any(value is not None for value in (world_size, nb_objects, quest_length)):
@@ -73,9 +76,13 @@ def textworld_tasks(
         spec = CustomGameSpec(world_size, nb_objects, quest_length)
     games_dir = games_dir if games_dir is not None else default_games_dir()
     rows = []
-    for seed in split_seeds(split, num_games, first_game):
-        game_file = str(generate_game(spec, seed, games_dir)) if generate else None
-        rows.append({"game_file": game_file, **spec.task_row(seed)})
+    seeds = split_seeds(split, num_games, first_game)
+    with progress_bar(total=len(seeds), desc=f"TextWorld {split} games", unit="game",
+                      enabled=progress and generate) as bar:
+        for seed in seeds:
+            game_file = str(generate_game(spec, seed, games_dir)) if generate else None
+            rows.append({"game_file": game_file, **spec.task_row(seed)})
+            bar.update()
     return datasets.Dataset.from_list(rows)
 
 

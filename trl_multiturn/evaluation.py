@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .rollout import Episode, MultiTurnRolloutCollator
 from .rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
+
+EVAL_RESULTS_FILE = "eval_results.json"
+GROUP_COLUMNS = ("task_type", "challenge", "world_size", "nb_objects", "quest_length", "repo")
+"""Task-row columns the summary is broken down by, where the rows have them (ALFWorld's task type, TextWorld's
+game kind and complexity, SWE-Gym's repository)."""
+
+_DEFAULTS = {"max_turns": 8, "max_completion_length": 32, "max_episode_tokens": None, "system_prompt": None,
+             "action_parser": "first_line", "chat_template_kwargs": None}
 
 
 @dataclass
@@ -21,12 +31,14 @@ class EvalResult:
     mean_turns: float
     failed: int
     episodes: list[Episode] = field(default_factory=list, repr=False)
+    mean_return: float = 0.0
+    settings: dict = field(default_factory=dict, repr=False)
 
     @property
     def success_rate(self) -> float:
         return self.successes / self.n if self.n else float("nan")
 
-    def outcomes(self) -> dict[str, bool]:
+    def won_by_task(self) -> dict[str, bool]:
         """Won or not per task (keyed by the task row as JSON), failed episodes left out: what `paired_test`
         pairs when two models played the same tasks."""
         return {json.dumps(ep.task, sort_keys=True, default=str): bool(ep.won) for ep in self.episodes
@@ -35,7 +47,54 @@ class EvalResult:
     def __str__(self) -> str:
         return (f"success {self.successes}/{self.n} = {self.success_rate:.1%} "
                 f"(95% CI {self.ci_low:.1%}-{self.ci_high:.1%}), mean turns {self.mean_turns:.1f}, "
-                f"failed {self.failed}")
+                f"mean return {self.mean_return:.2f}, failed {self.failed}")
+
+    @classmethod
+    def from_episodes(cls, episodes: list[Episode], settings: dict | None = None) -> EvalResult:
+        """Failed episodes are counted apart and left out of success, turns and return."""
+        scored = [ep for ep in episodes if not ep.failed]
+        wins = sum(ep.won for ep in scored)
+        low, high = wilson_interval(wins, len(scored))
+        n = max(1, len(scored))
+        return cls(wins, len(scored), low, high, sum(ep.num_turns for ep in scored) / n,
+                   len(episodes) - len(scored), episodes, sum(sum(ep.turn_rewards) for ep in scored) / n,
+                   dict(settings or {}))
+
+    def summary(self, by_group: bool = True) -> dict:
+        """Success rate, Wilson interval, mean turns and return, counts; with `by_group`, the same per value of each
+        `GROUP_COLUMNS` column the tasks have (`by_task_type`, `by_quest_length`, ...)."""
+        out = {"success_rate": self.success_rate if self.n else None, "successes": self.successes, "n": self.n,
+               "ci_low": self.ci_low, "ci_high": self.ci_high, "mean_turns": self.mean_turns,
+               "mean_return": self.mean_return, "failed": self.failed}
+        for column in GROUP_COLUMNS if by_group else ():
+            values = sorted({str(ep.task[column]) for ep in self.episodes if ep.task.get(column) is not None})
+            if values:
+                out[f"by_{column}"] = {
+                    value: EvalResult.from_episodes(
+                        [ep for ep in self.episodes if str(ep.task.get(column)) == value]).summary(by_group=False)
+                    for value in values
+                }
+        return out
+
+    def outcomes(self) -> list[dict]:
+        """One record per played task: its row's JSON-able fields and how the episode went."""
+        return [{"task": {k: v for k, v in ep.task.items() if isinstance(v, (str, int, float, bool))},
+                 "won": ep.won, "failed": ep.failed, "failure": ep.failure, "truncated": ep.truncated,
+                 "num_turns": ep.num_turns, "return": sum(ep.turn_rewards), "actions": list(ep.actions)}
+                for ep in self.episodes]
+
+    def save(self, output_dir: str | os.PathLike, **extra) -> Path:
+        """Write `eval_results.json` (summary, episode settings, per-task outcomes, `extra`) to `output_dir`."""
+        path = Path(output_dir) / EVAL_RESULTS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"summary": self.summary(), "settings": self.settings, **extra, "outcomes": self.outcomes()}
+        path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+        return path
+
+
+def load_eval_results(output_dir: str | os.PathLike) -> dict | None:
+    path = Path(output_dir) / EVAL_RESULTS_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -52,17 +111,47 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: int = 8, max_reply_tokens: int = 32,
-             max_episode_tokens: int | None = None, temperature: float = 0.0, system_prompt: str | None = None,
-             action_parser="first_line", batch_size: int = 16, env_mode: str = "auto",
-             env_timeout: float | None = None) -> EvalResult:
+def resolve_episode_settings(model, episode_settings: dict | str | os.PathLike | None = None, **explicit) -> dict:
+    """The episode settings an evaluation plays with: each explicit (not None) value, else the saved one
+    (`episode_settings` as a dict or a folder; by default the folder `model` names, when it is a path), else the
+    default. The saved environment spec is kept under "environment"."""
+    from .episode_settings import load_episode_settings
+
+    if episode_settings is None and isinstance(model, (str, os.PathLike)):
+        episode_settings = model
+    saved = episode_settings if isinstance(episode_settings, dict) else load_episode_settings(episode_settings)
+    settings = {name: explicit[name] if explicit.get(name) is not None else saved.get(name, default)
+                for name, default in _DEFAULTS.items()}
+    settings["environment"] = saved.get("environment")
+    return settings
+
+
+def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: int | None = None,
+             max_reply_tokens: int | None = None, max_episode_tokens: int | None = None, temperature: float = 0.0,
+             system_prompt: str | None = None, action_parser=None, chat_template_kwargs: dict | None = None,
+             batch_size: int = 16, env_mode: str = "auto", env_timeout: float | None = None,
+             episode_settings: dict | str | os.PathLike | None = None, progress: bool = True) -> EvalResult:
     """Play every task once and report success. Greedy by default (`temperature=0`), independent of training
     sampling. `model` is a model object or a path/Hub id; `tasks` is a list of rows or a `datasets.Dataset`.
-    Failed episodes (environment crashes) are counted apart and left out of the success rate."""
+    Failed episodes (environment crashes) are counted apart and left out of the success rate.
+
+    Episode settings left None (`max_turns`, `max_reply_tokens`, `max_episode_tokens`, `system_prompt`,
+    `action_parser`, `chat_template_kwargs`) and `environment_factory=None` come from `episode_settings.json`, the
+    file every trainer saves with a model: in `episode_settings` (a folder, or the dict itself), by default in the
+    folder `model` names; without one, the defaults (8 turns, 32 tokens a reply, `first_line`). `progress` shows a
+    progress bar over the tasks."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .episode_settings import environment_factory_from_spec
     from .models import resolve_model
+    from .progress import progress_bar
 
+    settings = resolve_episode_settings(
+        model, episode_settings, max_turns=max_turns, max_completion_length=max_reply_tokens,
+        max_episode_tokens=max_episode_tokens, system_prompt=system_prompt, action_parser=action_parser,
+        chat_template_kwargs=chat_template_kwargs)
+    if environment_factory is None:
+        environment_factory = environment_factory_from_spec(settings["environment"])
     if isinstance(model, str):
         path = resolve_model(model)
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
@@ -74,23 +163,22 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
     eos = reply_eos_ids(tokenizer, generation_eos_ids(model))
     collator = MultiTurnRolloutCollator(
         environment_factory, tokenizer, CachedGenerator(model, tokenizer, eos, temperature=temperature),
-        max_turns=max_turns, max_reply_tokens=max_reply_tokens, max_episode_tokens=max_episode_tokens,
-        action_parser=action_parser, system_prompt=system_prompt, eos_token_ids=eos,
-        env_mode=env_mode, env_timeout=env_timeout,
+        max_turns=settings["max_turns"], max_reply_tokens=settings["max_completion_length"],
+        max_episode_tokens=settings["max_episode_tokens"], action_parser=settings["action_parser"],
+        system_prompt=settings["system_prompt"], eos_token_ids=eos,
+        chat_template_kwargs=settings["chat_template_kwargs"], env_mode=env_mode, env_timeout=env_timeout,
     )
     rows = list(tasks)
     episodes: list[Episode] = []
     try:
-        for start in range(0, len(rows), batch_size):
-            episodes += collator(rows[start: start + batch_size])
+        with progress_bar(total=len(rows), desc="evaluate", unit="task", enabled=progress) as bar:
+            for start in range(0, len(rows), batch_size):
+                episodes += collator(rows[start: start + batch_size])
+                bar.update(len(rows[start: start + batch_size]))
     finally:
         collator.close()
         model.train(was_training)
-    scored = [ep for ep in episodes if not ep.failed]
-    wins = sum(ep.won for ep in scored)
-    low, high = wilson_interval(wins, len(scored))
-    mean_turns = sum(ep.num_turns for ep in scored) / len(scored) if scored else 0.0
-    return EvalResult(wins, len(scored), low, high, mean_turns, len(episodes) - len(scored), episodes)
+    return EvalResult.from_episodes(episodes, {**settings, "temperature": temperature})
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:

@@ -15,6 +15,8 @@ from pathlib import Path
 from .cache import cache_dir
 
 OFFLINE_DEFAULT_MODEL = "offline:smollm2-135m-instruct"
+OFFLINE_DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+"""The Hub model the offline default's weights are (model cards name it as the base model)."""
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -28,9 +30,14 @@ def _gguf_path() -> Path:
     return Path(spec.submodule_search_locations[0]) / _GGUF_NAME
 
 
+def offline_default_dir() -> Path:
+    """Where the converted offline default lives (it may not exist yet)."""
+    return cache_dir("smollm2-135m-instruct")
+
+
 def offline_default_model() -> str:
     """Path to a `transformers` checkpoint of SmolLM2-135M-Instruct, converted from GGUF on first use."""
-    out = cache_dir("smollm2-135m-instruct")
+    out = offline_default_dir()
     if (out / "config.json").exists() and any(out.glob("*.safetensors")):
         return str(out)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

@@ -60,18 +60,18 @@ class TextWorldScriptArguments(ModelArguments):
                           "demonstrations never come from the games RL plays."},
     )
 
-    def tasks(self, split: str, num_games: int):
-        """The task `Dataset` of `num_games` games of `split`, generated on first use (training games start at
-        `first_train_game`)."""
+    def tasks(self, split: str, num_games: int, progress: bool = True):
+        """The task `Dataset` of `num_games` games of `split`, generated on first use (with a progress bar; training
+        games start at `first_train_game`)."""
         from .data import textworld_tasks
 
         first_game = self.first_train_game if split == "train" else 0
+        where = dict(split=split, num_games=num_games, first_game=first_game, games_dir=self.games_dir,
+                     progress=progress)
         if self.challenge:
             return textworld_tasks(challenge=self.challenge, rewards=self.challenge_rewards, goal=self.challenge_goal,
-                                   split=split, num_games=num_games, first_game=first_game,
-                                   games_dir=self.games_dir)
-        return textworld_tasks(self.world_size, self.nb_objects, self.quest_length, split=split,
-                               num_games=num_games, first_game=first_game, games_dir=self.games_dir)
+                                   **where)
+        return textworld_tasks(self.world_size, self.nb_objects, self.quest_length, **where)
 
     def environment_factory(self):
         import functools
@@ -81,16 +81,20 @@ class TextWorldScriptArguments(ModelArguments):
         return functools.partial(TextWorldEnv, games_dir=self.games_dir,
                                  admissible_commands_in_observation=self.admissible_commands)
 
-    def evaluate_held_out(self, model, tokenizer, training_args, label: str = ""):
+    def evaluate_held_out(self, model, tokenizer, training_args, trainer=None, label: str = ""):
         """Success on the held-out (test-split) games at `eval_temperature` (greedy by default), printed (after
-        `label`) and returned."""
+        `label`) and returned; with a `trainer`, also kept by `trainer.record_evaluation` (eval_results.json,
+        `report_to`, model card)."""
         from .evaluation import evaluate
 
-        result = evaluate(model, self.environment_factory(), self.tasks("test", self.num_eval_games), tokenizer,
-                          temperature=self.eval_temperature,
-                          **evaluation_options(training_args, self.eval_max_turns))
+        options = evaluation_options(training_args, self.eval_max_turns)
+        tasks = self.tasks("test", self.num_eval_games, options["progress"])
+        result = evaluate(model, self.environment_factory(), tasks, tokenizer, temperature=self.eval_temperature,
+                          **options)
         how = "greedy" if self.eval_temperature == 0 else f"temperature-{self.eval_temperature:g}"
         print(f"{label}held-out {how} evaluation on {self.num_eval_games} test games: {result}")
+        if trainer is not None:
+            trainer.record_evaluation(result, split="test")
         return result
 
 
@@ -102,7 +106,7 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
         model=script_args.model_path,
         args=training_args,
         environment_factory=script_args.environment_factory(),
-        train_dataset=script_args.tasks("train", script_args.num_train_games),
+        train_dataset=script_args.tasks("train", script_args.num_train_games, not training_args.disable_tqdm),
         **trainer_kwargs,
     )
     evaluating = script_args.num_eval_games > 0
@@ -113,7 +117,7 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
     trainer.train()
 
     def held_out():
-        after = script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
+        after = script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args, trainer)
         if before is not None:
             print(side_by_side(before, after, script_args.model_name_or_path, type(trainer).__name__))
 
@@ -130,19 +134,23 @@ def side_by_side(before, after, start: str, trainer_name: str) -> str:
         "held-out success, the same games:",
         f"  {start:<{width}}  {before}",
         f"  {'+ ' + trainer_name:<{width}}  {after}",
-        f"  trained vs start: {paired_test(after.outcomes(), before.outcomes())}",
+        f"  trained vs start: {paired_test(after.won_by_task(), before.won_by_task())}",
     ])
 
 
 def evaluation_options(training_args, max_turns: int | None = None) -> dict:
     """`evaluate` keyword arguments that play held-out episodes as the trainer's rollouts were played (`max_turns`
-    overrides the config's); an SFT config, which has no rollout fields, gets the RL configs' defaults."""
+    overrides the config's); fields a config lacks (an SFT config has no rollout fields) stay None, for `evaluate`
+    to take from the model's saved episode settings or its defaults. A config's `disable_tqdm` turns the progress
+    bar off."""
     return dict(
-        max_turns=max_turns or getattr(training_args, "max_turns", 8),
-        max_reply_tokens=getattr(training_args, "max_completion_length", None) or 32,
+        max_turns=max_turns or getattr(training_args, "max_turns", None),
+        max_reply_tokens=getattr(training_args, "max_completion_length", None),
         max_episode_tokens=getattr(training_args, "max_episode_tokens", None),
         system_prompt=getattr(training_args, "system_prompt", None),
-        action_parser=getattr(training_args, "action_parser", "first_line"),
+        action_parser=getattr(training_args, "action_parser", None),
+        chat_template_kwargs=getattr(training_args, "chat_template_kwargs", None),
+        progress=not getattr(training_args, "disable_tqdm", False),
     )
 
 

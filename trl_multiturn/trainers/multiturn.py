@@ -26,6 +26,7 @@ from ..rollout import Episode, MultiTurnRolloutCollator
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
+from .run_files import RunFilesMixin
 from .trl_compat import check_trl_attributes, single_turn_replies
 
 logger = logging.getLogger(__name__)
@@ -233,8 +234,9 @@ def environment_return(episode_return, **kwargs):
     return list(episode_return)
 
 
-class MultiTurnMixin:
-    """Mixed into a TRL trainer before the TRL class. Call `_init_multiturn` at the end of `__init__`."""
+class MultiTurnMixin(RunFilesMixin):
+    """Mixed into a TRL trainer before the TRL class. Call `_init_multiturn` at the end of `__init__`. Saving writes
+    the run's files (`RunFilesMixin`)."""
 
     environment_reward_name = environment_return.__name__
 

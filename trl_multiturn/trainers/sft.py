@@ -13,6 +13,7 @@ from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
 from .multiturn import bf16_only_where_supported, default_args
+from .run_files import RunFilesMixin
 from .trl_compat import check_trl_compat
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class MultiTurnSFTConfig(SFTConfig):
                              "(masks built token by token with the rollout's token builder). Leave it False.")
 
 
-class MultiTurnSFTTrainer(SFTTrainer):
+class MultiTurnSFTTrainer(RunFilesMixin, SFTTrainer):
     """SFT on multi-turn episodes, tokenized exactly as the RL rollouts tokenize them.
 
     Same arguments as `trl.SFTTrainer`, plus `environment_factory`. Each `train_dataset` / `eval_dataset` row is one

@@ -161,18 +161,26 @@ def generate_games(
     split: str = "train",
     config: ALFWorldGenConfig | None = None,
     overwrite: bool = False,
+    progress: bool = True,
 ) -> list[Path]:
     """Write one solvable game per seed and task type under `output_dir/json_2.1.1/<split>/`.
 
     Games already there (same task type, seed and knobs) are reused unless `overwrite`. Returns the
-    `game.tw-pddl` paths; `list_tasks(output_dir, split)` turns the folder into task rows.
+    `game.tw-pddl` paths; `list_tasks(output_dir, split)` turns the folder into task rows. `progress` shows a
+    progress bar.
     """
+    from ...progress import progress_bar
+
     config = config or ALFWorldGenConfig()
     types = tuple(task_types) if task_types is not None else TASK_TYPES
+    seeds = list(seeds)
     paths = []
-    for task_type in types:
-        _check(task_type, split)
-        for seed in seeds:
-            found = None if overwrite else existing_game(output_dir, task_type, seed, config, split)
-            paths.append(found or generate_game(task_type, seed, config, split).write(output_dir))
+    with progress_bar(total=len(types) * len(seeds), desc=f"ALFWorld {split} games", unit="game",
+                      enabled=progress) as bar:
+        for task_type in types:
+            _check(task_type, split)
+            for seed in seeds:
+                found = None if overwrite else existing_game(output_dir, task_type, seed, config, split)
+                paths.append(found or generate_game(task_type, seed, config, split).write(output_dir))
+                bar.update()
     return paths

@@ -1,0 +1,161 @@
+"""`trl-multiturn`: every command's help lists its fields; `eval` takes a training recipe and the settings a model was
+trained with, for TextWorld, ALFWorld and SWE-Gym."""
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from trl_multiturn.cli import TRAINERS, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
+
+
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--help"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_top_level_help_lists_the_commands(capsys):
+    text = _help([], capsys)
+    assert all(command in text for command in ("make-games", "train", "eval", "plot"))
+    assert "95% confidence interval" in " ".join(text.split())  # a literal % in a help string is written %%
+
+
+@pytest.mark.parametrize("algo", sorted(TRAINERS))
+def test_train_help_lists_the_script_and_trainer_fields(algo, capsys):
+    text = _help(["train", algo], capsys)
+    assert text.startswith(f"usage: trl-multiturn train {algo}")
+    for option in ("--world_size", "--num_eval_games", "--learning_rate", "--output_dir", "--system_prompt"):
+        assert option in text
+    if algo != "sft":
+        assert "--max_turns" in text and "--reward_mode" in text and "The most replies the model makes" in text
+
+
+def test_train_and_eval_help_list_their_choices_and_fields(capsys):
+    assert all(algo in _help(["train"], capsys) for algo in TRAINERS)
+    text = _help(["eval"], capsys)
+    for option in ("--env", "--max_turns", "--system_prompt", "--action_parser", "--results_dir", "--eval_split",
+                   "--dataset_name", "--model_name_or_path"):
+        assert option in text
+    assert "--output" in _help(["plot"], capsys)
+
+
+def test_eval_takes_a_training_recipe(tiny_chatml_model, textworld_games_dir, tmp_path, capsys):
+    """The quickstart recipe's episode fields are used, its training-only fields ignored with a note."""
+    code = main(["eval", "--config", str(ROOT / "recipes" / "quickstart.yaml"), "--model_name_or_path",
+                 tiny_chatml_model, "--num_eval_games", "1", "--games_dir", str(textworld_games_dir),
+                 "--max_turns", "1", "--results_dir", str(tmp_path), "--no_progress"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    note = next(line for line in printed.splitlines() if line.startswith("note: ignoring"))
+    assert "num_generations" in note and "learning_rate" in note and "system_prompt" not in note
+    record = json.loads((tmp_path / "eval_results.json").read_text())
+    recipe = (ROOT / "recipes" / "quickstart.yaml").read_text()
+    assert record["settings"]["system_prompt"] in recipe and record["settings"]["system_prompt"].startswith("You")
+    assert record["settings"]["max_turns"] == 1  # the command line wins over the recipe's 4
+    assert record["settings"]["temperature"] == 0.0  # greedy: the recipe's sampling temperature is training's
+    assert record["settings"]["max_completion_length"] == 12 and record["settings"]["max_episode_tokens"] == 1024
+    assert record["outcomes"][0]["task"]["quest_length"] == 2 and record["summary"]["n"] == 1
+
+
+def test_eval_evaluates_the_model_the_recipe_trained(tiny_chatml_model, tmp_path):
+    from trl_multiturn.eval_command import config_model_dir
+
+    assert config_model_dir(["--output_dir", tiny_chatml_model], []) == tiny_chatml_model
+    assert config_model_dir(["--output_dir", tiny_chatml_model], ["--model_name_or_path", "x"]) is None
+    assert config_model_dir(["--output_dir", str(tmp_path)], []) is None  # nothing saved there
+
+
+def test_eval_refuses_unknown_command_line_options(tiny_chatml_model):
+    with pytest.raises(SystemExit):
+        main(["eval", "--model_name_or_path", tiny_chatml_model, "--bogus", "1"])
+
+
+@pytest.mark.parametrize("env", ["alfworld", "swegym"])
+def test_environment_settings_round_trip_through_the_saved_spec(env):
+    """What a trainer saves of `partial(Env, Config(...))` rebuilds the same environment for evaluation."""
+    from trl_multiturn.episode_settings import environment_factory_from_spec, environment_spec
+
+    if env == "alfworld":
+        from trl_multiturn.envs.alfworld import ALFWorldConfig as Config
+        from trl_multiturn.envs.alfworld import ALFWorldEnv as Env
+        changed = {"admissible_commands": True, "expert_max_steps": 50}
+    else:
+        from trl_multiturn.envs.swegym import SWEGymConfig as Config
+        from trl_multiturn.envs.swegym import SWEGymEnv as Env
+        changed = {"max_observation_chars": 1000, "reward": "dense"}
+    spec = json.loads(json.dumps(environment_spec(functools.partial(Env, Config(**changed)))))
+    assert spec["name"] == env
+    rebuilt = environment_factory_from_spec(spec)()
+    assert isinstance(rebuilt, Env) and rebuilt.config == Config(**changed)
+    overridden = environment_factory_from_spec(spec, env, **{next(iter(changed)): Config().__dict__[
+        next(iter(changed))]})()
+    assert overridden.config != Config(**changed)
+    with pytest.raises(ValueError, match="not an Environment"):
+        environment_factory_from_spec({"class": "json:dumps"})
+
+
+def test_eval_plays_alfworld_games_it_generates(tiny_chatml_model, tmp_path):
+    code = main(["eval", "--env", "alfworld", "--model_name_or_path", tiny_chatml_model, "--num_eval_games", "1",
+                 "--task_types", "pick_and_place_simple", "--alfworld_games_dir", str(tmp_path / "games"),
+                 "--max_turns", "1", "--max_completion_length", "4", "--results_dir", str(tmp_path),
+                 "--no_progress"])
+    assert code == 0
+    record = json.loads((tmp_path / "eval_results.json").read_text())
+    assert record["env"] == "alfworld" and record["summary"]["n"] == 1
+    assert record["summary"]["by_task_type"]["pick_and_place_simple"]["n"] == 1
+    assert "/valid_unseen/pick_and_place_simple" in record["outcomes"][0]["task"]["game_file"]
+
+
+def test_eval_picks_swegym_tasks():
+    from trl_multiturn.eval_command import EvalArguments, held_out_tasks
+    from trl_multiturn.script_args import TextWorldScriptArguments
+
+    tasks = held_out_tasks("swegym", TextWorldScriptArguments(num_eval_games=3), EvalArguments(), {})
+    assert len(tasks) == 3 and {"instance_id", "FAIL_TO_PASS", "repo"} <= set(tasks.column_names)
+
+
+def test_train_then_eval_from_the_command_line_plays_as_trained(tiny_chatml_model, textworld_games_dir, tmp_path):
+    """`train sft` with a recipe saves its episode settings; `eval` of the saved folder plays with them."""
+    out = tmp_path / "sft"
+    assert main(["train", "sft", "--config", str(ROOT / "recipes" / "quickstart_sft.yaml"), "--model_name_or_path",
+                 tiny_chatml_model, "--output_dir", str(out), "--max_steps", "1", "--num_train_games", "2",
+                 "--games_dir", str(textworld_games_dir), "--disable_tqdm", "true"]) == 0
+    saved = json.loads((out / "episode_settings.json").read_text())
+    assert saved["system_prompt"].startswith("You are playing") and saved["action_parser"] == "first_line"
+    assert saved["environment"]["name"] == "textworld"
+    assert "trained with multi-turn SFT" in (out / "README.md").read_text()
+    assert "## Evaluation" not in (out / "README.md").read_text()  # the recipe evaluates nothing
+    assert main(["eval", "--model_name_or_path", str(out), "--num_eval_games", "1", "--world_size", "1",
+                 "--nb_objects", "2", "--quest_length", "2", "--max_turns", "2", "--no_progress"]) == 0
+    record = json.loads((out / "eval_results.json").read_text())  # beside the model
+    assert record["settings"]["system_prompt"] == saved["system_prompt"] and record["settings"]["max_turns"] == 2
+    assert record["settings"]["environment"]["settings"]["games_dir"] == str(textworld_games_dir)
+    assert record["outcomes"][0]["task"]["game_file"].startswith(str(textworld_games_dir))
+    card = (out / "README.md").read_text()  # the card now shows the evaluation
+    assert card.count("## Evaluation\n") == 1 and card.count("## Evaluate it") == 1
+    assert "Held-out tasks (test split), played greedily with at most 2 turns" in card and "| all | " in card
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")))
+def test_every_recipe_is_accepted_by_eval(recipe):
+    from trl_multiturn.cli import eval_parser
+
+    script_args, eval_args, config_only, cli_only = eval_parser().parse_args_and_config(
+        ["--config", str(ROOT / "recipes" / recipe)], return_remaining_strings=True, separate_remaining_strings=True)
+    assert cli_only == [] and "--model_name_or_path" not in config_only
+    assert "--max_turns" not in config_only and "--system_prompt" not in config_only
+    assert eval_args.eval_temperature == 0.0  # a recipe's `temperature` is training's sampling, not evaluation's
+
+
+def test_settings_of_a_hub_model_out_of_reach_are_none(monkeypatch):
+    from trl_multiturn.episode_settings import load_episode_settings
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert load_episode_settings("someone/not-cached") == {} and load_episode_settings("not/a/repo") == {}

@@ -1,0 +1,128 @@
+"""How a model played its episodes in training, saved with every checkpoint so that evaluation plays them the same way.
+
+Each saved model folder (`save_model`, every `checkpoint-N`) holds `episode_settings.json`:
+
+    {"max_turns": 4, "max_completion_length": 12, "max_episode_tokens": 1024, "system_prompt": "...",
+     "action_parser": "first_line", "chat_template_kwargs": null,
+     "environment": {"name": "textworld", "class": "trl_multiturn.envs.textworld:TextWorldEnv",
+                     "settings": {"games_dir": "...", ...}}}
+
+`trl-multiturn eval` and `evaluation.evaluate(..., episode_settings="auto")` read it back; explicit arguments win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import json
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+EPISODE_SETTINGS_FILE = "episode_settings.json"
+EPISODE_FIELDS = ("max_turns", "max_completion_length", "max_episode_tokens", "system_prompt", "action_parser",
+                  "chat_template_kwargs")
+"""Config fields that decide how an episode is played (the RL configs' names; SFT configs have some of them)."""
+
+ENVIRONMENT_NAMES = {"TextWorldEnv": "textworld", "ALFWorldEnv": "alfworld", "SWEGymEnv": "swegym"}
+ENVIRONMENT_CLASSES = {
+    "textworld": "trl_multiturn.envs.textworld:TextWorldEnv",
+    "alfworld": "trl_multiturn.envs.alfworld:ALFWorldEnv",
+    "swegym": "trl_multiturn.envs.swegym:SWEGymEnv",
+}
+
+
+def _json_value(value):
+    """`value` as JSON data (paths as strings), or raise TypeError."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    json.dumps(value)
+    return value
+
+
+def environment_spec(environment_factory) -> dict | None:
+    """What can be said of an environment factory in JSON: its class and the settings it was bound with.
+
+    `functools.partial(ALFWorldEnv, ALFWorldConfig(admissible_commands=True))` gives
+    `{"name": "alfworld", "class": "trl_multiturn.envs.alfworld.env:ALFWorldEnv", "settings": {...}}`: a dataclass
+    config given positionally is spread into its fields, keywords are kept. Settings that are not JSON data are
+    left out (logged). A lambda or other function gives its qualified name only; None gives None."""
+    if environment_factory is None:
+        return None
+    settings: dict = {}
+    factory = environment_factory
+    while isinstance(factory, functools.partial):
+        bound = {}
+        for arg in factory.args:
+            if dataclasses.is_dataclass(arg) and not isinstance(arg, type):
+                bound.update(dataclasses.asdict(arg))
+        settings = {**bound, **factory.keywords, **settings}
+        factory = factory.func
+    spec = {"class": f"{factory.__module__}:{factory.__qualname__}"}
+    if isinstance(factory, type):
+        spec["name"] = ENVIRONMENT_NAMES.get(factory.__name__, factory.__name__)
+    kept = {}
+    for key, value in settings.items():
+        try:
+            kept[key] = _json_value(value)
+        except TypeError:
+            logger.info("episode settings: environment setting %r is not JSON data; not saved", key)
+    spec["settings"] = kept
+    return spec
+
+
+def episode_settings(args, environment_factory=None) -> dict:
+    """The episode fields of a trainer config (those it has) and the environment's spec."""
+    settings = {name: getattr(args, name) for name in EPISODE_FIELDS if hasattr(args, name)}
+    settings["environment"] = environment_spec(environment_factory)
+    return settings
+
+
+def save_episode_settings(output_dir: str | os.PathLike, settings: dict) -> Path:
+    path = Path(output_dir) / EPISODE_SETTINGS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2) + "\n")
+    return path
+
+
+def load_episode_settings(model: str | os.PathLike | None) -> dict:
+    """The settings saved with `model`: in its folder, or for a Hub id in its repository (from the Hub or its
+    cache); {} when there are none or they cannot be reached."""
+    if model is None:
+        return {}
+    path = Path(model) / EPISODE_SETTINGS_FILE
+    if not path.is_file():
+        if Path(model).exists() or str(model).count("/") != 1:
+            return {}
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(str(model), EPISODE_SETTINGS_FILE))
+        except Exception as exc:  # no such file or repository, offline, no network: play with the defaults
+            logger.info("no %s for %s (%s)", EPISODE_SETTINGS_FILE, model, type(exc).__name__)
+            return {}
+    return json.loads(path.read_text())
+
+
+def environment_factory_from_spec(spec: dict | None, name: str | None = None, **overrides):
+    """A factory for the environment a spec describes (`name` picks a built-in one instead of the spec's class);
+    `overrides` replace saved settings. Only `Environment` subclasses are rebuilt."""
+    from .envs.base import Environment
+
+    spec = spec or {}
+    target = ENVIRONMENT_CLASSES[name] if name else spec.get("class")
+    if target is None:
+        raise ValueError("no environment: pass `env` (textworld, alfworld or swegym); the model folder has no "
+                         f"{EPISODE_SETTINGS_FILE} naming one")
+    module, _, qualname = target.partition(":")
+    cls = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    if not (isinstance(cls, type) and issubclass(cls, Environment)):
+        raise ValueError(f"{target} (from {EPISODE_SETTINGS_FILE}) is not an Environment class; pass `env`")
+    same_class = name is None or spec.get("name") == name
+    settings = {**(spec.get("settings") or {} if same_class else {}), **overrides}
+    return functools.partial(cls, **settings)

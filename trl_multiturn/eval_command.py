@@ -1,0 +1,178 @@
+"""`trl-multiturn eval`: greedy success of a saved model on held-out tasks of TextWorld, ALFWorld or SWE-Gym.
+
+Episode settings and the environment come from the model's `episode_settings.json` (what it was trained with);
+every argument given (command line or `--config` YAML) wins over them. A training recipe works as `--config`: its
+training-only fields are ignored with a note, and when it names an `output_dir` holding a saved model (and no
+`--model_name_or_path` is given on the command line), that trained model is evaluated. Results are written to
+`eval_results.json` in the model's folder (or `--results_dir`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .script_args import TextWorldScriptArguments
+
+ENVS = ("textworld", "alfworld", "swegym")
+
+
+@dataclass
+class EvalArguments:
+    """Episode settings and held-out tasks of `trl-multiturn eval`. Episode settings left unset come from the
+    model's `episode_settings.json`, else the defaults in brackets."""
+
+    env: str | None = field(
+        default=None,
+        metadata={"help": f"Environment, one of {ENVS} (default: the one the model was trained on, else textworld)."},
+    )
+    env_settings: str | None = field(
+        default=None,
+        metadata={"help": "JSON object of environment settings that replace the saved ones, e.g. "
+                          "'{\"admissible_commands\": true}'."},
+    )
+    max_turns: int | None = field(default=None, metadata={"help": "The most replies per episode [8]."})
+    max_completion_length: int | None = field(default=None, metadata={"help": "Cap on one reply's tokens [32]."})
+    max_episode_tokens: int | None = field(
+        default=None, metadata={"help": "Cap on a whole episode's tokens [no cap]."}
+    )
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "System message before the first observation [none]."}
+    )
+    action_parser: str | None = field(
+        default=None, metadata={"help": "How an action is read from a reply [first_line]."}
+    )
+    eval_temperature: float = field(
+        default=0.0,
+        metadata={"help": "Sampling temperature of evaluation (0: greedy); a recipe's training `temperature` is not "
+                          "used."},
+    )
+    batch_size: int = field(default=16, metadata={"help": "Episodes played at once."})
+    results_dir: str | None = field(
+        default=None,
+        metadata={"help": "Where to write eval_results.json (default: the model's folder when it is local)."},
+    )
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
+    data_path: str | None = field(
+        default=None,
+        metadata={"help": "ALFWorld: dataset folder ($ALFWORLD_DATA layout). Without one, games are generated in "
+                          "alfworld_games_dir."},
+    )
+    eval_split: str = field(
+        default="valid_unseen", metadata={"help": "ALFWorld: held-out split, valid_seen or valid_unseen."}
+    )
+    alfworld_games_dir: str = field(
+        default="outputs/alfworld_games", metadata={"help": "ALFWorld: where held-out games are generated."}
+    )
+    task_types: list[str] | None = field(default=None, metadata={"help": "ALFWorld: task types (default: all six)."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "SWE-Gym: task rows (Hub id or local path; default: the shipped offline tasks)."},
+    )
+    dataset_split: str = field(default="train", metadata={"help": "SWE-Gym: split of dataset_name."})
+
+
+def _alfworld_tasks(script_args, eval_args, settings: dict):
+    from .data import split_seeds
+    from .envs.alfworld import TASK_TYPES, list_tasks
+    from .envs.alfworld.tasks import dataset_root
+    from .envs.alfworld_gen import generate_games
+
+    types = eval_args.task_types or list(TASK_TYPES)
+    data_path = eval_args.data_path or settings.get("data_path")
+    root = dataset_root(data_path)
+    if data_path is None and not (root / eval_args.eval_split).is_dir():
+        per_type = math.ceil(script_args.num_eval_games / len(types))
+        generate_games(eval_args.alfworld_games_dir, split_seeds("test", per_type), types, eval_args.eval_split,
+                       progress=eval_args.progress)
+        root = Path(eval_args.alfworld_games_dir)
+    tasks = list_tasks(root, eval_args.eval_split, types)
+    return tasks.shuffle(seed=0).select(range(min(script_args.num_eval_games, len(tasks))))
+
+
+def _swegym_tasks(script_args, eval_args, settings: dict):
+    if eval_args.dataset_name:
+        from datasets import load_dataset
+
+        tasks = load_dataset(eval_args.dataset_name, split=eval_args.dataset_split)
+    else:
+        from .envs.swegym import load_tasks
+
+        tasks = load_tasks()
+    return tasks.select(range(min(script_args.num_eval_games, len(tasks))))
+
+
+def held_out_tasks(env: str, script_args: TextWorldScriptArguments, eval_args: EvalArguments, settings: dict):
+    """`num_eval_games` held-out task rows of `env` (`settings`: the environment's settings)."""
+    if env == "alfworld":
+        return _alfworld_tasks(script_args, eval_args, settings)
+    if env == "swegym":
+        return _swegym_tasks(script_args, eval_args, settings)
+    return script_args.tasks("test", script_args.num_eval_games, eval_args.progress)
+
+
+def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | None:
+    """The `output_dir` a training recipe names, when it holds a saved model and the command line names none."""
+    if "--model_name_or_path" in cli_args or "--output_dir" not in config_remaining:
+        return None
+    output_dir = config_remaining[config_remaining.index("--output_dir") + 1]
+    return output_dir if Path(output_dir, "config.json").is_file() else None
+
+
+def run_eval(parser, argv: list[str]) -> int:
+    """Parse `argv` with `parser` (a `TrlParser` of `TextWorldScriptArguments` and `EvalArguments`), evaluate,
+    print and save the result; exit code 0 when at least one episode was scored."""
+    from .episode_settings import environment_factory_from_spec, load_episode_settings
+    from .evaluation import evaluate
+    from .model_card import update_card_evaluation
+
+    script_args, eval_args, config_remaining, cli_remaining = parser.parse_args_and_config(
+        argv, return_remaining_strings=True, separate_remaining_strings=True)
+    if cli_remaining:
+        parser.error(f"unrecognized arguments: {' '.join(cli_remaining)}")
+    trained = config_model_dir(config_remaining, argv)
+    if trained:
+        print(f"note: evaluating the model the recipe trained, output_dir={trained} "
+              "(pass --model_name_or_path to evaluate another)")
+        script_args.model_name_or_path = trained
+    if config_remaining:
+        ignored = sorted(key[2:] for key in config_remaining if key.startswith("--"))
+        print(f"note: ignoring the config's training-only fields: {', '.join(ignored)}")
+    model_path = script_args.model_path
+    saved = load_episode_settings(model_path)
+    spec = saved.get("environment") or {}
+    env = eval_args.env or (spec.get("name") if spec.get("name") in ENVS else "textworld")
+    if env not in ENVS:
+        parser.error(f"--env {env}: choose one of {', '.join(ENVS)}")
+    overrides = json.loads(eval_args.env_settings) if eval_args.env_settings else {}
+    if env == "textworld" and script_args.games_dir:
+        overrides.setdefault("games_dir", script_args.games_dir)
+    if env == "alfworld" and eval_args.data_path:
+        overrides.setdefault("data_path", eval_args.data_path)
+    if script_args.admissible_commands and env != "swegym":  # each environment's name for the same setting
+        overrides.setdefault({"textworld": "admissible_commands_in_observation"}.get(env, "admissible_commands"), True)
+    factory = environment_factory_from_spec(spec, env, **overrides)
+    if env == "textworld" and not script_args.games_dir:
+        script_args.games_dir = factory.keywords.get("games_dir")  # held-out games beside the training games
+    tasks = held_out_tasks(env, script_args, eval_args, {**factory.keywords})
+    print(f"evaluating {model_path} on {len(tasks)} held-out {env} tasks"
+          + (f" with the episode settings saved in {model_path}" if saved else ""))
+    result = evaluate(
+        model_path, factory, tasks, max_turns=eval_args.max_turns or script_args.eval_max_turns,
+        max_reply_tokens=eval_args.max_completion_length, max_episode_tokens=eval_args.max_episode_tokens,
+        system_prompt=eval_args.system_prompt, action_parser=eval_args.action_parser,
+        temperature=eval_args.eval_temperature, batch_size=eval_args.batch_size, episode_settings=saved,
+        progress=eval_args.progress)
+    print(f"held-out greedy evaluation on {len(tasks)} test games: {result}")
+    results_dir = eval_args.results_dir or (model_path if os.path.isdir(model_path) else None)
+    if results_dir:
+        split = {"alfworld": eval_args.eval_split, "swegym": eval_args.dataset_split if eval_args.dataset_name
+                 else "shipped"}.get(env, "test")
+        path = result.save(results_dir, env=env, model=script_args.model_name_or_path, split=split)
+        print(f"results: {path}")
+        if update_card_evaluation(results_dir, json.loads(path.read_text())):
+            print(f"model card updated: {Path(results_dir, 'README.md')}")
+    return 0 if result.n else 1

@@ -1,0 +1,155 @@
+"""The model card trl-multiturn's trainers write (README.md beside the saved model, uploaded by `push_to_hub`).
+
+It names the real base model (a Hub id, also when the model was loaded from a local folder: the offline default, or
+a checkpoint whose own card names its base), the environment and its settings, the recipe, the algorithm, the reward
+mode and advantage estimator, the episode settings, and the held-out evaluation of `eval_results.json` when the
+folder has one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import yaml
+from huggingface_hub import ModelCard, ModelCardData
+
+TRAINING_FIELDS = ("reward_mode", "success_reward", "format_penalty", "turn_gamma", "advantage_estimator",
+                   "estimator_kwargs", "loss_type", "beta", "num_generations", "learning_rate",
+                   "per_device_train_batch_size", "gradient_accumulation_steps", "temperature", "max_steps", "seed")
+EPISODE_ROWS = ("max_turns", "max_completion_length", "max_episode_tokens", "action_parser", "system_prompt")
+
+
+def base_model_name(name_or_path: str | os.PathLike | None) -> str | None:
+    """The Hub id a model came from: a Hub id as given; for a local folder, SmolLM2-135M-Instruct when it is the
+    offline default's converted copy, else the `base_model` its own model card names (a trl-multiturn checkpoint
+    names its base); None when a local folder says nothing."""
+    from .models import OFFLINE_DEFAULT_HUB_ID, OFFLINE_DEFAULT_MODEL, offline_default_dir
+
+    if not name_or_path:
+        return None
+    if str(name_or_path) == OFFLINE_DEFAULT_MODEL:
+        return OFFLINE_DEFAULT_HUB_ID
+    path = Path(name_or_path)
+    if not path.is_dir():
+        return str(name_or_path)
+    if path.resolve() == offline_default_dir().resolve():
+        return OFFLINE_DEFAULT_HUB_ID
+    readme = path / "README.md"
+    if readme.is_file():
+        try:
+            base = ModelCard.load(readme).data.base_model
+        except (ValueError, yaml.YAMLError):  # a README whose metadata block is not valid YAML names nothing
+            return None
+        return base[0] if isinstance(base, list) and base else base
+    return None
+
+
+def recipe_from_argv(argv: list[str] | None = None) -> str | None:
+    """The `--config FILE` of the command line that started this process, if any."""
+    argv = sys.argv if argv is None else argv
+    return argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _cell(value) -> str:
+    return "`" + str(value).replace("|", "\\|").replace("\n", " ") + "`"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _percent(x) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def evaluation_table(summary: dict) -> str:
+    """Markdown table of an `eval_results.json` summary: all tasks, then each group of each `by_<column>`."""
+    rows = [("all", summary)]
+    for key, groups in summary.items():
+        if key.startswith("by_"):
+            rows += [(f"{key[3:]}={value}", group) for value, group in groups.items()]
+    return _table(("tasks", "success", "95% CI", "episodes", "mean turns", "mean return", "failed"), [
+        (name, _percent(s["success_rate"]), f"{_percent(s['ci_low'])} - {_percent(s['ci_high'])}", s["n"],
+         f"{s['mean_turns']:.2f}", f"{s['mean_return']:.3f}", s["failed"]) for name, s in rows])
+
+
+def evaluation_section(eval_results: dict) -> str:
+    """The card's "## Evaluation" section for the contents of an `eval_results.json`."""
+    played = eval_results.get("settings") or {}
+    how = "greedily" if not played.get("temperature") else f"at temperature {played['temperature']}"
+    split = f" ({eval_results['split']} split)" if eval_results.get("split") else ""
+    return (f"## Evaluation\n\nHeld-out tasks{split}, played {how} with at most {played.get('max_turns', '?')} "
+            "turns (`eval_results.json` holds every task's outcome).\n\n" + evaluation_table(eval_results["summary"]))
+
+
+def update_card_evaluation(folder: str | os.PathLike, eval_results: dict) -> bool:
+    """Put `eval_results` in the evaluation section of the trl-multiturn model card in `folder` (replaced, or added
+    before "## Evaluate it"); False, and nothing written, when the folder has no such card."""
+    readme = Path(folder) / "README.md"
+    if not readme.is_file():
+        return False
+    text = readme.read_text()
+    if "\n## Evaluate it\n" not in text or "trl-multiturn" not in text:
+        return False
+    head, _, tail = text.partition("\n## Evaluate it\n")
+    head = head.split("\n## Evaluation\n")[0].rstrip("\n")
+    readme.write_text(f"{head}\n\n{evaluation_section(eval_results)}\n\n## Evaluate it\n{tail}")
+    return True
+
+
+def build_model_card(*, model_name: str, trainer_name: str, base_model: str | None, local_base: str | None,
+                     args, settings: dict, global_step: int, recipe: str | None = None,
+                     eval_results: dict | None = None, hub_model_id: str | None = None,
+                     dataset_name: str | None = None, tags: list[str] | None = None,
+                     folder: str | None = None) -> ModelCard:
+    """The card's text and metadata; see the module docstring."""
+    algorithm = trainer_name.removeprefix("MultiTurn").removesuffix("Trainer")
+    environment = settings.get("environment") or {}
+    env_name = environment.get("name") or environment.get("class") or "unknown"
+    card_data = ModelCardData(
+        base_model=base_model, datasets=dataset_name, library_name="transformers", model_name=model_name,
+        tags=sorted({"trl", "trl-multiturn", "multi-turn", "reinforcement-learning", algorithm.lower(),
+                     str(env_name), *(tags or [])}),
+    )
+    if base_model:
+        origin = f"[{base_model}](https://huggingface.co/{base_model})"
+    else:
+        origin = f"a local model (`{local_base}`)" if local_base else "a model built in memory"
+    training = [("algorithm", f"{algorithm} (`{trainer_name}`)"), ("environment", _cell(env_name)),
+                ("recipe", _cell(recipe) if recipe else "none (arguments in code)"),
+                ("steps trained", global_step)]
+    if environment.get("settings"):
+        training.append(("environment settings", _cell(environment["settings"])))
+    training += [(name, _cell(getattr(args, name))) for name in TRAINING_FIELDS if hasattr(args, name)]
+    episode = [(name, _cell(settings[name])) for name in EPISODE_ROWS if name in settings]
+    sections = [
+        f"# {model_name}",
+        f"This model is a fine-tuned version of {origin}, trained with multi-turn {algorithm} "
+        f"(trl-multiturn, on [TRL](https://github.com/huggingface/trl)) to play whole episodes of the "
+        f"`{env_name}` environment turn by turn.",
+        "## Training\n\n" + _table(("setting", "value"), training),
+        "## Episodes\n\nEvery episode was played with these settings; they are saved in `episode_settings.json` "
+        "beside the weights, and `trl-multiturn eval` reads them back.\n\n" + _table(("setting", "value"), episode),
+    ]
+    if eval_results:
+        sections.append(evaluation_section(eval_results))
+    model_ref = hub_model_id or folder or model_name
+    sections.append(
+        "## Evaluate it\n\n```bash\n"
+        f"trl-multiturn eval --model_name_or_path {model_ref} --num_eval_games 50\n```\n\nIt plays with the "
+        "episode settings and environment above (`episode_settings.json`); any of them can be given instead.")
+    sections.append("## Framework versions\n\n" + "\n".join(
+        f"- {package}: {_version(package)}" for package in ("trl-multiturn", "trl", "transformers", "torch")))
+    return ModelCard(f"---\n{card_data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n")
