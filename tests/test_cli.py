@@ -151,7 +151,7 @@ def test_every_recipe_is_accepted_by_eval(recipe):
         ["--config", str(ROOT / "recipes" / recipe)], return_remaining_strings=True, separate_remaining_strings=True)
     assert cli_only == [] and "--model_name_or_path" not in config_only
     assert "--max_turns" not in config_only and "--system_prompt" not in config_only
-    assert eval_args.eval_temperature == 0.0  # a recipe's `temperature` is training's sampling, not evaluation's
+    assert script_args.eval_temperature == 0.0  # a recipe's `temperature` is training's sampling, not evaluation's
 
 
 def test_settings_of_a_hub_model_out_of_reach_are_none(monkeypatch):

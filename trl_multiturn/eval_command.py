@@ -45,11 +45,6 @@ class EvalArguments:
     action_parser: str | None = field(
         default=None, metadata={"help": "How an action is read from a reply [first_line]."}
     )
-    eval_temperature: float = field(
-        default=0.0,
-        metadata={"help": "Sampling temperature of evaluation (0: greedy); a recipe's training `temperature` is not "
-                          "used."},
-    )
     batch_size: int = field(default=16, metadata={"help": "Episodes played at once."})
     results_dir: str | None = field(
         default=None,
@@ -164,9 +159,10 @@ def run_eval(parser, argv: list[str]) -> int:
         model_path, factory, tasks, max_turns=eval_args.max_turns or script_args.eval_max_turns,
         max_reply_tokens=eval_args.max_completion_length, max_episode_tokens=eval_args.max_episode_tokens,
         system_prompt=eval_args.system_prompt, action_parser=eval_args.action_parser,
-        temperature=eval_args.eval_temperature, batch_size=eval_args.batch_size, episode_settings=saved,
+        temperature=script_args.eval_temperature, batch_size=eval_args.batch_size, episode_settings=saved,
         progress=eval_args.progress)
-    print(f"held-out greedy evaluation on {len(tasks)} test games: {result}")
+    how = "greedy" if script_args.eval_temperature == 0 else f"temperature-{script_args.eval_temperature:g}"
+    print(f"held-out {how} evaluation on {len(tasks)} test games: {result}")
     results_dir = eval_args.results_dir or (model_path if os.path.isdir(model_path) else None)
     if results_dir:
         split = {"alfworld": eval_args.eval_split, "swegym": eval_args.dataset_split if eval_args.dataset_name
