@@ -134,6 +134,13 @@ def clipped_value_loss(values, old_values, returns, mask, cliprange_value: float
     return loss, clip_fraction
 
 
+def active_peft_config(model):
+    """The active adapter's `PeftConfig` of a `PeftModel` policy (a LoRA policy gets a LoRA critic); else None."""
+    from accelerate.utils import is_peft_model
+
+    return model.peft_config[model.active_adapter] if isinstance(model, nn.Module) and is_peft_model(model) else None
+
+
 class _ClearCriticGradients(TrainerCallback):
     """Clears the critic's gradients wherever the training loop clears the policy's.
 
@@ -158,8 +165,9 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     Same arguments as `MultiTurnGRPOTrainer`, plus:
         value_model: the critic as a ready module (forward returning `.logits` of shape (B, L, 1)) or a path;
             overrides `args.value_model`. None: a critic initialised from the policy.
-        value_peft_config: a `peft.PeftConfig` for the critic; defaults to `peft_config` (a LoRA policy gets a LoRA
-            critic).
+        value_peft_config: a `peft.PeftConfig` for the critic; defaults to `peft_config`, or to the adapter's config
+            of a `PeftModel` policy (a LoRA policy gets a LoRA critic). A `PeftModel` policy's critic starts from
+            its base model's weights.
     """
 
     _tag_names = ["trl", "ppo", "trl-multiturn"]
@@ -191,7 +199,8 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         set_seed(args.seed)
         critic = create_value_model(
             model, value_model if value_model is not None else args.value_model,
-            peft_config=value_peft_config if value_peft_config is not None else peft_config,
+            peft_config=next((c for c in (value_peft_config, peft_config, active_peft_config(model))
+                              if c is not None), None),
             model_init_kwargs=args.model_init_kwargs,
         )
         # TRL builds a reference model only for beta != 0 (from the policy object: `MultiTurnGRPOTrainer`); PPO also
