@@ -130,14 +130,20 @@ def token_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     return out.logits[:, -logits_to_keep - 1:-1, 0].float()
 
 
-def save_value_model(critic, output_dir: str) -> None:
-    """Save the critic (full weights, or the adapter and head of a PEFT critic) to `output_dir/critic`."""
-    critic.save_pretrained(os.path.join(output_dir, CRITIC_DIR))
+def save_value_model(critic, output_dir: str, state_dict: dict | None = None) -> None:
+    """Save the critic (full weights, or the adapter and head of a PEFT critic) to `output_dir/critic`;
+    `state_dict`: its full weights when they are sharded across processes (gathered by the caller)."""
+    critic.save_pretrained(os.path.join(output_dir, CRITIC_DIR), state_dict=state_dict)
 
 
-def load_value_model_weights(critic, checkpoint_dir: str) -> None:
-    """Load the weights saved by `save_value_model` into `critic`, in place (the optimizer keeps its parameters)."""
+def load_value_model_weights(critic, checkpoint_dir: str, sharded: bool = False) -> None:
+    """Load the weights saved by `save_value_model` into `critic`, in place (the optimizer keeps its parameters).
+    `sharded`: `critic` is the FSDP-wrapped module; every process reads the full weights and keeps its shard."""
     from accelerate.utils import is_peft_model
+
+    if sharded:
+        _load_sharded(critic, os.path.join(checkpoint_dir, CRITIC_DIR))
+        return
 
     folder = os.path.join(checkpoint_dir, CRITIC_DIR)
     if not os.path.isdir(folder):
@@ -152,3 +158,14 @@ def load_value_model_weights(critic, checkpoint_dir: str) -> None:
         # from_pretrained reads any layout save_pretrained writes (one file or shards); its weights are then copied
         saved = type(critic).from_pretrained(folder, dtype=critic.dtype)
         critic.load_state_dict(saved.state_dict())
+
+
+def _load_sharded(critic, folder: str) -> None:
+    from accelerate.utils import is_peft_model
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    if is_peft_model(critic):
+        raise NotImplementedError("resuming a PEFT critic under FSDP is not supported: start its adapter afresh "
+                                  "(value_peft_config) or resume without FSDP")
+    saved = AutoModelForTokenClassification.from_pretrained(folder).state_dict()
+    set_model_state_dict(critic, saved, options=StateDictOptions(full_state_dict=True))
