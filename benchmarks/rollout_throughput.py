@@ -16,7 +16,9 @@ Rows (all with a tiny random model, so that the environment and the loop's own c
     README (not re-run here).
 (e) Trainer time per trained (sampled) token: `MultiTurnGRPOTrainer` on a multi-turn environment against TRL's own
     single-turn `GRPOTrainer`, same model, batch, steps and sampled tokens per sequence (`--turns-per-episode` replies
-    of `--reply-tokens` against one completion of their product). The first step (warm-up) is not timed.
+    of `--reply-tokens` against one completion of their product). The first step (warm-up) is not timed. Per trained
+    token the multi-turn trainer also pays for the observation and template tokens between turns, which the model
+    reads but is not trained on; per batch token (every position the model reads) it does not.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -141,7 +144,9 @@ def random_reward(completions, **kwargs):
 
 
 def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool):
-    """(seconds per trained token, trained tokens, seconds) over the steps after the first."""
+    """(trained tokens, tokens in the batch, seconds) over the steps after the first. Trained tokens are the sampled
+    ones (the loss mask); the batch's tokens are every position the model reads: prompt, replies and (multi-turn)
+    observations and template tokens between turns."""
     from datasets import Dataset
     from transformers import TrainerCallback
 
@@ -171,25 +176,43 @@ def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool):
         prompts = [{"prompt": [{"role": "user", "content": OPENING}]} for _ in range(64)]
         trainer = GRPOTrainer(model=model_dir, args=config, reward_funcs=[random_reward],
                               train_dataset=Dataset.from_list(prompts), callbacks=[StepClock()])
+    batch_tokens = []
+    if multi_turn:
+        rollout = trainer._rollout
+
+        def counted(inputs):
+            rows = rollout(inputs)
+            batch_tokens.append(sum(ep.num_tokens for ep in trainer._episodes))
+            return rows
+
+        trainer._rollout = counted
     trainer.train()
-    lengths = [log["completions/mean_length"] for log in trainer.state.log_history if "completions/mean_length" in log]
-    tokens = sum(lengths[1:]) * args.train_batch
-    seconds = stamps[-1] - stamps[0]
-    return seconds / tokens, tokens, seconds
+    logs = [log for log in trainer.state.log_history if "completions/mean_length" in log]
+    trained = sum(log["completions/mean_length"] for log in logs[1:]) * args.train_batch
+    if not multi_turn:  # TRL's `num_tokens`: prompt and completion tokens seen so far
+        batch_tokens = [logs[0]["num_tokens"]] + [b["num_tokens"] - a["num_tokens"] for a, b in zip(logs, logs[1:])]
+    return trained, sum(batch_tokens[1:]), stamps[-1] - stamps[0]
 
 
 def trainer_rows(args, model_dir, tmp):
-    """Row (e)."""
-    multi, multi_tokens, multi_s = trainer_seconds_per_token(args, model_dir, tmp, multi_turn=True)
-    single, single_tokens, single_s = trainer_seconds_per_token(args, model_dir, tmp, multi_turn=False)
-    steps = args.train_steps - 1
-    return [
-        ("(e) TRL GRPOTrainer, single turn", single_s,
-         f"{steps} steps, {single_tokens:.0f} trained tokens", f"{single * 1000:.2f} ms per trained token"),
-        ("(e) MultiTurnGRPOTrainer, delay env (0 s)", multi_s,
-         f"{steps} steps, {multi_tokens:.0f} trained tokens",
-         f"{multi * 1000:.2f} ms per trained token; {multi / single:.2f}x TRL's"),
-    ]
+    """Row (e): the two trainers alternate `--train-repeats` times (a change in the machine's load hits both); each
+    figure is the median over the repeats."""
+    runs = {False: [], True: []}
+    for _ in range(args.train_repeats):
+        for multi_turn in (False, True):
+            trained, batch, seconds = trainer_seconds_per_token(args, model_dir, tmp, multi_turn)
+            runs[multi_turn].append((seconds / trained, seconds / batch, trained, batch, seconds))
+    med = {k: [statistics.median(run[i] for run in v) for i in range(5)] for k, v in runs.items()}
+    out = []
+    for multi_turn, name in ((False, "(e) TRL GRPOTrainer, single turn"),
+                             (True, "(e) MultiTurnGRPOTrainer, delay env (0 s)")):
+        per_trained, per_batch, trained, batch, seconds = med[multi_turn]
+        ratio = "" if not multi_turn else (f"; {per_trained / med[False][0]:.2f}x and "
+                                           f"{per_batch / med[False][1]:.2f}x TRL's")
+        out.append((name, seconds, f"{args.train_steps - 1} steps, {trained:.0f} trained of {batch:.0f} tokens; "
+                    f"median of {args.train_repeats}", f"{per_trained * 1000:.2f} ms per trained token, "
+                    f"{per_batch * 1000:.2f} ms per batch token{ratio}"))
+    return out
 
 
 def main() -> None:
@@ -201,6 +224,7 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=2, help="distinct w2-o3-q4 TextWorld games")
     parser.add_argument("--train-steps", type=int, default=4, help="trainer steps (the first is not timed)")
     parser.add_argument("--train-batch", type=int, default=8)
+    parser.add_argument("--train-repeats", type=int, default=3, help="alternating runs of each trainer")
     parser.add_argument("--turns-per-episode", type=int, default=4, help="replies per multi-turn training episode")
     parser.add_argument("--reply-tokens", type=int, default=8, help="tokens per reply of a training episode")
     args = parser.parse_args()

@@ -114,3 +114,24 @@ def test_ranks_whose_episodes_end_at_different_turns_make_equal_generate_calls(t
     assert [n for _, _, n in calls[1]] == [2, 1] * 4 + [0]
     assert [n for _, _, n in calls[0]] == [2, 1] + [0] * 7
     assert [ep.num_turns for ep in played[0]] == [1] * 3 and [ep.num_turns for ep in played[1]] == [4] * 3
+
+
+def test_a_trainer_with_rollout_overlap_plays_the_same_greedy_episodes(tiny_chatml_model, tmp_path):
+    """top_k=1 makes the trainer's sampling greedy; its history cache then keeps one cache per half."""
+    from conftest import tiny_rl_args
+    from datasets import Dataset
+
+    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+
+    rows = [{"target": 3}, {"target": 1}, {"target": 2}, {"target": 3}]
+    played = {}
+    for overlap in (False, True):
+        args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path / str(overlap), top_k=1, rollout_overlap=overlap)
+        with MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                                  train_dataset=Dataset.from_list(rows)) as trainer:
+            assert trainer.rollout_collator.overlap == overlap and trainer._history_cache.streams == 1 + overlap
+            trainer.model.eval()
+            trainer._rollout(rows)
+            played[overlap] = trainer._episodes
+    assert all(same_episode(ep, ref) for ep, ref in zip(played[True], played[False]))
+    assert [ep.num_turns for ep in played[True]] == [3, 1, 2, 3]
