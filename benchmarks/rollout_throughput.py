@@ -207,8 +207,10 @@ def trainer_rows(args, model_dir, tmp):
     for multi_turn, name in ((False, "(e) TRL GRPOTrainer, single turn"),
                              (True, "(e) MultiTurnGRPOTrainer, delay env (0 s)")):
         per_trained, per_batch, trained, batch, seconds = med[multi_turn]
+        pairs = [f"{m[0] / t[0]:.2f}" for m, t in zip(runs[True], runs[False])]
         ratio = "" if not multi_turn else (f"; {per_trained / med[False][0]:.2f}x and "
-                                           f"{per_batch / med[False][1]:.2f}x TRL's")
+                                           f"{per_batch / med[False][1]:.2f}x TRL's (per trained token, run by "
+                                           f"run: {', '.join(pairs)}x)")
         out.append((name, seconds, f"{args.train_steps - 1} steps, {trained:.0f} trained of {batch:.0f} tokens; "
                     f"median of {args.train_repeats}", f"{per_trained * 1000:.2f} ms per trained token, "
                     f"{per_batch * 1000:.2f} ms per batch token{ratio}"))
