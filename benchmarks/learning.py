@@ -17,9 +17,11 @@ Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG
     sft       SFT warm start on the SFT games' walkthroughs
     grpo, rloo, ppo   RL from the SFT checkpoint on the RL games, `--rl-episodes` episodes each; a model-only
               checkpoint every 1/curve_points of the budget, for the held-out learning curve
-    sft_more  the control: SFT continued from the SFT checkpoint on the same walkthroughs, as many epochs as fit in
-              the wall time of the longest RL arm
-    eval      greedy success of every trained model (and of each RL arm's intermediate checkpoints) on the evaluation games
+    sft_more  the control: SFT continued from the SFT checkpoint on the same walkthroughs (constant learning rate)
+              until it has used the CPU time of the longest RL arm (CPU time, not wall time: other jobs on a
+              shared machine slow the arms unequally)
+    eval      greedy success of every trained model (and of each RL arm's intermediate checkpoints) on the
+              evaluation games
     report    the table (Wilson 95% intervals, exact McNemar p-values) and the learning curves
 
 Everything about an episode (system prompt, action parser, turn and token caps) is the same in SFT, RL and
@@ -33,6 +35,7 @@ import functools
 import json
 import logging
 import os
+import resource
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -130,25 +133,51 @@ def environment(games_dir: Path):
     return functools.partial(TextWorldEnv, games_dir=str(games_dir))
 
 
-def run_sft(setting: Setting, model: str, tasks, games_dir: Path, output_dir: Path, epochs: float) -> dict:
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (environment workers), user plus system."""
+    return sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for f in ("ru_utime", "ru_stime"))
+
+
+def cpu_budget_callback(budget: float):
+    """A trainer callback that stops training once `budget` CPU seconds are used after training begins."""
+    from transformers import TrainerCallback
+
+    class CPUBudget(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = cpu_seconds()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if cpu_seconds() - self.start >= budget:
+                control.should_training_stop = True
+
+    return CPUBudget()
+
+
+def run_sft(setting: Setting, model: str, tasks, games_dir: Path, output_dir: Path, epochs: float,
+            cpu_budget: float | None = None) -> dict:
+    """SFT for `epochs` epochs (linear decay), or with `cpu_budget` at a constant rate until that much CPU time is
+    used (`epochs` then caps it)."""
     from trl_multiturn import MultiTurnSFTConfig, MultiTurnSFTTrainer
 
     config = MultiTurnSFTConfig(
         output_dir=str(output_dir), system_prompt=setting.system_prompt, action_parser="first_line",
         max_length=None, num_train_epochs=epochs, per_device_train_batch_size=2,
-        learning_rate=setting.sft_learning_rate, lr_scheduler_type="linear", warmup_steps=2,
+        learning_rate=setting.sft_learning_rate, lr_scheduler_type="constant" if cpu_budget else "linear",
+        warmup_steps=0 if cpu_budget else 2,
         activation_checkpointing=False, use_cpu=True, bf16=False, logging_steps=5, save_strategy="no",
         report_to="none", seed=setting.seed,
     )
-    clock = time.perf_counter()
+    clock, cpu = time.perf_counter(), cpu_seconds()
+    callbacks = [cpu_budget_callback(cpu_budget)] if cpu_budget else None
     trainer = MultiTurnSFTTrainer(model, args=config, environment_factory=environment(games_dir),
-                                  train_dataset=tasks)
+                                  train_dataset=tasks, callbacks=callbacks)
     result = trainer.train()
-    seconds = time.perf_counter() - clock
+    seconds, cpu = time.perf_counter() - clock, cpu_seconds() - cpu
     trainer.save_model(str(output_dir))
     episodes = trainer.train_dataset
     return {
-        "seconds": seconds, "epochs": epochs, "steps": trainer.state.global_step,
+        "seconds": seconds, "cpu_seconds": cpu, "epochs": trainer.state.epoch, "steps": trainer.state.global_step,
         "examples": len(episodes), "tokens": sum(len(ids) for ids in episodes["input_ids"]),
         "final_train_loss": result.training_loss, "log": trainer.state.log_history,
     }
@@ -193,15 +222,16 @@ def rl_config(arm: str, setting: Setting, output_dir: Path):
 
 def run_rl(arm: str, setting: Setting, model: str, tasks, games_dir: Path, output_dir: Path) -> dict:
     trainer_cls, config = rl_config(arm, setting, output_dir)
-    clock = time.perf_counter()
+    clock, cpu = time.perf_counter(), cpu_seconds()
     trainer = trainer_cls(model=model, args=config, environment_factory=environment(games_dir), train_dataset=tasks)
     trainer.train()
-    seconds = time.perf_counter() - clock
+    trainer.close()  # environment workers end (and are counted in cpu_seconds) before the clock stops
+    seconds, cpu = time.perf_counter() - clock, cpu_seconds() - cpu
     trainer.save_model(str(output_dir))
     episodes = trainer.state.global_step * setting.episodes_per_step
     checkpoints = sorted((p for p in output_dir.glob("checkpoint-*")), key=lambda p: int(p.name.split("-")[1]))
     return {
-        "seconds": seconds, "steps": trainer.state.global_step, "episodes": episodes,
+        "seconds": seconds, "cpu_seconds": cpu, "steps": trainer.state.global_step, "episodes": episodes,
         "config": {k: v for k, v in config.to_dict().items() if _jsonable(v)},
         "checkpoints": [{"step": int(p.name.split("-")[1]), "path": str(p)} for p in checkpoints],
         "log": trainer.state.log_history,
@@ -232,18 +262,13 @@ def evaluate_model(model_path: str, setting: Setting, tasks, games_dir: Path) ->
 # -- report -------------------------------------------------------------------------------------------------------
 
 
-def comparison(results: Results, arm: str, baseline: str) -> dict | None:
-    from trl_multiturn.evaluation import mcnemar_exact
+def comparison(results: Results, arm: str, baseline: str):
+    from trl_multiturn.evaluation import paired_test
 
     evals = results.data.get("eval", {})
     if arm not in evals or baseline not in evals:
         return None
-    a, b = evals[arm]["outcomes"], evals[baseline]["outcomes"]
-    games = sorted(set(a) & set(b))
-    only_arm = sum(a[g] and not b[g] for g in games)
-    only_baseline = sum(b[g] and not a[g] for g in games)
-    return {"only_arm": only_arm, "only_baseline": only_baseline,
-            "p_value": mcnemar_exact(only_arm, only_baseline)}
+    return paired_test(evals[arm]["outcomes"], evals[baseline]["outcomes"])
 
 
 def report(results: Results, curves_path: Path) -> str:
@@ -254,9 +279,9 @@ def report(results: Results, curves_path: Path) -> str:
         f"offline SmolLM2-135M-Instruct, greedy success on {setting.get('eval_games')} held-out games "
         f"(max {setting.get('max_turns')} turns). p: exact McNemar test on the paired per-game outcomes.",
         "",
-        "| arm | training | wall time | held-out success (95% CI) | vs SFT start: +/- games, p | "
+        "| arm | training | wall time | CPU time | held-out success (95% CI) | vs SFT start: +/- games, p | "
         "vs SFT control: +/- games, p |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     for arm in ("sft", "sft_more", *RL_ARMS):
         if arm not in evals:
@@ -264,14 +289,15 @@ def report(results: Results, curves_path: Path) -> str:
         ev = evals[arm]
         trained = results.data.get(arm, {})
         what = {"sft": f"SFT, {trained.get('examples')} walkthroughs x {trained.get('epochs')} epochs",
-                "sft_more": f"+ SFT, {trained.get('epochs', 0):.0f} more epochs"}.get(
+                "sft_more": f"+ SFT, {trained.get('epochs', 0):.1f} more epochs"}.get(
             arm, f"+ {arm.upper()}, {trained.get('episodes')} episodes")
-        cells = [arm, what, f"{trained.get('seconds', 0) / 60:.0f} min",
+        cpu = trained.get("cpu_seconds")
+        cells = [arm, what, f"{trained.get('seconds', 0) / 60:.0f} min", "" if cpu is None else f"{cpu / 60:.0f} min",
                  f"{ev['successes']}/{ev['n']} = {ev['successes'] / max(1, ev['n']):.0%} "
                  f"({ev['ci_low']:.0%}-{ev['ci_high']:.0%})"]
         for baseline in ("sft", "sft_more"):
             c = comparison(results, arm, baseline) if arm != baseline else None
-            cells.append("" if c is None else f"+{c['only_arm']}/-{c['only_baseline']}, p={c['p_value']:.3g}")
+            cells.append("" if c is None else f"+{c.only_a}/-{c.only_b}, p={c.p_value:.3g}")
         lines.append("| " + " | ".join(cells) + " |")
     plot_curves(results, curves_path)
     return "\n".join(lines)
@@ -387,11 +413,9 @@ def main() -> None:
             shutil.rmtree(out, ignore_errors=True)
             results.put(arm, run_rl(arm, setting, str(sft_dir), tasks["rl"], games_dir, out))
     if due("sft_more"):
-        budget = max(results.data[arm]["seconds"] for arm in RL_ARMS if results.has(arm))
-        per_epoch = results.data["sft"]["seconds"] / results.data["sft"]["epochs"]
-        epochs = max(1, round(budget / per_epoch))
+        budget = max(results.data[arm]["cpu_seconds"] for arm in RL_ARMS if results.has(arm))
         results.put("sft_more", run_sft(setting, str(sft_dir), tasks["sft"], games_dir, args.work_dir / "sft_more",
-                                        epochs))
+                                        epochs=100, cpu_budget=budget) | {"cpu_budget": budget})
     if "eval" in args.stages:
         evals = dict(results.data.get("eval", {}))
         models = {"sft": sft_dir, "sft_more": args.work_dir / "sft_more"}

@@ -14,7 +14,6 @@ the command line.
 """
 
 import functools
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,10 +21,9 @@ import torch
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
-from trl_multiturn.data import split_seeds
-from trl_multiturn.envs.alfworld import TASK_TYPES, ALFWorldConfig, ALFWorldEnv, list_tasks
-from trl_multiturn.envs.alfworld.tasks import dataset_root
-from trl_multiturn.envs.alfworld_gen import ALFWorldGenConfig, generate_games
+from trl_multiturn.data import alfworld_tasks as alfworld_task_rows
+from trl_multiturn.envs.alfworld import TASK_TYPES, ALFWorldConfig, ALFWorldEnv
+from trl_multiturn.envs.alfworld_gen import ALFWorldGenConfig
 from trl_multiturn.evaluation import evaluate
 from trl_multiturn.script_args import ModelArguments, evaluation_options, finish_run
 
@@ -60,6 +58,11 @@ class ScriptArguments(ModelArguments):
     task_types: list[str] | None = field(
         default=None, metadata={"help": f"ALFRED task types to train on (default: all six, {TASK_TYPES})."}
     )
+    eval_task_types: list[str] | None = field(
+        default=None,
+        metadata={"help": "ALFRED task types of the held-out evaluation (default: all six, whatever `task_types` "
+                  "trained on: the paper's train-on-some, evaluate-on-all mixtures)."},
+    )
     num_train_games: int | None = field(
         default=None,
         metadata={"help": f"Training games, drawn at random (None: the whole split; {GENERATED_GAMES} when games "
@@ -77,22 +80,13 @@ class ScriptArguments(ModelArguments):
     num_eval_games: int = field(default=0, metadata={"help": "Held-out games to evaluate on (0: no evaluation)."})
 
 
-def alfworld_tasks(script_args, env_args, gen_args, split: str, num_games: int | None, seed: int):
-    """Task rows of `split`: from the configured or downloaded dataset, else from games generated here."""
-    types = script_args.task_types or list(TASK_TYPES)
-    root = dataset_root(env_args.data_path)
-    if env_args.data_path is not None or (root / split).is_dir():
-        tasks = list_tasks(root, split, types)
-    else:
-        per_type = math.ceil((num_games or GENERATED_GAMES) / len(types))
-        seed_split = "train" if split == "train" else "test"  # seed ranges never overlap across splits
-        games = generate_games(script_args.games_dir, split_seeds(seed_split, per_type), types, split, gen_args)
-        wanted = {str(path) for path in games}
-        tasks = list_tasks(script_args.games_dir, split, types).filter(lambda row: row["game_file"] in wanted)
-        print(f"Generated {len(tasks)} ALFWorld {split} games in {script_args.games_dir}.")
-    if num_games is not None and num_games < len(tasks):
-        tasks = tasks.shuffle(seed=seed).select(range(num_games))
-    return tasks
+def alfworld_tasks(script_args, env_args, gen_args, split: str, num_games: int | None, seed: int,
+                   task_types: list[str] | None = None):
+    """Task rows of `split` (of `task_types`, default the training types): from the configured or downloaded
+    dataset, else from games generated here (`trl_multiturn.data.alfworld_tasks`)."""
+    return alfworld_task_rows(split, num_games, task_types or script_args.task_types, data_path=env_args.data_path,
+                              games_dir=script_args.games_dir, gen_config=gen_args, seed=seed,
+                              generated_games=GENERATED_GAMES)
 
 
 def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_args: ALFWorldConfig,
@@ -113,7 +107,8 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
 
     def held_out():
         eval_tasks = alfworld_tasks(script_args, env_args, gen_args, script_args.eval_split,
-                                    script_args.num_eval_games, training_args.seed)
+                                    script_args.num_eval_games, training_args.seed,
+                                    script_args.eval_task_types or list(TASK_TYPES))
         result = evaluate(trainer.model, environment_factory, eval_tasks, trainer.processing_class,
                           **evaluation_options(training_args))
         print(f"greedy evaluation on {len(eval_tasks)} {script_args.eval_split} games: {result}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_multiturn.envs import ALFWorldEnv, TaskError
+from trl_multiturn.envs import ALFWorldEnv, TaskError, check_environment
 from trl_multiturn.envs.alfworld import ALFWorldConfig, list_tasks
 
 # One trial of ALFWorld's training set (MIT licence, see fixtures/alfworld/README.md), shipped with the tests.
@@ -45,7 +45,14 @@ def test_fixture_is_listed_from_the_dataset_layout(row):
     assert row["game_file"].endswith("trial_T20190908_231731_054988/game.tw-pddl")
 
 
-def test_expert_plan_played_through_step_wins(env, row, handcoded_plan):
+def test_alfworld_meets_the_environment_contract(row):
+    """The expert plan wins through `step`, bad rows raise TaskError, and the rest of `check_environment` (ALFWorld
+    has no lose condition: a nonsense action is checked not to win)."""
+    passed = check_environment(ALFWorldEnv, row, bad_tasks=[{}, {"game_file": "/nowhere/game.tw-pddl"}])
+    assert "the expert wins through step" in passed
+
+
+def test_expert_plan_played_through_step_scores_only_at_the_end(env, row, handcoded_plan):
     plan = handcoded_plan
     assert plan[-1].startswith("move potato") and plan[-1].endswith("to sinkbasin 1")
     assert any(action.startswith("heat potato") for action in plan)

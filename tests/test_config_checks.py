@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 from trl_multiturn import (
     MultiTurnGRPOConfig,
     MultiTurnGRPOTrainer,
+    MultiTurnPPOConfig,
     MultiTurnRLOOConfig,
     MultiTurnRolloutCollator,
 )
@@ -43,6 +44,33 @@ from trl_multiturn.testing import FaultyEnv
 def test_a_bad_value_is_refused_at_config_construction(tmp_path, config_cls, overrides, message):
     with pytest.raises(ValueError, match=message):
         tiny_rl_args(config_cls, tmp_path, **overrides)
+
+
+@pytest.mark.parametrize("config_cls, overrides, message", [
+    (MultiTurnPPOConfig, {"turn_gamma": 0.9}, r"turn_gamma=0.9 \(PPO discounts with its value estimator's gamma"),
+    (MultiTurnPPOConfig, {"estimator_kwargs": '{"lam": 0.9}'},
+     r"estimator_kwargs=\{'lam': 0.9\} \(PPO's value estimators take gamma and lam: set those fields\)"),
+    (MultiTurnPPOConfig, {"scale_rewards": "none"}, r"scale_rewards='none' \(PPO normalises .* whiten_advantages\)"),
+    (MultiTurnPPOConfig, {"multi_objective_aggregation": "normalize_then_sum"}, r"multi_objective_aggregation="),
+    (MultiTurnGRPOConfig, {"multi_objective_aggregation": "normalize_then_sum"},
+     r"MultiTurnGRPOConfig does not use these fields.*multi_objective_aggregation='normalize_then_sum' \(multi-turn "
+     r"credit adds each reward function's weighted score to the final turn's reward"),
+    (MultiTurnRLOOConfig, {"reward_clip_range": (-1.0, 1.0)}, r"reward_clip_range=\(-1.0, 1.0\) \(it clips one"),
+])
+def test_a_field_the_trainer_does_not_use_is_refused_naming_what_to_use(tmp_path, config_cls, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_rl_args(config_cls, tmp_path, **overrides)
+
+
+def test_every_unused_field_is_named_in_one_error_and_defaults_pass(tmp_path):
+    with pytest.raises(ValueError) as info:
+        tiny_rl_args(MultiTurnPPOConfig, tmp_path, turn_gamma=0.5, estimator_kwargs={"lam": 0.9}, scale_rewards=False)
+    assert [part.split("=")[0] for part in str(info.value).split(": ", 1)[1].split("; ")] == [
+        "turn_gamma", "estimator_kwargs", "scale_rewards"]
+    args = tiny_rl_args(MultiTurnPPOConfig, tmp_path, turn_gamma=1.0, estimator_kwargs={}, scale_rewards=True)
+    args.turn_gamma = 0.9  # set after construction: refused when a trainer checks the config again
+    with pytest.raises(ValueError, match="turn_gamma=0.9"):
+        args.check_multiturn_args()
 
 
 def test_estimator_kwargs_json_is_parsed_into_a_dict(tmp_path):

@@ -10,7 +10,7 @@ import torch
 from conftest import tiny_rl_args
 
 from trl_multiturn.credit import ESTIMATORS, CreditBatch, discounted_returns, shape_turn_rewards
-from trl_multiturn.credit.estimators import gigpo, grpo, rloo, turn_grpo, turn_rloo
+from trl_multiturn.credit.estimators import gigpo, grpo, reinforce_pp, rloo, turn_grpo, turn_rloo
 
 EPS = 1e-4
 SQRT3 = math.sqrt(1 / 3)  # std of {1, 0, 1} and of {1, 0, 0}
@@ -35,6 +35,8 @@ def rows(*values):
 
 
 ZERO_TAIL = [(), (), ()]  # the failed episode and the two equal episodes of group 1
+BATCH_BASELINE = {"reinforce_pp"}  # estimators whose baseline is the whole batch, not the episode's group
+GROUP_BASELINE = sorted(set(ESTIMATORS) - BATCH_BASELINE)
 
 
 # -- hand-computed values -----------------------------------------------------------------------------------------
@@ -85,6 +87,18 @@ def test_gigpo_by_hand():
     torch.testing.assert_close(half, 0.5 * grpo(hand_batch(), scale=False))
 
 
+def test_reinforce_pp_by_hand():
+    # Live turns of valid episodes and their returns-to-go: [1, 1], [0, 0, 0], [1], [2, 1], [2, 1] (10 turns, the
+    # failed episode left out). Mean 9/10; unbiased variance = (sum G^2 - 10 mean^2) / 9 = (13 - 8.1) / 9.
+    mean, std = 0.9, math.sqrt(4.9 / 9)
+    centred = rows((1 - mean, 1 - mean), (-mean,) * 3, (1 - mean,), (), (2 - mean, 1 - mean), (2 - mean, 1 - mean))
+    torch.testing.assert_close(reinforce_pp(hand_batch(), scale=False), centred)
+    torch.testing.assert_close(reinforce_pp(hand_batch()), centred / (std + EPS))
+    # No group baseline: group 1's two equal episodes are above the batch mean and are pushed up, where every
+    # group-baseline estimator gives them exactly 0.
+    assert torch.all(reinforce_pp(hand_batch())[4:, :2] > 0)
+
+
 def test_discount_applies_to_returns_to_go_and_gigpo_episode_term_is_undiscounted():
     batch = CreditBatch.from_lists([[0, 0, 1], [0, 0, 0]], [0, 0], [True, True],
                                    [["a", "b", "c"], ["a", "x", "y"]])
@@ -97,7 +111,7 @@ def test_discount_applies_to_returns_to_go_and_gigpo_episode_term_is_undiscounte
                                torch.tensor([[0.5 + 0.125, 0.5, 0.5], [-0.5 - 0.125, -0.5, -0.5]]))
 
 
-@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@pytest.mark.parametrize("name", GROUP_BASELINE)
 def test_a_group_of_equal_returns_carries_no_advantage(name):
     # Group 1 of the hand batch: two equal episodes; every estimator gives them exactly 0 on every turn.
     adv = ESTIMATORS[name](hand_batch())
@@ -106,6 +120,14 @@ def test_a_group_of_equal_returns_carries_no_advantage(name):
     # Exactly 0, not a rounding residue: 7 * 0.1 / 7 != 0.1 in float32, and /(std + eps) would blow it up to ~1e-4.
     equal = CreditBatch.from_lists([[0.1, 0.2]] * 7, [0] * 7, [True] * 7, [["a", "b"]] * 7)
     assert torch.all(ESTIMATORS[name](equal) == 0)
+
+
+@pytest.mark.parametrize("name", sorted(BATCH_BASELINE))
+def test_a_batch_of_equal_returns_carries_no_advantage(name):
+    # Batch-level baselines: only a whole batch of equal returns-to-go is without signal, and then exactly 0.
+    equal = CreditBatch.from_lists([[0.1, 0.1]] * 7, [0, 0, 1, 1, 2, 2, 3], [True] * 7, [["a", "b"]] * 7)
+    assert torch.all(ESTIMATORS[name](equal, gamma=0.0) == 0)
+    assert ESTIMATORS[name](hand_batch())[:3].abs().sum() > 0
 
 
 # -- who is in a baseline -----------------------------------------------------------------------------------------
@@ -194,6 +216,10 @@ def test_reward_modes_and_format_penalty():
     assert shape_turn_rewards(env, won=True, mode="shaped", success_reward=2.0) == [0.0, 1.0, 2.0]
     assert shape_turn_rewards(env, won=False, mode="dense", format_errors=[True, False, True],
                               format_penalty=0.5) == [-0.5, 1.0, -0.5]
+    # The paper's scaling: a won episode's rewards over its number of non-zero rewards (2 here); a lost one as dense.
+    assert shape_turn_rewards([0.0, 1.0, 0.0, 3.0], won=True, mode="dense_scaled") == [0.0, 0.5, 0.0, 1.5]
+    assert shape_turn_rewards([0.0, 1.0, 0.0, 3.0], won=False, mode="dense_scaled") == [0.0, 1.0, 0.0, 3.0]
+    assert shape_turn_rewards([0.0, 0.0], won=True, mode="dense_scaled") == [0.0, 0.0]
     with pytest.raises(ValueError, match="reward_mode='final'"):
         shape_turn_rewards(env, won=True, mode="final")
 

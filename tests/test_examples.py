@@ -50,6 +50,8 @@ def test_the_main_job_trains_and_reports_held_out_success(tiny_chatml_model, tmp
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "held-out greedy evaluation on 2 test games: success" in done.stdout
+    assert "starting model, held-out greedy evaluation on 2 test games: success" in done.stdout
+    assert "held-out success, the same games:" in done.stdout and "exact McNemar p" in done.stdout
     assert (tmp_path / "out" / "config.json").exists()
 
 

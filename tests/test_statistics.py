@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from trl_multiturn.evaluation import mcnemar_exact, wilson_interval
+from trl_multiturn.evaluation import EvalResult, mcnemar_exact, paired_test, wilson_interval
+from trl_multiturn.rollout import Episode
 
 
 def test_wilson_interval_matches_hand_computed_values():
@@ -26,3 +27,24 @@ def test_mcnemar_exact_is_the_two_sided_binomial_tail_of_the_disagreements():
         n = a + b
         extreme = sum(math.comb(n, i) for i in range(n + 1) if abs(2 * i - n) >= abs(a - b))
         assert mcnemar_exact(a, b) == pytest.approx(min(1.0, extreme / 2 ** n))
+
+
+def test_paired_test_counts_disagreements_on_shared_tasks_only():
+    a = {"g1": True, "g2": True, "g3": False, "g4": True, "only_in_a": True}
+    b = {"g1": True, "g2": False, "g3": False, "g4": False, "only_in_b": True}
+    result = paired_test(a, b)
+    assert (result.only_a, result.only_b) == (2, 0)
+    assert result.p_value == pytest.approx(mcnemar_exact(2, 0))
+    assert paired_test(b, a).only_b == 2
+
+
+def test_eval_result_outcomes_pair_episodes_by_task_and_skip_failed_ones():
+    def episode(seed, won, failed=False):
+        ep = Episode(task={"seed": seed, "game": "g"}, prompt_ids=[], prompt_messages=[])
+        ep.won, ep.failed = won, failed
+        return ep
+
+    result = EvalResult(1, 2, 0.0, 1.0, 1.0, 1, [episode(1, True), episode(2, False), episode(3, True, failed=True)])
+    outcomes = result.outcomes()
+    assert sorted(outcomes.values()) == [False, True] and len(outcomes) == 2
+    assert outcomes['{"game": "g", "seed": 1}'] is True

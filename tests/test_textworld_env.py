@@ -2,11 +2,12 @@
 
 import json
 import re
+from functools import partial
 
 import pytest
 from textworld.core import GameNotRunningError
 
-from trl_multiturn.envs import TaskError, TextWorldEnv
+from trl_multiturn.envs import TaskError, TextWorldEnv, check_environment
 from trl_multiturn.envs.textworld import TextWorldConfig, clean_observation
 from trl_multiturn.envs.textworld_commands import MAX_ACTION_CHARS, normalize_action
 from trl_multiturn.envs.textworld_games import CustomGameSpec, game_path
@@ -41,17 +42,35 @@ def _assert_clean(observation):
     assert "<score>" not in observation and not re.search(r"\[[a-z]", observation), observation  # TextWorld's tags
 
 
-@pytest.mark.parametrize("task", CUSTOM + SIMPLE, ids=lambda t: f"{t.get('challenge', 'custom')}-"
-                                                               f"{t.get('rewards', '')}{t['seed']}")
-def test_walkthrough_wins_with_full_score(env, task):
+def _task_id(task):
+    return f"{task.get('challenge', 'custom')}-{task.get('rewards', '')}{task['seed']}"
+
+
+def _eat_the_food(env, task):
+    """tw-simple's lose condition: the walkthrough up to its last action, then eating the food that should go on
+    the stove."""
+    *steps, put_on_stove = env.expert_actions(task)
+    return [*steps, f"eat {re.fullmatch(r'put (.+) on stove', put_on_stove).group(1)}"]
+
+
+@pytest.mark.parametrize("task", CUSTOM + SIMPLE, ids=_task_id)
+def test_textworld_meets_the_environment_contract(env, games_dir, task):
+    """The walkthrough wins, eating the food loses and is not a win, bad rows raise TaskError, and the rest of
+    `check_environment`."""
+    losing = _eat_the_food(env, task) if task.get("challenge") == "tw-simple" else None
+    passed = check_environment(partial(TextWorldEnv, games_dir=str(games_dir)), task, losing_actions=losing,
+                               bad_tasks=[{}, {"game_file": "/nowhere/game.z8"}, {**task, "seed": -1}])
+    assert ("the losing actions lose, and a loss is not a win" in passed) == (losing is not None)
+
+
+@pytest.mark.parametrize("task", CUSTOM + SIMPLE, ids=_task_id)
+def test_walkthrough_is_clean_and_scores_in_full(env, task):
     first = env.reset(task)
     _assert_clean(first)
     actions = env.expert_actions(task)
-    assert actions
     results = [env.step(action) for action in actions]
     for result in results:
         _assert_clean(result.observation)
-    assert [r.done for r in results] == [False] * (len(actions) - 1) + [True]
     last = results[-1]
     assert last.won and not last.info["lost"]
     assert sum(r.reward for r in results) == last.info["max_score"] == last.info["score"] > 0
@@ -67,15 +86,13 @@ def test_first_observation_is_objective_and_room(env):
     assert re.search(r"^-= .+ =-$", first, re.MULTILINE)  # the room's title line follows the objective
 
 
-def test_eating_the_food_loses_and_is_not_a_win(env):
-    """tw-simple's lose condition: eating the food that should go on the stove."""
+def test_eating_the_food_is_reported_as_lost(env):
     task = SIMPLE[0]
     env.reset(task)
-    *steps, put_on_stove = env.expert_actions(task)
-    food = re.fullmatch(r"put (.+) on stove", put_on_stove).group(1)
+    *steps, eat = _eat_the_food(env, task)
     for action in steps:
-        assert not env.step(action).done
-    lost = env.step(f"eat {food}")
+        env.step(action)
+    lost = env.step(eat)
     assert lost.done and not lost.won and lost.info["lost"]
     assert lost.info["score"] < lost.info["max_score"]
     assert "You lost" in lost.observation

@@ -8,6 +8,7 @@ import os
 import time
 
 from trl_multiturn import Environment, StepResult
+from trl_multiturn.envs import TaskError
 
 
 class CountingEnv(Environment):
@@ -15,7 +16,10 @@ class CountingEnv(Environment):
     "lose"."""
 
     def reset(self, task):
-        self.turn, self.target = 0, task["target"]
+        target = task.get("target") if isinstance(task, dict) else None
+        if not isinstance(target, int) or target < 1:
+            raise TaskError(f"task {task!r}: give 'target', the number of turns to win (an int >= 1)")
+        self.turn, self.target = 0, target
         return f"Count to {self.target}. Say anything."
 
     def step(self, action):
@@ -24,6 +28,9 @@ class CountingEnv(Environment):
             return StepResult(f"You lost at turn {self.turn}.", reward=0.0, done=True, won=False)
         done = self.turn >= self.target
         return StepResult(f"Observation number {self.turn}.", reward=float(self.turn), done=done, won=done)
+
+    def expert_actions(self, task):
+        return ["count"] * task["target"]
 
 
 class FlakyEnv(CountingEnv):

@@ -225,7 +225,13 @@ def _add_eval(subparsers) -> None:
     parser.set_defaults(func=_eval, takes_options=True)
 
 
-SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval]
+def _add_study(subparsers) -> None:
+    from .study import add_study_parser  # the paper's studies: trl_multiturn/study.py
+
+    add_study_parser(subparsers)
+
+
+SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_study]
 
 
 def build_parser() -> argparse.ArgumentParser:

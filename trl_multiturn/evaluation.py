@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -24,6 +25,12 @@ class EvalResult:
     @property
     def success_rate(self) -> float:
         return self.successes / self.n if self.n else float("nan")
+
+    def outcomes(self) -> dict[str, bool]:
+        """Won or not per task (keyed by the task row as JSON), failed episodes left out: what `paired_test`
+        pairs when two models played the same tasks."""
+        return {json.dumps(ep.task, sort_keys=True, default=str): bool(ep.won) for ep in self.episodes
+                if not ep.failed}
 
     def __str__(self) -> str:
         return (f"success {self.successes}/{self.n} = {self.success_rate:.1%} "
@@ -102,3 +109,23 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
         return 1.0
     k = min(only_a, only_b)
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """Two models on the same tasks: how many tasks only A won, only B won, and the exact McNemar p-value."""
+
+    only_a: int
+    only_b: int
+    p_value: float
+
+    def __str__(self) -> str:
+        return f"+{self.only_a}/-{self.only_b} tasks, exact McNemar p = {self.p_value:.3g}"
+
+
+def paired_test(a: dict[str, bool], b: dict[str, bool]) -> PairedTest:
+    """Compare per-task outcomes `a` and `b` (task key -> won) on the tasks both have, by `mcnemar_exact`."""
+    tasks = a.keys() & b.keys()
+    only_a = sum(a[t] and not b[t] for t in tasks)
+    only_b = sum(b[t] and not a[t] for t in tasks)
+    return PairedTest(only_a, only_b, mcnemar_exact(only_a, only_b))

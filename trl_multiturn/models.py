@@ -12,13 +12,10 @@ import importlib.util
 import os
 from pathlib import Path
 
+from .cache import cache_dir
+
 OFFLINE_DEFAULT_MODEL = "offline:smollm2-135m-instruct"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def _cache_root() -> Path:
-    base = os.environ.get("TRL_MULTITURN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "trl-multiturn")
-    return Path(base)
 
 
 def _gguf_path() -> Path:
@@ -33,7 +30,7 @@ def _gguf_path() -> Path:
 
 def offline_default_model() -> str:
     """Path to a `transformers` checkpoint of SmolLM2-135M-Instruct, converted from GGUF on first use."""
-    out = _cache_root() / "smollm2-135m-instruct"
+    out = cache_dir("smollm2-135m-instruct")
     if (out / "config.json").exists() and any(out.glob("*.safetensors")):
         return str(out)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

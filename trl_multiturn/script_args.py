@@ -43,16 +43,35 @@ class TextWorldScriptArguments(ModelArguments):
     eval_max_turns: int | None = field(
         default=None, metadata={"help": "Turns per held-out episode (default: the trainer's max_turns)."}
     )
+    eval_start_model: bool = field(
+        default=False,
+        metadata={"help": "Also play the held-out games with the starting model, before training, and print both "
+                          "results side by side at the end, with an exact McNemar test on the paired outcomes."},
+    )
+    eval_temperature: float = field(
+        default=0.0,
+        metadata={"help": "Sampling temperature of the held-out evaluation: 0 plays greedily (the default); the "
+                          "paper validates at 0.4. Training rollouts keep the trainer's own `temperature`."},
+    )
+    first_train_game: int = field(
+        default=0,
+        metadata={"help": "Index of the first training game in the train split's seed range. Give an SFT recipe and "
+                          "the RL recipe that starts from it disjoint ranges (e.g. SFT from 500000) so that SFT "
+                          "demonstrations never come from the games RL plays."},
+    )
 
     def tasks(self, split: str, num_games: int):
-        """The task `Dataset` of `num_games` games of `split`, generated on first use."""
+        """The task `Dataset` of `num_games` games of `split`, generated on first use (training games start at
+        `first_train_game`)."""
         from .data import textworld_tasks
 
+        first_game = self.first_train_game if split == "train" else 0
         if self.challenge:
             return textworld_tasks(challenge=self.challenge, rewards=self.challenge_rewards, goal=self.challenge_goal,
-                                   split=split, num_games=num_games, games_dir=self.games_dir)
+                                   split=split, num_games=num_games, first_game=first_game,
+                                   games_dir=self.games_dir)
         return textworld_tasks(self.world_size, self.nb_objects, self.quest_length, split=split,
-                               num_games=num_games, games_dir=self.games_dir)
+                               num_games=num_games, first_game=first_game, games_dir=self.games_dir)
 
     def environment_factory(self):
         import functools
@@ -62,13 +81,16 @@ class TextWorldScriptArguments(ModelArguments):
         return functools.partial(TextWorldEnv, games_dir=self.games_dir,
                                  admissible_commands_in_observation=self.admissible_commands)
 
-    def evaluate_held_out(self, model, tokenizer, training_args):
-        """Greedy success on the held-out (test-split) games, printed and returned."""
+    def evaluate_held_out(self, model, tokenizer, training_args, label: str = ""):
+        """Success on the held-out (test-split) games at `eval_temperature` (greedy by default), printed (after
+        `label`) and returned."""
         from .evaluation import evaluate
 
         result = evaluate(model, self.environment_factory(), self.tasks("test", self.num_eval_games), tokenizer,
+                          temperature=self.eval_temperature,
                           **evaluation_options(training_args, self.eval_max_turns))
-        print(f"held-out greedy evaluation on {self.num_eval_games} test games: {result}")
+        how = "greedy" if self.eval_temperature == 0 else f"temperature-{self.eval_temperature:g}"
+        print(f"{label}held-out {how} evaluation on {self.num_eval_games} test games: {result}")
         return result
 
 
@@ -83,13 +105,33 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
         train_dataset=script_args.tasks("train", script_args.num_train_games),
         **trainer_kwargs,
     )
+    evaluating = script_args.num_eval_games > 0
+    before = None
+    if evaluating and script_args.eval_start_model:
+        before = script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args,
+                                               label="starting model, ")
     trainer.train()
 
     def held_out():
-        script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
+        after = script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args)
+        if before is not None:
+            print(side_by_side(before, after, script_args.model_name_or_path, type(trainer).__name__))
 
-    finish_run(trainer, training_args, held_out if script_args.num_eval_games else None)
+    finish_run(trainer, training_args, held_out if evaluating else None)
     return trainer
+
+
+def side_by_side(before, after, start: str, trainer_name: str) -> str:
+    """The held-out results of the starting model and of the trained one, with the paired test between them."""
+    from .evaluation import paired_test
+
+    width = max(len(start), len(trainer_name) + 8)
+    return "\n".join([
+        "held-out success, the same games:",
+        f"  {start:<{width}}  {before}",
+        f"  {'+ ' + trainer_name:<{width}}  {after}",
+        f"  trained vs start: {paired_test(after.outcomes(), before.outcomes())}",
+    ])
 
 
 def evaluation_options(training_args, max_turns: int | None = None) -> dict:

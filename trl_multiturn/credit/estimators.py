@@ -276,3 +276,25 @@ def gigpo(batch: CreditBatch, gamma: float = 1.0, scale: bool = True, step_weigh
     returns = discounted_returns(batch.rewards, batch.turn_mask, gamma)
     step = normalise_within(returns, anchor_keys(batch), batch.live_turns, scale, eps)
     return episode + step_weight * step
+
+
+# -- batch-level estimators -----------------------------------------------------------------------------------------
+
+
+@register("reinforce_pp")
+def reinforce_pp(batch: CreditBatch, gamma: float = 1.0, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
+    """REINFORCE++ (Hu et al. 2025, arXiv 2501.03262): the return-to-go, normalised over the whole batch; no
+    per-group baseline, no critic.
+
+        B = {(j, t) : j valid, t < L_j}                               (every live turn of the batch)
+        A[i, k] = (G[i, k] - mean_B G) / (std_B G + eps)              (no division when scale=False)
+
+    Unlike `grpo`/`rloo`, the baseline is the batch's mean, so a group whose episodes all returned the same still
+    gets a signal whenever other groups returned less or more (a task solved every time is pushed up, one never
+    solved is pushed down). The statistics are over turns, each live turn counting once (the paper normalises over
+    tokens); with sparse rewards and gamma = 1 every turn of an episode gets the same advantage. The paper's KL term
+    lives in the reward (PPO's `kl_coef`); with GRPO/RLOO here, use the trainers' `beta` instead.
+    """
+    returns = discounted_returns(batch.rewards, batch.turn_mask, gamma)
+    whole_batch = torch.zeros(*returns.shape, 1, dtype=torch.long)
+    return normalise_within(returns, whole_batch, batch.live_turns, scale, eps)

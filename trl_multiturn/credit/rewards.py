@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-REWARD_MODES = ("sparse", "dense", "shaped")
+REWARD_MODES = ("sparse", "dense", "shaped", "dense_scaled")
 
 
 def shape_turn_rewards(
@@ -17,7 +17,11 @@ def shape_turn_rewards(
 
     - `sparse`: r_k = 0 for k < K-1 and r_{K-1} = success_reward * won (success at the final turn only);
     - `dense`:  r_k = the environment's reward for turn k (e.g. a TextWorld score delta);
-    - `shaped`: dense, plus success_reward * won on the final turn.
+    - `shaped`: dense, plus success_reward * won on the final turn;
+    - `dense_scaled`: the paper's scaling of dense rewards (Wang et al. 2025, arXiv 2510.01132): in a won episode,
+      each turn's environment reward divided by the episode's number of non-zero environment rewards m,
+      r_k = env_k / m, so a win returns the mean of its rewards rather than their sum and a win reached through many
+      rewarded steps is not worth more than a direct one; a lost episode (or one with m = 0) keeps r_k = env_k.
 
     Every mode then subtracts `format_penalty` on each turn whose reply the action parser could not read.
     """
@@ -30,6 +34,9 @@ def shape_turn_rewards(
         rewards = [0.0] * k
     else:
         rewards = [float(r) for r in env_rewards]
+    if mode == "dense_scaled" and won:
+        nonzero = sum(r != 0 for r in rewards)
+        rewards = [r / nonzero for r in rewards] if nonzero else rewards
     if mode in ("sparse", "shaped") and won:
         rewards[-1] += success_reward
     if format_penalty and format_errors is not None:

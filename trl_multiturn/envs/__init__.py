@@ -6,6 +6,7 @@ The adapters import their engines lazily, so `import trl_multiturn.envs` works w
 from importlib import import_module
 
 from .base import Environment, EnvironmentFactory, StepResult, TaskError
+from .checker import EnvironmentCheckError, check_environment
 
 _LAZY = {
     "TextWorldEnv": ".textworld",
@@ -13,7 +14,8 @@ _LAZY = {
     "SWEGymEnv": ".swegym",
 }
 
-__all__ = ["Environment", "EnvironmentFactory", "StepResult", "TaskError", *_LAZY]
+__all__ = ["Environment", "EnvironmentCheckError", "EnvironmentFactory", "StepResult", "TaskError",
+           "check_environment", *_LAZY]
 
 
 def __getattr__(name):

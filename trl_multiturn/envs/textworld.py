@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import textworld
 
+from ..cache import cache_dir
 from .base import Environment, StepResult, TaskError
 from .textworld_commands import normalize_action, refused_word
 from .textworld_games import GameGenerationError, generate_game, is_complete, spec_from_task, walkthrough
@@ -33,11 +34,9 @@ TASK_FORMATS = (
 
 
 def default_games_dir() -> Path:
-    """`$TRL_MULTITURN_GAMES_DIR`, else `$XDG_CACHE_HOME/trl_multiturn/textworld_games` (`~/.cache` by default)."""
-    if os.environ.get("TRL_MULTITURN_GAMES_DIR"):
-        return Path(os.environ["TRL_MULTITURN_GAMES_DIR"])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "trl_multiturn" / "textworld_games"
+    """`cache_dir("textworld_games")`: `$TRL_MULTITURN_CACHE/textworld_games`, else
+    `~/.cache/trl_multiturn/textworld_games` (see `trl_multiturn.cache`)."""
+    return cache_dir("textworld_games")
 
 
 @dataclass
@@ -52,7 +51,7 @@ class TextWorldConfig:
     games_dir: str | None = field(
         default=None,
         metadata={"help": "Folder where games generated from task rows are cached. Default: "
-                          "$TRL_MULTITURN_GAMES_DIR, else ~/.cache/trl_multiturn/textworld_games."},
+                          "$TRL_MULTITURN_CACHE/textworld_games, else ~/.cache/trl_multiturn/textworld_games."},
     )
 
 

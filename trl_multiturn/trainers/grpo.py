@@ -15,6 +15,7 @@ from .multiturn import (
     mask_truncated_field,
     reference_from_policy,
 )
+from .trl_compat import check_trl_compat, generate_result
 from .vllm_cpu import colocated_vllm_on_cpu
 
 
@@ -31,6 +32,11 @@ class MultiTurnGRPOConfig(GRPOConfig, MultiTurnArguments):
         bf16_only_where_supported(self)
         super().__post_init__()
         self.check_multiturn_args()
+
+    def unused_fields(self) -> dict[str, str]:
+        return {**super().unused_fields(), "multi_objective_aggregation": (
+            "multi-turn credit adds each reward function's weighted score to the final turn's reward and then "
+            "applies advantage_estimator; weight the functions with reward_weights")}
 
 
 class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
@@ -62,6 +68,7 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         rollout_func=None,
         environment_factory=None,
     ):
+        check_trl_compat(type(self))
         if tools or rollout_func is not None:
             raise ValueError("MultiTurnGRPOTrainer plays episodes through `environment_factory`; `tools` and "
                              "`rollout_func` belong to TRL's single-call GRPOTrainer and cannot be combined with it.")
@@ -119,6 +126,7 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         completion_ids = [c for _, c, _, _ in token_lists]
         env_mask = [m for _, _, m, _ in token_lists]
         self._log_generation_lengths(prompt_ids, env_mask)
-        return (prompt_ids, completion_ids, self._trained_mask(env_mask), self._episode_completions(),
-                self._episode_logprobs(token_lists), {}, None, [])
+        return generate_result(prompt_ids=prompt_ids, completion_ids=completion_ids,
+                               tool_mask=self._trained_mask(env_mask), completions=self._episode_completions(),
+                               logprobs=self._episode_logprobs(token_lists))
 

@@ -9,6 +9,7 @@ configured estimator.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import json
 import logging
@@ -25,6 +26,7 @@ from ..rollout import Episode, MultiTurnRolloutCollator
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
+from .trl_compat import check_trl_attributes, single_turn_replies
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,8 @@ class MultiTurnArguments:
         default="sparse",
         metadata={"help": "How per-turn rewards are formed: 'sparse' (success_reward on the final turn of a won "
                           "episode), 'dense' (the environment's per-turn rewards), 'shaped' (dense plus the "
-                          "success reward)."},
+                          "success reward), 'dense_scaled' (dense, divided in a won episode by its number of non-zero "
+                          "rewards: the paper's dense-reward scaling)."},
     )
     success_reward: float = field(
         default=1.0, metadata={"help": "Reward for a won episode in the 'sparse' and 'shaped' reward modes."}
@@ -123,6 +126,7 @@ class MultiTurnArguments:
         """Refuse values that cannot work, naming the field and the fix (values that need the tokenizer or the
         environment are checked by the trainer's constructor)."""
         self.estimator_kwargs = parse_estimator_kwargs(self.estimator_kwargs)
+        refuse_unused_fields(self, self.unused_fields())
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
@@ -138,11 +142,28 @@ class MultiTurnArguments:
         get_action_parser(self.action_parser)
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
 
+    def unused_fields(self) -> dict[str, str]:
+        """The fields of this config that its trainer ignores, each with what to use instead: `check_multiturn_args`
+        refuses any of them set to a value other than its default."""
+        return {}
+
     def check_advantage_estimator(self) -> None:
         """Raise if `advantage_estimator` is not registered or `estimator_kwargs` holds options it does not take.
         Trainers whose estimators live in another registry (PPO's value-based ones) override this."""
         check_estimator_kwargs(self.advantage_estimator, get_estimator(self.advantage_estimator),
                                self.estimator_kwargs)
+
+
+def refuse_unused_fields(config, unused: dict[str, str]) -> None:
+    """Raise one ValueError naming every field of `unused` (field -> what to use instead) that `config` sets to a
+    value other than the field's default (an empty dict counts as unset)."""
+    defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+                for f in dataclasses.fields(config)}
+    given = [name for name in unused if getattr(config, name) not in (defaults[name], {})]
+    if given:
+        reasons = "; ".join(f"{name}={getattr(config, name)!r} ({unused[name]})" for name in given)
+        raise ValueError(f"{type(config).__name__} does not use these fields, leave them at their defaults: "
+                         f"{reasons}")
 
 
 def parse_estimator_kwargs(value: dict | str | None) -> dict | None:
@@ -249,6 +270,7 @@ class MultiTurnMixin:
             raise ValueError("environment_factory is required: pass a callable that returns a fresh Environment "
                              "(e.g. `TextWorldEnv` or `lambda: MyEnv(...)`).")
         self.args.check_multiturn_args()
+        check_trl_attributes(self)
         # TRL's parents would mask by "the completion's last token is not end-of-sequence"; `_trained_mask` masks
         # truncated episodes instead.
         self.mask_truncated_completions = False
@@ -360,9 +382,8 @@ class MultiTurnMixin:
             return self._history_cache(contexts, max_new_tokens)
 
     def _sample_replies(self, contexts: list[list[int]]):
-        """`(completions, logprobs | None)` for the parent's single-turn generation; trainers whose parent has a
-        different signature override this."""
-        return self._generate_single_turn(contexts, None, {}, 1)
+        """`(completions, logprobs | None)`: one reply per context from the parent's single-turn generation."""
+        return single_turn_replies(self, contexts)
 
     # -- episodes to TRL's inputs -------------------------------------------------------------------------------------
 

@@ -120,6 +120,14 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
     def check_advantage_estimator(self) -> None:
         get_value_estimator(self.advantage_estimator)
 
+    def unused_fields(self) -> dict[str, str]:
+        return {
+            **super().unused_fields(),
+            "turn_gamma": "PPO discounts with its value estimator's gamma and lam: set gamma",
+            "estimator_kwargs": "PPO's value estimators take gamma and lam: set those fields",
+            "scale_rewards": "PPO normalises its advantages with whiten_advantages",
+        }
+
 
 def clipped_value_loss(values, old_values, returns, mask, cliprange_value: float):
     """PPO's clipped value loss over the positions where `mask` is True:

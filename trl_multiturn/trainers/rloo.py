@@ -10,7 +10,6 @@ the objective (the sequence log-probability, the old one, the KL penalty, the en
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -29,6 +28,7 @@ from .multiturn import (
     mask_truncated_field,
     reference_from_policy,
 )
+from .trl_compat import check_trl_compat
 from .vllm_cpu import colocated_vllm_on_cpu
 
 LOSS_GRANULARITIES = ("episode", "turn")
@@ -62,10 +62,11 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
         self.check_multiturn_args()
         if self.loss_granularity not in LOSS_GRANULARITIES:
             raise ValueError(f"loss_granularity={self.loss_granularity!r}: choose one of {LOSS_GRANULARITIES}")
-        if self.reward_clip_range is not None:
-            raise ValueError("reward_clip_range clips one reward per completion, which multi-turn credit does not "
-                             "have; shape per-turn rewards with reward_mode / format_penalty instead, and leave "
-                             "reward_clip_range=None.")
+
+    def unused_fields(self) -> dict[str, str]:
+        return {**super().unused_fields(), "reward_clip_range": (
+            "it clips one reward per completion, which multi-turn credit does not have; shape per-turn rewards with "
+            "reward_mode / format_penalty instead")}
 
 
 def segment_sums(values: torch.Tensor, index: torch.Tensor, num_segments: int) -> torch.Tensor:
@@ -97,18 +98,6 @@ def segment_surrogate(per_token_logps, old_per_token_logps, advantages, index, e
     return loss, ratio, seg_adv, present
 
 
-@contextmanager
-def _one_completion_per_context(trainer):
-    """RLOO's generation asks vLLM for `num_generations` completions per prompt; each context here is one episode's
-    own history, which gets exactly one reply."""
-    saved = trainer.num_generations, trainer.num_generations_eval
-    trainer.num_generations = trainer.num_generations_eval = 1
-    try:
-        yield
-    finally:
-        trainer.num_generations, trainer.num_generations_eval = saved
-
-
 class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
     """RLOO over multi-turn episodes.
 
@@ -136,6 +125,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         peft_config=None,
         environment_factory=None,
     ):
+        check_trl_compat(type(self))
         if args is None:
             args = default_args(MultiTurnRLOOConfig, model)
         reward_funcs, reward_processing_classes = self._with_environment_reward(
@@ -156,12 +146,6 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
                 peft_config=peft_config,
             )
         self._init_multiturn(environment_factory)
-
-    # -- generation ---------------------------------------------------------------------------------------------------
-
-    def _sample_replies(self, contexts: list[list[int]]):
-        with _one_completion_per_context(self):
-            return self._generate_single_turn(contexts, None, {}), None
 
     # -- credit -------------------------------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
 from .multiturn import bf16_only_where_supported, default_args
+from .trl_compat import check_trl_compat
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class MultiTurnSFTTrainer(SFTTrainer):
         peft_config=None,
         environment_factory=None,
     ):
+        check_trl_compat(type(self))
         if args is None:
             args = default_args(MultiTurnSFTConfig, model)
         elif not isinstance(args, MultiTurnSFTConfig):

@@ -75,7 +75,7 @@ class SandboxConfig:
     repo_cache_dir: str | None = field(
         default=None,
         metadata={"help": "Where shipped task repositories and the task Python are built (default "
-                  "~/.cache/trl_multiturn/swegym, or $TRL_MULTITURN_CACHE/swegym)."},
+                  "$TRL_MULTITURN_CACHE/swegym, else ~/.cache/trl_multiturn/swegym: `trl_multiturn.cache`)."},
     )
     docker_image_template: str = field(
         default="xingyaoww/sweb.eval.x86_64.{instance_id}:latest",

@@ -10,10 +10,10 @@ To change a task, edit its module and run `python -m trl_multiturn.envs.swegym.t
 
 from __future__ import annotations
 
-import os
 from importlib import import_module
 from pathlib import Path
 
+from ....cache import cache_dir
 from ...base import TaskError
 from .source import Edit, TaskSource, build_repo
 
@@ -57,9 +57,9 @@ def load_tasks(names: list[str] | tuple[str, ...] | None = None):
 
 
 def default_cache_dir() -> Path:
-    """Where shipped repositories are built: `$TRL_MULTITURN_CACHE/swegym`, else `~/.cache/trl_multiturn/swegym`."""
-    root = os.environ.get("TRL_MULTITURN_CACHE") or Path.home() / ".cache" / "trl_multiturn"
-    return Path(root) / "swegym"
+    """Where shipped repositories are built: `cache_dir("swegym")`, i.e. `$TRL_MULTITURN_CACHE/swegym`, else
+    `~/.cache/trl_multiturn/swegym` (see `trl_multiturn.cache`)."""
+    return cache_dir("swegym")
 
 
 def shipped_repo(repo: str, base_commit: str, cache_dir: str | Path | None = None) -> Path | None:

@@ -1,0 +1,169 @@
+"""The study runner (`trl-multiturn study`): a tiny study end to end with resume, study-file checks, and every
+recipe of recipes/paper/ loaded and validated without running it."""
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trl_multiturn import study as study_module
+from trl_multiturn.evaluation import wilson_interval
+from trl_multiturn.study import build_configs, load_study
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT / "recipes" / "paper"
+RECIPES = sorted(PAPER.glob("*.yaml"))
+
+
+class Stopped(Exception):
+    """Stands in for a study stopped by hand (Ctrl-C) or a lost machine."""
+
+
+def _tiny_study(tmp_path, model, games_dir) -> Path:
+    spec = {
+        "name": "tiny",
+        "description": "two runs that differ in the turn budget",
+        "paper": "none: a test",
+        "output_dir": str(tmp_path / "out"),
+        "results": str(tmp_path / "results" / "tiny"),
+        "model": model,
+        "data": {"train_shapes": ["w1-o2-q2"], "num_train_games": 2, "num_eval_games": 2, "num_sft_games": 2,
+                 "games_dir": str(games_dir)},
+        "sft": {"max_steps": 1, "per_device_train_batch_size": 2, "use_cpu": True, "bf16": False,
+                "report_to": "none", "save_strategy": "no", "learning_rate": 1e-3},
+        "algorithm": "grpo",
+        "rl": {"max_turns": 2, "max_completion_length": 4, "num_generations": 2, "per_device_train_batch_size": 2,
+               "max_steps": 1, "learning_rate": 1e-3, "use_cpu": True, "bf16": False, "report_to": "none",
+               "save_strategy": "no", "logging_steps": 1, "system_prompt": "Reply with one command."},
+        "eval": {"temperature": 0.0},
+        "sweep": {"rl.max_turns": [1, 2]},
+        "expected": [0.25, 0.5],
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
+def test_a_tiny_study_runs_end_to_end_and_resumes_where_it_stopped(tiny_chatml_model, textworld_games_dir,
+                                                                    tmp_path, monkeypatch, capsys):
+    from trl_multiturn.cli import main
+
+    path = _tiny_study(tmp_path, tiny_chatml_model, textworld_games_dir)
+    calls = []
+    for stage in ("train_sft", "train_rl", "evaluate_run"):
+        real = getattr(study_module, stage)
+
+        def recording(*args, _real=real, _stage=stage, **kwargs):
+            calls.append(_stage)
+            if _stage == "evaluate_run" and fail_next_eval:
+                fail_next_eval.pop()
+                raise Stopped("stopped during evaluation")
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(study_module, stage, recording)
+
+    # First sitting: run 1 finishes, run 2 is stopped during its evaluation (after SFT and RL were recorded).
+    fail_next_eval = []
+    run_one = study_module._run_one
+    monkeypatch.setattr(study_module, "_run_one", _stop_second_run(run_one, fail_next_eval))
+    with pytest.raises(Stopped):
+        main(["study", str(path)])
+    monkeypatch.setattr(study_module, "_run_one", run_one)
+    # One SFT (shared by both runs: same SFT settings), RL twice, run 1 evaluated, run 2's evaluation interrupted.
+    assert calls == ["train_sft", "train_rl", "evaluate_run", "train_rl", "evaluate_run"]
+    results = json.loads((tmp_path / "results" / "tiny.json").read_text())
+    assert "eval" in results["runs"]["max_turns=1"] and "eval" not in results["runs"]["max_turns=2"]
+    assert "rl" in results["runs"]["max_turns=2"] and len(results["sft"]) == 1
+
+    # Second sitting: only run 2's evaluation is left.
+    calls.clear()
+    assert main(["study", str(path)]) == 0
+    assert calls == ["evaluate_run"]
+    results = json.loads((tmp_path / "results" / "tiny.json").read_text())
+    rows = results["table"]
+    assert [row["run"] for row in rows] == ["max_turns=1", "max_turns=2"]
+    for row, record in zip(rows, (results["runs"][r["run"]] for r in rows)):
+        ev = record["eval"]
+        assert row["n"] == 2 and len(ev["outcomes"]) == 2 and ev["failed"] == 0
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx(wilson_interval(row["successes"], row["n"]))
+        assert record["settings"]["rl"]["max_turns"] == int(row["run"][-1]) and record["rl"]["steps"] == 1
+        assert row["changed"] == {"rl.max_turns": int(row["run"][-1])}
+    assert rows[1]["vs_first"]["run"] == "max_turns=1" and 0 <= rows[1]["vs_first"]["p_value"] <= 1
+    table = (tmp_path / "results" / "tiny.md").read_text()
+    assert table.count("\n| max_turns=") == 2 and "| 25% |" in table and "| 50% |" in table
+    png = (tmp_path / "results" / "tiny.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # Third sitting: everything recorded, nothing runs; a changed setting reruns only the runs it changes.
+    calls.clear()
+    assert main(["study", str(path)]) == 0 and calls == []
+    spec = yaml.safe_load(path.read_text())
+    spec["sweep"] = {"rl.max_turns": [1, 3]}
+    spec["names"] = ["max_turns=1", "max_turns=2"]
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["study", str(path)]) == 0
+    assert calls == ["train_rl", "evaluate_run"]
+    assert "settings changed" in capsys.readouterr().out
+
+
+def _stop_second_run(run_one, fail_next_eval):
+    def wrapped(study, run, *args, **kwargs):
+        if run.name == "max_turns=2":
+            fail_next_eval.append(True)
+        return run_one(study, run, *args, **kwargs)
+
+    return wrapped
+
+
+def test_study_files_are_checked_before_anything_runs(tmp_path, textworld_games_dir):
+    path = _tiny_study(tmp_path, "some-model", textworld_games_dir)
+    spec = yaml.safe_load(path.read_text())
+
+    def refused(change, match):
+        bad = json.loads(json.dumps(spec))
+        change(bad)
+        path.write_text(yaml.safe_dump(bad))
+        with pytest.raises(ValueError, match=match):
+            load_study(path)
+
+    refused(lambda s: s["rl"].update(max_turn=3), r"\['max_turn'\] are not fields of MultiTurnGRPOConfig")
+    refused(lambda s: s["sft"].update(max_turns=3), r"\['max_turns'\] are not fields of MultiTurnSFTConfig")
+    refused(lambda s: s["data"].update(sft_first_game=1), "SFT games overlap the RL games")
+    refused(lambda s: s["data"].update(train_shapes=["2-3-4"]), "w<rooms>-o<objects>-q<quest length>")
+    refused(lambda s: s.update(algorithm="a2c"), "algorithm='a2c'")
+    refused(lambda s: s["rl"].update(output_dir="x"), "set by the study runner")
+    refused(lambda s: s.update(sweep={"rl.max_turns": [1, 2], "rl.max_steps": [1]}), "same number of values")
+    refused(lambda s: s.update(sweep={"rl.max_turns": [1, 1]}), "distinct names")
+
+
+def test_paper_recipes_come_in_gpu_and_cpu_scale_for_every_study():
+    names = {p.stem for p in RECIPES}
+    studies = {name.removesuffix("_cpu") for name in names}
+    assert studies >= {"complexity", "model_size", "exploration_budget", "transfer", "mixed_complexity", "rewards",
+                       "algorithms", "sft_rl_ratio"}
+    assert names == studies | {f"{name}_cpu" for name in studies}
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_every_paper_recipe_loads_and_builds_its_configs(path, tmp_path):
+    study = load_study(path)
+    spec = yaml.safe_load(path.read_text())
+    assert study.paper and study.hardware and len(study.runs) >= 2
+    cpu = path.stem.endswith("_cpu")
+    assert (spec["model"] == "offline:smollm2-135m-instruct") == cpu  # runs may change it (model_size)
+    for run in study.runs:
+        if not cpu:  # paper hyperparameters; the GPU settings are swapped for CPU ones only to build the configs here
+            assert spec["rl"]["temperature"] == 0.7 and run.eval.temperature == 0.4
+            assert run.data.num_eval_games == 100
+            run = dataclasses.replace(run, rl={**run.rl, "bf16": False, "use_cpu": True, "use_vllm": False},
+                                      sft=None if run.sft is None else {**run.sft, "bf16": False, "use_cpu": True})
+        sft, rl, episode = build_configs(run, tmp_path / run.name)
+        if rl is not None:
+            rl.check_multiturn_args()
+        if sft is not None:
+            assert sft.system_prompt == episode.system_prompt and sft.action_parser == episode.action_parser
+        assert math.isfinite(run.eval.temperature) and episode.max_turns >= 1

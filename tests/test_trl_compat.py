@@ -1,0 +1,126 @@
+"""The private TRL API the trainers rely on (`trainers/trl_compat.py`) matches the installed TRL, and a change is
+refused with a message naming the supported TRL versions."""
+
+import inspect
+
+import pytest
+import trl
+from trl import GRPOTrainer, RLOOTrainer
+
+from trl_multiturn import MultiTurnGRPOTrainer, MultiTurnPPOTrainer, MultiTurnRLOOTrainer, MultiTurnSFTTrainer
+from trl_multiturn.trainers import trl_compat
+from trl_multiturn.trainers.trl_compat import (
+    GENERATE_FIELDS,
+    SUPPORTED_TRL,
+    TOUCH_POINTS,
+    TRLCompatibilityError,
+    check_trl_compat,
+    generate_result,
+    touch_point_problems,
+)
+
+
+def test_the_installed_trl_is_a_supported_one_and_matches_every_touch_point():
+    assert trl.__version__.startswith(SUPPORTED_TRL.removesuffix("x"))
+    assert touch_point_problems() == []
+    assert trl_compat.generate_tuple_problems() == []
+    for trainer_cls in (MultiTurnGRPOTrainer, MultiTurnRLOOTrainer, MultiTurnPPOTrainer, MultiTurnSFTTrainer):
+        check_trl_compat(trainer_cls)
+    # The table lists each private method that a trainer overrides, under the TRL or transformers class it
+    # overrides.
+    listed = {(p.owner, p.name) for p in TOUCH_POINTS}
+    for cls in (MultiTurnGRPOTrainer, MultiTurnRLOOTrainer, MultiTurnPPOTrainer, MultiTurnSFTTrainer):
+        for name in vars(cls):
+            parents = [base for base in cls.__mro__ if not base.__module__.startswith("trl_multiturn")
+                       and name in vars(base)]
+            if name.startswith("_") and not name.startswith("__") and name != "_tag_names" and parents:
+                assert (f"{parents[0].__module__}:{parents[0].__qualname__}", name) in listed, (cls, name)
+
+
+def test_generate_result_is_the_tuple_trl_unpacks():
+    result = generate_result(prompt_ids=[[1]], completion_ids=[[2]], tool_mask=[[1]], completions=[["c"]],
+                             logprobs=None)
+    named = dict(zip(GENERATE_FIELDS, result))
+    assert named["prompt_ids_list"] == [[1]] and named["tool_mask_list"] == [[1]]
+    assert named["sampling_per_token_logps_list"] is None and named["images"] is None
+    assert len(result) == 8
+
+
+def _message_of(trainer_cls):
+    trl_compat._class_problems.cache_clear()
+    try:
+        with pytest.raises(TRLCompatibilityError) as info:
+            check_trl_compat(trainer_cls)
+    finally:
+        trl_compat._class_problems.cache_clear()
+    return str(info.value)
+
+
+def test_a_changed_private_signature_is_refused_naming_the_supported_versions(monkeypatch):
+    """TRL's development branch changed `_generate_single_turn`; such a TRL must fail at construction."""
+    def _generate_single_turn(self, prompts, sampling_params):  # a hypothetical next release
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", _generate_single_turn)
+    message = _message_of(MultiTurnGRPOTrainer)
+    assert f"supports TRL {SUPPORTED_TRL}" in message and trl.__version__ in message
+    assert ("GRPOTrainer._generate_single_turn(prompts, sampling_params): expected (prompt_ids, images, "
+            "multimodal_fields, num_generations, ...)") in message
+    assert "pip install 'trl==1.16.*'" in message
+    check_trl_compat(MultiTurnRLOOTrainer)  # RLOO does not use GRPO's method
+
+
+def test_an_added_required_parameter_a_removed_method_and_an_override_mismatch_are_each_named(monkeypatch):
+    def with_required(self, prompt_ids, images, multimodal_fields, sampling):
+        raise AssertionError("never called")
+
+    def compute_loss(self, model, inputs, num_items_in_batch):
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(RLOOTrainer, "_generate_single_turn", with_required)
+    monkeypatch.setattr(RLOOTrainer, "_compute_loss", compute_loss)
+    monkeypatch.delattr(RLOOTrainer, "_calculate_rewards")
+    message = _message_of(MultiTurnRLOOTrainer)
+    assert "RLOOTrainer._generate_single_turn(prompt_ids, images, multimodal_fields, sampling)" in message
+    assert "RLOOTrainer._compute_loss(model, inputs, num_items_in_batch): expected (model, inputs) (" in message
+    assert "RLOOTrainer._calculate_rewards is gone" in message
+    assert message.count("\n  - ") == 3
+
+
+def test_a_reordered_generate_tuple_and_a_loss_without_tool_mask_are_refused(monkeypatch):
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    reordered = source.replace("completion_ids_list,\n            tool_mask_list,",
+                               "tool_mask_list,\n            completion_ids_list,")
+    reordered = reordered.replace('"ref_per_token_logps"', '"reference_logps"')
+    assert reordered.count("reference_logps") and "tool_mask_list,\n            completion_ids_list," in reordered
+    sources = {GRPOTrainer._generate_and_score_completions: reordered,
+               GRPOTrainer._compute_loss: "def _compute_loss(self, model, inputs):\n    return 0\n"}
+    real = inspect.getsource
+    monkeypatch.setattr(trl_compat.inspect, "getsource", lambda obj: sources.get(obj) or real(obj))
+    message = _message_of(MultiTurnPPOTrainer)
+    assert "unpacks _generate() as ('prompt_ids_list', 'tool_mask_list', 'completion_ids_list'," in message
+    assert 'no longer reads inputs["tool_mask"]' in message
+    assert "no longer outputs ['ref_per_token_logps']" in message
+
+
+def test_a_helper_without_a_keyword_we_pass_is_refused(monkeypatch):
+    import trl.trainer.utils
+
+    def pad(tensors, padding_value=0, pad_to_multiple_of=None, side="right"):
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(trl.trainer.utils, "pad", pad)
+    message = _message_of(MultiTurnSFTTrainer)  # shared helpers apply to every trainer
+    assert ("pad(tensors, padding_value, pad_to_multiple_of, side): expected (tensors, ...) with keywords "
+            "['padding_value', 'padding_side', 'pad_to_multiple_of']") in message
+
+
+def test_missing_trainer_state_is_refused():
+    class Bare(GRPOTrainer):
+        def __init__(self):
+            pass
+
+    bare = Bare.__new__(Bare)
+    bare.__dict__.update({name: None for name in ("_metrics", "_logs", "_tokenizer")})
+    with pytest.raises(TRLCompatibilityError, match="GRPOTrainer instances have no attribute 'num_generations'"):
+        trl_compat.check_trl_attributes(bare)

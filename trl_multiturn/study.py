@@ -1,0 +1,616 @@
+"""`trl-multiturn study recipes/paper/<study>.yaml`: one of the paper's experiments as a sweep of SFT -> RL ->
+held-out evaluation runs, resumable, ending in one results table (Markdown and JSON, Wilson 95% intervals) and one
+figure.
+
+A study file names a base pipeline and the runs that change it:
+
+    name: exploration_budget                 # the study; results go to `results` (.json, .md, .png)
+    paper: "Table 4: ..."                    # what the paper measured (free text, printed with the table)
+    hardware: "8x H100 80GB"                 # what the recipe is sized for (free text)
+    model: Qwen/Qwen2.5-1.5B-Instruct        # the starting policy (a Hub id, a path, offline:smollm2-135m-instruct)
+    data: {...}                              # StudyData: environment, training shapes / task types, game counts
+    sft: {...}                               # MultiTurnSFTConfig fields of an SFT warm start, or null for none
+    algorithm: ppo                           # grpo, rloo, ppo, or none (pure SFT)
+    rl: {...}                                # the algorithm's config fields (MultiTurnPPOConfig here)
+    eval: {...}                              # StudyEval: temperature, turns of the held-out episodes
+    sweep:                                   # runs made by changing fields together (dotted paths), or ...
+      rl.max_turns: [6, 8, 12, 16]
+      eval.max_turns: [6, 8, 12, 16]
+    expected: [0.55, 0.73, 0.75, 0.76]       # optional: the paper's number for each run
+    runs:                                    # ... runs listed one by one (both may be given; sweep runs first)
+      - {name: sparse, set: {rl.reward_mode: sparse}, expected: 0.5}
+      - {name: rloo, set: {algorithm: rloo, rl: *rloo}}   # a whole section replaced (anchor in a "_" key)
+
+Each run trains an SFT warm start (when `sft` is set; runs with the same SFT settings share one checkpoint), then
+RL from it on the training games, then plays the held-out games once and records each game's outcome. The results
+JSON is rewritten after every stage: running the study again skips what is recorded (a finished run, or the SFT
+and RL stages of a run that stopped during evaluation) as long as the run's settings are unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
+
+ALGORITHMS = {
+    "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
+    "rloo": ("MultiTurnRLOOTrainer", "MultiTurnRLOOConfig"),
+    "ppo": ("MultiTurnPPOTrainer", "MultiTurnPPOConfig"),
+    "none": (None, None),  # pure SFT: `rl` then only gives the held-out episodes their settings
+}
+ENVIRONMENTS = ("textworld", "alfworld")
+RUNNER_FIELDS = ("output_dir",)  # set by the runner for every stage; a study does not set them
+
+
+@dataclass
+class StudyData:
+    """Which games a study's runs train and evaluate on."""
+
+    env: str = field(default="textworld", metadata={"help": f"The environment: one of {ENVIRONMENTS}."})
+    train_shapes: list[str] = field(
+        default_factory=lambda: ["w2-o3-q4"],
+        metadata={"help": "TextWorld: the shapes of the training games (w<rooms>-o<objects>-q<quest length>); "
+                          "several give a mixture in equal parts."},
+    )
+    eval_shapes: list[str] | None = field(
+        default=None, metadata={"help": "TextWorld: shapes of the held-out games (default: train_shapes)."}
+    )
+    challenge: str | None = field(
+        default=None, metadata={"help": "TextWorld: a challenge such as 'tw-simple' instead of custom shapes."}
+    )
+    challenge_rewards: str = field(default="dense", metadata={"help": "tw-simple: dense, balanced or sparse."})
+    challenge_goal: str = field(default="detailed", metadata={"help": "tw-simple: detailed, brief or none."})
+    task_types: list[str] | None = field(
+        default=None, metadata={"help": "ALFWorld: task types to train on (default: all six)."}
+    )
+    eval_task_types: list[str] | None = field(
+        default=None, metadata={"help": "ALFWorld: task types of the held-out games (default: all six)."}
+    )
+    eval_split: str = field(default="valid_unseen", metadata={"help": "ALFWorld: the held-out split."})
+    data_path: str | None = field(
+        default=None, metadata={"help": "ALFWorld: the downloaded games ($ALFWORLD_DATA); none: generated."}
+    )
+    num_train_games: int | None = field(
+        default=16, metadata={"help": "RL training games (train split, from seed 0). ALFWorld: None for all."}
+    )
+    num_eval_games: int | None = field(
+        default=100, metadata={"help": "Held-out games (test split). ALFWorld: None for all."}
+    )
+    num_sft_games: int | None = field(
+        default=0, metadata={"help": "Games whose expert walkthroughs SFT trains on. ALFWorld: None for all."}
+    )
+    sft_first_game: int = field(
+        default=500_000,
+        metadata={"help": "TextWorld: index of the first SFT game in the train split's seeds, so that SFT games "
+                          "never overlap the RL games (0 .. num_train_games - 1). ALFWorld's SFT replays the "
+                          "experts of its training games, as the paper does."},
+    )
+    games_dir: str | None = field(default=None, metadata={"help": "Game cache folder (default: the env's)."})
+    admissible_commands: bool = field(
+        default=False, metadata={"help": "List the valid commands in every observation."}
+    )
+
+    def check(self) -> None:
+        from .data import parse_shape
+
+        if self.env not in ENVIRONMENTS:
+            raise ValueError(f"data.env={self.env!r}: choose one of {ENVIRONMENTS}")
+        if self.env == "textworld":
+            counts = {"num_train_games": self.num_train_games, "num_eval_games": self.num_eval_games,
+                      "num_sft_games": self.num_sft_games}
+            missing = sorted(name for name, value in counts.items() if value is None)
+            if missing:
+                raise ValueError(f"data: {missing} must be numbers of TextWorld games (None means all games only "
+                                 "for ALFWorld)")
+        if self.env == "textworld" and self.challenge is None:
+            for shape in [*self.train_shapes, *(self.eval_shapes or [])]:
+                parse_shape(shape)
+        # TextWorld SFT games come from their own seeds; ALFWorld's SFT replays the training games' experts (as
+        # the paper), so there the ranges do not apply.
+        if self.env == "textworld" and self.num_sft_games and self.sft_first_game < self.num_train_games:
+            raise ValueError(f"data.sft_first_game={self.sft_first_game}: the SFT games overlap the RL games "
+                             f"(0 .. {self.num_train_games - 1}); start them at {self.num_train_games} or later")
+
+    def tasks(self, part: str):
+        """The task rows of `part`: "train" (RL), "sft" or "eval"."""
+        from .data import alfworld_tasks, textworld_mixture, textworld_tasks
+
+        count = {"train": self.num_train_games, "sft": self.num_sft_games, "eval": self.num_eval_games}[part]
+        if self.env == "alfworld":
+            split = self.eval_split if part == "eval" else "train"
+            types = self.eval_task_types if part == "eval" else self.task_types
+            return alfworld_tasks(split, count, types, data_path=self.data_path,
+                                  games_dir=self.games_dir or "outputs/alfworld_games")
+        split = "test" if part == "eval" else "train"
+        first = self.sft_first_game if part == "sft" else 0
+        if self.challenge is not None:
+            return textworld_tasks(challenge=self.challenge, rewards=self.challenge_rewards, goal=self.challenge_goal,
+                                   split=split, num_games=count, first_game=first, games_dir=self.games_dir)
+        shapes = (self.eval_shapes or self.train_shapes) if part == "eval" else self.train_shapes
+        return textworld_mixture(shapes, split=split, num_games=count, first_game=first, games_dir=self.games_dir)
+
+    def environment_factory(self):
+        if self.env == "alfworld":
+            from .envs.alfworld import ALFWorldConfig, ALFWorldEnv
+
+            config = ALFWorldConfig(data_path=self.data_path, admissible_commands=self.admissible_commands)
+            return functools.partial(ALFWorldEnv, config)
+        from .envs.textworld import TextWorldEnv
+
+        return functools.partial(TextWorldEnv, games_dir=self.games_dir,
+                                 admissible_commands_in_observation=self.admissible_commands)
+
+
+@dataclass
+class StudyEval:
+    """How the held-out games are played (the rest of an episode's settings come from the `rl` section)."""
+
+    temperature: float = field(default=0.0, metadata={"help": "0: greedy; the paper validates at 0.4."})
+    max_turns: int | None = field(default=None, metadata={"help": "Turns per episode (default: rl.max_turns)."})
+    batch_size: int = field(default=16, metadata={"help": "Episodes played at once."})
+
+
+@dataclass
+class StudyRun:
+    """One run of a study: the base pipeline with its changes applied."""
+
+    name: str
+    model: str
+    data: StudyData
+    sft: dict | None
+    algorithm: str
+    rl: dict
+    eval: StudyEval
+    changed: dict = field(default_factory=dict)
+    expected: float | str | None = None
+
+    def settings(self) -> dict:
+        return {"model": self.model, "data": dataclasses.asdict(self.data), "sft": self.sft,
+                "algorithm": self.algorithm, "rl": self.rl, "eval": dataclasses.asdict(self.eval)}
+
+    def fingerprint(self) -> str:
+        return _digest(self.settings())
+
+    def sft_key(self) -> str | None:
+        """Runs with equal SFT settings (model, games, config, episode format) share one SFT checkpoint."""
+        if self.sft is None:
+            return None
+        data = self.data
+        games = [data.env, data.challenge, data.challenge_rewards, data.train_shapes, data.task_types,
+                 data.num_sft_games, data.sft_first_game, data.data_path, data.admissible_commands]
+        fmt = {k: self.rl.get(k) for k in ("system_prompt", "action_parser", "chat_template_kwargs")}
+        return _digest([self.model, games, self.sft, fmt])[:12]
+
+
+@dataclass
+class Study:
+    name: str
+    runs: list[StudyRun]
+    output_dir: Path
+    results: Path
+    paper: str = ""
+    hardware: str = ""
+    description: str = ""
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _config_class(name: str):
+    import trl_multiturn
+
+    return getattr(trl_multiturn, name)
+
+
+def _check_fields(section: str, values: dict, *classes) -> None:
+    known = {f.name for cls in classes for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        names = " or ".join(cls.__name__ for cls in classes)
+        raise ValueError(f"{section}: {unknown} are not fields of {names}; see its documentation for the field "
+                         "names")
+    taken = sorted(set(values) & set(RUNNER_FIELDS))
+    if taken:
+        raise ValueError(f"{section}: {taken} are set by the study runner; remove them from the study file")
+
+
+def _apply(base: dict, changes: dict) -> dict:
+    """`base` with dotted-path `changes` applied: {"rl.max_turns": 6} sets base["rl"]["max_turns"]; a section
+    name alone ({"sft": None}) replaces the whole section."""
+    out = json.loads(json.dumps(base))
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        target = out
+        for key in parents:
+            if not isinstance(target.get(key), dict):
+                raise ValueError(f"change {path!r}: {key!r} is not a section of the study (or it is null)")
+            target = target[key]
+        target[leaf] = value
+    return out
+
+
+def _run_specs(spec: dict) -> list[tuple[str, dict, object]]:
+    """(name, changes, expected) of every run: the sweep's first, then the listed ones."""
+    specs = []
+    sweep = spec.get("sweep") or {}
+    if sweep:
+        lengths = {len(values) for values in sweep.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"sweep: every field needs the same number of values, got {sorted(lengths)}")
+        count = lengths.pop()
+        expected = spec.get("expected") or [None] * count
+        varying = [path for path, values in sweep.items() if len({json.dumps(v) for v in values}) > 1]
+        names = spec.get("names") or [",".join(f"{path.split('.')[-1]}={_short(sweep[path][i])}"
+                                               for path in varying or list(sweep)) for i in range(count)]
+        if len(expected) != count or len(names) != count:
+            raise ValueError(f"sweep: `expected` and `names` need one entry per run ({count})")
+        specs += [(names[i], {path: values[i] for path, values in sweep.items()}, expected[i]) for i in range(count)]
+    for run in spec.get("runs") or []:
+        unknown = sorted(set(run) - {"name", "set", "expected"})
+        if "name" not in run or unknown:
+            raise ValueError(f"runs: each run has `name`, optional `set` and `expected`; got {sorted(run)}")
+        specs.append((str(run["name"]), run.get("set") or {}, run.get("expected")))
+    names = [name for name, _, _ in specs]
+    if not specs or len(set(names)) != len(names):
+        raise ValueError(f"a study needs runs (a `sweep` or `runs`) with distinct names, got {names}")
+    return specs
+
+
+def _changed(base: dict, changes: dict) -> dict:
+    """A run's changes as shown in the table: as written, except that a section replaced whole shows only the
+    fields it sets differently from the base section (not its whole text)."""
+    shown = {}
+    for path, value in changes.items():
+        old = base.get(path)
+        if isinstance(value, dict) and isinstance(old, dict):
+            shown.update({f"{path}.{leaf}": value[leaf] for leaf in value if old.get(leaf) != value[leaf]})
+        else:
+            shown[path] = value
+    return shown
+
+
+def _short(value) -> str:
+    return "+".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+BASE_KEYS = ("model", "data", "sft", "algorithm", "rl", "eval")
+STUDY_KEYS = (*BASE_KEYS, "name", "description", "paper", "hardware", "scale", "output_dir", "results", "sweep",
+              "expected", "names", "runs")
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and check a study file: every section's fields exist in its config class, every run resolves. Nothing
+    is trained or generated."""
+    spec = yaml.safe_load(Path(path).read_text())
+    # Keys starting with "_" hold YAML anchors (e.g. one algorithm's `rl` section that runs switch to).
+    spec = {key: value for key, value in spec.items() if not key.startswith("_")}
+    unknown = sorted(set(spec) - set(STUDY_KEYS))
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {unknown}; a study has {list(STUDY_KEYS)} (and `_`-prefixed keys "
+                         "for YAML anchors)")
+    name = spec.get("name") or Path(path).stem
+    base = {key: spec.get(key) for key in BASE_KEYS}
+    base["data"] = base["data"] or {}
+    base["rl"] = base["rl"] or {}
+    base["eval"] = base["eval"] or {}
+    base["algorithm"] = base["algorithm"] or "none"
+    runs = []
+    for run_name, changes, expected in _run_specs(spec):
+        resolved = _apply(base, changes)
+        where = f"{path}, run {run_name!r}"
+        algorithm = resolved["algorithm"]
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"{where}: algorithm={algorithm!r}; choose one of {sorted(ALGORITHMS)}")
+        # With algorithm 'none' the section may still hold the base algorithm's fields (it is not built).
+        rl_classes = [ALGORITHMS[algorithm][1]] if algorithm != "none" else [
+            config for _, config in ALGORITHMS.values() if config]
+        _check_fields(f"{where}: rl", resolved["rl"], *map(_config_class, rl_classes))
+        if resolved["sft"] is not None:
+            _check_fields(f"{where}: sft", resolved["sft"], _config_class("MultiTurnSFTConfig"))
+        if algorithm == "none" and resolved["sft"] is None:
+            raise ValueError(f"{where}: no SFT and algorithm 'none' trains nothing; set one of them")
+        _check_fields(f"{where}: data", resolved["data"], StudyData)
+        _check_fields(f"{where}: eval", resolved["eval"], StudyEval)
+        data = StudyData(**resolved["data"])
+        try:
+            data.check()
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if resolved["sft"] is not None and data.num_sft_games == 0:
+            raise ValueError(f"{where}: an SFT warm start needs data.num_sft_games > 0")
+        if not resolved["model"]:
+            raise ValueError(f"{where}: name the starting `model`")
+        runs.append(StudyRun(run_name, resolved["model"], data, resolved["sft"], algorithm, resolved["rl"],
+                             StudyEval(**resolved["eval"]), _changed(base, changes), expected))
+    output_dir = Path(spec.get("output_dir") or f"outputs/paper/{name}")
+    results = Path(spec.get("results") or f"benchmarks/results/paper/{name}")
+    return Study(name, runs, output_dir, results, spec.get("paper") or "", spec.get("hardware") or "",
+                 spec.get("description") or "")
+
+
+def build_configs(run: StudyRun, run_dir: Path, sft_dir: Path | None = None):
+    """(SFT config or None, RL config or None, episode settings) of a run, as the trainers take them. The SFT
+    config copies the RL config's episode format (system prompt, action parser, template arguments) unless it sets
+    its own."""
+    sft_config = rl_config = None
+    if run.sft is not None:
+        fmt = {k: run.rl[k] for k in ("system_prompt", "action_parser", "chat_template_kwargs") if k in run.rl}
+        sft_config = _config_class("MultiTurnSFTConfig")(output_dir=str(sft_dir or run_dir / "sft"),
+                                                         **{**fmt, **run.sft})
+    if run.algorithm != "none":
+        rl_config = _config_class(ALGORITHMS[run.algorithm][1])(output_dir=str(run_dir / "rl"), **run.rl)
+    episode = rl_config if rl_config is not None else SimpleNamespace(**run.rl)
+    return sft_config, rl_config, episode
+
+
+# -- running --------------------------------------------------------------------------------------------------------
+
+
+class Results:
+    """The study's results JSON, rewritten (atomically) after every stage so that a stopped study resumes."""
+
+    def __init__(self, path: Path, study: str):
+        self.path = path
+        self.data = json.loads(path.read_text()) if path.exists() else {}
+        self.data.setdefault("study", study)
+        self.data.setdefault("sft", {})
+        self.data.setdefault("runs", {})
+
+    def save(self) -> None:
+        if int(os.environ.get("RANK", "0")) != 0:  # under `accelerate launch`, the main process writes
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True, default=str))
+        tmp.replace(self.path)
+
+
+def _has_checkpoint(path: str | Path) -> bool:
+    return (Path(path) / "config.json").is_file()
+
+
+def _jsonable_log(log: list[dict]) -> list[dict]:
+    return [{k: v for k, v in entry.items() if isinstance(v, (int, float, str, bool)) or v is None} for entry in log]
+
+
+def train_sft(config, model: str, tasks, environment_factory) -> dict:
+    from .trainers import MultiTurnSFTTrainer
+
+    clock = time.perf_counter()
+    trainer = MultiTurnSFTTrainer(model, args=config, environment_factory=environment_factory, train_dataset=tasks)
+    result = trainer.train()
+    trainer.save_model(config.output_dir)
+    return {"path": config.output_dir, "seconds": time.perf_counter() - clock, "steps": trainer.state.global_step,
+            "examples": len(tasks), "train_loss": result.training_loss,
+            "log": _jsonable_log(trainer.state.log_history)}
+
+
+def train_rl(algorithm: str, config, model: str, tasks, environment_factory) -> dict:
+    clock = time.perf_counter()
+    trainer_cls = _config_class(ALGORITHMS[algorithm][0])
+    trainer = trainer_cls(model=model, args=config, environment_factory=environment_factory, train_dataset=tasks)
+    trainer.train()
+    if trainer.state.global_step == 0:
+        raise RuntimeError(f"{algorithm} trained no step on {len(tasks)} games: one step needs more games than that "
+                           "(per_device_train_batch_size / num_generations per process); raise data.num_train_games "
+                           "or lower rl.per_device_train_batch_size")
+    trainer.save_model(config.output_dir)
+    # Each generated batch is trained on `num_iterations` times (TRL's GRPO machinery; PPO's epochs).
+    episodes = (trainer.state.global_step * config.per_device_train_batch_size * config.gradient_accumulation_steps
+                * trainer.accelerator.num_processes // getattr(config, "num_iterations", 1))
+    return {"path": config.output_dir, "seconds": time.perf_counter() - clock, "steps": trainer.state.global_step,
+            "episodes": episodes, "log": _jsonable_log(trainer.state.log_history)}
+
+
+def evaluate_run(run: StudyRun, model: str, tasks, environment_factory, episode) -> dict:
+    from . import evaluation
+    from .script_args import evaluation_options
+
+    clock = time.perf_counter()
+    result = evaluation.evaluate(model, environment_factory, tasks, temperature=run.eval.temperature,
+                                 batch_size=run.eval.batch_size, **evaluation_options(episode, run.eval.max_turns))
+    outcomes = {_task_key(ep.task): bool(ep.won) for ep in result.episodes if not ep.failed}
+    return {"model": model, "successes": result.successes, "n": result.n, "failed": result.failed,
+            "ci_low": result.ci_low, "ci_high": result.ci_high, "mean_turns": result.mean_turns,
+            "seconds": time.perf_counter() - clock, "outcomes": outcomes}
+
+
+def _task_key(task: dict) -> str:
+    return str(task.get("game_file") or task.get("seed"))
+
+
+def run_study(study: Study, only: list[str] | None = None, log=print) -> Results:
+    """Run the study's runs in order (or those named in `only`), skipping what the results JSON records."""
+    results = Results(study.results.with_suffix(".json"), study.name)
+    for run in study.runs:
+        if only and run.name not in only:
+            continue
+        record = results.data["runs"].get(run.name)
+        if record is not None and record.get("fingerprint") != run.fingerprint():
+            log(f"[{study.name}] {run.name}: settings changed since it was recorded; running it again")
+            record = None
+        if record is not None and "eval" in record:
+            log(f"[{study.name}] {run.name}: done, skipped")
+            continue
+        record = record or {"fingerprint": run.fingerprint(), "settings": run.settings(), "changed": run.changed,
+                            "expected": run.expected}
+        results.data["runs"][run.name] = record
+        _run_one(study, run, record, results, log)
+    write_report(study, results)
+    return results
+
+
+def _run_one(study: Study, run: StudyRun, record: dict, results: Results, log) -> None:
+    from .models import resolve_model
+
+    run_dir = study.output_dir / run.name
+    environment_factory = run.data.environment_factory()
+    model = resolve_model(run.model)
+    key = run.sft_key()
+    sft_dir = study.output_dir / f"sft-{key}" if key else None
+    sft_config, rl_config, episode = build_configs(run, run_dir, sft_dir)
+    if sft_config is not None:
+        done = results.data["sft"].get(key)
+        if done is None or not _has_checkpoint(done["path"]):
+            log(f"[{study.name}] {run.name}: SFT on {run.data.num_sft_games} games -> {sft_dir}")
+            results.data["sft"][key] = train_sft(sft_config, model, run.data.tasks("sft"), environment_factory)
+            results.save()
+        else:
+            log(f"[{study.name}] {run.name}: SFT checkpoint {sft_dir} reused")
+        record["sft"] = key
+        model = str(sft_dir)
+    if rl_config is not None:
+        if "rl" not in record or not _has_checkpoint(record["rl"]["path"]):
+            log(f"[{study.name}] {run.name}: {run.algorithm.upper()} on {run.data.num_train_games} games")
+            record["rl"] = train_rl(run.algorithm, rl_config, model, run.data.tasks("train"), environment_factory)
+            results.save()
+        model = record["rl"]["path"]
+    log(f"[{study.name}] {run.name}: evaluating {model} on {run.data.num_eval_games} held-out games")
+    record["eval"] = evaluate_run(run, model, run.data.tasks("eval"), environment_factory, episode)
+    results.save()
+    ev = record["eval"]
+    log(f"[{study.name}] {run.name}: {ev['successes']}/{ev['n']} held-out games won")
+
+
+# -- report ---------------------------------------------------------------------------------------------------------
+
+
+def table_rows(study: Study, results: Results) -> list[dict]:
+    """One row per finished run, in the study's order: success with its Wilson 95% interval, the paper's number,
+    wall time, and an exact McNemar test against the first run where both played the same games."""
+    from .evaluation import mcnemar_exact
+
+    rows, first = [], None
+    for run in study.runs:
+        record = results.data["runs"].get(run.name)
+        if not record or "eval" not in record:
+            continue
+        ev = record["eval"]
+        sft = results.data["sft"].get(record.get("sft") or "", {})
+        seconds = sft.get("seconds", 0) + record.get("rl", {}).get("seconds", 0) + ev["seconds"]
+        row = {"run": run.name, "changed": run.changed, "successes": ev["successes"], "n": ev["n"],
+               "success_rate": ev["successes"] / ev["n"] if ev["n"] else None, "ci_low": ev["ci_low"],
+               "ci_high": ev["ci_high"], "expected": run.expected, "seconds": seconds,
+               "rl_episodes": record.get("rl", {}).get("episodes", 0), "sft_examples": sft.get("examples", 0)}
+        if first is None:
+            first = (run.name, ev["outcomes"])
+        elif set(first[1]) == set(ev["outcomes"]):
+            a, b = ev["outcomes"], first[1]
+            only_run = sum(a[g] and not b[g] for g in a)
+            only_first = sum(b[g] and not a[g] for g in a)
+            row["vs_first"] = {"run": first[0], "only_this": only_run, "only_first": only_first,
+                               "p_value": mcnemar_exact(only_run, only_first)}
+        rows.append(row)
+    return rows
+
+
+def _percent(value) -> str:
+    return f"{value:.0%}" if isinstance(value, (int, float)) else ("" if value is None else str(value))
+
+
+def markdown_table(study: Study, rows: list[dict]) -> str:
+    lines = [f"**{study.name}**" + (f": {study.description}" if study.description else ""), ""]
+    if study.paper:
+        lines += [f"Paper: {study.paper}", ""]
+    if study.hardware:
+        lines += [f"Sized for: {study.hardware}", ""]
+    temperatures = sorted({run.eval.temperature for run in study.runs})
+    lines += ["Held-out games played once each at temperature "
+              f"{', '.join(f'{t:g}' for t in temperatures)} (0: greedy); 95% CI: Wilson; p: exact McNemar test "
+              "on the games both runs played.", ""]
+    first = rows[0]["run"] if rows else ""
+    lines += [f"| run | changed | SFT examples | RL episodes | held-out success (95% CI) | paper | vs {first}: +/-, p "
+              "| wall time |", "|---|---|---:|---:|---|---:|---|---:|"]
+    for row in rows:
+        changed = ", ".join(f"{k}={_short(v)}" for k, v in row["changed"].items()) or "(base)"
+        vs = row.get("vs_first")
+        cells = [row["run"], changed, str(row["sft_examples"]), str(row["rl_episodes"]),
+                 f"{row['successes']}/{row['n']} = {_percent(row['success_rate'])} "
+                 f"({_percent(row['ci_low'])}-{_percent(row['ci_high'])})",
+                 _percent(row["expected"]),
+                 f"+{vs['only_this']}/-{vs['only_first']}, p={vs['p_value']:.3g}" if vs else "",
+                 f"{row['seconds'] / 60:.1f} min"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(study: Study, rows: list[dict], path: Path) -> None:
+    """Held-out success of each run with its Wilson 95% interval; the paper's number as a marker where given."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows) + 2), 3.6))
+    xs = range(len(rows))
+    rates = [row["success_rate"] or 0.0 for row in rows]
+    errors = [[r - row["ci_low"] for r, row in zip(rates, rows)], [row["ci_high"] - r for r, row in zip(rates, rows)]]
+    ax.bar(xs, rates, yerr=errors, capsize=4, color="tab:blue", alpha=0.8, label="held-out success (95% CI)")
+    paper = [(x, row["expected"]) for x, row in zip(xs, rows) if isinstance(row["expected"], (int, float))]
+    if paper:
+        ax.scatter(*zip(*paper), marker="D", color="tab:red", zorder=3, label="paper")
+    ax.set_xticks(list(xs), [row["run"] for row in rows], rotation=20, ha="right")
+    ax.set(ylim=(0, 1), ylabel="success rate", title=study.name)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(study: Study, results: Results) -> str:
+    """Write `<results>.md` (the table), the table into `<results>.json` and the figure `<results>.png`."""
+    rows = table_rows(study, results)
+    table = markdown_table(study, rows)
+    results.data["table"] = rows
+    results.save()
+    if int(os.environ.get("RANK", "0")) != 0:
+        return table
+    study.results.with_suffix(".md").write_text(table)
+    if rows:
+        plot(study, rows, study.results.with_suffix(".png"))
+    return table
+
+
+# -- command line ---------------------------------------------------------------------------------------------------
+
+
+def _study_command(args: argparse.Namespace) -> int:
+    study = load_study(args.study)
+    if args.check:
+        print(f"{args.study}: {len(study.runs)} runs, fields valid: {', '.join(run.name for run in study.runs)}")
+        return 0
+    if args.report:
+        print(write_report(study, Results(study.results.with_suffix(".json"), study.name)))
+        return 0
+    unknown = sorted(set(args.runs or []) - {run.name for run in study.runs})
+    if unknown:
+        raise SystemExit(f"--runs: {unknown} are not runs of {study.name}")
+    results = run_study(study, args.runs)
+    print(markdown_table(study, results.data["table"]))
+    return 0
+
+
+def add_study_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "study", help="Run one of the paper's studies (recipes/paper/): SFT -> RL -> held-out evaluation per run.",
+        description="trl-multiturn study recipes/paper/<study>.yaml: runs in order, skips the runs (and stages) the "
+                    "results JSON records, writes the table (.md, .json) and figure (.png).",
+    )
+    parser.add_argument("study", type=Path, help="The study file.")
+    parser.add_argument("--runs", nargs="+", help="Only these runs (default: all, in order).")
+    parser.add_argument("--check", action="store_true", help="Validate the study file and exit.")
+    parser.add_argument("--report", action="store_true", help="Rewrite the table and figure from the results.")
+    parser.set_defaults(func=_study_command)
