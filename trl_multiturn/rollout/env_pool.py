@@ -1,9 +1,10 @@
 """Environments for a batch of concurrent episodes: one isolated runner per episode slot.
 
-Each episode of a batch owns a *slot*; a slot keeps its environment instance across batches (construct once,
-reset often). Every call of a batch (`reset`, `step` or `finish` of each slot) starts at once and has its own
-deadline, `timeout` seconds after it started, so an environment that raises, breaks the contract, hangs or dies
-fails its own episode and no other. Modes (how a slot runs its environment):
+Each episode of a batch owns a *slot*; a slot keeps its environment instance across batches (construct once, reset
+often). Every call of a batch (`reset`, `step` or `finish` of each slot) starts at once and has its own deadline,
+`timeout` seconds after it started (`start_step` returns while the steps run, for a caller with other work to do
+meanwhile), so an environment that raises, breaks the contract, hangs or dies fails its own episode and no other.
+Modes (how a slot runs its environment):
 
 * "process": each slot's environment lives in its own worker process, forked on first use. A call past its
   deadline kills that worker (and its process group); a worker that dies fails only its episode; the slot's next

@@ -23,10 +23,11 @@ Design choices:
   a `critic/` sub-folder (`save_pretrained` layout); `resume_from_checkpoint` loads it back into the critic, and the
   critic's optimizer state comes back with the trainer's `optimizer.pt`.
 - The critic's dropout is always off: value targets and value clipping assume the critic is deterministic.
-- Scaling out: the critic is prepared as the policy is (DDP, FSDP1, or sharded by FSDP2 before the optimizer
-  exists, its groups then joining the optimizer after accelerate has swapped in the policy's shards). DeepSpeed is
-  refused: a ZeRO engine's optimizer covers its own model's parameters only, and the one-optimizer design above
-  would need a second engine for the critic.
+- Scaling out: the critic is prepared as the policy is: DDP, or sharded by FSDP2 before the optimizer exists, its
+  groups then joining the optimizer after accelerate has swapped in the policy's shards (tested on 2 CPU processes);
+  FSDP1 goes through `prepare_model` and is untested (accelerate's FSDP1 plugin refuses CPU). DeepSpeed is refused:
+  a ZeRO engine's optimizer covers its own model's parameters only, and the one-optimizer design above would need a
+  second engine for the critic.
 """
 
 from __future__ import annotations
