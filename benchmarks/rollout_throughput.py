@@ -1,160 +1,251 @@
-"""Rollout throughput per `env_mode`: a delay environment against its lockstep bound, then TextWorld's environment
-steps per second and the collator's whole-episode throughput with a tiny model. Prints tables; not a test.
+"""Rollout and trainer throughput in one table; not a test.
 
-    python benchmarks/rollout_throughput.py                  # 16 episodes x 8 turns; modes inline, auto, thread
-    python benchmarks/rollout_throughput.py --episodes 32 --modes inline process --turns 10
+    nice -n 15 python benchmarks/rollout_throughput.py                 # about 3 minutes on 2 shared cores
+    python benchmarks/rollout_throughput.py --episodes 32 --turns 10 --train-steps 6
 
-The delay environment's steps each sleep `--delay` seconds (no CPU), so the rollout's wall time can reach the
-lockstep bound, the generation time plus turns x delay, only if the steps of all episodes overlap; "inline"
-(one step after another) shows the serial cost. TextWorld's steps are CPU-bound: worker processes ("auto" picks
-them for TextWorld) scale with the machine's cores, threads do not.
+Rows (all with a tiny random model, so that the environment and the loop's own costs show):
+
+(a) The delay environment (each step sleeps `--delay` s, no CPU) with the default settings, without and with
+    `rollout_overlap`: wall time against the lockstep bound, the generation time plus turns x delay (what the rollout
+    costs if every episode's step of a turn runs at once). With overlap one half's steps run while the other half
+    generates, so the wall time can go below the bound.
+(b) The same episodes played one at a time (a loop over single-episode rollouts): the serial cost.
+(c) TextWorld (generated w2-o3-q4 games) and ALFWorld (the test fixture's real game) rollouts with the defaults,
+    without and with overlap: episodes and sampled tokens per second, environment steps included.
+(d) transformers against vLLM (CPU) generation: measured by `benchmarks/vllm_cpu.py` in its own venv; see the
+    README (not re-run here).
+(e) Trainer time per trained (sampled) token: `MultiTurnGRPOTrainer` on a multi-turn environment against TRL's own
+    single-turn `GRPOTrainer`, same model, batch, steps and sampled tokens per sequence (`--turns-per-episode` replies
+    of `--reply-tokens` against one completion of their product). The first step (warm-up) is not timed. Per trained
+    token the multi-turn trainer also pays for the observation and template tokens between turns, which the model
+    reads but is not trained on; per batch token (every position the model reads) it does not.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import statistics
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from trl_multiturn import Environment, StepResult  # noqa: E402
+
+ALFWORLD_FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "alfworld"
+OPENING = "Wait for it."
 
 
 class DelayEnv(Environment):
     """Every step sleeps `delay` seconds; episodes never end by themselves."""
 
-    def __init__(self, delay: float):
+    def __init__(self, delay: float = 0.0):
         self.delay = delay
 
     def reset(self, task):
         self.turn = 0
-        return "Wait for it."
+        return OPENING
 
     def step(self, action):
         time.sleep(self.delay)
         self.turn += 1
-        return StepResult(f"Turn {self.turn}.")
+        return StepResult(f"Turn {self.turn}.", reward=0.0)
 
 
-def delay_rollout(episodes: int, turns: int, mode: str, delay: float, model_dir: str):
-    """(wall seconds, generation seconds) of one collator call on the delay environment."""
-    import functools
-
+def timed_generator(model_dir: str):
+    """(tokenizer, generate_fn, seconds spent generating so far as a one-element list)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_multiturn.rollout import MultiTurnRolloutCollator
     from trl_multiturn.rollout.generation import hf_generate_fn
 
     model, tokenizer = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
     generate = hf_generate_fn(model, tokenizer, temperature=1.0)
-    generation = [0.0]
+    spent = [0.0]
 
     def timed(contexts, max_new_tokens):
         start = time.perf_counter()
         out = generate(contexts, max_new_tokens)
-        generation[0] += time.perf_counter() - start
+        spent[0] += time.perf_counter() - start
         return out
 
-    collator = MultiTurnRolloutCollator(functools.partial(DelayEnv, delay), tokenizer, timed, max_turns=turns,
-                                        max_reply_tokens=8, action_parser=lambda reply: "wait", env_mode=mode)
-    collator([{}] * episodes)  # warm-up: workers start
-    generation[0] = 0.0
-    start = time.perf_counter()
-    collator([{}] * episodes)
-    wall = time.perf_counter() - start
-    collator.close()
-    return wall, generation[0]
+    return tokenizer, timed, spent
 
 
-def env_steps_per_second(tasks, episodes: int, turns: int, mode: str, games_dir: str) -> float:
-    """Reset `episodes` TextWorld games and play each game's walkthrough (padded with 'look') for `turns` steps."""
-    import functools
-
-    from trl_multiturn.envs import TextWorldEnv
-    from trl_multiturn.rollout import EnvFailure, EnvPool
-
-    factory = functools.partial(TextWorldEnv, games_dir=games_dir)
-    pool = EnvPool(factory, mode=mode)
-    rows = [tasks[i % len(tasks)] for i in range(episodes)]
-    plans = [factory().expert_actions(row) for row in rows]
-    pool.reset(rows)  # warm-up: workers start and load their games
-    start = time.perf_counter()
-    pool.reset(rows)
-    steps = 0
-    live = list(range(episodes))
-    for turn in range(turns):
-        actions = [plans[i][turn] if turn < len(plans[i]) else "look" for i in live]
-        results = pool.step(live, actions)
-        steps += len(live)
-        live = [i for i, r in zip(live, results) if not isinstance(r, EnvFailure) and not r.done]
-        if not live:
-            pool.reset([rows[i] for i in range(episodes)])
-            live = list(range(episodes))
-    elapsed = time.perf_counter() - start
-    pool.close()
-    return steps / elapsed
-
-
-def collator_throughput(tasks, episodes: int, turns: int, mode: str, games_dir: str, model_dir: str):
-    import functools
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from trl_multiturn.envs import TextWorldEnv
+def play(factory, rows, model_dir: str, turns: int, overlap: bool = False, one_at_a_time: bool = False,
+         parser=None):
+    """(wall s, generation s, episodes) of one timed rollout after a warm-up one (workers start, games load)."""
     from trl_multiturn.rollout import MultiTurnRolloutCollator
-    from trl_multiturn.rollout.generation import hf_generate_fn
 
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
-    collator = MultiTurnRolloutCollator(
-        functools.partial(TextWorldEnv, games_dir=games_dir), tokenizer,
-        hf_generate_fn(model, tokenizer, temperature=1.0), max_turns=turns, max_reply_tokens=8,
-        env_mode=mode,
-    )
-    rows = [tasks[i % len(tasks)] for i in range(episodes)]
-    collator(rows[:2])  # warm-up
-    start = time.perf_counter()
-    played = collator(rows)
-    elapsed = time.perf_counter() - start
-    collator.close()
-    n_turns = sum(ep.num_turns for ep in played)
-    sampled = sum(sum(ep.env_mask) for ep in played)
-    return episodes / elapsed, n_turns / elapsed, sampled / elapsed
+    tokenizer, generate, spent = timed_generator(model_dir)
+    collator = MultiTurnRolloutCollator(factory, tokenizer, generate, max_turns=turns, max_reply_tokens=8,
+                                        action_parser=parser or "first_line", overlap=overlap)
+    try:
+        collator(rows[:2])
+        spent[0] = 0.0
+        start = time.perf_counter()
+        episodes = [ep for row in rows for ep in collator([row])] if one_at_a_time else collator(rows)
+        return time.perf_counter() - start, spent[0], episodes
+    finally:
+        collator.close()
+
+
+def wait_action(reply: str) -> str:
+    return "wait"
+
+
+def delay_rows(args, model_dir):
+    """Rows (a) and (b)."""
+    factory, rows = functools.partial(DelayEnv, args.delay), [{}] * args.episodes
+    bound_steps = args.turns * args.delay
+    out = []
+    serial_wall, serial_gen, _ = play(factory, rows, model_dir, args.turns, one_at_a_time=True, parser=wait_action)
+    for overlap in (False, True):
+        wall, gen, _ = play(factory, rows, model_dir, args.turns, overlap=overlap, parser=wait_action)
+        name = "(a) delay env, defaults" + (" + rollout_overlap" if overlap else "")
+        out.append((name, wall, f"generation {gen:.2f} s; bound {gen + bound_steps:.2f} s",
+                    f"wall / bound {wall / (gen + bound_steps):.2f}; {serial_wall / wall:.1f}x faster than (b)"))
+    out.append(("(b) delay env, one episode at a time", serial_wall, f"generation {serial_gen:.2f} s",
+                f"wall / bound {serial_wall / (serial_gen + bound_steps):.2f}"))
+    return out
+
+
+def environment_rows(args, model_dir, tmp):
+    """Rows (c)."""
+    from trl_multiturn.data import textworld_tasks
+    from trl_multiturn.envs import ALFWorldEnv, TextWorldEnv
+    from trl_multiturn.envs.alfworld import list_tasks
+
+    games_dir = os.path.join(tmp, "games")
+    tw_tasks = list(textworld_tasks(2, 3, 4, split="train", num_games=args.games, games_dir=games_dir))
+    alf_tasks = list(list_tasks(ALFWORLD_FIXTURE))
+    cases = [("TextWorld w2-o3-q4", functools.partial(TextWorldEnv, games_dir=games_dir), tw_tasks),
+             ("ALFWorld (fixture game)", functools.partial(ALFWorldEnv, data_path=str(ALFWORLD_FIXTURE)), alf_tasks)]
+    out = []
+    for name, factory, tasks in cases:
+        rows = [tasks[i % len(tasks)] for i in range(args.env_episodes)]
+        for overlap in (False, True):
+            wall, gen, episodes = play(factory, rows, model_dir, args.turns, overlap=overlap)
+            sampled = sum(sum(ep.env_mask) for ep in episodes)
+            turns = sum(ep.num_turns for ep in episodes)
+            out.append((f"(c) {name}, defaults" + (" + rollout_overlap" if overlap else ""), wall,
+                        f"{len(rows)} episodes, {turns} turns; generation {gen:.2f} s",
+                        f"{len(rows) / wall:.2f} episodes/s; {sampled / wall:.0f} sampled tokens/s"))
+    return out
+
+
+def random_reward(completions, **kwargs):
+    import random
+
+    return [random.random() for _ in completions]
+
+
+def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool):
+    """(trained tokens, tokens in the batch, seconds) over the steps after the first. Trained tokens are the sampled
+    ones (the loss mask); the batch's tokens are every position the model reads: prompt, replies and (multi-turn)
+    observations and template tokens between turns."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+
+    common = dict(output_dir=os.path.join(tmp, f"train-{multi_turn}"), num_generations=4,
+                  per_device_train_batch_size=args.train_batch, max_steps=args.train_steps, learning_rate=1e-5,
+                  use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1, seed=0,
+                  temperature=1.0)
+    stamps = []
+
+    class StepClock(TrainerCallback):
+        def on_step_end(self, *a, **k):
+            stamps.append(time.perf_counter())
+
+    if multi_turn:
+        config = MultiTurnGRPOConfig(max_turns=args.turns_per_episode, max_completion_length=args.reply_tokens,
+                                     action_parser=f"{__name__}:wait_action", remove_unused_columns=False, **common)
+        trainer = MultiTurnGRPOTrainer(model=model_dir, args=config, environment_factory=DelayEnv,
+                                       reward_funcs=[random_reward],
+                                       train_dataset=Dataset.from_list([{"task": i} for i in range(64)]),
+                                       callbacks=[StepClock()])
+    else:
+        from trl import GRPOConfig, GRPOTrainer
+
+        config = GRPOConfig(max_completion_length=args.reply_tokens * args.turns_per_episode, **common)
+        prompts = [{"prompt": [{"role": "user", "content": OPENING}]} for _ in range(64)]
+        trainer = GRPOTrainer(model=model_dir, args=config, reward_funcs=[random_reward],
+                              train_dataset=Dataset.from_list(prompts), callbacks=[StepClock()])
+    batch_tokens = []
+    if multi_turn:
+        rollout = trainer._rollout
+
+        def counted(inputs):
+            rows = rollout(inputs)
+            batch_tokens.append(sum(ep.num_tokens for ep in trainer._episodes))
+            return rows
+
+        trainer._rollout = counted
+    trainer.train()
+    logs = [log for log in trainer.state.log_history if "completions/mean_length" in log]
+    trained = sum(log["completions/mean_length"] for log in logs[1:]) * args.train_batch
+    if not multi_turn:  # TRL's `num_tokens`: prompt and completion tokens seen so far
+        batch_tokens = [logs[0]["num_tokens"]] + [b["num_tokens"] - a["num_tokens"] for a, b in zip(logs, logs[1:])]
+    return trained, sum(batch_tokens[1:]), stamps[-1] - stamps[0]
+
+
+def trainer_rows(args, model_dir, tmp):
+    """Row (e): the two trainers alternate `--train-repeats` times (a change in the machine's load hits both); each
+    figure is the median over the repeats."""
+    runs = {False: [], True: []}
+    for _ in range(args.train_repeats):
+        for multi_turn in (False, True):
+            trained, batch, seconds = trainer_seconds_per_token(args, model_dir, tmp, multi_turn)
+            runs[multi_turn].append((seconds / trained, seconds / batch, trained, batch, seconds))
+    med = {k: [statistics.median(run[i] for run in v) for i in range(5)] for k, v in runs.items()}
+    out = []
+    for multi_turn, name in ((False, "(e) TRL GRPOTrainer, single turn"),
+                             (True, "(e) MultiTurnGRPOTrainer, delay env (0 s)")):
+        per_trained, per_batch, trained, batch, seconds = med[multi_turn]
+        pairs = [f"{m[0] / t[0]:.2f}" for m, t in zip(runs[True], runs[False])]
+        ratio = "" if not multi_turn else (f"; {per_trained / med[False][0]:.2f}x and "
+                                           f"{per_batch / med[False][1]:.2f}x TRL's (per trained token, run by "
+                                           f"run: {', '.join(pairs)}x)")
+        out.append((name, seconds, f"{args.train_steps - 1} steps, {trained:.0f} trained of {batch:.0f} tokens; "
+                    f"median of {args.train_repeats}", f"{per_trained * 1000:.2f} ms per trained token, "
+                    f"{per_batch * 1000:.2f} ms per batch token{ratio}"))
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--episodes", type=int, default=16, help="episodes of the delay environment")
     parser.add_argument("--turns", type=int, default=8)
-    parser.add_argument("--modes", nargs="+", default=["inline", "auto", "thread"], help="env_mode values")
     parser.add_argument("--delay", type=float, default=0.1, help="seconds per step of the delay environment")
-    parser.add_argument("--games", type=int, default=4, help="distinct w2-o3-q4 training games")
+    parser.add_argument("--env-episodes", type=int, default=8, help="episodes of TextWorld and ALFWorld")
+    parser.add_argument("--games", type=int, default=2, help="distinct w2-o3-q4 TextWorld games")
+    parser.add_argument("--train-steps", type=int, default=4, help="trainer steps (the first is not timed)")
+    parser.add_argument("--train-batch", type=int, default=8)
+    parser.add_argument("--train-repeats", type=int, default=3, help="alternating runs of each trainer")
+    parser.add_argument("--turns-per-episode", type=int, default=4, help="replies per multi-turn training episode")
+    parser.add_argument("--reply-tokens", type=int, default=8, help="tokens per reply of a training episode")
     args = parser.parse_args()
 
-    from trl_multiturn.data import textworld_tasks
     from trl_multiturn.testing import build_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_model(os.path.join(tmp, "tiny"))
-        print(f"Delay environment ({args.delay * 1000:.0f} ms per step), {args.episodes} episodes x {args.turns} "
-              f"turns, tiny model, {os.cpu_count()} CPU cores\n")
-        print("| env_mode | wall (s) | generation (s) | lockstep bound (s) | wall / bound |")
-        print("| --- | ---: | ---: | ---: | ---: |")
-        for mode in args.modes:
-            wall, generation = delay_rollout(args.episodes, args.turns, mode, args.delay, model_dir)
-            bound = generation + args.turns * args.delay
-            print(f"| {mode} | {wall:.2f} | {generation:.2f} | {bound:.2f} | {wall / bound:.2f} |", flush=True)
-
-        games_dir = os.path.join(tmp, "games")
-        tasks = list(textworld_tasks(2, 3, 4, split="train", num_games=args.games, games_dir=games_dir))
-        print(f"\nTextWorld w2-o3-q4, {args.episodes} episodes x {args.turns} turns, {os.cpu_count()} CPU cores\n")
-        print("| env_mode | env steps/s | collator episodes/s | turns/s | sampled tokens/s |")
-        print("| --- | ---: | ---: | ---: | ---: |")
-        for mode in args.modes:
-            steps = env_steps_per_second(tasks, args.episodes, args.turns, mode, games_dir)
-            eps, turns, tokens = collator_throughput(tasks, args.episodes, args.turns, mode, games_dir, model_dir)
-            print(f"| {mode} | {steps:.0f} | {eps:.2f} | {turns:.1f} | {tokens:.0f} |", flush=True)
+        rows = delay_rows(args, model_dir) + environment_rows(args, model_dir, tmp)
+        rows += trainer_rows(args, model_dir, tmp)
+    load = os.getloadavg()[0]
+    print(f"\n{os.cpu_count()} CPU cores, load average {load:.1f} at the end; delay env {args.delay * 1000:.0f} ms "
+          f"per step, {args.episodes} episodes x {args.turns} turns\n")
+    print("| row | wall (s) | detail | figure |")
+    print("| --- | ---: | --- | --- |")
+    for name, wall, detail, figure in rows:
+        print(f"| {name} | {wall:.2f} | {detail} | {figure} |")
+    print("| (d) transformers vs vLLM (CPU) | | SmolLM2-135M, TextWorld w1-o2-q2, 16 episodes x 4 turns | see "
+          "`benchmarks/vllm_cpu.py` in the README (not re-run) |")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,13 @@ from trl_multiturn import MultiTurnGRPOConfig, MultiTurnPPOConfig, MultiTurnPPOT
 from trl_multiturn.credit.gae import ValueBatch, gae, turn_gae
 from trl_multiturn.envs import TextWorldEnv
 from trl_multiturn.trainers.ppo import clipped_value_loss
-from trl_multiturn.trainers.value_model import CRITIC_DIR, load_value_model_weights, save_value_model, token_values
+from trl_multiturn.trainers.value_model import (
+    CRITIC_DIR,
+    base_weights_of_adapted,
+    load_value_model_weights,
+    save_value_model,
+    token_values,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 
@@ -200,6 +206,27 @@ def test_a_peft_critic_trains_and_round_trips(tiny_chatml_model, tmp_path):
     assert not same_weights(adapter_and_head(other), adapter_and_head(trainer))
     load_value_model_weights(other.unwrapped_critic, str(tmp_path / "out"))
     assert same_weights(adapter_and_head(other), adapter_and_head(trainer))
+
+
+def test_a_peft_policy_object_gets_a_critic_from_its_base_weights_without_a_value_model(tiny_chatml_model, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_chatml_model)
+    with torch.no_grad():
+        base.model.norm.weight.add_(0.5)  # in-memory weights, not the checkpoint's: the critic must copy these
+    backbone = {k: v.clone() for k, v in base.model.state_dict().items()}
+    policy = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                             init_lora_weights=False))  # a non-zero adapter the critic must not get
+    trainer = make_trainer(policy, tmp_path, CountingEnv, [{"target": 2}] * 2, reward_mode="dense",
+                           per_device_train_batch_size=2, max_steps=1,
+                           trainer_kwargs={"processing_class": AutoTokenizer.from_pretrained(tiny_chatml_model)})
+    critic = trainer.unwrapped_critic
+    trainable = {n for n, p in critic.named_parameters() if p.requires_grad}
+    assert any("lora_" in n for n in trainable) and any("score" in n for n in trainable)  # the policy's LoRA config
+    assert same_weights(base_weights_of_adapted(critic.get_base_model().model.state_dict()), backbone)
+    before = critic_state(trainer)
+    trainer.train()
+    assert not same_weights(critic_state(trainer), before)
 
 
 def test_config_allows_one_episode_per_task_and_names_bad_fields(tmp_path):

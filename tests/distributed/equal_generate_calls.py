@@ -1,6 +1,7 @@
-"""Run under `accelerate launch --num_processes 2 --cpu`: one training step where rank 0's episodes end after one
-turn and rank 1's run three. Each rank writes how many generate calls it made; they must be equal (DESIGN.md
-invariant 5: vLLM server mode gathers prompts from every rank per call, so unequal counts would hang)."""
+"""Run under `torchrun --nproc_per_node 2` (with `overlap` after the paths for `rollout_overlap`): one training step
+where rank 0's episodes end after one turn and rank 1's run three. Each rank writes how many generate calls it made;
+they must be equal (DESIGN.md invariant 5: vLLM server mode gathers prompts from every rank per call, so unequal
+counts would hang)."""
 
 import json
 import os
@@ -15,10 +16,11 @@ from toy_envs import CountingEnv  # noqa: E402
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer  # noqa: E402
 
 model, out = sys.argv[1], Path(sys.argv[2])
+overlap = sys.argv[3:] == ["overlap"]  # `rollout_overlap`: the two halves of each rank's episodes take turns
 args = MultiTurnGRPOConfig(
     output_dir=str(out), max_turns=4, num_generations=2, per_device_train_batch_size=2, max_completion_length=4,
     max_steps=1, use_cpu=True, bf16=False, report_to="none", save_strategy="no", shuffle_dataset=False,
-    action_parser="trl_multiturn.rollout.parsing:whole_reply",
+    action_parser="trl_multiturn.rollout.parsing:whole_reply", rollout_overlap=overlap,
 )
 # Global batch of 4 = two groups; without shuffling rank 0 gets the target-1 group, rank 1 the target-3 group.
 trainer = MultiTurnGRPOTrainer(model=model, args=args, environment_factory=CountingEnv,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from typing import Callable, Sequence
@@ -29,10 +30,11 @@ def opening_messages(first_observation: str, system_prompt: str | None = None) -
 class MultiTurnRolloutCollator:
     """Turns dataset rows (one task each) into played `Episode`s.
 
-    Each turn makes exactly one `generate_fn` call for all live episodes, parses an action out of each reply,
-    steps every environment at once through an `EnvPool`, and appends the observation as the chat template's token
-    delta for a new user turn (never re-tokenising history). An episode stops when its environment says done, at
-    `max_turns`, or when the next observation would exceed `max_episode_tokens` (prompt included).
+    Each turn makes exactly one `generate_fn` call for all live episodes (with `overlap`, one per half), parses an
+    action out of each reply, steps every environment at once through an `EnvPool`, and appends the observation as the
+    chat template's token delta for a new user turn (never re-tokenising history). An episode stops when its
+    environment says done, at `max_turns`, or when the next observation would exceed `max_episode_tokens` (prompt
+    included).
 
     An episode fails (it is dropped from the baseline and the loss, and its `failure` says why) when its environment
     raises, hangs past `env_timeout`, loses its worker or returns what breaks the contract (see
@@ -56,6 +58,10 @@ class MultiTurnRolloutCollator:
         env_mode / env_timeout / env_max_memory_mb: see `EnvPool` (`mode`, `timeout`, `max_memory_mb`).
         any_live: `(local live count) -> bool` that is True while any episode on any rank is live. Trainers pass a
             cross-rank reduction so that every rank makes the same number of generate calls.
+        overlap: split the episodes into two halves that take turns, so that one half's environment steps run
+            while the model generates for the other (`_play_overlapped`); each generate call then holds half the
+            episodes. The episodes played are the same as without it (with a generate function that treats each
+            context on its own, e.g. greedy decoding).
     """
 
     def __init__(
@@ -75,6 +81,7 @@ class MultiTurnRolloutCollator:
         env_timeout: float | None = None,
         env_max_memory_mb: float | None = None,
         any_live: Callable[[int], bool] | None = None,
+        overlap: bool = False,
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns={max_turns}: an episode needs at least one turn")
@@ -93,6 +100,7 @@ class MultiTurnRolloutCollator:
         self._check_episode_budget()
         self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb)
         self.any_live = any_live or (lambda n: n > 0)
+        self.overlap = overlap
         self._warned_over_budget = False
 
     def _check_episode_budget(self) -> None:
@@ -112,11 +120,14 @@ class MultiTurnRolloutCollator:
 
     def __call__(self, rows: list[dict]) -> list[Episode]:
         episodes = self._reset(rows)
-        for _ in range(self.max_turns):
-            live = [i for i, ep in enumerate(episodes) if not (ep.done or ep.failed)]
-            if not self.any_live(len(live)):
-                break
-            self._play_turn(episodes, live)
+        if self.overlap and len(episodes) > 1:
+            self._play_overlapped(episodes)
+        else:
+            for _ in range(self.max_turns):
+                live = [i for i, ep in enumerate(episodes) if self._is_live(ep)]
+                if not self.any_live(len(live)):
+                    break
+                self._play_turn(episodes, live)
         self._finish_cut_episodes(episodes)
         return episodes
 
@@ -156,6 +167,37 @@ class MultiTurnRolloutCollator:
         return int(min(self.max_reply_tokens, left))
 
     def _play_turn(self, episodes: list[Episode], live: list[int]) -> None:
+        to_step, actions = self._reply(episodes, live)
+        self._observe(episodes, live, to_step, self.pool.step(to_step, actions))
+
+    def _play_overlapped(self, episodes: list[Episode]) -> None:
+        """Two sub-batches (the first and second half of the episodes) take turns: while one generates, the other's
+        environment steps run in the pool. One generate call per iteration, on every rank while any rank has an
+        episode that is live or waiting on its step (a rank with none makes the call with no context)."""
+        half = (len(episodes) + 1) // 2
+        groups = [range(half), range(half, len(episodes))]
+        pending: list[tuple | None] = [None, None]  # per sub-batch: (live, to_step, PendingCalls) under way
+        for call in itertools.count():
+            g = call % 2
+            if pending[g] is not None:
+                self._observe(episodes, pending[g][0], pending[g][1], pending[g][2].results())
+                pending[g] = None
+            live = [i for i in groups[g] if self._is_live(episodes[i])]
+            waiting = len(pending[1 - g][0]) if pending[1 - g] is not None else 0
+            if not self.any_live(len(live) + waiting):
+                break
+            to_step, actions = self._reply(episodes, live)
+            pending[g] = (live, to_step, self.pool.start_step(to_step, actions))
+        for work in pending:  # the other sub-batch's last steps (none live anywhere, so none waiting here)
+            if work is not None:
+                self._observe(episodes, work[0], work[1], work[2].results())
+
+    def _is_live(self, ep: Episode) -> bool:
+        return not (ep.done or ep.failed) and ep.num_turns < self.max_turns
+
+    def _reply(self, episodes: list[Episode], live: list[int]) -> tuple[list[int], list[str]]:
+        """One generate call for the `live` episodes; records each reply and returns the episodes whose reply holds
+        an action, with their actions."""
         budgets = [self._budget(episodes[i]) for i in live]
         contexts = [episodes[i].prompt_ids + episodes[i].completion_ids for i in live]
         completions, logprobs = self.generate_fn(contexts, max(budgets, default=self.max_reply_tokens))
@@ -176,7 +218,11 @@ class MultiTurnRolloutCollator:
             if action is not None:
                 to_step.append(i)
                 actions.append(action)
-        results = dict(zip(to_step, self.pool.step(to_step, actions)))
+        return to_step, actions
+
+    def _observe(self, episodes: list[Episode], live: list[int], to_step: list[int], step_results: list) -> None:
+        """Record the environment's answer to each live episode's reply (a fixed note where it held no action)."""
+        results = dict(zip(to_step, step_results))
         for i in live:
             result = results.get(i, StepResult(observation=UNREADABLE_REPLY))
             self._record(episodes[i], result)

@@ -1,9 +1,10 @@
 """Environments for a batch of concurrent episodes: one isolated runner per episode slot.
 
-Each episode of a batch owns a *slot*; a slot keeps its environment instance across batches (construct once,
-reset often). Every call of a batch (`reset`, `step` or `finish` of each slot) starts at once and has its own
-deadline, `timeout` seconds after it started, so an environment that raises, breaks the contract, hangs or dies
-fails its own episode and no other. Modes (how a slot runs its environment):
+Each episode of a batch owns a *slot*; a slot keeps its environment instance across batches (construct once, reset
+often). Every call of a batch (`reset`, `step` or `finish` of each slot) starts at once and has its own deadline,
+`timeout` seconds after it started (`start_step` returns while the steps run, for a caller with other work to do
+meanwhile), so an environment that raises, breaks the contract, hangs or dies fails its own episode and no other.
+Modes (how a slot runs its environment):
 
 * "process": each slot's environment lives in its own worker process, forked on first use. A call past its
   deadline kills that worker (and its process group); a worker that dies fails only its episode; the slot's next
@@ -323,6 +324,20 @@ class _ProcessRunner:
             return self.proc.exitcode is None
 
 
+class PendingCalls:
+    """Environment calls started by `EnvPool.start_step` and still running; `results()` waits for them (once)."""
+
+    def __init__(self, pool: EnvPool, cmd: str, started: list[tuple[int, Any]], deadline: float | None):
+        self._pool, self._cmd, self._started, self._deadline = pool, cmd, started, deadline
+        self._results: list | None = None
+
+    def results(self) -> list:
+        """Per slot, in the order started: the call's result, or an `EnvFailure`."""
+        if self._results is None:
+            self._results = self._pool._collect(self._cmd, self._started, self._deadline)
+        return self._results
+
+
 class EnvPool:
     """Runs `reset`, `step` and `finish` for many episode slots at once, each slot isolated (see the module doc).
 
@@ -353,7 +368,13 @@ class EnvPool:
         return self._run("reset", list(enumerate(tasks)))
 
     def step(self, slots: list[int], actions: list[str]) -> list[StepResult | EnvFailure]:
-        return self._run("step", list(zip(slots, actions)))
+        return self.start_step(slots, actions).results()
+
+    def start_step(self, slots: list[int], actions: list[str]) -> PendingCalls:
+        """Start `step` of each slot and return at once: the steps run while the caller does other work (e.g.
+        generates for other episodes); `.results()` waits for them. Each call's deadline counts from now. In
+        "inline" mode the steps run here, before this returns."""
+        return self._start("step", list(zip(slots, actions)))
 
     def finish(self, slots: list[int]) -> list[StepResult | None | EnvFailure]:
         return self._run("finish", [(slot, None) for slot in slots])
@@ -389,6 +410,9 @@ class EnvPool:
     # -- internals ---------------------------------------------------------------------------------------------------
 
     def _run(self, cmd: str, items: list[tuple[int, Any]]) -> list:
+        return self._start(cmd, items).results()
+
+    def _start(self, cmd: str, items: list[tuple[int, Any]]) -> PendingCalls:
         started = []
         for slot, arg in items:
             runner = self._runners.get(slot)
@@ -403,13 +427,16 @@ class EnvPool:
             runner.start(cmd, arg)
             started.append((slot, runner))
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        return PendingCalls(self, cmd, started, deadline)
+
+    def _collect(self, cmd: str, started: list[tuple[int, Any]], deadline: float | None) -> list:
         results = []
         for slot, runner in started:
             if runner is None:
                 results.append(EnvFailure(f"{cmd} of a slot that has no environment (its reset failed)"))
                 continue
             results.append(runner.wait(deadline))
-            if runner.lost:
+            if runner.lost and self._runners.get(slot) is runner:
                 del self._runners[slot]
         return results
 

@@ -71,11 +71,15 @@ class CachedGenerator:
     ones (a new rollout, or a reply the caller cut) starts a fresh cache. Call `reset()` whenever the model's weights
     change: a cache computed with other weights must not be reused.
 
+    With `streams > 1` it keeps that many such caches, for callers that alternate between disjoint sets of episodes
+    (the collator's `overlap` halves): a call continues the cache whose rows its contexts extend, and a call that
+    extends none replaces the cache used least recently.
+
     Greedy when `temperature == 0`, else sampling with temperature, top-k and top-p.
     """
 
     def __init__(self, model, tokenizer, eos_token_ids=None, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0):
+                 top_k: int = 0, streams: int = 1):
         from transformers.generation.logits_process import (
             LogitsProcessorList,
             TemperatureLogitsWarper,
@@ -98,21 +102,45 @@ class CachedGenerator:
         self.warpers = LogitsProcessorList(warpers)
         # transformers renamed `past_key_values` to `cache` (5.2x); take whichever this model's forward has
         self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.streams = streams
         self.reset()
 
     def reset(self) -> None:
         """Forget every cached episode (e.g. after a weight update)."""
+        self._stored: list[tuple] = []  # the other streams' (cache, held, mask), least recently used first
+        self._clear()
+
+    def _clear(self) -> None:
         self._cache = None
         self._held: list[list[int]] = []  # per cache row: the episode tokens it holds
         self._mask: torch.Tensor | None = None  # (rows, cache length): 1 where the cache holds a real token
+
+    def _switch_stream(self, contexts: list[list[int]]) -> list[int] | None:
+        """Make current the stream whose rows `contexts` extend (see `_matching_rows`), storing the current one;
+        None (and a fresh current stream, the least recently used one dropped) when none matches."""
+        rows = self._matching_rows(contexts)
+        if rows is not None or self.streams == 1:
+            return rows
+        for k, (cache, held, mask) in enumerate(self._stored):
+            self._stored[k] = (self._cache, self._held, self._mask)
+            self._cache, self._held, self._mask = cache, held, mask
+            rows = self._matching_rows(contexts)
+            if rows is not None:
+                self._stored.append(self._stored.pop(k))  # the one just stored is now the most recent
+                return rows
+            self._cache, self._held, self._mask = self._stored[k]
+            self._stored[k] = (cache, held, mask)
+        if self._cache is not None:
+            self._stored = [*self._stored, (self._cache, self._held, self._mask)][-(self.streams - 1):]
+        return None
 
     @torch.no_grad()
     def __call__(self, contexts: list[list[int]], max_new_tokens: int):
         if not contexts:
             return [], None
-        rows = self._matching_rows(contexts)
+        rows = self._switch_stream(contexts)
         if rows is None:
-            self.reset()
+            self._clear()
             held = [[] for _ in contexts]
         else:
             index = torch.tensor(rows, device=self._mask.device)

@@ -106,6 +106,13 @@ class MultiTurnArguments:
         metadata={"help": "Restart an environment worker between episodes once its private memory exceeds this many "
                           "MiB (for environments that leak; None: no limit). Needs worker processes."},
     )
+    rollout_overlap: bool = field(
+        default=False,
+        metadata={"help": "Split each rollout's episodes into two halves that take turns: while the model generates "
+                          "for one half, the other half's environment steps run. Worth it when a step takes about as "
+                          "long as a generate call (sandboxes, remote or slow engines); with fast environments it "
+                          "only halves the generation batch. The same number of generate calls on every rank."},
+    )
 
     cache_episode_history: bool = field(
         default=True,
@@ -285,6 +292,7 @@ class MultiTurnMixin(RunFilesMixin):
             env_timeout=self.args.env_timeout,
             env_max_memory_mb=self.args.env_max_memory_mb,
             any_live=self._any_live,
+            overlap=self.args.rollout_overlap,
         )
         self._episodes: list[Episode] = []
         self._history_cache = self._make_history_cache()
@@ -335,7 +343,9 @@ class MultiTurnMixin(RunFilesMixin):
 
     def _generate_turn(self, contexts: list[list[int]], max_new_tokens: int):
         """One reply per context through the parent's backend. A rank with no live episode still takes part (with
-        a one-token dummy context outside vLLM) so collective generation cannot hang."""
+        a one-token dummy context outside vLLM) so collective generation cannot hang; alone, it skips the call."""
+        if not contexts and self.accelerator.num_processes == 1:
+            return [], None
         dummy = not contexts and not self.use_vllm
         batch = [[self._tokenizer.pad_token_id]] if dummy else contexts
         if self._history_cache is not None:
@@ -356,7 +366,8 @@ class MultiTurnMixin(RunFilesMixin):
                 or getattr(self, "use_transformers_continuous_batching", False)):
             return None
         return CachedGenerator(self.accelerator.unwrap_model(self.model), self._tokenizer, self.eos_token_ids,
-                               temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0)
+                               temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
+                               streams=2 if self.args.rollout_overlap else 1)
 
     def _cached_replies(self, contexts: list[list[int]], max_new_tokens: int):
         """Replies from the episode-history cache, with the model unwrapped for generation as TRL does it."""

@@ -23,12 +23,17 @@ Design choices:
   a `critic/` sub-folder (`save_pretrained` layout); `resume_from_checkpoint` loads it back into the critic, and the
   critic's optimizer state comes back with the trainer's `optimizer.pt`.
 - The critic's dropout is always off: value targets and value clipping assume the critic is deterministic.
-- DeepSpeed and FSDP are not supported for the critic (it is prepared as a plain DDP module).
+- Scaling out: the critic is prepared as the policy is: DDP, or sharded by FSDP2 before the optimizer exists, its
+  groups then joining the optimizer after accelerate has swapped in the policy's shards (tested on 2 CPU processes);
+  FSDP1 goes through `prepare_model` and is untested (accelerate's FSDP1 plugin refuses CPU). DeepSpeed is refused:
+  a ZeRO engine's optimizer covers its own model's parameters only, and the one-optimizer design above would need a
+  second engine for the critic.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -142,6 +147,22 @@ def clipped_value_loss(values, old_values, returns, mask, cliprange_value: float
     return loss, clip_fraction
 
 
+def shard_with_fsdp2(accelerator, critic: nn.Module) -> nn.Module:
+    """The critic sharded as accelerate shards the policy under FSDP2 (its plugin's wrap policy and settings),
+    before any optimizer holds its parameters."""
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+
+    accelerator.state.fsdp_plugin.set_auto_wrap_policy(critic)
+    return fsdp2_prepare_model(accelerator, critic)
+
+
+def active_peft_config(model):
+    """The active adapter's `PeftConfig` of a `PeftModel` policy (a LoRA policy gets a LoRA critic); else None."""
+    from accelerate.utils import is_peft_model
+
+    return model.peft_config[model.active_adapter] if isinstance(model, nn.Module) and is_peft_model(model) else None
+
+
 class _ClearCriticGradients(TrainerCallback):
     """Clears the critic's gradients wherever the training loop clears the policy's.
 
@@ -166,8 +187,9 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     Same arguments as `MultiTurnGRPOTrainer`, plus:
         value_model: the critic as a ready module (forward returning `.logits` of shape (B, L, 1)) or a path;
             overrides `args.value_model`. None: a critic initialised from the policy.
-        value_peft_config: a `peft.PeftConfig` for the critic; defaults to `peft_config` (a LoRA policy gets a LoRA
-            critic).
+        value_peft_config: a `peft.PeftConfig` for the critic; defaults to `peft_config`, or to the adapter's config
+            of a `PeftModel` policy (a LoRA policy gets a LoRA critic). A `PeftModel` policy's critic starts from
+            its base model's weights.
     """
 
     _tag_names = ["trl", "ppo", "trl-multiturn"]
@@ -199,7 +221,8 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         set_seed(args.seed)
         critic = create_value_model(
             model, value_model if value_model is not None else args.value_model,
-            peft_config=value_peft_config if value_peft_config is not None else peft_config,
+            peft_config=next((c for c in (value_peft_config, peft_config, active_peft_config(model))
+                              if c is not None), None),
             model_init_kwargs=args.model_init_kwargs,
         )
         # TRL builds a reference model only for beta != 0 (from the policy object: `MultiTurnGRPOTrainer`); PPO also
@@ -228,15 +251,24 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         self._init_critic(critic)
 
     def _init_critic(self, critic: nn.Module) -> None:
-        if self.is_deepspeed_enabled or self.is_fsdp_enabled:
-            raise NotImplementedError("MultiTurnPPOTrainer's critic does not support DeepSpeed or FSDP yet; use DDP "
-                                      "(plain `accelerate launch`) or a single device.")
+        if self.is_deepspeed_enabled:
+            raise NotImplementedError(
+                "MultiTurnPPOTrainer's critic does not support DeepSpeed: its parameters are extra groups of the "
+                "policy's optimizer, and a DeepSpeed engine's ZeRO optimizer covers the parameters of its own model "
+                "only. Shard with FSDP instead (`--fsdp full_shard`, FSDP2), or use DDP / a single device.")
         disable_dropout_in_model(critic)  # value targets and value clipping assume deterministic values
         if self.args.gradient_checkpointing:
             kwargs = self.args.gradient_checkpointing_kwargs or {"use_reentrant": False}
             critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        self.critic = self.accelerator.prepare_model(critic)
+        if self._fsdp2:
+            self.critic = shard_with_fsdp2(self.accelerator, critic)
+        else:
+            self.critic = self.accelerator.prepare_model(critic)  # DDP, FSDP1 or one device, as the policy
         self.add_callback(_ClearCriticGradients(self.critic))
+
+    @property
+    def _fsdp2(self) -> bool:
+        return self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) == 2
 
     @property
     def unwrapped_critic(self) -> nn.Module:
@@ -245,12 +277,25 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     # -- optimisation -------------------------------------------------------------------------------------------------
 
     def create_optimizer(self, model=None):
-        """The trainer's optimizer, with the critic's parameters as extra groups (decay / no decay)."""
+        """The trainer's optimizer, with the critic's parameters as extra groups (decay / no decay). Under FSDP2
+        the groups are added in `create_scheduler` instead: accelerate swaps every parameter of the optimizer it
+        prepares for the policy's sharded ones, and would not find the critic's."""
         optimizer = super().create_optimizer(model)
+        if not self._fsdp2:
+            self._add_critic_param_groups(optimizer)
+        return optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """TRL's scheduler over every group; runs right after the optimizer is prepared (and before a checkpoint's
+        optimizer state is loaded), so under FSDP2 the critic's groups join the optimizer here."""
+        self._add_critic_param_groups(optimizer if optimizer is not None else self.optimizer)
+        return super().create_scheduler(num_training_steps, optimizer)
+
+    def _add_critic_param_groups(self, optimizer) -> None:
         critic = self.unwrapped_critic
         ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
         if any(id(p) in ids for p in critic.parameters()):
-            return optimizer
+            return
         lr = self.args.critic_learning_rate if self.args.critic_learning_rate is not None else self.args.learning_rate
         decay = set(self.get_decay_parameter_names(critic))
         named = [(n, p) for n, p in critic.named_parameters() if p.requires_grad]
@@ -258,12 +303,14 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                                      ([p for n, p in named if n not in decay], 0.0)):
             if params:
                 optimizer.add_param_group({"params": params, "lr": lr, "weight_decay": weight_decay})
-        return optimizer
 
     def _clip_grad_norm(self, model):
         norm = super()._clip_grad_norm(model)  # also unscales every group's gradients under fp16
-        critic_norm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.args.max_grad_norm)
-        self._metrics["train"]["critic/grad_norm"].append(critic_norm.item())
+        # accelerate's clipping computes the norm over all shards under FSDP (a plain sum of local norms would not)
+        critic_norm = self.accelerator.clip_grad_norm_(self.critic.parameters(), self.args.max_grad_norm)
+        if hasattr(critic_norm, "full_tensor"):  # a DTensor under FSDP2
+            critic_norm = critic_norm.full_tensor()
+        self._metrics["train"]["critic/grad_norm"].append(float(critic_norm))
         return norm
 
     # -- credit -------------------------------------------------------------------------------------------------------
@@ -379,11 +426,50 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
 
     # -- checkpoints --------------------------------------------------------------------------------------------------
 
-    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
-        super()._save(output_dir, state_dict=state_dict)
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """TRL's `save_model` (every checkpoint goes through it), then the critic in `critic/`. Under FSDP every
+        process takes part in gathering the critic's full weights; the main process writes them."""
+        super().save_model(output_dir, _internal_call)
+        state_dict = self.accelerator.get_state_dict(self.critic) if self.is_fsdp_enabled else None
         if self.args.should_save:
-            save_value_model(self.unwrapped_critic, output_dir if output_dir is not None else self.args.output_dir)
+            save_value_model(self.unwrapped_critic, output_dir if output_dir is not None else self.args.output_dir,
+                             state_dict=state_dict)
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        with self._fsdp_optimizer_over_policy_and_critic():
+            super()._save_optimizer_and_scheduler(output_dir)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        with self._fsdp_optimizer_over_policy_and_critic():
+            super()._load_optimizer_and_scheduler(checkpoint)
+
+    @contextmanager
+    def _fsdp_optimizer_over_policy_and_critic(self):
+        """Under FSDP, Trainer saves and loads the optimizer's state through torch's `get/set_optimizer_state_dict`
+        on the policy, which names each parameter by its place in that model and cannot name the critic's. For the
+        duration of the block, the model those helpers see is one container of both (`policy.*`, `critic.*`)."""
+        import transformers.trainer as hf_trainer
+
+        if not self.is_fsdp_enabled:
+            yield
+            return
+        both = nn.ModuleDict({"policy": self.model, "critic": self.critic})
+        saved = {name: getattr(hf_trainer, name) for name in ("save_fsdp_optimizer", "load_fsdp_optimizer")}
+
+        def over_both(helper):
+            def call(fsdp_plugin, accelerator, optimizer, model, *args, **kwargs):
+                return helper(fsdp_plugin, accelerator, optimizer, both, *args, **kwargs)
+            return call
+
+        for name, helper in saved.items():
+            setattr(hf_trainer, name, over_both(helper))
+        try:
+            yield
+        finally:
+            for name, helper in saved.items():
+                setattr(hf_trainer, name, helper)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         super()._load_from_checkpoint(resume_from_checkpoint, model)
-        load_value_model_weights(self.unwrapped_critic, resume_from_checkpoint)
+        load_value_model_weights(self.unwrapped_critic if not self.is_fsdp_enabled else self.critic,
+                                 resume_from_checkpoint, sharded=self.is_fsdp_enabled)

@@ -29,7 +29,8 @@ def create_value_model(policy, value_model=None, *, peft_config=None, model_init
     """The critic for `policy`.
 
     Args:
-        policy: the policy as a path / Hub id, or a `PreTrainedModel` (not a `PeftModel`: pass `value_model` then).
+        policy: the policy as a path / Hub id, a `PreTrainedModel`, or a `PeftModel` (the critic then starts from
+            its base model's weights).
         value_model: None to initialise the critic's backbone from the policy's weights (with a fresh scalar head);
             a path / Hub id of a checkpoint to load (a saved critic, or any backbone); or a ready `nn.Module` whose
             forward returns `.logits` of shape (B, L, 1).
@@ -76,20 +77,40 @@ def _zero_new_head(critic: PreTrainedModel, new: set[str] | None = None) -> None
 
 
 def _from_policy_object(policy) -> PreTrainedModel:
+    """A critic whose backbone is a copy of the policy's; for a `PeftModel` policy, of its base model's weights
+    (without the adapter: the critic does not start from what the policy's adapter has learned)."""
     from accelerate.utils import is_peft_model
 
-    if is_peft_model(policy):
-        raise ValueError("the policy is a PeftModel, whose backbone weights cannot be copied into a critic: pass "
-                         "`value_model=` a path (e.g. the base model's) or a ready critic module.")
-    config = policy.config.__class__.from_dict(policy.config.to_dict())
+    peft = is_peft_model(policy)
+    base = policy.get_base_model() if peft else policy
+    config = base.config.__class__.from_dict(base.config.to_dict())
     config.num_labels = 1
     try:
         critic = AutoModelForTokenClassification.from_config(config)
     except ValueError as exc:
-        raise ValueError(f"{type(policy).__name__} has no token-classification counterpart to serve as critic: "
+        raise ValueError(f"{type(base).__name__} has no token-classification counterpart to serve as critic: "
                          f"pass `value_model=` a path or a ready nn.Module ({exc})") from exc
-    critic.base_model.load_state_dict(policy.base_model.state_dict())
-    return critic.to(dtype=policy.dtype, device=policy.device)
+    state = base.base_model.state_dict()
+    if peft:
+        state = base_weights_of_adapted(state)
+    try:
+        critic.base_model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise ValueError(f"cannot copy the policy's backbone into a critic ({exc}); pass `value_model=` a path (e.g. "
+                         "the base model's) or a ready critic module.") from exc
+    return critic.to(dtype=base.dtype, device=base.device)
+
+
+def base_weights_of_adapted(state: dict) -> dict:
+    """The base model's weights inside the state dict of a model that PEFT adapted in place: the wrapped layers'
+    `base_layer` / `original_module` weights under their original names, the adapters' own weights (`lora_*`,
+    `modules_to_save`) dropped."""
+    out = {}
+    for name, tensor in state.items():
+        if "lora_" in name or ".modules_to_save." in name:
+            continue
+        out[name.replace(".base_layer.", ".").replace(".original_module.", ".")] = tensor
+    return out
 
 
 def _with_adapter(critic, peft_config):
@@ -109,14 +130,20 @@ def token_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     return out.logits[:, -logits_to_keep - 1:-1, 0].float()
 
 
-def save_value_model(critic, output_dir: str) -> None:
-    """Save the critic (full weights, or the adapter and head of a PEFT critic) to `output_dir/critic`."""
-    critic.save_pretrained(os.path.join(output_dir, CRITIC_DIR))
+def save_value_model(critic, output_dir: str, state_dict: dict | None = None) -> None:
+    """Save the critic (full weights, or the adapter and head of a PEFT critic) to `output_dir/critic`;
+    `state_dict`: its full weights when they are sharded across processes (gathered by the caller)."""
+    critic.save_pretrained(os.path.join(output_dir, CRITIC_DIR), state_dict=state_dict)
 
 
-def load_value_model_weights(critic, checkpoint_dir: str) -> None:
-    """Load the weights saved by `save_value_model` into `critic`, in place (the optimizer keeps its parameters)."""
+def load_value_model_weights(critic, checkpoint_dir: str, sharded: bool = False) -> None:
+    """Load the weights saved by `save_value_model` into `critic`, in place (the optimizer keeps its parameters).
+    `sharded`: `critic` is the FSDP-wrapped module; every process reads the full weights and keeps its shard."""
     from accelerate.utils import is_peft_model
+
+    if sharded:
+        _load_sharded(critic, os.path.join(checkpoint_dir, CRITIC_DIR))
+        return
 
     folder = os.path.join(checkpoint_dir, CRITIC_DIR)
     if not os.path.isdir(folder):
@@ -131,3 +158,14 @@ def load_value_model_weights(critic, checkpoint_dir: str) -> None:
         # from_pretrained reads any layout save_pretrained writes (one file or shards); its weights are then copied
         saved = type(critic).from_pretrained(folder, dtype=critic.dtype)
         critic.load_state_dict(saved.state_dict())
+
+
+def _load_sharded(critic, folder: str) -> None:
+    from accelerate.utils import is_peft_model
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    if is_peft_model(critic):
+        raise NotImplementedError("resuming a PEFT critic under FSDP is not supported: start its adapter afresh "
+                                  "(value_peft_config) or resume without FSDP")
+    saved = AutoModelForTokenClassification.from_pretrained(folder).state_dict()
+    set_model_state_dict(critic, saved, options=StateDictOptions(full_state_dict=True))

@@ -1,0 +1,82 @@
+"""Run under `torchrun --nproc_per_node 2`: two PPO steps with the policy and the critic sharded by FSDP2 (argv
+`fsdp`) or replicated by DDP (`ddp`), a checkpoint after each, then a run resumed from the first checkpoint. Rank 0
+writes what the test checks: which of the critic's saved weights moved, their shapes (whole, not one shard), whether
+the resumed run ends with the critic the uninterrupted run saved, and the critic's gradient norms."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from safetensors.torch import load_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from toy_envs import CountingEnv  # noqa: E402
+
+from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer  # noqa: E402
+
+model, out, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+
+
+def fsdp_on_cpu() -> None:
+    """accelerate turns FSDP on only for accelerator devices (CUDA, XPU, NPU, ...) and silently runs plain gloo DDP
+    on CPU; torch's FSDP itself runs on CPU with gloo. Let its state take the FSDP plugin there too, so that the
+    sharded code paths run here; everything else is accelerate's and TRL's own."""
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType
+
+    init = AcceleratorState.__init__
+
+    def init_with_fsdp(self, *args, fsdp_plugin=None, **kwargs):
+        init(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+            self.distributed_type, self.fsdp_plugin = DistributedType.FSDP, fsdp_plugin
+            PartialState._shared_state["distributed_type"] = DistributedType.FSDP  # each new state copies it
+
+    AcceleratorState.__init__ = init_with_fsdp
+
+
+if mode == "fsdp":
+    fsdp_on_cpu()
+
+
+def run(folder, resume=None):
+    args = MultiTurnPPOConfig(
+        output_dir=str(out / folder), max_turns=2, num_generations=1, per_device_train_batch_size=2,
+        max_completion_length=4, max_steps=2, learning_rate=1e-2, use_cpu=True, bf16=False, report_to="none",
+        save_strategy="steps", save_steps=1, shuffle_dataset=False, seed=0, reward_mode="dense",
+        action_parser="trl_multiturn.rollout.parsing:whole_reply", logging_steps=1,
+        **(dict(fsdp=True, fsdp_config={"version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]})
+           if mode == "fsdp" else {}),
+    )
+    trainer = MultiTurnPPOTrainer(model=model, args=args, environment_factory=CountingEnv,
+                                  train_dataset=Dataset.from_list([{"target": 2}] * 4))
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+def critic(folder, step):
+    return load_file(str(out / folder / f"checkpoint-{step}" / "critic" / "model.safetensors"))
+
+
+trainer = run("straight")
+rank = trainer.accelerator.process_index
+grad_norms = [log["critic/grad_norm"] for log in trainer.state.log_history if "critic/grad_norm" in log]
+trainer.accelerator.wait_for_everyone()
+run("resumed", resume=str(out / "straight" / "checkpoint-1"))
+if rank == 0:
+    first, last, resumed = critic("straight", 1), critic("straight", 2), critic("resumed", 2)
+    (out / "result.json").write_text(json.dumps({
+        "sharded": trainer.is_fsdp_enabled,
+        "shapes": {k: list(v.shape) for k, v in last.items()},
+        "moved": [k for k in last if not torch.equal(first[k], last[k])],
+        "resumed_equal": all(torch.allclose(last[k], resumed[k], atol=1e-6) for k in last),
+        "grad_norms": grad_norms,
+    }))
+trainer.accelerator.wait_for_everyone()
+trainer.accelerator.end_training()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)  # skip interpreter finalisation, as tests/distributed/equal_generate_calls.py explains
