@@ -114,6 +114,13 @@ class MultiTurnArguments:
                           "only halves the generation batch. The same number of generate calls on every rank."},
     )
 
+    save_episodes: bool = field(
+        default=False,
+        metadata={"help": "Save every rollout's played episodes (messages, per-turn rewards, outcome, task, tokens) "
+                          "as parquet under `output_dir/episodes/` (`train-step-N-rankR.parquet`, `eval-...`); read "
+                          "them back with `trl_multiturn.episode_data.load_episodes`, e.g. to keep the won ones for "
+                          "rejection-sampling SFT."},
+    )
     cache_episode_history: bool = field(
         default=True,
         metadata={"help": "On the transformers generation path, keep the live episodes' key/value cache from one "
@@ -398,12 +405,22 @@ class MultiTurnMixin(RunFilesMixin):
         finally:
             if self._history_cache is not None:
                 self._history_cache.reset()  # free the caches between rollouts
+        if self.args.save_episodes:
+            self._save_rollout_episodes()
         returns = [self._episode_return(ep) for ep in self._episodes]
         rows = []
         for row, ep, ret in zip(inputs, self._episodes, returns):
             prompt = ep.prompt_messages or [{"role": "user", "content": ""}]
             rows.append({**row, "prompt": prompt, "episode_return": ret, "won": ep.won, "num_turns": ep.num_turns})
         return rows
+
+    def _save_rollout_episodes(self) -> None:
+        """This rank's episodes of the rollout just played, to `output_dir/episodes/` (`save_episodes`)."""
+        from ..episode_data import save_episodes
+
+        mode = "train" if self.model.training else "eval"
+        save_episodes(self._episodes, self.args.output_dir,
+                      f"{mode}-step-{self.state.global_step}-rank{self.accelerator.process_index}")
 
     def _shaped_rewards(self, ep: Episode) -> list[float]:
         return shape_turn_rewards(
