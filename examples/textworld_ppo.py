@@ -17,13 +17,14 @@ Every field of `TextWorldScriptArguments` and `MultiTurnPPOConfig` can be set in
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
+from trl_multiturn.model_setup import ModelSetup
 from trl_multiturn.script_args import TextWorldScriptArguments, train_on_textworld
 
 
-def main(script_args: TextWorldScriptArguments, training_args: MultiTurnPPOConfig) -> None:
-    train_on_textworld(MultiTurnPPOTrainer, script_args, training_args)
+def main(script_args: TextWorldScriptArguments, training_args: MultiTurnPPOConfig, model_args: ModelSetup) -> None:
+    train_on_textworld(MultiTurnPPOTrainer, script_args, training_args, model_args)
 
 
 if __name__ == "__main__":
-    parser = TrlParser((TextWorldScriptArguments, MultiTurnPPOConfig))
+    parser = TrlParser((TextWorldScriptArguments, MultiTurnPPOConfig, ModelSetup))
     main(*parser.parse_args_and_config())

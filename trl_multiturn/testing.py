@@ -15,7 +15,10 @@ from pathlib import Path
 
 from .envs.base import Environment, StepResult
 
-CHAT_TEMPLATES = ("chatml", "llama3", "qwen3")
+CHAT_TEMPLATES = ("chatml", "llama3")
+"""The tiny templates multi-turn rollouts extend as they are."""
+HISTORY_REWRITING_TEMPLATES = ("qwen3",)
+"""Tiny templates that rewrite earlier turns (refused as they are; TRL ships a training version of each)."""
 
 _SPECIAL_TOKENS = {
     "chatml": {"bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>", "extra": ["<|im_start|>"]},
@@ -46,8 +49,8 @@ def build_tiny_tokenizer(template: str = "chatml", vocab_size: int = 600):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    if template not in CHAT_TEMPLATES:
-        raise ValueError(f"template={template!r}: choose one of {CHAT_TEMPLATES}")
+    if template not in CHAT_TEMPLATES + HISTORY_REWRITING_TEMPLATES:
+        raise ValueError(f"template={template!r}: choose one of {CHAT_TEMPLATES + HISTORY_REWRITING_TEMPLATES}")
     spec = _SPECIAL_TOKENS[template]
     specials = [t for t in (spec["bos"], spec["eos"], spec["pad"], *spec["extra"]) if t]
     tok = Tokenizer(models.BPE())

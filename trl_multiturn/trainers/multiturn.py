@@ -26,6 +26,7 @@ from ..rollout import Episode, MultiTurnRolloutCollator
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
+from ..rollout.training_template import prepare_chat_template
 from .run_files import RunFilesMixin
 from .trl_compat import check_trl_attributes, single_turn_replies
 
@@ -114,6 +115,19 @@ class MultiTurnArguments:
                           "only halves the generation batch. The same number of generate calls on every rank."},
     )
 
+    chat_template_path: str | None = field(
+        default=None,
+        metadata={"help": "A Jinja chat template file (or a folder holding chat_template.jinja) that replaces the "
+                          "tokenizer's template, e.g. one of TRL's trl/chat_templates/*_training.jinja. Saved with "
+                          "the model's tokenizer."},
+    )
+    use_training_chat_template: bool = field(
+        default=True,
+        metadata={"help": "When the tokenizer's template rewrites earlier turns (e.g. Qwen3's strips their "
+                          "reasoning), so that rollouts cannot extend it token-exactly, switch to TRL's training "
+                          "version of it (get_training_chat_template), with a log line. False: refuse such "
+                          "templates. Templates that work are never switched."},
+    )
     save_episodes: bool = field(
         default=False,
         metadata={"help": "Save every rollout's played episodes (messages, per-turn rewards, outcome, task, tokens) "
@@ -284,6 +298,8 @@ class MultiTurnMixin(RunFilesMixin):
         # truncated episodes instead.
         self.mask_truncated_completions = False
         self.environment_factory = environment_factory
+        prepare_chat_template(self._tokenizer, self.args.chat_template_path, self.args.use_training_chat_template,
+                              self.eos_token_ids, self.chat_template_kwargs)
         self.rollout_collator = MultiTurnRolloutCollator(
             environment_factory,
             self._tokenizer,
