@@ -1,6 +1,8 @@
 """Action parsers: turn a model reply into the action sent to the environment, or None if none can be read.
 
-A parser is any callable `reply -> str | None`. Configs name a built-in parser or give `"module:function"`.
+A parser is any callable `reply -> str | None`. Configs name a built-in parser or give `"module:function"`. A parser
+with a `bind(tokenizer)` method (e.g. "tool_calls", which reads tool calls with TRL's response parsing) is bound to
+the policy's tokenizer by `get_action_parser(spec, tokenizer)`.
 """
 
 from __future__ import annotations
@@ -8,6 +10,8 @@ from __future__ import annotations
 import importlib
 import re
 from typing import Callable
+
+from .tool_calls import ToolCallParser
 
 ActionParser = Callable[[str], "str | None"]
 
@@ -49,11 +53,20 @@ ACTION_PARSERS: dict[str, ActionParser] = {
     "first_line": first_line,
     "think_then_act": think_then_act,
     "whole_reply": whole_reply,
+    "tool_calls": ToolCallParser(),
 }
 
 
-def get_action_parser(spec: str | ActionParser) -> ActionParser:
-    """Resolve a parser from a callable, a built-in name, or a `"package.module:function"` path."""
+def get_action_parser(spec: str | ActionParser, tokenizer=None) -> ActionParser:
+    """Resolve a parser from a callable, a built-in name, or a `"package.module:function"` path; with `tokenizer`, a
+    parser that reads replies through it (one with a `bind` method) is bound to it."""
+    parser = _resolve_action_parser(spec)
+    if tokenizer is not None and callable(getattr(parser, "bind", None)):
+        return parser.bind(tokenizer)
+    return parser
+
+
+def _resolve_action_parser(spec: str | ActionParser) -> ActionParser:
     if callable(spec):
         return spec
     if spec in ACTION_PARSERS:

@@ -83,8 +83,9 @@ class MultiTurnArguments:
     )
     action_parser: str = field(
         default="first_line",
-        metadata={"help": "How an action is read from a reply: 'first_line', 'think_then_act', 'whole_reply', or "
-                          "a 'package.module:function' path."},
+        metadata={"help": "How an action is read from a reply: 'first_line', 'think_then_act', 'whole_reply', "
+                          "'tool_calls' (the reply's tool calls, read with TRL's response parsing, for "
+                          "`trl_multiturn.envs.tools.ToolEnvironment`), or a 'package.module:function' path."},
     )
     system_prompt: str | None = field(
         default=None, metadata={"help": "Optional system message placed before the first observation."}
