@@ -35,11 +35,14 @@ class ToolCallParser:
         if self.tokenizer is None:
             raise ValueError("action_parser='tool_calls' reads replies with the policy's tokenizer: build it with "
                              "get_action_parser('tool_calls', tokenizer) (the trainers and evaluate do).")
+        if not reply.strip():
+            return None
         ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
         parsed = parse_response(self.tokenizer, ids, prefix=self._prefix)
-        calls = parsed.get("tool_calls") or []
+        calls = parsed.get("tool_calls") if isinstance(parsed, dict) else None
         actions = [{"name": call["function"]["name"], "arguments": call["function"].get("arguments", {})}
-                   for call in calls if call.get("type", "function") == "function" and "function" in call]
+                   for call in calls or [] if isinstance(call, dict) and call.get("type", "function") == "function"
+                   and isinstance(call.get("function"), dict) and isinstance(call["function"].get("name"), str)]
         return json.dumps(actions) if actions else None
 
 
