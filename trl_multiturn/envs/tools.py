@@ -52,13 +52,11 @@ def tool_schemas(env_factory: Callable[[], Any]) -> list[dict]:
     from each method's signature and docstring)."""
     from transformers.utils import get_json_schema
 
-    env = env_factory()
+    env = ToolEnvironment(env_factory)
     try:
-        return [get_json_schema(method) for method in tool_methods(env).values()]
+        return [get_json_schema(method) for method in env.tools.values()]
     finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
+        env.close()
 
 
 def tool_chat_template_kwargs(env_factory: Callable[[], Any]) -> dict:
@@ -106,8 +104,9 @@ class ToolEnvironment(Environment):
                           info={"tool_calls": [c.get("name") for c in _calls(action)]})
 
     def close(self) -> None:
+        """The environment's own `close()`, unless `close` is one of its tools (e.g. closing a door)."""
         close = getattr(self.env, "close", None)
-        if callable(close):
+        if callable(close) and "close" not in self.tools:
             close()
 
     def _call(self, call: dict) -> str:
