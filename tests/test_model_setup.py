@@ -100,3 +100,23 @@ def test_with_the_setting_it_trains_token_exactly(tiny_qwen3_model, tmp_path, ca
     trainer.save_model(str(tmp_path / "saved"))
     saved = (tmp_path / "saved" / "chat_template.jinja").read_text()
     assert saved == QWEN3_TRAINING.read_text()  # evaluation of the saved model plays with the template it trained with
+
+
+def test_sft_switches_a_history_rewriting_template_too(tiny_qwen3_model, tmp_path):
+    from trl_multiturn import MultiTurnSFTConfig, MultiTurnSFTTrainer
+
+    episodes = Dataset.from_list([{"messages": [{"role": "user", "content": "Count to 2."},
+                                                {"role": "assistant", "content": "one"},
+                                                {"role": "user", "content": "Observation number 1."},
+                                                {"role": "assistant", "content": "two"}]}] * 2)
+
+    def args(**overrides):
+        return MultiTurnSFTConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, use_cpu=True,
+                                  bf16=False, report_to="none", save_strategy="no", max_length=None, **overrides)
+
+    with pytest.raises(ChatTemplateError, match="use_training_chat_template"):
+        MultiTurnSFTTrainer(tiny_qwen3_model, args=args(use_training_chat_template=False), train_dataset=episodes)
+    trainer = MultiTurnSFTTrainer(tiny_qwen3_model, args=args(), train_dataset=episodes)
+    assert trainer.processing_class.chat_template == QWEN3_TRAINING.read_text()
+    trainer.train()
+    assert trainer.state.global_step == 1
