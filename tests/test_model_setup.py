@@ -120,3 +120,24 @@ def test_sft_switches_a_history_rewriting_template_too(tiny_qwen3_model, tmp_pat
     assert trainer.processing_class.chat_template == QWEN3_TRAINING.read_text()
     trainer.train()
     assert trainer.state.global_step == 1
+
+
+@pytest.mark.parametrize("example", ["textworld_grpo", "textworld_rloo", "textworld_ppo", "textworld_sft",
+                                     "textworld_tools", "swegym_grpo"])
+def test_the_examples_parse_the_model_setup(example, tmp_path, monkeypatch):
+    import inspect
+    import runpy
+
+    from trl import TrlParser
+
+    from trl_multiturn.model_setup import ModelSetup
+
+    monkeypatch.chdir(tmp_path)
+    module = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / f"{example}.py"), run_name="x")
+    classes = [p.annotation for p in inspect.signature(module["main"]).parameters.values()]
+    assert ModelSetup in classes
+    parsed = TrlParser(tuple(classes)).parse_args_and_config(
+        ["--output_dir", str(tmp_path), "--use_cpu", "true", "--use_peft", "--lora_r", "4", "--torch_dtype",
+         "bfloat16"])
+    [model_args] = [x for x in parsed if isinstance(x, ModelSetup)]
+    assert model_args.use_peft and model_args.lora_r == 4 and model_args.dtype == "bfloat16"
