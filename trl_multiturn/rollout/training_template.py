@@ -15,11 +15,24 @@ The tokenizer keeps the template it was given here, so a saved model is evaluate
 from __future__ import annotations
 
 import logging
+from dataclasses import field
 from pathlib import Path
 
 from .chat_tokens import ChatTemplateError, ChatTokenBuilder
 
 logger = logging.getLogger(__name__)
+
+
+def use_training_chat_template_field():
+    """The `use_training_chat_template` config field of the RL and SFT configs."""
+    return field(
+        default=True,
+        metadata={"help": "When the tokenizer's template rewrites earlier turns (e.g. Qwen3's strips their "
+                          "reasoning), so that episodes cannot be extended token-exactly, switch to TRL's training "
+                          "version of it (get_training_chat_template), with a log line. False: refuse such "
+                          "templates. Templates that work are never switched; `chat_template_path` replaces the "
+                          "template outright."},
+    )
 
 
 def read_chat_template(path: str) -> str:

@@ -26,7 +26,7 @@ from ..rollout import Episode, MultiTurnRolloutCollator
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
-from ..rollout.training_template import prepare_chat_template
+from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
 from .run_files import RunFilesMixin
 from .trl_compat import check_trl_attributes, single_turn_replies
 
@@ -122,13 +122,7 @@ class MultiTurnArguments:
                           "tokenizer's template, e.g. one of TRL's trl/chat_templates/*_training.jinja. Saved with "
                           "the model's tokenizer."},
     )
-    use_training_chat_template: bool = field(
-        default=True,
-        metadata={"help": "When the tokenizer's template rewrites earlier turns (e.g. Qwen3's strips their "
-                          "reasoning), so that rollouts cannot extend it token-exactly, switch to TRL's training "
-                          "version of it (get_training_chat_template), with a log line. False: refuse such "
-                          "templates. Templates that work are never switched."},
-    )
+    use_training_chat_template: bool = use_training_chat_template_field()
     save_episodes: bool = field(
         default=False,
         metadata={"help": "Save every rollout's played episodes (messages, per-turn rewards, outcome, task, tokens) "

@@ -12,7 +12,7 @@ from trl.data_utils import get_dataset_column_names
 from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
-from ..rollout.training_template import prepare_chat_template
+from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
 from .multiturn import bf16_only_where_supported, default_args
 from .run_files import RunFilesMixin
 from .trl_compat import check_trl_compat
@@ -46,12 +46,7 @@ class MultiTurnSFTConfig(SFTConfig):
         metadata={"help": "Extra keyword arguments for `apply_chat_template` (e.g. `enable_thinking`), as in the RL "
                           "configs."},
     )
-    use_training_chat_template: bool = field(
-        default=True,
-        metadata={"help": "As in the RL configs: when the tokenizer's template rewrites earlier turns (e.g. Qwen3's), "
-                          "switch to TRL's training version of it, with a log line; False refuses such templates. "
-                          "`chat_template_path` (TRL's field) replaces the template outright."},
-    )
+    use_training_chat_template: bool = use_training_chat_template_field()
     skip_failed_experts: bool = field(
         default=False,
         metadata={"help": "When building expert episodes from task rows: leave out tasks whose expert solution does "
