@@ -124,3 +124,20 @@ def test_missing_trainer_state_is_refused():
     bare.__dict__.update({name: None for name in ("_metrics", "_logs", "_tokenizer")})
     with pytest.raises(TRLCompatibilityError, match="GRPOTrainer instances have no attribute 'num_generations'"):
         trl_compat.check_trl_attributes(bare)
+
+
+@pytest.mark.parametrize("use_vllm", [False, True])
+def test_only_the_generation_config_of_the_path_in_use_is_required(use_vllm):
+    """TRL sets `vllm_generation` with use_vllm=True and `generation_config` without: each path needs only its own."""
+    class Bare(GRPOTrainer):
+        def __init__(self):
+            pass
+
+    state = {name: None for name in trl_compat._GRPO_STATE} | {"use_vllm": use_vllm}
+    needed, other = ("vllm_generation", "generation_config") if use_vllm else ("generation_config", "vllm_generation")
+    bare = Bare.__new__(Bare)
+    bare.__dict__.update({k: v for k, v in state.items() if k != other})
+    trl_compat.check_trl_attributes(bare)  # the other path's config is not needed
+    del bare.__dict__[needed]
+    with pytest.raises(TRLCompatibilityError, match=f"no attribute '{needed}'"):
+        trl_compat.check_trl_attributes(bare)

@@ -74,8 +74,8 @@ _LOGPS = ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"
 _LOGPS_KEYWORDS = ("compute_entropy", "compute_aux_loss")
 _GRPO_STATE = ("_metrics", "_logs", "_tokenizer", "_dist", "model_wrapped", "num_generations",
                "num_generations_eval", "use_vllm", "reward_weights", "reward_func_names", "eos_token_ids", "ref_model",
-               "generation_config", "chat_template_kwargs", "temperature", "top_p", "top_k", "min_p",
-               "repetition_penalty", "beta", "epsilon_low", "epsilon_high", "mask_truncated_completions")
+               "generation_config", "vllm_generation", "chat_template_kwargs", "temperature", "top_p", "top_k",
+               "min_p", "repetition_penalty", "beta", "epsilon_low", "epsilon_high", "mask_truncated_completions")
 
 TOUCH_POINTS: tuple[TouchPoint, ...] = (
     # GRPO (MultiTurnGRPOTrainer, MultiTurnPPOTrainer)
@@ -186,8 +186,10 @@ def check_trl_compat(trainer_cls: type) -> None:
 def check_trl_attributes(trainer) -> None:
     """Raise `TRLCompatibilityError` if TRL's `__init__` did not set an attribute the trainers read."""
     bases = {_qualified(cls) for cls in type(trainer).__mro__}
+    # TRL sets the generation config of the path it generates with: `vllm_generation` or `generation_config`.
+    unused = "generation_config" if getattr(trainer, "use_vllm", False) else "vllm_generation"
     problems = [f"{_short(p.owner)} instances have no attribute {p.name!r} ({p.use})" for p in TOUCH_POINTS
-                if p.instance and p.owner in bases and not hasattr(trainer, p.name)]
+                if p.instance and p.owner in bases and p.name != unused and not hasattr(trainer, p.name)]
     if problems:
         raise TRLCompatibilityError(_message(problems))
 
