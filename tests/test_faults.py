@@ -97,7 +97,7 @@ def test_the_trainer_releases_its_workers_and_starts_them_again(tiny_chatml_mode
     rows = [{"target": 1}] * 4
     trainer = make_trainer(tiny_chatml_model, tmp_path, rows, max_steps=1, per_device_train_batch_size=4,
                            per_device_eval_batch_size=4, env_mode="process")
-    pool = trainer.rollout_collator.pool
+    pool = trainer.episode_runner.pool
     seen = []
 
     class RecordWorkers(TrainerCallback):

@@ -7,7 +7,8 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "Environment": ".envs.base",
     "StepResult": ".envs.base",
-    "MultiTurnRolloutCollator": ".rollout.collator",
+    "EpisodeRunner": ".rollout.runner",
+    "MultiTurnRolloutCollator": ".rollout.runner",  # deprecated name of EpisodeRunner
     "Episode": ".rollout.episode",
     "MultiTurnGRPOTrainer": ".trainers.grpo",
     "MultiTurnGRPOConfig": ".trainers.grpo",

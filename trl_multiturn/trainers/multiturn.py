@@ -1,4 +1,4 @@
-"""What every multi-turn trainer shares: the config fields, the rollout collator wiring, per-turn credit and metrics.
+"""What every multi-turn trainer shares: the config fields, the episode runner wiring, per-turn credit and metrics.
 
 The trainers (GRPO, RLOO, PPO) mix `MultiTurnMixin` into their TRL parent. The mixin plays episodes with the
 parent's own single-turn generation backend (transformers, vLLM colocate or server), hands TRL the episode tokens
@@ -22,7 +22,7 @@ from accelerate.utils import gather_object
 
 from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
-from ..rollout import Episode, MultiTurnRolloutCollator
+from ..rollout import Episode, EpisodeRunner
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
@@ -277,7 +277,7 @@ class MultiTurnMixin(RunFilesMixin):
         # truncated episodes instead.
         self.mask_truncated_completions = False
         self.environment_factory = environment_factory
-        self.rollout_collator = MultiTurnRolloutCollator(
+        self.episode_runner = EpisodeRunner(
             environment_factory,
             self._tokenizer,
             self._generate_turn,
@@ -303,7 +303,7 @@ class MultiTurnMixin(RunFilesMixin):
         """Close every environment and stop their worker processes. The trainer stays usable: the next rollout (a
         second `train()`, `evaluate()`) starts what it needs again. `train()` calls it when it ends, and the trainer
         is a context manager (`with MultiTurnGRPOTrainer(...) as trainer:`) that calls it on exit."""
-        self.rollout_collator.close()
+        self.episode_runner.close()
 
     def __enter__(self):
         return self
@@ -394,7 +394,7 @@ class MultiTurnMixin(RunFilesMixin):
         if self._history_cache is not None:
             self._history_cache.reset()  # the weights changed since the last rollout
         try:
-            self._episodes = self.rollout_collator(inputs)
+            self._episodes = self.episode_runner(inputs)
         finally:
             if self._history_cache is not None:
                 self._history_cache.reset()  # free the caches between rollouts
