@@ -33,7 +33,7 @@ from trl_multiturn.testing import FaultyEnv
     ({"action_parser": "no_such_package.parsers:act"}, r"action_parser='no_such_package.parsers:act' cannot be "
                                                        r"loaded \(ModuleNotFoundError"),
     ({"action_parser": "trl_multiturn.rollout.parsing:no_such_parser"}, r"cannot be loaded \(AttributeError"),
-    ({"action_parser": "trl_multiturn.rollout.parsing:ACTION_PARSERS"}, r"names a dict, not a function"),
+    ({"action_parser": "trl_multiturn.rollout.parsing:ACTION_PARSERS"}, r"names a Registry, not a function"),
     ({"estimator_kwargs": '{"step_weight": 0.5'}, r"estimator_kwargs='\{\"step_weight\": 0.5' is not valid JSON"),
     ({"estimator_kwargs": "[0.5]"}, r"estimator_kwargs=\[0.5\]: give a dict"),
     ({"advantage_estimator": "gigpo", "estimator_kwargs": {"stepweight": 0.5}},
