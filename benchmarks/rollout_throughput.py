@@ -115,9 +115,9 @@ def delay_rows(args, model_dir):
 
 def environment_rows(args, model_dir, tmp):
     """Rows (c)."""
-    from trl_multiturn.data import textworld_tasks
     from trl_multiturn.envs import ALFWorldEnv, TextWorldEnv
     from trl_multiturn.envs.alfworld import list_tasks
+    from trl_multiturn.envs.textworld.tasks import textworld_tasks
 
     games_dir = os.path.join(tmp, "games")
     tw_tasks = list(textworld_tasks(2, 3, 4, split="train", num_games=args.games, games_dir=games_dir))
@@ -181,9 +181,9 @@ def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool):
         rollout = trainer._rollout
 
         def counted(inputs):
-            rows = rollout(inputs)
-            batch_tokens.append(sum(ep.num_tokens for ep in trainer._episodes))
-            return rows
+            rows, batch = rollout(inputs)
+            batch_tokens.append(sum(ep.num_tokens for ep in batch.episodes))
+            return rows, batch
 
         trainer._rollout = counted
     trainer.train()

@@ -154,7 +154,7 @@ def test_gigpo_anchors_a_turn_at_the_environment_state_even_after_an_unreadable_
                            action_parser=f"{__name__}:every_other_length")
     torch.manual_seed(0)
     inputs = _scored_batch(trainer, [{"target": 9}] * 8)
-    episodes = trainer._episodes
+    episodes = trainer.last_rollout.episodes
     skipped = [k for ep in episodes for k, a in enumerate(ep.actions[:-1]) if a is None]
     assert skipped, "no turn followed an unreadable reply: the test would not exercise the fix"
     shown = [ep.observations[k] for ep in episodes for k, a in enumerate(ep.actions) if a is None]

@@ -1,6 +1,7 @@
 """Rollouts: episodes, token-exact chat deltas, environment pools, action parsing, and the episode runner
 (`EpisodeRunner`, which plays rows of tasks into `Episode`s; `MultiTurnRolloutCollator` is its deprecated name)."""
 
+from .batch import RolloutBatch
 from .chat_tokens import ChatTemplateError, ChatTokenBuilder
 from .env_pool import EnvFailure, EnvPool
 from .episode import Episode
@@ -16,5 +17,6 @@ __all__ = [
     "Episode",
     "EpisodeRunner",
     "MultiTurnRolloutCollator",
+    "RolloutBatch",
     "get_action_parser",
 ]
