@@ -9,7 +9,7 @@ does not import TextWorld).
 
 from __future__ import annotations
 
-from importlib import import_module
+from .lazy import lazy_getattr
 
 SEED_RANGES: dict[str, range] = {
     "train": range(0, 1_000_000),
@@ -49,8 +49,4 @@ def interleave(parts: list[list[dict]]) -> list[dict]:
 
 _REEXPORTS = {"textworld_tasks": "trl_multiturn.envs.textworld.tasks"}
 
-
-def __getattr__(name):
-    if name in _REEXPORTS:
-        return getattr(import_module(_REEXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _REEXPORTS)

@@ -7,7 +7,7 @@ examples and `trl-multiturn train` parse and do). Names are imported on first us
 (or its script arguments, for `--help`) does not import the TextWorld engine.
 """
 
-from importlib import import_module
+from ...lazy import lazy_getattr
 
 _LAZY = {
     "TextWorldConfig": ".env",
@@ -22,8 +22,4 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
