@@ -18,8 +18,8 @@ Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG
     grpo, rloo, ppo   RL from the SFT checkpoint on the RL games, `--rl-episodes` episodes each; a model-only
               checkpoint every 1/curve_points of the budget, for the held-out learning curve
     sft_more  the control: SFT continued from the SFT checkpoint on the same walkthroughs (constant learning rate)
-              until it has used the CPU time of the longest RL arm (CPU time, not wall time: other jobs on a
-              shared machine slow the arms unequally)
+              until it has used the CPU time of the longest RL arm trained before it (CPU time, not wall time:
+              other jobs on a shared machine slow the arms unequally)
     eval      greedy success of every trained model (and of each RL arm's intermediate checkpoints) on the
               evaluation games
     report    the table (Wilson 95% intervals, exact McNemar p-values) and the learning curves

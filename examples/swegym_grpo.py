@@ -20,6 +20,7 @@ from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs.swegym import SWEGymConfig, SWEGymEnv, load_tasks
+from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
 from trl_multiturn.script_args import finish_run
 
 
@@ -39,7 +40,8 @@ class ScriptArguments:
     )
 
 
-def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_args: SWEGymConfig) -> None:
+def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_args: SWEGymConfig,
+         model_args: ModelSetup) -> None:
     if script_args.dataset_name:
         dataset = load_dataset(script_args.dataset_name, split=script_args.dataset_split)
     else:
@@ -49,11 +51,12 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
         args=training_args,
         environment_factory=functools.partial(SWEGymEnv, env_args),
         train_dataset=dataset,
+        **model_setup_kwargs(model_args, training_args),
     )
     trainer.train()
     finish_run(trainer, training_args, dataset_name=script_args.dataset_name or "trl-multiturn/swegym-offline")
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MultiTurnGRPOConfig, SWEGymConfig))
+    parser = TrlParser((ScriptArguments, MultiTurnGRPOConfig, SWEGymConfig, ModelSetup))
     main(*parser.parse_args_and_config())

@@ -16,12 +16,13 @@ from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
+from trl_multiturn.model_setup import ModelSetup
 
 
-def main(script_args: TextWorldScriptArguments, training_args: MultiTurnGRPOConfig) -> None:
-    train_on_textworld(MultiTurnGRPOTrainer, script_args, training_args)
+def main(script_args: TextWorldScriptArguments, training_args: MultiTurnGRPOConfig, model_args: ModelSetup) -> None:
+    train_on_textworld(MultiTurnGRPOTrainer, script_args, training_args, model_args)
 
 
 if __name__ == "__main__":
-    parser = TrlParser((TextWorldScriptArguments, MultiTurnGRPOConfig))
+    parser = TrlParser((TextWorldScriptArguments, MultiTurnGRPOConfig, ModelSetup))
     main(*parser.parse_args_and_config())

@@ -18,12 +18,13 @@ from trl import TrlParser
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
 from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
+from trl_multiturn.model_setup import ModelSetup
 
 
-def main(script_args: TextWorldScriptArguments, training_args: MultiTurnPPOConfig) -> None:
-    train_on_textworld(MultiTurnPPOTrainer, script_args, training_args)
+def main(script_args: TextWorldScriptArguments, training_args: MultiTurnPPOConfig, model_args: ModelSetup) -> None:
+    train_on_textworld(MultiTurnPPOTrainer, script_args, training_args, model_args)
 
 
 if __name__ == "__main__":
-    parser = TrlParser((TextWorldScriptArguments, MultiTurnPPOConfig))
+    parser = TrlParser((TextWorldScriptArguments, MultiTurnPPOConfig, ModelSetup))
     main(*parser.parse_args_and_config())

@@ -17,12 +17,13 @@ from trl import TrlParser
 
 from trl_multiturn import MultiTurnRLOOConfig, MultiTurnRLOOTrainer
 from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
+from trl_multiturn.model_setup import ModelSetup
 
 
-def main(script_args: TextWorldScriptArguments, training_args: MultiTurnRLOOConfig) -> None:
-    train_on_textworld(MultiTurnRLOOTrainer, script_args, training_args)
+def main(script_args: TextWorldScriptArguments, training_args: MultiTurnRLOOConfig, model_args: ModelSetup) -> None:
+    train_on_textworld(MultiTurnRLOOTrainer, script_args, training_args, model_args)
 
 
 if __name__ == "__main__":
-    parser = TrlParser((TextWorldScriptArguments, MultiTurnRLOOConfig))
+    parser = TrlParser((TextWorldScriptArguments, MultiTurnRLOOConfig, ModelSetup))
     main(*parser.parse_args_and_config())

@@ -17,13 +17,14 @@ from trl import TrlParser
 
 from trl_multiturn import MultiTurnSFTConfig, MultiTurnSFTTrainer
 from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
+from trl_multiturn.model_setup import ModelSetup
 
 
-def main(script_args: TextWorldScriptArguments, training_args: MultiTurnSFTConfig) -> None:
+def main(script_args: TextWorldScriptArguments, training_args: MultiTurnSFTConfig, model_args: ModelSetup) -> None:
     # With `environment_factory`, the trainer turns the task rows into won expert episodes itself.
-    train_on_textworld(MultiTurnSFTTrainer, script_args, training_args)
+    train_on_textworld(MultiTurnSFTTrainer, script_args, training_args, model_args)
 
 
 if __name__ == "__main__":
-    parser = TrlParser((TextWorldScriptArguments, MultiTurnSFTConfig))
+    parser = TrlParser((TextWorldScriptArguments, MultiTurnSFTConfig, ModelSetup))
     main(*parser.parse_args_and_config())

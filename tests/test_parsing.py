@@ -6,10 +6,15 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from trl_multiturn.rollout.parsing import ACTION_PARSERS, first_line, get_action_parser, think_then_act, whole_reply
+from trl_multiturn.testing import build_tiny_tokenizer
+
+# Every parser as a rollout uses it: bound to a tokenizer (ChatML's, which supports tool calls) where it reads one.
+BOUND_PARSERS = {name: get_action_parser(name, build_tiny_tokenizer("chatml")) for name in ACTION_PARSERS}
 
 # Replies mixing random unicode with the pieces the parsers look for.
 PIECES = ["<action>", "</action>", "<ACTION>", "</Action>", "Action:", "action :", "ACTION:", "\n", "\r\n", " ",
-          "\t", "\u2028", "\u00a0", "go north", "take key", "<", ">", ":"]
+          "\t", "\u2028", "\u00a0", "go north", "take key", "<", ">", ":", "<tool_call>", "</tool_call>",
+          '{"name": "go", "arguments": {"to": 1}}', '{"name": ', "<|im_end|>"]
 REPLIES = st.lists(st.one_of(st.text(max_size=8), st.sampled_from(PIECES)), max_size=12).map("".join)
 INNER = st.text(max_size=20).filter(lambda text: "action>" not in text.lower())
 
@@ -18,7 +23,7 @@ INNER = st.text(max_size=20).filter(lambda text: "action>" not in text.lower())
 @given(reply=REPLIES)
 @example(reply="ACTION:\r")  # found by hypothesis: a blank last "Action:" line gave "" instead of None
 def test_parsers_never_raise_and_give_none_or_a_stripped_action(reply):
-    for name, parser in ACTION_PARSERS.items():
+    for name, parser in BOUND_PARSERS.items():
         action = parser(reply)
         assert action is None or (isinstance(action, str) and action and action == action.strip()), (name, action)
 

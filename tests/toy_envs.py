@@ -60,3 +60,30 @@ class ScoringOnFinishEnv(CountingEnv):
 
     def finish(self):
         return StepResult("graded", reward=5.0, done=True, won=True)
+
+
+class CounterTools:
+    """A TRL-style tool environment (what a TRL user writes for `GRPOTrainer(environment_factory=...)`): reach
+    `target` by adding to a counter. Reward 0.5 for the first add, 1 more on reaching the target exactly; `done` once
+    the counter reaches or passes it. No `won` attribute: wins are read off the reward."""
+
+    def reset(self, target: int = 3, **row):
+        self.count, self.target, self.reward, self.done = 0, target, 0.0, False
+        return f" The counter is at 0; the target is {target}."
+
+    def add(self, n: int) -> str:
+        """Add n to the counter.
+
+        Args:
+            n: how much to add
+        """
+        if self.done:
+            raise ValueError("The game is over.")
+        self.count += n
+        self.reward = max(self.reward, 0.5) + (1.0 if self.count == self.target else 0.0)
+        self.done = self.count >= self.target
+        return f"The counter is at {self.count}."
+
+    def peek(self) -> str:
+        """Look at the counter."""
+        return f"The counter is at {self.count}."

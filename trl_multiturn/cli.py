@@ -176,15 +176,18 @@ TRAINERS = {
 
 
 def trainer_parser(algo: str):
-    """The `TrlParser` of `trl-multiturn train <algo>`: `TextWorldScriptArguments` and the trainer's config."""
+    """The `TrlParser` of `trl-multiturn train <algo>`: `TextWorldScriptArguments`, the trainer's config and
+    `ModelSetup` (TRL's `ModelConfig`: dtype, LoRA, 4/8-bit)."""
     from trl import TrlParser
 
     import trl_multiturn
 
     from .envs.textworld.script_args import TextWorldScriptArguments
+    from .model_setup import ModelSetup
 
     return TrlParser(
-        (TextWorldScriptArguments, getattr(trl_multiturn, TRAINERS[algo][1])), prog=f"trl-multiturn train {algo}",
+        (TextWorldScriptArguments, getattr(trl_multiturn, TRAINERS[algo][1]), ModelSetup),
+        prog=f"trl-multiturn train {algo}",
         description=f"Train {TRAINERS[algo][0]} on TextWorld games (what examples/textworld_{algo}.py does): "
                     "--config recipe.yaml sets any field below, and the command line overrides it.")
 
@@ -194,8 +197,8 @@ def _train(args: argparse.Namespace) -> int:
 
     from .envs.textworld.script_args import train_on_textworld
 
-    script_args, training_args = trainer_parser(args.algo).parse_args_and_config(args=args.options)
-    train_on_textworld(getattr(trl_multiturn, TRAINERS[args.algo][0]), script_args, training_args)
+    script_args, training_args, model_args = trainer_parser(args.algo).parse_args_and_config(args=args.options)
+    train_on_textworld(getattr(trl_multiturn, TRAINERS[args.algo][0]), script_args, training_args, model_args)
     return 0
 
 

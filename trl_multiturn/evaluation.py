@@ -83,6 +83,13 @@ class EvalResult:
                  "num_turns": ep.num_turns, "return": sum(ep.turn_rewards), "actions": list(ep.actions)}
                 for ep in self.episodes]
 
+    def to_dataset(self):
+        """The played episodes as a `datasets.Dataset`, one row per task (`trl_multiturn.episode_data`): e.g. keep
+        the won ones (`.filter(lambda row: row["won"])`) for rejection-sampling SFT with `MultiTurnSFTTrainer`."""
+        from .episode_data import episodes_to_dataset
+
+        return episodes_to_dataset(self.episodes)
+
     def save(self, output_dir: str | os.PathLike, **extra) -> Path:
         """Write `eval_results.json` (summary, episode settings, per-task outcomes, `extra`) to `output_dir`."""
         path = Path(output_dir) / EVAL_RESULTS_FILE

@@ -153,7 +153,7 @@ def expert_trajectories(
     `input_ids` and `assistant_masks` (1 exactly on the tokens of every assistant reply, its end-of-turn token
     included).
     """
-    parser = get_action_parser(action_parser)
+    parser = get_action_parser(action_parser, tokenizer)
     builder = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs) if tokenizer is not None else None
     environment, owned = _as_environment(env)
     rows, skipped = [], []

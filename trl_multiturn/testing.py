@@ -1,7 +1,8 @@
 """Tiny offline models and a fault-injecting toy environment for tests, benchmarks and demos.
 
 `build_tiny_model(out_dir, template="chatml")` trains a byte-level BPE tokenizer in-process (no Hub), attaches a
-real chat template (Qwen2.5's ChatML or Llama 3's, as TRL ships them), builds a randomly initialised Llama-style
+real chat template (Qwen2.5's ChatML, Llama 3's, or Qwen3's, which rewrites history by stripping earlier turns'
+reasoning; as TRL ships them), builds a randomly initialised Llama-style
 model a few layers deep, and saves both so that TRL can reload them by path. `FaultyEnv` breaks the environment
 contract on purpose, in every way the rollout must contain to one episode.
 """
@@ -15,9 +16,13 @@ from pathlib import Path
 from .envs.base import Environment, StepResult
 
 CHAT_TEMPLATES = ("chatml", "llama3")
+"""The tiny templates multi-turn rollouts extend as they are."""
+HISTORY_REWRITING_TEMPLATES = ("qwen3",)
+"""Tiny templates that rewrite earlier turns (refused as they are; TRL ships a training version of each)."""
 
 _SPECIAL_TOKENS = {
     "chatml": {"bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>", "extra": ["<|im_start|>"]},
+    "qwen3": {"bos": None, "eos": "<|im_end|>", "pad": "<|endoftext|>", "extra": ["<|im_start|>"]},
     "llama3": {
         "bos": "<|begin_of_text|>",
         "eos": "<|eot_id|>",
@@ -25,7 +30,7 @@ _SPECIAL_TOKENS = {
         "extra": ["<|start_header_id|>", "<|end_header_id|>", "<|end_of_text|>"],
     },
 }
-_TRL_TEMPLATE_FILES = {"chatml": "qwen2_5.jinja", "llama3": "llama3.jinja"}
+_TRL_TEMPLATE_FILES = {"chatml": "qwen2_5.jinja", "llama3": "llama3.jinja", "qwen3": "qwen3.jinja"}
 
 _CORPUS = [
     "You are in a kitchen. There is a closed fridge and a wooden table here. Exits lead north and east.",
@@ -44,8 +49,8 @@ def build_tiny_tokenizer(template: str = "chatml", vocab_size: int = 600):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    if template not in CHAT_TEMPLATES:
-        raise ValueError(f"template={template!r}: choose one of {CHAT_TEMPLATES}")
+    if template not in CHAT_TEMPLATES + HISTORY_REWRITING_TEMPLATES:
+        raise ValueError(f"template={template!r}: choose one of {CHAT_TEMPLATES + HISTORY_REWRITING_TEMPLATES}")
     spec = _SPECIAL_TOKENS[template]
     specials = [t for t in (spec["bos"], spec["eos"], spec["pad"], *spec["extra"]) if t]
     tok = Tokenizer(models.BPE())

@@ -144,7 +144,7 @@ class ChatTokenBuilder:
     def _error(self, what: str) -> ChatTemplateError:
         return ChatTemplateError(
             f"The chat template of {self._name!r} cannot be extended token-exactly: {what}. Multi-turn rollouts need "
-            "a prefix-preserving template (each turn only appends tokens). Pass a template that is, e.g. "
-            "`tokenizer.chat_template = trl.chat_template_utils.get_training_chat_template(tokenizer)` or one of "
-            "the `*_training.jinja` templates shipped in `trl/chat_templates/`."
+            "a prefix-preserving template (each turn only appends tokens). The trainers' "
+            "`use_training_chat_template=True` switches to TRL's training version of known templates; "
+            "`chat_template_path` gives one (e.g. one of the `*_training.jinja` templates in `trl/chat_templates/`)."
         )

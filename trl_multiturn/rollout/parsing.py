@@ -1,7 +1,9 @@
 """Action parsers: turn a model reply into the action sent to the environment, or None if none can be read.
 
 A parser is any callable `reply -> str | None`. Configs name a parser of `ACTION_PARSERS` (built-in, or added with
-`@register_action_parser(name)`) or give `"module:function"`.
+`@register_action_parser(name)`) or give `"module:function"`. A parser with a `bind(tokenizer)` method (e.g.
+"tool_calls", which reads tool calls with TRL's response parsing) is bound to the policy's tokenizer by
+`get_action_parser(spec, tokenizer)`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 from typing import Callable
 
 from ..registry import Registry
+from .tool_calls import ToolCallParser
 
 ActionParser = Callable[[str], "str | None"]
 ACTION_PARSERS: Registry[ActionParser] = Registry("action_parser")
@@ -53,8 +56,19 @@ def whole_reply(reply: str) -> str | None:
     return reply.strip() or None
 
 
-def get_action_parser(spec: str | ActionParser) -> ActionParser:
-    """Resolve a parser from a callable, a built-in name, or a `"package.module:function"` path."""
+register_action_parser("tool_calls")(ToolCallParser())
+
+
+def get_action_parser(spec: str | ActionParser, tokenizer=None) -> ActionParser:
+    """Resolve a parser from a callable, a built-in name, or a `"package.module:function"` path; with `tokenizer`, a
+    parser that reads replies through it (one with a `bind` method) is bound to it."""
+    parser = _resolve_action_parser(spec)
+    if tokenizer is not None and callable(getattr(parser, "bind", None)):
+        return parser.bind(tokenizer)
+    return parser
+
+
+def _resolve_action_parser(spec: str | ActionParser) -> ActionParser:
     if callable(spec):
         return spec
     if spec in ACTION_PARSERS:

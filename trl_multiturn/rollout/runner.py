@@ -94,7 +94,7 @@ class EpisodeRunner:
         self.max_turns = max_turns
         self.max_reply_tokens = max_reply_tokens
         self.max_episode_tokens = max_episode_tokens
-        self.action_parser = get_action_parser(action_parser)
+        self.action_parser = get_action_parser(action_parser, tokenizer)
         self.system_prompt = system_prompt
         self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs)
         self.eos_token_ids = self.tokens.eos_token_ids

@@ -28,6 +28,7 @@ from ..rollout.batch import RolloutBatch
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
+from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
 from .run_files import RunFilesMixin
 from .trl_compat import check_trl_attributes, single_turn_replies
 
@@ -84,8 +85,9 @@ class MultiTurnArguments:
     )
     action_parser: str = field(
         default="first_line",
-        metadata={"help": "How an action is read from a reply: 'first_line', 'think_then_act', 'whole_reply', or "
-                          "a 'package.module:function' path."},
+        metadata={"help": "How an action is read from a reply: 'first_line', 'think_then_act', 'whole_reply', "
+                          "'tool_calls' (the reply's tool calls, read with TRL's response parsing, for "
+                          "`trl_multiturn.envs.tools.ToolEnvironment`), or a 'package.module:function' path."},
     )
     system_prompt: str | None = field(
         default=None, metadata={"help": "Optional system message placed before the first observation."}
@@ -116,6 +118,20 @@ class MultiTurnArguments:
                           "only halves the generation batch. The same number of generate calls on every rank."},
     )
 
+    chat_template_path: str | None = field(
+        default=None,
+        metadata={"help": "A Jinja chat template file (or a folder holding chat_template.jinja) that replaces the "
+                          "tokenizer's template, e.g. one of TRL's trl/chat_templates/*_training.jinja. Saved with "
+                          "the model's tokenizer."},
+    )
+    use_training_chat_template: bool = use_training_chat_template_field()
+    save_episodes: bool = field(
+        default=False,
+        metadata={"help": "Save every rollout's played episodes (messages, per-turn rewards, outcome, task, tokens) "
+                          "as parquet under `output_dir/episodes/` (`train-step-N-rankR.parquet`, `eval-...`); read "
+                          "them back with `trl_multiturn.episode_data.load_episodes`, e.g. to keep the won ones for "
+                          "rejection-sampling SFT."},
+    )
     cache_episode_history: bool = field(
         default=True,
         metadata={"help": "On the transformers generation path, keep the live episodes' key/value cache from one "
@@ -279,6 +295,8 @@ class MultiTurnMixin(RunFilesMixin):
         # truncated episodes instead.
         self.mask_truncated_completions = False
         self.environment_factory = environment_factory
+        prepare_chat_template(self._tokenizer, self.args.chat_template_path, self.args.use_training_chat_template,
+                              self.eos_token_ids, self.chat_template_kwargs)
         self.episode_runner = EpisodeRunner(
             environment_factory,
             self._tokenizer,
@@ -402,6 +420,8 @@ class MultiTurnMixin(RunFilesMixin):
         finally:
             if self._history_cache is not None:
                 self._history_cache.reset()  # free the caches between rollouts
+        if self.args.save_episodes:
+            self._save_rollout_episodes(episodes)
         mode = "train" if self.model.training else "eval"
         batch = RolloutBatch(
             episodes=episodes,
@@ -427,6 +447,14 @@ class MultiTurnMixin(RunFilesMixin):
             yield
         finally:
             self._batch_in_trl_call = None
+
+    def _save_rollout_episodes(self, episodes: list[Episode]) -> None:
+        """This rank's episodes of the rollout just played, to `output_dir/episodes/` (`save_episodes`)."""
+        from ..episode_data import save_episodes
+
+        mode = "train" if self.model.training else "eval"
+        save_episodes(episodes, self.args.output_dir,
+                      f"{mode}-step-{self.state.global_step}-rank{self.accelerator.process_index}")
 
     def _shaped_rewards(self, ep: Episode) -> list[float]:
         return shape_turn_rewards(

@@ -12,6 +12,7 @@ from trl.data_utils import get_dataset_column_names
 from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
+from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
 from .multiturn import bf16_only_where_supported, default_args
 from .run_files import RunFilesMixin
 from .trl_compat import check_trl_compat
@@ -45,6 +46,7 @@ class MultiTurnSFTConfig(SFTConfig):
         metadata={"help": "Extra keyword arguments for `apply_chat_template` (e.g. `enable_thinking`), as in the RL "
                           "configs."},
     )
+    use_training_chat_template: bool = use_training_chat_template_field()
     skip_failed_experts: bool = field(
         default=False,
         metadata={"help": "When building expert episodes from task rows: leave out tasks whose expert solution does "
@@ -127,6 +129,7 @@ class MultiTurnSFTTrainer(RunFilesMixin, SFTTrainer):
         arguments)."""
         args = args if args is not None else self.args
         eos = reply_eos_ids(tokenizer, self._generation_eos_ids)
+        prepare_chat_template(tokenizer, None, args.use_training_chat_template, eos, args.chat_template_kwargs)
         return ChatTokenBuilder(tokenizer, eos, args.chat_template_kwargs)
 
     def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):

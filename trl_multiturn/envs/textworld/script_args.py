@@ -83,10 +83,14 @@ class TextWorldScriptArguments(ModelArguments):
         return result
 
 
-def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, training_args, **trainer_kwargs):
+def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, training_args, model_args=None,
+                       **trainer_kwargs):
     """What every TextWorld example does: train `trainer_cls` on the train split's games, save, evaluate greedily
     on held-out games (when `num_eval_games > 0`), push to the Hub if asked, and end the run (`finish_run`).
-    Returns the trainer."""
+    `model_args` (a `ModelSetup`: dtype, LoRA, 4/8-bit) is passed on as TRL's scripts do. Returns the trainer."""
+    from ...model_setup import model_setup_kwargs
+
+    trainer_kwargs = {**model_setup_kwargs(model_args, training_args), **trainer_kwargs}
     trainer = trainer_cls(
         model=script_args.model_path,
         args=training_args,

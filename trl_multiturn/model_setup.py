@@ -1,0 +1,49 @@
+"""Common model set-ups from a recipe or the command line: TRL's `ModelConfig` (dtype, attention, LoRA, 4/8-bit).
+
+The examples and `trl-multiturn train` parse `ModelSetup` beside their script arguments and trainer config, and pass
+it on as TRL's own scripts (`trl/scripts/grpo.py`) do: `dtype`, `attn_implementation` and `model_revision` become
+the config's `model_init_kwargs` (values already there win), `get_quantization_config` gives the trainer's
+`quantization_config` and `get_peft_config` its `peft_config`:
+
+    trl-multiturn train grpo --config recipes/quickstart.yaml --use_peft --lora_r 8 --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import ModelConfig
+
+
+@dataclass
+class ModelSetup(ModelConfig):
+    """TRL's `ModelConfig`, less `model_name_or_path`, which the script arguments already hold (with the offline
+    default), plus `torch_dtype`, the name of `dtype` before transformers 5."""
+
+    model_name_or_path: str | None = field(
+        default=None, init=False, metadata={"help": "Not parsed here: the script arguments' --model_name_or_path."}
+    )
+    torch_dtype: str | None = field(
+        default=None,
+        metadata={"help": "Same as `dtype` (its name in older TRL and transformers); when given, it wins.",
+                  "choices": ["auto", "bfloat16", "float16", "float32"]},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.torch_dtype is not None:
+            self.dtype = self.torch_dtype
+
+
+def model_setup_kwargs(model_args: ModelConfig | None, training_args) -> dict:
+    """The trainer keyword arguments `model_args` asks for (`quantization_config`, `peft_config`), after setting
+    `training_args.model_init_kwargs` from it as TRL's scripts do (keys the config already has are kept). Empty for
+    None."""
+    if model_args is None:
+        return {}
+    from trl import get_peft_config, get_quantization_config
+
+    init_kwargs = dict(revision=model_args.model_revision, attn_implementation=model_args.attn_implementation,
+                       dtype=model_args.dtype)
+    training_args.model_init_kwargs = {**init_kwargs, **(training_args.model_init_kwargs or {})}
+    return {"quantization_config": get_quantization_config(model_args), "peft_config": get_peft_config(model_args)}
