@@ -82,7 +82,7 @@ def play(factory, rows, model_dir: str, turns: int, overlap: bool = False, one_a
 
     tokenizer, generate, spent = timed_generator(model_dir)
     runner = EpisodeRunner(factory, tokenizer, generate, max_turns=turns, max_reply_tokens=8,
-                                        action_parser=parser or "first_line", overlap=overlap)
+                           action_parser=parser or "first_line", overlap=overlap)
     try:
         runner(rows[:2])
         spent[0] = 0.0

@@ -40,7 +40,7 @@ def scripted(actions):
 def play(model_path, row, actions):
     model, tokenizer = AutoModelForCausalLM.from_pretrained(model_path), AutoTokenizer.from_pretrained(model_path)
     runner = EpisodeRunner(ALFWorldEnv, tokenizer, hf_generate_fn(model, tokenizer),
-                                        max_turns=len(actions), max_reply_tokens=6, action_parser=scripted(actions))
+                           max_turns=len(actions), max_reply_tokens=6, action_parser=scripted(actions))
     [episode] = runner([row])
     runner.close()
     assert_token_exact(model, episode)

@@ -94,7 +94,7 @@ def test_a_warning_when_most_episodes_fail_before_their_first_reply(tiny_chatml_
         return [[tokenizer.eos_token_id] for _ in contexts], None
 
     runner = EpisodeRunner(FaultyEnv, tokenizer, end_of_turn, max_turns=2, max_reply_tokens=4,
-                                        max_episode_tokens=100, env_mode="inline")
+                           max_episode_tokens=100, env_mode="inline")
     with caplog.at_level(logging.WARNING, logger="trl_multiturn.rollout.runner"):
         episodes = runner([{"fault": "huge_observation"}] * 3 + [{}])
     assert [ep.failed for ep in episodes] == [True, True, True, False]

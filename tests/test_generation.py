@@ -14,7 +14,7 @@ def play(path, generate_factory, rows):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64)
     tokenizer = AutoTokenizer.from_pretrained(path)
     runner = EpisodeRunner(CountingEnv, tokenizer, generate_factory(model, tokenizer), max_turns=4,
-                                        max_reply_tokens=6, action_parser=lambda reply: "go")
+                           max_reply_tokens=6, action_parser=lambda reply: "go")
     return model, tokenizer, runner(rows)
 
 

@@ -43,7 +43,7 @@ def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live
         return out
 
     runner = EpisodeRunner(env, tokenizer, timed, max_turns=4, max_reply_tokens=6,
-                                        action_parser=lambda reply: "go", overlap=overlap, any_live=any_live, **kwargs)
+                           action_parser=lambda reply: "go", overlap=overlap, any_live=any_live, **kwargs)
     try:
         return model, tokenizer, runner(rows), calls
     finally:

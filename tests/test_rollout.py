@@ -69,7 +69,7 @@ def test_scripted_episode_equals_the_templates_own_rendering(tiny_model):
         return [builder.assistant_content_ids(action) for _ in contexts], None
 
     runner = EpisodeRunner(CountingEnv, tokenizer, scripted, max_turns=5, max_reply_tokens=50,
-                                        system_prompt="You play a text game.")
+                           system_prompt="You play a text game.")
     ep = runner([{"target": 3}])[0]
     messages = list(ep.prompt_messages)
     assert messages[0] == {"role": "system", "content": "You play a text game."}

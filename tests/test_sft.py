@@ -121,7 +121,7 @@ def test_sft_ids_equal_the_runners_ids_for_the_replayed_expert(tiny_model, env_f
             return [replies[len(calls) - 1]], None
 
         runner = EpisodeRunner(env_factory, tokenizer, generate, max_turns=len(actions) + 2,
-                                            max_reply_tokens=64, system_prompt=system_prompt)
+                               max_reply_tokens=64, system_prompt=system_prompt)
         try:
             (episode,) = runner([task])
         finally:
