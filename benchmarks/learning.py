@@ -117,7 +117,7 @@ class Results:
 
 
 def game_sets(setting: Setting, games_dir: Path) -> dict:
-    from trl_multiturn.data import textworld_tasks
+    from trl_multiturn.envs.textworld.tasks import textworld_tasks
 
     sets = {
         "sft": dict(split="train", num_games=setting.sft_games, first_game=0),

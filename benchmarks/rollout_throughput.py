@@ -78,19 +78,19 @@ def timed_generator(model_dir: str):
 def play(factory, rows, model_dir: str, turns: int, overlap: bool = False, one_at_a_time: bool = False,
          parser=None):
     """(wall s, generation s, episodes) of one timed rollout after a warm-up one (workers start, games load)."""
-    from trl_multiturn.rollout import MultiTurnRolloutCollator
+    from trl_multiturn.rollout import EpisodeRunner
 
     tokenizer, generate, spent = timed_generator(model_dir)
-    collator = MultiTurnRolloutCollator(factory, tokenizer, generate, max_turns=turns, max_reply_tokens=8,
-                                        action_parser=parser or "first_line", overlap=overlap)
+    runner = EpisodeRunner(factory, tokenizer, generate, max_turns=turns, max_reply_tokens=8,
+                           action_parser=parser or "first_line", overlap=overlap)
     try:
-        collator(rows[:2])
+        runner(rows[:2])
         spent[0] = 0.0
         start = time.perf_counter()
-        episodes = [ep for row in rows for ep in collator([row])] if one_at_a_time else collator(rows)
+        episodes = [ep for row in rows for ep in runner([row])] if one_at_a_time else runner(rows)
         return time.perf_counter() - start, spent[0], episodes
     finally:
-        collator.close()
+        runner.close()
 
 
 def wait_action(reply: str) -> str:
@@ -115,9 +115,9 @@ def delay_rows(args, model_dir):
 
 def environment_rows(args, model_dir, tmp):
     """Rows (c)."""
-    from trl_multiturn.data import textworld_tasks
     from trl_multiturn.envs import ALFWorldEnv, TextWorldEnv
     from trl_multiturn.envs.alfworld import list_tasks
+    from trl_multiturn.envs.textworld.tasks import textworld_tasks
 
     games_dir = os.path.join(tmp, "games")
     tw_tasks = list(textworld_tasks(2, 3, 4, split="train", num_games=args.games, games_dir=games_dir))
@@ -181,9 +181,9 @@ def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool):
         rollout = trainer._rollout
 
         def counted(inputs):
-            rows = rollout(inputs)
-            batch_tokens.append(sum(ep.num_tokens for ep in trainer._episodes))
-            return rows
+            rows, batch = rollout(inputs)
+            batch_tokens.append(sum(ep.num_tokens for ep in batch.episodes))
+            return rows, batch
 
         trainer._rollout = counted
     trainer.train()

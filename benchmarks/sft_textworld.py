@@ -53,9 +53,9 @@ def main() -> None:
     import torch
 
     from trl_multiturn import MultiTurnSFTConfig, MultiTurnSFTTrainer
-    from trl_multiturn.data import textworld_tasks
     from trl_multiturn.envs import TextWorldEnv
-    from trl_multiturn.envs.textworld_games import CustomGameSpec
+    from trl_multiturn.envs.textworld.games import CustomGameSpec
+    from trl_multiturn.envs.textworld.tasks import textworld_tasks
     from trl_multiturn.evaluation import evaluate
     from trl_multiturn.models import OFFLINE_DEFAULT_MODEL, resolve_model
 

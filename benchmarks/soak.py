@@ -104,7 +104,7 @@ def main() -> None:
         """After every step: the failed episodes are exactly the faulty ones; parameters are finite; resources."""
 
         def on_step_end(self, _args, state, control, **kwargs):
-            episodes = trainer._episodes
+            episodes = trainer.last_rollout.episodes
             injected = [ep.task["fault"] is not None for ep in episodes]
             failed = [ep.failed for ep in episodes]
             kinds = [ep.task["fault"] for ep in episodes if ep.task["fault"]]

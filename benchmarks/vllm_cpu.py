@@ -3,7 +3,7 @@
     bash scripts/setup_vllm.sh && .venv-vllm/bin/python benchmarks/vllm_cpu.py        # 16 episodes, 4 turns
 
 Both backends are `MultiTurnGRPOTrainer`'s own (`use_vllm=True, vllm_mode="colocate"` and the default transformers
-path) with SmolLM2-135M-Instruct on the same TextWorld w1-o2-q2 games: the collator plays `--episodes` episodes
+path) with SmolLM2-135M-Instruct on the same TextWorld w1-o2-q2 games: the runner plays `--episodes` episodes
 (one generate call per turn for all live ones, at most `--reply-tokens` per reply), and sampled tokens per second
 count the model's own tokens (env_mask 1) over the rollout's wall time, environment steps included. Repetitions
 alternate between the backends so that a change in the machine's load hits both. Also reports the engine build
@@ -43,7 +43,7 @@ def build_trainer(use_vllm: bool, episodes: int, turns: int, reply_tokens: int, 
 def rollout(trainer, rows) -> tuple[int, float, int]:
     """(sampled tokens, seconds, turns) of one batch of episodes."""
     start = time.perf_counter()
-    episodes = trainer.rollout_collator(rows)
+    episodes = trainer.episode_runner(rows)
     elapsed = time.perf_counter() - start
     return sum(sum(ep.env_mask) for ep in episodes), elapsed, sum(ep.num_turns for ep in episodes)
 
@@ -56,7 +56,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     options = parser.parse_args()
 
-    from trl_multiturn.data import textworld_tasks
+    from trl_multiturn.envs.textworld.tasks import textworld_tasks
 
     work = tempfile.mkdtemp(prefix="vllm_cpu_bench_")
     games_dir = os.path.join(work, "games")

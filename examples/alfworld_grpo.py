@@ -21,9 +21,9 @@ import torch
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
-from trl_multiturn.data import alfworld_tasks as alfworld_task_rows
 from trl_multiturn.envs.alfworld import TASK_TYPES, ALFWorldConfig, ALFWorldEnv
-from trl_multiturn.envs.alfworld_gen import ALFWorldGenConfig
+from trl_multiturn.envs.alfworld import alfworld_tasks as alfworld_task_rows
+from trl_multiturn.envs.alfworld.generator import ALFWorldGenConfig
 from trl_multiturn.evaluation import evaluate
 from trl_multiturn.script_args import ModelArguments, evaluation_options, finish_run
 
@@ -83,7 +83,7 @@ class ScriptArguments(ModelArguments):
 def alfworld_tasks(script_args, env_args, gen_args, split: str, num_games: int | None, seed: int,
                    task_types: list[str] | None = None):
     """Task rows of `split` (of `task_types`, default the training types): from the configured or downloaded
-    dataset, else from games generated here (`trl_multiturn.data.alfworld_tasks`)."""
+    dataset, else from games generated here (`trl_multiturn.envs.alfworld.alfworld_tasks`)."""
     return alfworld_task_rows(split, num_games, task_types or script_args.task_types, data_path=env_args.data_path,
                               games_dir=script_args.games_dir, gen_config=gen_args, seed=seed,
                               generated_games=GENERATED_GAMES)

@@ -17,8 +17,8 @@ Every field of `TextWorldScriptArguments` and `MultiTurnPPOConfig` can be set in
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
+from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
 from trl_multiturn.model_setup import ModelSetup
-from trl_multiturn.script_args import TextWorldScriptArguments, train_on_textworld
 
 
 def main(script_args: TextWorldScriptArguments, training_args: MultiTurnPPOConfig, model_args: ModelSetup) -> None:

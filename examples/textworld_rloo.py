@@ -16,8 +16,8 @@ in the YAML or on the command line.
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnRLOOConfig, MultiTurnRLOOTrainer
+from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
 from trl_multiturn.model_setup import ModelSetup
-from trl_multiturn.script_args import TextWorldScriptArguments, train_on_textworld
 
 
 def main(script_args: TextWorldScriptArguments, training_args: MultiTurnRLOOConfig, model_args: ModelSetup) -> None:

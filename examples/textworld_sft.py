@@ -16,8 +16,8 @@ of `TextWorldScriptArguments` and `MultiTurnSFTConfig` can be set in the YAML or
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnSFTConfig, MultiTurnSFTTrainer
+from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
 from trl_multiturn.model_setup import ModelSetup
-from trl_multiturn.script_args import TextWorldScriptArguments, train_on_textworld
 
 
 def main(script_args: TextWorldScriptArguments, training_args: MultiTurnSFTConfig, model_args: ModelSetup) -> None:

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
-from trl_multiturn.envs.textworld import TextWorldEnv
+from trl_multiturn.envs.textworld.env import TextWorldEnv
+from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
 from trl_multiturn.envs.tools import tool_chat_template_kwargs, tool_environment
 from trl_multiturn.model_setup import ModelSetup
-from trl_multiturn.script_args import TextWorldScriptArguments, train_on_textworld
 
 
 class TextWorldTools:

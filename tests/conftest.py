@@ -44,7 +44,7 @@ def textworld_games_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def textworld_train_tasks(textworld_games_dir):
     """Two generated w2-o3-q4 games from the train split, as a task `Dataset` (rows carry `game_file`)."""
-    from trl_multiturn.data import textworld_tasks
+    from trl_multiturn.envs.textworld.tasks import textworld_tasks
 
     return textworld_tasks(2, 3, 4, split="train", num_games=2, games_dir=str(textworld_games_dir))
 

@@ -9,7 +9,7 @@ import pytest
 from trl_multiturn.cli import main
 from trl_multiturn.envs import ALFWorldEnv
 from trl_multiturn.envs.alfworld import TASK_TYPES, list_tasks
-from trl_multiturn.envs.alfworld_gen import ALFWorldGenConfig, generate_game, generate_games
+from trl_multiturn.envs.alfworld.generator import ALFWorldGenConfig, generate_game, generate_games
 
 SEEDS = (0, 1)
 TRIAL_FILES = ("game.tw-pddl", "initial_state.pddl", "traj_data.json")

@@ -14,10 +14,10 @@ from trl import TrlParser
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs import ALFWorldEnv
 from trl_multiturn.envs.alfworld import ALFWorldConfig, list_tasks
-from trl_multiturn.envs.alfworld_gen import ALFWorldGenConfig, generate_games
+from trl_multiturn.envs.alfworld.generator import ALFWorldGenConfig, generate_games
 from trl_multiturn.expert import expert_trajectories
 from trl_multiturn.models import OFFLINE_DEFAULT_MODEL
-from trl_multiturn.rollout import MultiTurnRolloutCollator
+from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.generation import hf_generate_fn
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "alfworld"
@@ -39,10 +39,10 @@ def scripted(actions):
 
 def play(model_path, row, actions):
     model, tokenizer = AutoModelForCausalLM.from_pretrained(model_path), AutoTokenizer.from_pretrained(model_path)
-    collator = MultiTurnRolloutCollator(ALFWorldEnv, tokenizer, hf_generate_fn(model, tokenizer),
-                                        max_turns=len(actions), max_reply_tokens=6, action_parser=scripted(actions))
-    [episode] = collator([row])
-    collator.close()
+    runner = EpisodeRunner(ALFWorldEnv, tokenizer, hf_generate_fn(model, tokenizer),
+                           max_turns=len(actions), max_reply_tokens=6, action_parser=scripted(actions))
+    [episode] = runner([row])
+    runner.close()
     assert_token_exact(model, episode)
     assert_env_mask_exact(tokenizer, episode)
     return episode
@@ -81,7 +81,7 @@ def test_grpo_trains_two_steps_on_generated_alfworld_games(tiny_chatml_model, tm
     logged = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
     assert len(logged) == 2 and all(log["episodes/failed"] == 0 for log in logged)
     assert all(0 < log["episodes/trained_token_fraction"] < 1 for log in logged)
-    episode = trainer.rollout_collator([tasks[0]])[0]
+    episode = trainer.episode_runner([tasks[0]])[0]
     assert episode.prompt_messages[-1]["content"].startswith("-= Welcome to TextWorld, ALFRED! =-")
     assert episode.num_turns == 3 and len(episode.observations) == 3
 

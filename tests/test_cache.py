@@ -8,7 +8,7 @@ import pytest
 from trl_multiturn import cache
 from trl_multiturn.cache import cache_dir
 from trl_multiturn.envs.swegym.tasks import default_cache_dir
-from trl_multiturn.envs.textworld import default_games_dir
+from trl_multiturn.envs.textworld.env import default_games_dir
 
 
 @pytest.fixture

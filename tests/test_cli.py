@@ -114,8 +114,8 @@ def test_eval_plays_alfworld_games_it_generates(tiny_chatml_model, tmp_path):
 
 
 def test_eval_picks_swegym_tasks():
+    from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments
     from trl_multiturn.eval_command import EvalArguments, held_out_tasks
-    from trl_multiturn.script_args import TextWorldScriptArguments
 
     tasks = held_out_tasks("swegym", TextWorldScriptArguments(num_eval_games=3), EvalArguments(), {})
     assert len(tasks) == 3 and {"instance_id", "FAIL_TO_PASS", "repo"} <= set(tasks.column_names)

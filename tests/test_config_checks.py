@@ -10,11 +10,11 @@ from toy_envs import CountingEnv
 from transformers import AutoTokenizer
 
 from trl_multiturn import (
+    EpisodeRunner,
     MultiTurnGRPOConfig,
     MultiTurnGRPOTrainer,
     MultiTurnPPOConfig,
     MultiTurnRLOOConfig,
-    MultiTurnRolloutCollator,
 )
 from trl_multiturn.testing import FaultyEnv
 
@@ -33,7 +33,7 @@ from trl_multiturn.testing import FaultyEnv
     ({"action_parser": "no_such_package.parsers:act"}, r"action_parser='no_such_package.parsers:act' cannot be "
                                                        r"loaded \(ModuleNotFoundError"),
     ({"action_parser": "trl_multiturn.rollout.parsing:no_such_parser"}, r"cannot be loaded \(AttributeError"),
-    ({"action_parser": "trl_multiturn.rollout.parsing:ACTION_PARSERS"}, r"names a dict, not a function"),
+    ({"action_parser": "trl_multiturn.rollout.parsing:ACTION_PARSERS"}, r"names a Registry, not a function"),
     ({"estimator_kwargs": '{"step_weight": 0.5'}, r"estimator_kwargs='\{\"step_weight\": 0.5' is not valid JSON"),
     ({"estimator_kwargs": "[0.5]"}, r"estimator_kwargs=\[0.5\]: give a dict"),
     ({"advantage_estimator": "gigpo", "estimator_kwargs": {"stepweight": 0.5}},
@@ -93,9 +93,9 @@ def test_a_warning_when_most_episodes_fail_before_their_first_reply(tiny_chatml_
     def end_of_turn(contexts, max_new_tokens):
         return [[tokenizer.eos_token_id] for _ in contexts], None
 
-    collator = MultiTurnRolloutCollator(FaultyEnv, tokenizer, end_of_turn, max_turns=2, max_reply_tokens=4,
-                                        max_episode_tokens=100, env_mode="inline")
-    with caplog.at_level(logging.WARNING, logger="trl_multiturn.rollout.collator"):
-        episodes = collator([{"fault": "huge_observation"}] * 3 + [{}])
+    runner = EpisodeRunner(FaultyEnv, tokenizer, end_of_turn, max_turns=2, max_reply_tokens=4,
+                           max_episode_tokens=100, env_mode="inline")
+    with caplog.at_level(logging.WARNING, logger="trl_multiturn.rollout.runner"):
+        episodes = runner([{"fault": "huge_observation"}] * 3 + [{}])
     assert [ep.failed for ep in episodes] == [True, True, True, False]
     assert "3 of 4 episodes failed before their first reply" in caplog.text and "max_episode_tokens=100" in caplog.text

@@ -265,7 +265,7 @@ def test_every_estimator_trains_end_to_end_on_textworld(trainer_name, estimator,
         calls.append((batch, out))
         return out
 
-    monkeypatch.setitem(registry, estimator, recording)
+    monkeypatch.setitem(registry._entries, estimator, recording)  # a Registry refuses a second registration
     args = tiny_rl_args(config_cls, tmp_path, advantage_estimator=estimator, reward_mode="dense", max_steps=1,
                         max_turns=2, **extra)
     trainer = trainer_cls(model=tiny_chatml_model, args=args, train_dataset=textworld_train_tasks,

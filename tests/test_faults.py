@@ -47,7 +47,7 @@ def test_contract_breaking_results_fail_their_episode_and_parameters_stay_finite
     result = trainer.train()
     assert finite_parameters(trainer.model) and math.isfinite(result.training_loss)
     assert [log["episodes/failed"] for log in train_logs(trainer)] == [6.0]
-    failures = [ep.failure for ep in trainer._episodes if ep.failed]
+    failures = [ep.failure for ep in trainer.last_rollout.episodes if ep.failed]
     for reason in ("reward is nan", "reward is NoneType", "observation is dict"):
         assert sum(reason in f for f in failures) == 2, (reason, failures)
 
@@ -88,7 +88,7 @@ def test_a_first_observation_over_the_episode_budget_fails_its_episode_and_never
     result = trainer.train()
     assert math.isfinite(result.training_loss) and finite_parameters(trainer.model)
     assert train_logs(trainer)[0]["episodes/failed"] == 2.0
-    failed = [ep for ep in trainer._episodes if ep.failed]
+    failed = [ep for ep in trainer.last_rollout.episodes if ep.failed]
     assert len(failed) == 2 and "leaving no room for a reply within max_episode_tokens=120" in failed[0].failure
     assert len(failed[0].prompt_ids) > 1000 and max(longest) <= 120
 
@@ -97,7 +97,7 @@ def test_the_trainer_releases_its_workers_and_starts_them_again(tiny_chatml_mode
     rows = [{"target": 1}] * 4
     trainer = make_trainer(tiny_chatml_model, tmp_path, rows, max_steps=1, per_device_train_batch_size=4,
                            per_device_eval_batch_size=4, env_mode="process")
-    pool = trainer.rollout_collator.pool
+    pool = trainer.episode_runner.pool
     seen = []
 
     class RecordWorkers(TrainerCallback):

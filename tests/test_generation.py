@@ -6,16 +6,16 @@ from rollout_checks import assert_env_mask_exact, assert_token_exact
 from toy_envs import CountingEnv
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_multiturn.rollout import MultiTurnRolloutCollator
+from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.generation import CachedGenerator, hf_generate_fn
 
 
 def play(path, generate_factory, rows):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    collator = MultiTurnRolloutCollator(CountingEnv, tokenizer, generate_factory(model, tokenizer), max_turns=4,
-                                        max_reply_tokens=6, action_parser=lambda reply: "go")
-    return model, tokenizer, collator(rows)
+    runner = EpisodeRunner(CountingEnv, tokenizer, generate_factory(model, tokenizer), max_turns=4,
+                           max_reply_tokens=6, action_parser=lambda reply: "go")
+    return model, tokenizer, runner(rows)
 
 
 def test_greedy_episodes_equal_model_generate_and_every_token_is_fed_once(tiny_model):
@@ -75,8 +75,8 @@ def test_trainer_rollouts_from_the_history_cache_equal_trls_generate(tiny_chatml
                               train_dataset=Dataset.from_list(rows))
         assert (trainer._history_cache is not None) == cached
         trainer.model.eval()
-        trainer._rollout(rows)
-        played[cached] = trainer._episodes
+        _, batch = trainer._rollout(rows)
+        played[cached] = batch.episodes
     for ep, ref in zip(played[True], played[False]):
         assert ep.completion_ids == ref.completion_ids and ep.env_mask == ref.env_mask
 

@@ -29,8 +29,8 @@ def test_trains_on_generated_textworld_games(tiny_chatml_model, tmp_path, textwo
     logged = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
     assert len(logged) == 2 and all(log["episodes/failed"] == 0 for log in logged)
     assert all(0 < log["episodes/trained_token_fraction"] < 1 for log in logged)
-    # The collator is public and usable outside train() on dataset rows.
-    episodes = trainer.rollout_collator([textworld_train_tasks[0]])
+    # The runner is public and usable outside train() on dataset rows.
+    episodes = trainer.episode_runner([textworld_train_tasks[0]])
     assert episodes[0].num_turns >= 1 and episodes[0].observations
     changed = any(not torch.equal(b, a) for b, a in zip(before, trainer.model.parameters()))
     assert changed or all(log["credit/zero_advantage_groups"] == 1 for log in logged)
@@ -146,7 +146,7 @@ def test_gigpo_anchors_a_turn_at_the_environment_state_even_after_an_unreadable_
     # CountingEnv's state is its step count. An unreadable reply does not step it: the next turn starts from the same
     # state, though the model is shown the UNREADABLE_REPLY text. Reference: replay every episode's actions in a fresh
     # environment, key each turn by the true state, and compute GiGPO (scale off) by brute force.
-    from trl_multiturn.rollout.collator import UNREADABLE_REPLY
+    from trl_multiturn.rollout.runner import UNREADABLE_REPLY
 
     trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 9}] * 8, reward_mode="dense",
                            advantage_estimator="gigpo", scale_rewards="none", max_turns=4,
@@ -154,7 +154,7 @@ def test_gigpo_anchors_a_turn_at_the_environment_state_even_after_an_unreadable_
                            action_parser=f"{__name__}:every_other_length")
     torch.manual_seed(0)
     inputs = _scored_batch(trainer, [{"target": 9}] * 8)
-    episodes = trainer._episodes
+    episodes = trainer.last_rollout.episodes
     skipped = [k for ep in episodes for k, a in enumerate(ep.actions[:-1]) if a is None]
     assert skipped, "no turn followed an unreadable reply: the test would not exercise the fix"
     shown = [ep.observations[k] for ep in episodes for k, a in enumerate(ep.actions) if a is None]

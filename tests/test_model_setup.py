@@ -34,7 +34,7 @@ def _train_argv(model, games_dir, out, *extra):
 def test_cli_use_peft_trains_a_lora_adapter(tiny_chatml_model, textworld_games_dir, tmp_path):
     from peft import PeftModel
 
-    from trl_multiturn.script_args import train_on_textworld
+    from trl_multiturn.envs.textworld.script_args import train_on_textworld
 
     lora = ["--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
     script_args, training_args, model_args = trainer_parser("grpo").parse_args_and_config(

@@ -10,7 +10,7 @@ from toy_envs import CountingEnv
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_multiturn import StepResult
-from trl_multiturn.rollout import MultiTurnRolloutCollator
+from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.generation import CachedGenerator, hf_generate_fn
 
 ROWS = [{"target": 3}, {"target": 1}, {"target": 5}, {"target": 2}, {"target": 4}]
@@ -42,12 +42,12 @@ def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live
         calls.append((start, time.time(), len(contexts)))
         return out
 
-    collator = MultiTurnRolloutCollator(env, tokenizer, timed, max_turns=4, max_reply_tokens=6,
-                                        action_parser=lambda reply: "go", overlap=overlap, any_live=any_live, **kwargs)
+    runner = EpisodeRunner(env, tokenizer, timed, max_turns=4, max_reply_tokens=6,
+                           action_parser=lambda reply: "go", overlap=overlap, any_live=any_live, **kwargs)
     try:
-        return model, tokenizer, collator(rows), calls
+        return model, tokenizer, runner(rows), calls
     finally:
-        collator.close()
+        runner.close()
 
 
 def same_episode(ep, ref):
@@ -87,7 +87,7 @@ def test_steps_run_while_the_other_half_generates(tiny_chatml_model, mode):
 
 
 def test_ranks_whose_episodes_end_at_different_turns_make_equal_generate_calls(tiny_chatml_model):
-    """Two collators in two threads stand for two ranks; `any_live` sums their live counts at a barrier, as the
+    """Two runners in two threads stand for two ranks; `any_live` sums their live counts at a barrier, as the
     trainers' cross-rank reduction does."""
     barrier, counts, lock = threading.Barrier(2), [0, 0], threading.Lock()
     calls, played = {}, {}
@@ -129,9 +129,9 @@ def test_a_trainer_with_rollout_overlap_plays_the_same_greedy_episodes(tiny_chat
         args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path / str(overlap), top_k=1, rollout_overlap=overlap)
         with MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
                                   train_dataset=Dataset.from_list(rows)) as trainer:
-            assert trainer.rollout_collator.overlap == overlap and trainer._history_cache.streams == 1 + overlap
+            assert trainer.episode_runner.overlap == overlap and trainer._history_cache.streams == 1 + overlap
             trainer.model.eval()
-            trainer._rollout(rows)
-            played[overlap] = trainer._episodes
+            _, batch = trainer._rollout(rows)
+            played[overlap] = batch.episodes
     assert all(same_episode(ep, ref) for ep, ref in zip(played[True], played[False]))
     assert [ep.num_turns for ep in played[True]] == [3, 1, 2, 3]

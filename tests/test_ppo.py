@@ -144,7 +144,7 @@ def test_rewards_sit_on_each_turns_last_token_and_returns_skip_observations(tiny
     assert trainer.ref_model is None  # neither kl_coef nor beta: no reference model
     inputs = scored(trainer, [{"target": 3}, {"target": 2}])
     mask = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
-    for i, ep in enumerate(trainer._episodes):
+    for i, ep in enumerate(trainer.last_rollout.episodes):
         rewards = [float(k + 1) for k in range(ep.num_turns)]
         assert ep.turn_rewards == rewards
         for k, (start, end) in enumerate(ep.turn_spans):

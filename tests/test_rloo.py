@@ -141,13 +141,13 @@ def test_the_kl_penalty_counts_only_sampled_tokens(tiny_chatml_model, tmp_path):
     env_mask = inputs["env_mask"].bool()
     old = inputs["old_per_token_logps"]
     ref = old - torch.rand(old.shape)  # a policy that drifted from its reference
-    penalties = trainer._turn_kl_penalties(old, ref, inputs["env_mask"])
-    ep = trainer._episodes[0]
+    penalties = trainer._turn_kl_penalties(trainer.last_rollout, old, ref, inputs["env_mask"])
+    ep = trainer.last_rollout.episodes[0]
     start, end = ep.turn_spans[1]
     assert len(penalties[0]) == ep.num_turns >= 2
     assert penalties[0][1] == pytest.approx(0.5 * (old - ref)[0, start:end].sum().item(), rel=1e-5)
     moved_outside = torch.where(env_mask, ref, ref - 100.0)
-    assert trainer._turn_kl_penalties(old, moved_outside, inputs["env_mask"]) == penalties
+    assert trainer._turn_kl_penalties(trainer.last_rollout, old, moved_outside, inputs["env_mask"]) == penalties
 
 
 def test_turn_level_estimators_need_turn_level_ratios(tiny_chatml_model, tmp_path):
@@ -157,7 +157,7 @@ def test_turn_level_estimators_need_turn_level_ratios(tiny_chatml_model, tmp_pat
                         advantage_estimator="turn_rloo", loss_granularity="turn", action_parser=ANY_REPLY,
                         num_generations=2, per_device_train_batch_size=2)
     inputs = scored(turn, rows)
-    spans = turn._episodes[0].turn_spans
+    spans = turn.last_rollout.episodes[0].turn_spans
     advantages = inputs["advantages"][0]
     # Returns-to-go 6, 5, 3 against the other episode's 3, 2: turns 0 and 1 get 3; turn 2, which only this episode
     # played, has no baseline and gets 0.

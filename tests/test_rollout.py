@@ -1,4 +1,4 @@
-"""The rollout collator's invariants: token-in-token-out, env_mask, per-turn rewards, budgets and failures."""
+"""The episode runner's invariants: token-in-token-out, env_mask, per-turn rewards, budgets and failures."""
 
 import pytest
 from rollout_checks import assert_env_mask_exact, assert_token_exact
@@ -6,7 +6,7 @@ from toy_envs import CountingEnv, FlakyEnv, ScoringOnFinishEnv
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_multiturn.credit import shape_turn_rewards
-from trl_multiturn.rollout import ChatTemplateError, ChatTokenBuilder, MultiTurnRolloutCollator
+from trl_multiturn.rollout import ChatTemplateError, ChatTokenBuilder, EpisodeRunner
 from trl_multiturn.rollout.generation import hf_generate_fn
 from trl_multiturn.rollout.parsing import first_line, get_action_parser, think_then_act
 
@@ -20,7 +20,7 @@ def always_reply(text: str):
     return lambda reply: text
 
 
-def make_collator(path, env_factory=CountingEnv, **kwargs):
+def make_runner(path, env_factory=CountingEnv, **kwargs):
     model, tokenizer = load(path)
     kwargs.setdefault("action_parser", always_reply("go"))
     kwargs.setdefault("max_turns", 4)
@@ -32,13 +32,13 @@ def make_collator(path, env_factory=CountingEnv, **kwargs):
         calls.append(len(contexts))
         return generate(contexts, max_new_tokens)
 
-    collator = MultiTurnRolloutCollator(env_factory, tokenizer, counted, **kwargs)
-    return collator, model, tokenizer, calls
+    runner = EpisodeRunner(env_factory, tokenizer, counted, **kwargs)
+    return runner, model, tokenizer, calls
 
 
 def test_token_in_token_out_and_env_mask(tiny_model):
-    collator, model, tokenizer, _ = make_collator(tiny_model)
-    episodes = collator([{"target": 3}, {"target": 1}, {"target": 5}])
+    runner, model, tokenizer, _ = make_runner(tiny_model)
+    episodes = runner([{"target": 3}, {"target": 1}, {"target": 5}])
     assert [ep.num_turns for ep in episodes] == [3, 1, 4]
     for ep in episodes:
         assert_token_exact(model, ep)
@@ -46,9 +46,9 @@ def test_token_in_token_out_and_env_mask(tiny_model):
 
 
 def test_history_is_the_template_delta_between_turns(tiny_model):
-    collator, _, tokenizer, _ = make_collator(tiny_model)
-    ep = collator([{"target": 3}])[0]
-    builder = collator.tokens
+    runner, _, tokenizer, _ = make_runner(tiny_model)
+    ep = runner([{"target": 3}])[0]
+    builder = runner.tokens
     for k in range(ep.num_turns - 1):
         end, next_start = ep.turn_spans[k][1], ep.turn_spans[k + 1][0]
         reply = ep.completion_ids[ep.turn_spans[k][0]:end]
@@ -68,9 +68,9 @@ def test_scripted_episode_equals_the_templates_own_rendering(tiny_model):
         action = next(replies)
         return [builder.assistant_content_ids(action) for _ in contexts], None
 
-    collator = MultiTurnRolloutCollator(CountingEnv, tokenizer, scripted, max_turns=5, max_reply_tokens=50,
-                                        system_prompt="You play a text game.")
-    ep = collator([{"target": 3}])[0]
+    runner = EpisodeRunner(CountingEnv, tokenizer, scripted, max_turns=5, max_reply_tokens=50,
+                           system_prompt="You play a text game.")
+    ep = runner([{"target": 3}])[0]
     messages = list(ep.prompt_messages)
     assert messages[0] == {"role": "system", "content": "You play a text game."}
     for k in range(3):
@@ -82,8 +82,8 @@ def test_scripted_episode_equals_the_templates_own_rendering(tiny_model):
 
 
 def test_per_turn_rewards_land_on_their_turn_and_sparse_on_the_final_turn(tiny_chatml_model):
-    collator, *_ = make_collator(tiny_chatml_model)
-    ep = collator([{"target": 3}])[0]
+    runner, *_ = make_runner(tiny_chatml_model)
+    ep = runner([{"target": 3}])[0]
     assert ep.turn_rewards == [1.0, 2.0, 3.0] and ep.won and ep.done and not ep.truncated
     assert shape_turn_rewards(ep.turn_rewards, ep.won, "sparse") == [0.0, 0.0, 1.0]
     assert shape_turn_rewards(ep.turn_rewards, ep.won, "dense") == [1.0, 2.0, 3.0]
@@ -91,65 +91,65 @@ def test_per_turn_rewards_land_on_their_turn_and_sparse_on_the_final_turn(tiny_c
 
 
 def test_a_lost_game_is_not_a_win(tiny_chatml_model):
-    collator, *_ = make_collator(tiny_chatml_model, action_parser=always_reply("lose"))
-    ep = collator([{"target": 3}])[0]
+    runner, *_ = make_runner(tiny_chatml_model, action_parser=always_reply("lose"))
+    ep = runner([{"target": 3}])[0]
     assert ep.done and not ep.won and ep.num_turns == 1
     assert shape_turn_rewards(ep.turn_rewards, ep.won, "sparse") == [0.0]
 
 
 def test_max_turns_truncates_and_every_turn_is_one_generate_call(tiny_chatml_model):
-    collator, _, _, calls = make_collator(tiny_chatml_model, max_turns=2)
-    episodes = collator([{"target": 5}, {"target": 1}])
+    runner, _, _, calls = make_runner(tiny_chatml_model, max_turns=2)
+    episodes = runner([{"target": 5}, {"target": 1}])
     assert [ep.num_turns for ep in episodes] == [2, 1]
     assert episodes[0].truncated and not episodes[0].won
     assert calls == [2, 1]  # one call per turn, for the live episodes only
 
 
 def test_episode_token_budget_is_never_exceeded(tiny_chatml_model):
-    collator, *_ = make_collator(tiny_chatml_model, max_turns=10, max_episode_tokens=120)
-    for ep in collator([{"target": 9}, {"target": 9}]):
+    runner, *_ = make_runner(tiny_chatml_model, max_turns=10, max_episode_tokens=120)
+    for ep in runner([{"target": 9}, {"target": 9}]):
         assert ep.num_tokens <= 120
         assert ep.truncated and not ep.won
 
 
 def test_a_reply_cut_at_the_cap_is_closed_by_an_unsampled_end_token(tiny_chatml_model):
-    collator, _, tokenizer, _ = make_collator(tiny_chatml_model, max_reply_tokens=3)
+    runner, _, tokenizer, _ = make_runner(tiny_chatml_model, max_reply_tokens=3)
     cut = 0
-    for ep in collator([{"target": 4}] * 3):
+    for ep in runner([{"target": 4}] * 3):
         for _, end in ep.turn_spans[:-1]:
-            if ep.completion_ids[end - 1] not in collator.eos_token_ids:
+            if ep.completion_ids[end - 1] not in runner.eos_token_ids:
                 cut += 1
-                assert ep.completion_ids[end] == collator.tokens.end_of_turn_id
+                assert ep.completion_ids[end] == runner.tokens.end_of_turn_id
                 assert ep.env_mask[end] == 0
     assert cut > 0  # a random tiny model rarely ends a reply within 3 tokens
 
 
 def test_finish_scores_an_episode_cut_by_the_rollout(tiny_chatml_model):
-    collator, *_ = make_collator(tiny_chatml_model, env_factory=ScoringOnFinishEnv, max_turns=2)
-    ep = collator([{"target": 1}])[0]
+    runner, *_ = make_runner(tiny_chatml_model, env_factory=ScoringOnFinishEnv, max_turns=2)
+    ep = runner([{"target": 1}])[0]
     assert ep.truncated and ep.won and ep.turn_rewards == [0.0, 5.0]
 
 
 @pytest.mark.parametrize("mode", ["inline", "thread", "process"])
 def test_a_crashing_environment_fails_its_episode_not_the_run(tiny_chatml_model, mode):
-    collator, *_ = make_collator(tiny_chatml_model, env_factory=FlakyEnv, env_mode=mode)
-    episodes = collator([{"target": 2, "mode": "raise"}, {"target": 2}])
+    runner, *_ = make_runner(tiny_chatml_model, env_factory=FlakyEnv, env_mode=mode)
+    episodes = runner([{"target": 2, "mode": "raise"}, {"target": 2}])
     assert episodes[0].failed and "engine crashed" in episodes[0].failure
     assert not episodes[1].failed and episodes[1].won
     # The pool recovers: the same slot plays a healthy task next.
-    again = collator([{"target": 1}, {"target": 1}])
+    again = runner([{"target": 1}, {"target": 1}])
     assert all(ep.won and not ep.failed for ep in again)
-    collator.close()
+    runner.close()
 
 
 def test_hanging_and_dying_workers_fail_their_episodes(tiny_chatml_model):
-    collator, *_ = make_collator(tiny_chatml_model, env_factory=FlakyEnv, env_mode="process", env_timeout=2.0)
-    episodes = collator([{"target": 2, "mode": "hang"}, {"target": 2, "mode": "exit"}, {"target": 2}])
+    runner, *_ = make_runner(tiny_chatml_model, env_factory=FlakyEnv, env_mode="process", env_timeout=2.0)
+    episodes = runner([{"target": 2, "mode": "hang"}, {"target": 2, "mode": "exit"}, {"target": 2}])
     assert episodes[0].failed and "timed out" in episodes[0].failure
     assert episodes[1].failed and "died" in episodes[1].failure
     assert episodes[2].won and not episodes[2].failed
-    assert all(ep.won for ep in collator([{"target": 1}] * 3))
-    collator.close()
+    assert all(ep.won for ep in runner([{"target": 1}] * 3))
+    runner.close()
 
 
 def test_a_template_that_rewrites_history_is_refused_by_name(tiny_chatml_model):

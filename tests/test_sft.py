@@ -10,7 +10,7 @@ from conftest import tiny_rl_args
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import trl_multiturn
-from trl_multiturn import MultiTurnRolloutCollator, MultiTurnSFTConfig, MultiTurnSFTTrainer
+from trl_multiturn import EpisodeRunner, MultiTurnSFTConfig, MultiTurnSFTTrainer
 from trl_multiturn.envs import TextWorldEnv
 from trl_multiturn.expert import ExpertTrajectoryError, conversation_token_ids, expert_trajectories, split_conversation
 from trl_multiturn.rollout import ChatTokenBuilder
@@ -107,7 +107,7 @@ def test_trains_two_steps_on_textworld_games(sft_run):
 
 
 @pytest.mark.parametrize("system_prompt", [None, SYSTEM])
-def test_sft_ids_equal_the_collators_ids_for_the_replayed_expert(tiny_model, env_factory, tasks, walkthroughs,
+def test_sft_ids_equal_the_runners_ids_for_the_replayed_expert(tiny_model, env_factory, tasks, walkthroughs,
                                                                  system_prompt):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     sft = expert_trajectories(env_factory, tasks, tokenizer, system_prompt=system_prompt)
@@ -120,16 +120,16 @@ def test_sft_ids_equal_the_collators_ids_for_the_replayed_expert(tiny_model, env
             calls.append(contexts)
             return [replies[len(calls) - 1]], None
 
-        collator = MultiTurnRolloutCollator(env_factory, tokenizer, generate, max_turns=len(actions) + 2,
-                                            max_reply_tokens=64, system_prompt=system_prompt)
+        runner = EpisodeRunner(env_factory, tokenizer, generate, max_turns=len(actions) + 2,
+                               max_reply_tokens=64, system_prompt=system_prompt)
         try:
-            (episode,) = collator([task])
+            (episode,) = runner([task])
         finally:
-            collator.close()
+            runner.close()
         assert episode.won and episode.actions == actions and len(calls) == len(actions)
         assert episode.prompt_ids + episode.completion_ids == row["input_ids"]
         assert [0] * len(episode.prompt_ids) + episode.env_mask == row["assistant_masks"]
-        # The collator also records the winning step's observation, which no reply follows.
+        # The runner also records the winning step's observation, which no reply follows.
         assert episode.messages()[: len(row["messages"])] == row["messages"]
 
 
@@ -167,8 +167,8 @@ def test_sft_checkpoint_starts_rl_as_is(sft_run, env_factory, algorithm, tmp_pat
     assert all(torch.equal(sft_weights[k].cpu(), rl_weights[k].cpu()) for k in sft_weights)
     # The RL rollout builds the very tokens SFT trained on: prompt, replies and observation deltas.
     opening, _, _ = split_conversation(sft_row["messages"])
-    assert opening == rl.rollout_collator.opening_messages(opening[-1]["content"])
-    assert conversation_token_ids(rl.rollout_collator.tokens, sft_row["messages"])[0] == sft_row["input_ids"]
+    assert opening == rl.episode_runner.opening_messages(opening[-1]["content"])
+    assert conversation_token_ids(rl.episode_runner.tokens, sft_row["messages"])[0] == sft_row["input_ids"]
     rl.train()
     assert rl.state.global_step == 1
 

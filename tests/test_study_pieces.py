@@ -3,14 +3,9 @@ some types, evaluate on all), disjoint SFT seeds from a recipe, and the evaluati
 
 import pytest
 
-from trl_multiturn.data import (
-    SEED_RANGES,
-    alfworld_tasks,
-    equal_parts,
-    parse_shape,
-    textworld_mixture,
-    textworld_tasks,
-)
+from trl_multiturn.data import SEED_RANGES, equal_parts
+from trl_multiturn.envs.alfworld.tasks import alfworld_tasks
+from trl_multiturn.envs.textworld.tasks import parse_shape, textworld_mixture, textworld_tasks
 
 
 def test_shapes_parse_and_parts_are_equal():
@@ -49,7 +44,7 @@ def test_alfworld_trains_on_some_task_types_and_evaluates_on_all(tmp_path, monke
 
 
 def test_a_recipe_gives_sft_seeds_disjoint_from_the_rl_games(textworld_games_dir):
-    from trl_multiturn.script_args import TextWorldScriptArguments
+    from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments
 
     sft = TextWorldScriptArguments(world_size=1, nb_objects=2, quest_length=2, games_dir=str(textworld_games_dir),
                                    first_train_game=500_000)

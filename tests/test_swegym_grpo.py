@@ -25,8 +25,8 @@ def test_grpo_trains_two_steps_on_shipped_tasks(tiny_chatml_model, tmp_path, swe
     logged = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
     assert len(logged) == 2 and all(log["episodes/failed"] == 0 for log in logged)
 
-    # The same collator plays an episode whose final turn carries the grade of the diff finish() submitted.
-    episode = trainer.rollout_collator([tasks[0]])[0]
+    # The same runner plays an episode whose final turn carries the grade of the diff finish() submitted.
+    episode = trainer.episode_runner([tasks[0]])[0]
     assert episode.done and not episode.failed and episode.num_turns == 2
     assert "<issue>" in episode.prompt_messages[-1]["content"]
 

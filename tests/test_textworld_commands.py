@@ -14,8 +14,7 @@ from hypothesis import assume, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from trl_multiturn.envs.textworld import TextWorldEnv
-from trl_multiturn.envs.textworld_commands import (
+from trl_multiturn.envs.textworld.commands import (
     REFUSED_VERBS,
     REFUSED_WORDS,
     WORD_SEPARATORS,
@@ -23,6 +22,7 @@ from trl_multiturn.envs.textworld_commands import (
     normalize_action,
     refused_word,
 )
+from trl_multiturn.envs.textworld.env import TextWorldEnv
 
 # TextWorld silences this Jericho warning at import; pytest re-enables warnings per test.
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")

@@ -8,9 +8,9 @@ import pytest
 from textworld.core import GameNotRunningError
 
 from trl_multiturn.envs import TaskError, TextWorldEnv, check_environment
-from trl_multiturn.envs.textworld import TextWorldConfig, clean_observation
-from trl_multiturn.envs.textworld_commands import MAX_ACTION_CHARS, normalize_action
-from trl_multiturn.envs.textworld_games import CustomGameSpec, game_path
+from trl_multiturn.envs.textworld.commands import MAX_ACTION_CHARS, normalize_action
+from trl_multiturn.envs.textworld.env import TextWorldConfig, clean_observation
+from trl_multiturn.envs.textworld.games import CustomGameSpec, game_path
 
 # TextWorld silences this Jericho warning at import; pytest re-enables warnings per test.
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from trl_multiturn.cli import main, parse_seeds
-from trl_multiturn.data import SEED_RANGES, split_seeds, textworld_tasks
-from trl_multiturn.envs.textworld import TextWorldEnv
-from trl_multiturn.envs.textworld_games import (
+from trl_multiturn.data import SEED_RANGES, split_seeds
+from trl_multiturn.envs.textworld.env import TextWorldEnv
+from trl_multiturn.envs.textworld.games import (
     ChallengeGameSpec,
     CustomGameSpec,
     game_fingerprint,
@@ -21,6 +21,7 @@ from trl_multiturn.envs.textworld_games import (
     spec_from_task,
     walkthrough,
 )
+from trl_multiturn.envs.textworld.tasks import textworld_tasks
 
 # TextWorld silences this Jericho warning at import; pytest re-enables warnings per test.
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_multiturn.envs.textworld import TextWorldEnv
+from trl_multiturn.envs.textworld.env import TextWorldEnv
 from trl_multiturn.envs.tools import ToolEnvironment, tool_schemas
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")

@@ -9,10 +9,10 @@ from datasets import Dataset
 from toy_envs import CounterTools
 from transformers import AutoTokenizer
 
-from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRolloutCollator
+from trl_multiturn import EpisodeRunner, MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs.tools import ToolEnvironment, tool_chat_template_kwargs, tool_environment
 from trl_multiturn.rollout import get_action_parser
-from trl_multiturn.rollout.collator import UNREADABLE_REPLY
+from trl_multiturn.rollout.runner import UNREADABLE_REPLY
 
 
 def call(name, **arguments):
@@ -49,14 +49,14 @@ def scripted(tokenizer, replies):
 
 
 def play(tokenizer, replies, **kwargs):
-    collator = MultiTurnRolloutCollator(
+    runner = EpisodeRunner(
         tool_environment(CounterTools, success_reward=1.0), tokenizer, scripted(tokenizer, replies), max_turns=4,
         max_reply_tokens=200, action_parser="tool_calls", env_mode="inline",
         chat_template_kwargs=tool_chat_template_kwargs(CounterTools), **kwargs)
     try:
-        [episode] = collator([{"prompt": [{"role": "user", "content": "Reach the target."}], "target": 3}])
+        [episode] = runner([{"prompt": [{"role": "user", "content": "Reach the target."}], "target": 3}])
     finally:
-        collator.close()
+        runner.close()
     return episode
 
 

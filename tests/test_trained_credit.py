@@ -63,7 +63,7 @@ def test_the_logged_advantages_are_the_ones_the_loss_uses(kind, tiny_chatml_mode
     assert logged == pytest.approx([advantages[i][mask[i]].mean().item() for i in range(4)], abs=1e-5)
     assert len(per_turn) == len(trainer._logs["prompt"]) == 4
     varied = False
-    for i, ep in enumerate(trainer._episodes):
+    for i, ep in enumerate(trainer.last_rollout.episodes):
         expected = [advantages[i, s:e][mask[i, s:e]].mean().item() for s, e in ep.turn_spans]
         assert per_turn[i] == pytest.approx(expected, abs=1e-4)
         varied |= len(set(per_turn[i])) > 1
@@ -107,18 +107,18 @@ def test_reward_weights_scale_what_the_credit_is_given(kind, tiny_chatml_model, 
     given = []
     if kind == "ppo":
         inputs = scored(trainer, rows)  # gamma = lam = 1, no KL: the value target is the reward-to-go
-        for i, ep in enumerate(trainer._episodes):
+        for i, ep in enumerate(trainer.last_rollout.episodes):
             given.append([inputs["returns"][i, s].item() for s, _ in ep.turn_spans])
         expected = [[0.5 * sum(range(k + 1, ep.num_turns + 1)) + 20.0 for k in range(ep.num_turns)]
-                    for ep in trainer._episodes]
+                    for ep in trainer.last_rollout.episodes]
     else:
         call_estimator = trainer._call_estimator
         trainer._call_estimator = lambda batch: given.append(batch.rewards.clone()) or call_estimator(batch)
         scored(trainer, rows)
-        given = [given[0][i, : ep.num_turns].tolist() for i, ep in enumerate(trainer._episodes)]
+        given = [given[0][i, : ep.num_turns].tolist() for i, ep in enumerate(trainer.last_rollout.episodes)]
         expected = [[0.5 * (k + 1) + 20.0 * (k == ep.num_turns - 1) for k in range(ep.num_turns)]
-                    for ep in trainer._episodes]
-    assert [ep.num_turns for ep in trainer._episodes] == [3, 2, 3, 2]
+                    for ep in trainer.last_rollout.episodes]
+    assert [ep.num_turns for ep in trainer.last_rollout.episodes] == [3, 2, 3, 2]
     assert given == [pytest.approx(e, abs=1e-4) for e in expected]
 
 
@@ -130,7 +130,7 @@ def test_mask_truncated_completions_masks_the_truncated_episodes_only(kind, tiny
     trainer = make_trainer(kind, tiny_chatml_model, tmp_path, rows, mask_truncated_completions=True)
     inputs = scored(trainer, rows)
     mask = loss_mask(inputs)
-    episodes = trainer._episodes
+    episodes = trainer.last_rollout.episodes
     assert [ep.truncated for ep in episodes] == [False, True, False, True]
     eos = set(trainer.eos_token_ids)
     assert any(ep.completion_ids[-1] not in eos for ep in episodes if not ep.truncated)  # a cut reply is kept...
@@ -141,4 +141,5 @@ def test_mask_truncated_completions_masks_the_truncated_episodes_only(kind, tiny
 
     trainer.args.mask_truncated_completions = False
     inputs = scored(trainer, rows)
-    assert [loss_mask(inputs)[i].sum().item() for i in range(4)] == [sum(ep.env_mask) for ep in trainer._episodes]
+    assert [loss_mask(inputs)[i].sum().item() for i in range(4)] == [sum(ep.env_mask)
+                                                                   for ep in trainer.last_rollout.episodes]

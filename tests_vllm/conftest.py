@@ -36,7 +36,7 @@ def smollm2():
 @pytest.fixture(scope="session")
 def textworld_games(tmp_path_factory):
     """(games_dir, tasks): four generated w1-o2-q2 TextWorld games (short observations) from the train split."""
-    from trl_multiturn.data import textworld_tasks
+    from trl_multiturn.envs.textworld.tasks import textworld_tasks
 
     games_dir = str(tmp_path_factory.mktemp("textworld_games"))
     return games_dir, textworld_tasks(1, 2, 2, split="train", num_games=4, games_dir=games_dir)

@@ -150,7 +150,7 @@ def test_greedy_rollouts_through_vllm_are_token_exact(grpo, textworld_games):
     generation = trainer.vllm_generation
     generation.temperature = 0.0  # greedy: every sampled token must be the policy's argmax given the exact history
     try:
-        episodes = trainer.rollout_collator(list(textworld_games[1])[:2])
+        episodes = trainer.episode_runner(list(textworld_games[1])[:2])
     finally:
         generation.temperature = trainer.args.temperature
     for episode in episodes:

@@ -73,7 +73,7 @@ class VLLMRecorder:
 
         def recorded_score(inputs):
             output = score(inputs)
-            self.batches.append({"episodes": list(trainer._episodes), "output": output})
+            self.batches.append({"episodes": list(trainer.last_rollout.episodes), "output": output})
             return output
 
         self.generation.generate = recorded_generate

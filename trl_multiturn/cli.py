@@ -52,13 +52,13 @@ def _seeds(args: argparse.Namespace) -> list[int]:
     """`--seeds`, else `--num-games` seeds of `--split`'s range."""
     if args.seeds is not None:
         return args.seeds
-    from .data import split_seeds  # imports `datasets`: only when needed
+    from .data import split_seeds
 
     return split_seeds(args.split, args.num_games, args.first_game)
 
 
 def _make_textworld_games(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .envs.textworld_games import ChallengeGameSpec, CustomGameSpec, GameGenerationError, generate_game
+    from .envs.textworld.games import ChallengeGameSpec, CustomGameSpec, GameGenerationError, generate_game
 
     custom = (args.world_size, args.nb_objects, args.quest_length)
     try:
@@ -92,8 +92,8 @@ def _make_textworld_games(args: argparse.Namespace, parser: argparse.ArgumentPar
 
 
 def _make_alfworld_games(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .envs.alfworld.generator import ALFWorldGenConfig, GenerationError, generate_games
     from .envs.alfworld.tasks import TASK_TYPES
-    from .envs.alfworld_gen import ALFWorldGenConfig, GenerationError, generate_games
 
     knobs = {"num_receptacles": args.num_receptacles, "num_distractors": args.num_distractors,
              "num_closed": args.num_closed}
@@ -182,8 +182,8 @@ def trainer_parser(algo: str):
 
     import trl_multiturn
 
+    from .envs.textworld.script_args import TextWorldScriptArguments
     from .model_setup import ModelSetup
-    from .script_args import TextWorldScriptArguments
 
     return TrlParser(
         (TextWorldScriptArguments, getattr(trl_multiturn, TRAINERS[algo][1]), ModelSetup),
@@ -195,7 +195,7 @@ def trainer_parser(algo: str):
 def _train(args: argparse.Namespace) -> int:
     import trl_multiturn
 
-    from .script_args import train_on_textworld
+    from .envs.textworld.script_args import train_on_textworld
 
     script_args, training_args, model_args = trainer_parser(args.algo).parse_args_and_config(args=args.options)
     train_on_textworld(getattr(trl_multiturn, TRAINERS[args.algo][0]), script_args, training_args, model_args)
@@ -218,8 +218,8 @@ def eval_parser():
     """The `TrlParser` of `trl-multiturn eval`."""
     from trl import TrlParser
 
+    from .envs.textworld.script_args import TextWorldScriptArguments
     from .eval_command import EvalArguments
-    from .script_args import TextWorldScriptArguments
 
     return TrlParser(
         (TextWorldScriptArguments, EvalArguments), prog="trl-multiturn eval",

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .script_args import TextWorldScriptArguments
+from .envs.textworld.script_args import TextWorldScriptArguments
 
 ENVS = ("textworld", "alfworld", "swegym")
 
@@ -73,8 +73,8 @@ class EvalArguments:
 def _alfworld_tasks(script_args, eval_args, settings: dict):
     from .data import split_seeds
     from .envs.alfworld import TASK_TYPES, list_tasks
+    from .envs.alfworld.generator import generate_games
     from .envs.alfworld.tasks import dataset_root
-    from .envs.alfworld_gen import generate_games
 
     types = eval_args.task_types or list(TASK_TYPES)
     data_path = eval_args.data_path or settings.get("data_path")

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .rollout import Episode, MultiTurnRolloutCollator
+from .rollout import Episode, EpisodeRunner
 from .rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
 
 EVAL_RESULTS_FILE = "eval_results.json"
@@ -168,7 +168,7 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
     was_training = model.training
     model.eval()
     eos = reply_eos_ids(tokenizer, generation_eos_ids(model))
-    collator = MultiTurnRolloutCollator(
+    runner = EpisodeRunner(
         environment_factory, tokenizer, CachedGenerator(model, tokenizer, eos, temperature=temperature),
         max_turns=settings["max_turns"], max_reply_tokens=settings["max_completion_length"],
         max_episode_tokens=settings["max_episode_tokens"], action_parser=settings["action_parser"],
@@ -180,10 +180,10 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
     try:
         with progress_bar(total=len(rows), desc="evaluate", unit="task", enabled=progress) as bar:
             for start in range(0, len(rows), batch_size):
-                episodes += collator(rows[start: start + batch_size])
+                episodes += runner(rows[start: start + batch_size])
                 bar.update(len(rows[start: start + batch_size]))
     finally:
-        collator.close()
+        runner.close()
         model.train(was_training)
     return EvalResult.from_episodes(episodes, {**settings, "temperature": temperature})
 

@@ -6,7 +6,7 @@ rollout's opening messages (optional system prompt, first observation), then eac
 turn and each observation as the next user turn.
 
 `conversation_token_ids` turns such a conversation into `input_ids` and `assistant_masks` the way
-`MultiTurnRolloutCollator` builds an episode: the prompt is rendered once, then every turn appends the template's
+`EpisodeRunner` builds an episode: the prompt is rendered once, then every turn appends the template's
 tokens for the reply's content (end-of-turn token included, mask 1) and the template's delta for the next
 observation (mask 0). An SFT example is therefore token for token the episode the RL trainers would build if the
 model sampled the expert's replies, and its assistant mask is the rollout's `env_mask`.
@@ -21,8 +21,8 @@ import datasets
 
 from .envs.base import Environment
 from .rollout.chat_tokens import ChatTokenBuilder
-from .rollout.collator import opening_messages
 from .rollout.parsing import ActionParser, get_action_parser
+from .rollout.runner import opening_messages
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def split_conversation(messages: Sequence[dict]) -> tuple[list[dict], list[str],
 
 
 def conversation_token_ids(builder: ChatTokenBuilder, messages: Sequence[dict]) -> tuple[list[int], list[int]]:
-    """`(input_ids, assistant_masks)` of an episode conversation, built turn by turn as the rollout collator does:
+    """`(input_ids, assistant_masks)` of an episode conversation, built turn by turn as the episode runner does:
 
         input_ids = prompt_ids(opening) + reply_0 + obs_1 + reply_1 + ... + reply_K
         mask      =       0 ...          1 ...    0 ...    1 ...          1 ...
@@ -107,7 +107,7 @@ def _replay(env: Environment, task: dict, parser: ActionParser, system_prompt: s
                 "returns the reply unchanged (e.g. action_parser='whole_reply')"
             )
         if builder is not None:
-            # What the collator does with sampled reply ids: decode them, special tokens skipped.
+            # What the runner does with sampled reply ids: decode them, special tokens skipped.
             decoded = builder.tokenizer.decode(builder.assistant_content_ids(action), skip_special_tokens=True)
             if decoded != action:
                 raise ExpertTrajectoryError(

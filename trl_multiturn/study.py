@@ -101,7 +101,7 @@ class StudyData:
     )
 
     def check(self) -> None:
-        from .data import parse_shape
+        from .envs.textworld.tasks import parse_shape
 
         if self.env not in ENVIRONMENTS:
             raise ValueError(f"data.env={self.env!r}: choose one of {ENVIRONMENTS}")
@@ -123,7 +123,8 @@ class StudyData:
 
     def tasks(self, part: str):
         """The task rows of `part`: "train" (RL), "sft" or "eval"."""
-        from .data import alfworld_tasks, textworld_mixture, textworld_tasks
+        from .envs.alfworld.tasks import alfworld_tasks
+        from .envs.textworld.tasks import textworld_mixture, textworld_tasks
 
         count = {"train": self.num_train_games, "sft": self.num_sft_games, "eval": self.num_eval_games}[part]
         if self.env == "alfworld":
@@ -145,7 +146,7 @@ class StudyData:
 
             config = ALFWorldConfig(data_path=self.data_path, admissible_commands=self.admissible_commands)
             return functools.partial(ALFWorldEnv, config)
-        from .envs.textworld import TextWorldEnv
+        from .envs.textworld.env import TextWorldEnv
 
         return functools.partial(TextWorldEnv, games_dir=self.games_dir,
                                  admissible_commands_in_observation=self.admissible_commands)

@@ -26,8 +26,8 @@ args = MultiTurnGRPOConfig(
 trainer = MultiTurnGRPOTrainer(model=model, args=args, environment_factory=CountingEnv,
                                train_dataset=Dataset.from_list([{"target": 1}, {"target": 3}]))
 calls = []
-generate = trainer.rollout_collator.generate_fn
-trainer.rollout_collator.generate_fn = lambda contexts, n: (calls.append(len(contexts)), generate(contexts, n))[1]
+generate = trainer.episode_runner.generate_fn
+trainer.episode_runner.generate_fn = lambda contexts, n: (calls.append(len(contexts)), generate(contexts, n))[1]
 trainer.train()
 rank = trainer.accelerator.process_index
 (out / f"rank{rank}.json").write_text(json.dumps(calls))

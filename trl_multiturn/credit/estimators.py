@@ -22,6 +22,8 @@ from typing import NamedTuple
 
 import torch
 
+from ..registry import Registry
+
 
 @dataclass
 class CreditBatch:
@@ -65,23 +67,14 @@ class CreditBatch:
 
 
 Estimator = Callable[..., torch.Tensor]
-ESTIMATORS: dict[str, Estimator] = {}
-
-
-def register(name: str):
-    """Register an estimator under `name` (the value of `advantage_estimator` in the configs)."""
-
-    def wrap(fn: Estimator) -> Estimator:
-        ESTIMATORS[name] = fn
-        return fn
-
-    return wrap
+ESTIMATORS: Registry[Estimator] = Registry("advantage_estimator")
+register = ESTIMATORS.register
+"""`@register(name)`: add an estimator under `name` (the value of `advantage_estimator` in the configs)."""
 
 
 def get_estimator(name: str) -> Estimator:
-    if name not in ESTIMATORS:
-        raise ValueError(f"advantage_estimator={name!r}: choose one of {sorted(ESTIMATORS)}")
-    return ESTIMATORS[name]
+    """The estimator registered under `name`; a ValueError naming the registered ones otherwise."""
+    return ESTIMATORS.lookup(name)
 
 
 # -- building blocks ----------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Generalised advantage estimation (GAE) over the model's own tokens, for trainers with a critic (PPO).
 
 The estimators of `credit.estimators` need only the per-turn rewards of a group of episodes. GAE also needs the
-critic's values, token by token, so it has its own registry, `VALUE_ESTIMATORS`, with its own signature:
+critic's values, token by token, so it has its own registry, `VALUE_ESTIMATORS` (a `trl_multiturn.registry.Registry`
+like `ESTIMATORS`), with its own signature:
 
     estimator(batch: ValueBatch, *, gamma, lam) -> ValueTargets(advantages, returns, value_mask)
 
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
+
+from ..registry import Registry
 
 
 @dataclass
@@ -49,24 +52,16 @@ class ValueTargets(NamedTuple):
 
 
 ValueEstimator = Callable[..., ValueTargets]
-VALUE_ESTIMATORS: dict[str, ValueEstimator] = {}
-
-
-def register_value_estimator(name: str):
-    """Register a value-based estimator under `name` (a value of PPO's `advantage_estimator`)."""
-
-    def wrap(fn: ValueEstimator) -> ValueEstimator:
-        VALUE_ESTIMATORS[name] = fn
-        return fn
-
-    return wrap
+VALUE_ESTIMATORS: Registry[ValueEstimator] = Registry("advantage_estimator",
+                                                     takes="a trainer with a critic takes one of")
+register_value_estimator = VALUE_ESTIMATORS.register
+"""`@register_value_estimator(name)`: add a value-based estimator under `name` (a value of PPO's
+`advantage_estimator`)."""
 
 
 def get_value_estimator(name: str) -> ValueEstimator:
-    if name not in VALUE_ESTIMATORS:
-        raise ValueError(f"advantage_estimator={name!r}: a trainer with a critic takes one of "
-                         f"{sorted(VALUE_ESTIMATORS)}")
-    return VALUE_ESTIMATORS[name]
+    """The value-based estimator registered under `name`; a ValueError naming the registered ones otherwise."""
+    return VALUE_ESTIMATORS.lookup(name)
 
 
 def masked_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,

@@ -3,8 +3,7 @@
 The adapters import their engines lazily, so `import trl_multiturn.envs` works without the optional extras.
 """
 
-from importlib import import_module
-
+from ..lazy import lazy_getattr
 from .base import Environment, EnvironmentFactory, StepResult, TaskError
 from .checker import EnvironmentCheckError, check_environment
 
@@ -17,8 +16,4 @@ _LAZY = {
 __all__ = ["Environment", "EnvironmentCheckError", "EnvironmentFactory", "StepResult", "TaskError",
            "check_environment", *_LAZY]
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

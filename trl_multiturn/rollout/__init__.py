@@ -1,10 +1,12 @@
-"""Rollouts: episodes, token-exact chat deltas, environment pools, action parsing, and the collator."""
+"""Rollouts: episodes, token-exact chat deltas, environment pools, action parsing, and the episode runner
+(`EpisodeRunner`, which plays rows of tasks into `Episode`s; `MultiTurnRolloutCollator` is its deprecated name)."""
 
+from .batch import RolloutBatch
 from .chat_tokens import ChatTemplateError, ChatTokenBuilder
-from .collator import MultiTurnRolloutCollator
 from .env_pool import EnvFailure, EnvPool
 from .episode import Episode
 from .parsing import ACTION_PARSERS, get_action_parser
+from .runner import EpisodeRunner, MultiTurnRolloutCollator
 
 __all__ = [
     "ACTION_PARSERS",
@@ -13,6 +15,8 @@ __all__ = [
     "EnvFailure",
     "EnvPool",
     "Episode",
+    "EpisodeRunner",
     "MultiTurnRolloutCollator",
+    "RolloutBatch",
     "get_action_parser",
 ]

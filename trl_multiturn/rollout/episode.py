@@ -15,7 +15,7 @@ class Episode:
     `completion_ids[i]` was sampled by the model. `turn_spans[k] = (start, end)` is the half-open range of turn k's
     sampled tokens in `completion_ids`; `turn_rewards[k]` is the environment's reward for turn k. `actions[k]` is
     None when no action could be read from reply k: the environment was then not stepped, and `observations[k]` is
-    the collator's request for an action (what the model was shown), not a state of the environment.
+    the runner's request for an action (what the model was shown), not a state of the environment.
     """
 
     task: dict

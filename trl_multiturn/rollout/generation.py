@@ -1,7 +1,7 @@
-"""A plain `transformers` generate function for the collator, for evaluation and scripts outside a trainer, and
+"""A plain `transformers` generate function for the runner, for evaluation and scripts outside a trainer, and
 the end-of-reply token ids that evaluation and SFT share with the RL trainers.
 
-Inside a trainer the collator uses the trainer's own backend (transformers, vLLM colocate or server) instead.
+Inside a trainer the runner uses the trainer's own backend (transformers, vLLM colocate or server) instead.
 """
 
 from __future__ import annotations
@@ -66,13 +66,13 @@ class CachedGenerator:
     How the batch stays aligned: each call's new tokens (a different number per episode) are left-padded into one
     chunk; padding and the steps after an episode's end-of-reply token are masked out of attention, and every real
     token is given its own position (its index in the episode), so the cache holds, per row, exactly the episode's
-    tokens at their positions. Contexts must each extend the history of one row of the previous call (the collator
+    tokens at their positions. Contexts must each extend the history of one row of the previous call (the runner
     only appends); episodes that ended are dropped from the batch. A call whose contexts do not all extend earlier
     ones (a new rollout, or a reply the caller cut) starts a fresh cache. Call `reset()` whenever the model's weights
     change: a cache computed with other weights must not be reused.
 
     With `streams > 1` it keeps that many such caches, for callers that alternate between disjoint sets of episodes
-    (the collator's `overlap` halves): a call continues the cache whose rows its contexts extend, and a call that
+    (the runner's `overlap` halves): a call continues the cache whose rows its contexts extend, and a call that
     extends none replaces the cache used least recently.
 
     Greedy when `temperature == 0`, else sampling with temperature, top-k and top-p.

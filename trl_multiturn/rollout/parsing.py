@@ -1,8 +1,9 @@
 """Action parsers: turn a model reply into the action sent to the environment, or None if none can be read.
 
-A parser is any callable `reply -> str | None`. Configs name a built-in parser or give `"module:function"`. A parser
-with a `bind(tokenizer)` method (e.g. "tool_calls", which reads tool calls with TRL's response parsing) is bound to
-the policy's tokenizer by `get_action_parser(spec, tokenizer)`.
+A parser is any callable `reply -> str | None`. Configs name a parser of `ACTION_PARSERS` (built-in, or added with
+`@register_action_parser(name)`) or give `"module:function"`. A parser with a `bind(tokenizer)` method (e.g.
+"tool_calls", which reads tool calls with TRL's response parsing) is bound to the policy's tokenizer by
+`get_action_parser(spec, tokenizer)`.
 """
 
 from __future__ import annotations
@@ -11,15 +12,19 @@ import importlib
 import re
 from typing import Callable
 
+from ..registry import Registry
 from .tool_calls import ToolCallParser
 
 ActionParser = Callable[[str], "str | None"]
+ACTION_PARSERS: Registry[ActionParser] = Registry("action_parser")
+register_action_parser = ACTION_PARSERS.register
 
 # A tag's content holds no opening tag: in "I answer with <action>. <action>go</action>" the tag is the second one.
 _ACTION_TAG = re.compile(r"<action>((?:(?!<action>).)*?)</action>", re.DOTALL | re.IGNORECASE)
 _ACTION_LINE = re.compile(r"\s*action\s*:(.*)", re.IGNORECASE)
 
 
+@register_action_parser("first_line")
 def first_line(reply: str) -> str | None:
     """The reply's first non-empty line, stripped (the paper's format: the reply *is* the command)."""
     for line in reply.splitlines():
@@ -28,6 +33,7 @@ def first_line(reply: str) -> str | None:
     return None
 
 
+@register_action_parser("think_then_act")
 def think_then_act(reply: str) -> str | None:
     """For replies that reason first: the text of the last `<action>...</action>` tag, else the text after the
     last `Action:` (on its line, or on the next non-blank line when none follows the colon); None when the reply
@@ -44,17 +50,13 @@ def think_then_act(reply: str) -> str | None:
     return None
 
 
+@register_action_parser("whole_reply")
 def whole_reply(reply: str) -> str | None:
     """The whole reply, stripped (for environments that parse their own action format, e.g. SWE-Gym)."""
     return reply.strip() or None
 
 
-ACTION_PARSERS: dict[str, ActionParser] = {
-    "first_line": first_line,
-    "think_then_act": think_then_act,
-    "whole_reply": whole_reply,
-    "tool_calls": ToolCallParser(),
-}
+register_action_parser("tool_calls")(ToolCallParser())
 
 
 def get_action_parser(spec: str | ActionParser, tokenizer=None) -> ActionParser:
@@ -70,7 +72,7 @@ def _resolve_action_parser(spec: str | ActionParser) -> ActionParser:
     if callable(spec):
         return spec
     if spec in ACTION_PARSERS:
-        return ACTION_PARSERS[spec]
+        return ACTION_PARSERS.lookup(spec)
     if isinstance(spec, str) and ":" in spec:
         module, _, name = spec.partition(":")
         try:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import trl.trainer.grpo_trainer as trl_grpo
 from trl import GRPOConfig, GRPOTrainer
 
+from ..rollout.batch import RolloutBatch
 from .multiturn import (
     MultiTurnArguments,
     MultiTurnMixin,
@@ -96,37 +97,43 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         self._init_multiturn(environment_factory)
 
     def _generate_and_score_completions(self, inputs):
-        mode = "train" if self.model.training else "eval"
-        rows = self._rollout(inputs)
-        self._last_rewards_per_func = None
-        output = super()._generate_and_score_completions(rows)
-        output["advantages"] = self._loss_advantages(output, mode)
-        self._log_trained_advantages(output["advantages"], output["completion_mask"] * output["tool_mask"],
+        rows, batch = self._rollout(inputs)
+        # TRL's scoring calls `_generate` (answered from the episodes) and `_calculate_rewards` (the scores are
+        # recorded on the batch) with its own arguments only: the batch reaches them through `_trl_call`.
+        with self._trl_call(batch):
+            output = super()._generate_and_score_completions(rows)
+            batch = self._batch_in_trl_call
+        output["advantages"] = self._loss_advantages(output, batch)
+        self._log_trained_advantages(batch, output["advantages"], output["completion_mask"] * output["tool_mask"],
                                      replace=True)
-        self._log_episode_metrics(mode)
+        self._log_episode_metrics(batch)
+        self.last_rollout = batch
         return output
 
-    def _loss_advantages(self, output: dict, mode: str):
+    def _loss_advantages(self, output: dict, batch: RolloutBatch):
         """(B, T) advantages for TRL's loss, replacing its per-sequence ones: the configured estimator's per-turn
         advantages on each turn's sampled tokens."""
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        return self._token_advantages(
-            self._last_rewards_per_func, output["completion_ids"].shape[1], num_generations
-        ).to(output["completion_ids"].device)
+        return self._token_advantages(batch, output["completion_ids"].shape[1]).to(output["completion_ids"].device)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's scores of every reward source (gathered over ranks), also recorded on the step's batch for the
+        credit."""
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._last_rewards_per_func = rewards_per_func
+        if self._batch_in_trl_call is not None:
+            self._batch_in_trl_call = self._batch_in_trl_call.with_scores(rewards_per_func)
         return rewards_per_func
 
     def _generate(self, prompts: list):
-        """The parent's generation step, answered from the episodes `_rollout` just played."""
-        token_lists = self._episode_token_lists()
+        """The parent's generation step, answered from the episodes of the step's batch."""
+        batch = self._batch_in_trl_call
+        if batch is None:
+            raise RuntimeError("MultiTurnGRPOTrainer._generate answers TRL from the episodes of a step's rollout; it "
+                               "is only called inside _generate_and_score_completions")
+        token_lists = self._episode_token_lists(batch)
         prompt_ids = [p for p, _, _, _ in token_lists]
         completion_ids = [c for _, c, _, _ in token_lists]
         env_mask = [m for _, _, m, _ in token_lists]
         self._log_generation_lengths(prompt_ids, env_mask)
         return generate_result(prompt_ids=prompt_ids, completion_ids=completion_ids,
-                               tool_mask=self._trained_mask(env_mask), completions=self._episode_completions(),
+                               tool_mask=self._trained_mask(batch, env_mask), completions=batch.completions(),
                                logprobs=self._episode_logprobs(token_lists))
-

@@ -1,9 +1,10 @@
-"""What every multi-turn trainer shares: the config fields, the rollout collator wiring, per-turn credit and metrics.
+"""What every multi-turn trainer shares: the config fields, the episode runner wiring, per-turn credit and metrics.
 
 The trainers (GRPO, RLOO, PPO) mix `MultiTurnMixin` into their TRL parent. The mixin plays episodes with the
 parent's own single-turn generation backend (transformers, vLLM colocate or server), hands TRL the episode tokens
 with `env_mask` as the loss mask, and replaces TRL's per-sequence advantages with per-token advantages from the
-configured estimator.
+configured estimator. A step's data passes explicitly from the rollout to the credit to the loss as a
+`trl_multiturn.rollout.batch.RolloutBatch` (its module says how, and the one place TRL's flow needs the trainer).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from accelerate.utils import gather_object
 
 from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
-from ..rollout import Episode, MultiTurnRolloutCollator
+from ..rollout import Episode, EpisodeRunner
+from ..rollout.batch import RolloutBatch
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
@@ -295,7 +297,7 @@ class MultiTurnMixin(RunFilesMixin):
         self.environment_factory = environment_factory
         prepare_chat_template(self._tokenizer, self.args.chat_template_path, self.args.use_training_chat_template,
                               self.eos_token_ids, self.chat_template_kwargs)
-        self.rollout_collator = MultiTurnRolloutCollator(
+        self.episode_runner = EpisodeRunner(
             environment_factory,
             self._tokenizer,
             self._generate_turn,
@@ -312,7 +314,8 @@ class MultiTurnMixin(RunFilesMixin):
             any_live=self._any_live,
             overlap=self.args.rollout_overlap,
         )
-        self._episodes: list[Episode] = []
+        self.last_rollout: RolloutBatch | None = None  # the last step's batch, for inspection only
+        self._batch_in_trl_call: RolloutBatch | None = None  # set only inside `_trl_call`
         self._history_cache = self._make_history_cache()
 
     # -- environments' lifetime ---------------------------------------------------------------------------------------
@@ -321,7 +324,7 @@ class MultiTurnMixin(RunFilesMixin):
         """Close every environment and stop their worker processes. The trainer stays usable: the next rollout (a
         second `train()`, `evaluate()`) starts what it needs again. `train()` calls it when it ends, and the trainer
         is a context manager (`with MultiTurnGRPOTrainer(...) as trainer:`) that calls it on exit."""
-        self.rollout_collator.close()
+        self.episode_runner.close()
 
     def __enter__(self):
         return self
@@ -407,30 +410,50 @@ class MultiTurnMixin(RunFilesMixin):
 
     # -- episodes to TRL's inputs -------------------------------------------------------------------------------------
 
-    def _rollout(self, inputs: list[dict]) -> list[dict]:
-        """Play one episode per row; return the rows with each episode's opening messages as `prompt`."""
+    def _rollout(self, inputs: list[dict]) -> tuple[list[dict], RolloutBatch]:
+        """Play one episode per row. Returns TRL's rows (each with its episode's opening messages as `prompt`) and
+        the step's `RolloutBatch`."""
         if self._history_cache is not None:
             self._history_cache.reset()  # the weights changed since the last rollout
         try:
-            self._episodes = self.rollout_collator(inputs)
+            episodes = self.episode_runner(inputs)
         finally:
             if self._history_cache is not None:
                 self._history_cache.reset()  # free the caches between rollouts
         if self.args.save_episodes:
-            self._save_rollout_episodes()
-        returns = [self._episode_return(ep) for ep in self._episodes]
+            self._save_rollout_episodes(episodes)
+        mode = "train" if self.model.training else "eval"
+        batch = RolloutBatch(
+            episodes=episodes,
+            turn_rewards=[self._credit_turn_rewards(ep) for ep in episodes],
+            reward_weights=self.reward_weights,
+            num_generations=self.num_generations if mode == "train" else self.num_generations_eval,
+            mode=mode,
+            process_index=self.accelerator.process_index,
+        )
         rows = []
-        for row, ep, ret in zip(inputs, self._episodes, returns):
+        for row, ep in zip(inputs, episodes):
             prompt = ep.prompt_messages or [{"role": "user", "content": ""}]
-            rows.append({**row, "prompt": prompt, "episode_return": ret, "won": ep.won, "num_turns": ep.num_turns})
-        return rows
+            rows.append({**row, "prompt": prompt, "episode_return": self._episode_return(ep), "won": ep.won,
+                         "num_turns": ep.num_turns})
+        return rows, batch
 
-    def _save_rollout_episodes(self) -> None:
+    @contextmanager
+    def _trl_call(self, batch: RolloutBatch):
+        """Make `batch` visible to the methods TRL calls with its own arguments only (GRPO's `_generate` and
+        `_calculate_rewards`, called by TRL's `_generate_and_score_completions`), for the length of one call."""
+        self._batch_in_trl_call = batch
+        try:
+            yield
+        finally:
+            self._batch_in_trl_call = None
+
+    def _save_rollout_episodes(self, episodes: list[Episode]) -> None:
         """This rank's episodes of the rollout just played, to `output_dir/episodes/` (`save_episodes`)."""
         from ..episode_data import save_episodes
 
         mode = "train" if self.model.training else "eval"
-        save_episodes(self._episodes, self.args.output_dir,
+        save_episodes(episodes, self.args.output_dir,
                       f"{mode}-step-{self.state.global_step}-rank{self.accelerator.process_index}")
 
     def _shaped_rewards(self, ep: Episode) -> list[float]:
@@ -448,29 +471,13 @@ class MultiTurnMixin(RunFilesMixin):
     def _episode_return(self, ep: Episode) -> float | None:
         return None if ep.failed else float(sum(self._shaped_rewards(ep)))
 
-    def _episode_token_lists(self):
-        """Per episode: (prompt_ids, completion_ids, env_mask, logprobs). A failed episode, or one with no reply,
-        becomes a one-token prompt and completion under mask 0: it carries no loss, and its prompt (which may be what
-        broke the episode budget) never reaches the model."""
-        pad, eos = self._tokenizer.pad_token_id, self.eos_token_ids[0]
-        out = []
-        for ep in self._episodes:
-            if ep.failed or not ep.completion_ids:
-                out.append(([pad], [eos], [0], [math.nan]))
-            else:
-                out.append((ep.prompt_ids, ep.completion_ids, ep.env_mask, ep.logprobs))
-        return out
+    def _episode_token_lists(self, batch: RolloutBatch):
+        """`batch.token_lists` with this tokenizer's pad and end-of-sequence ids."""
+        return batch.token_lists(self._tokenizer.pad_token_id, self.eos_token_ids[0])
 
-    def _trained_mask(self, env_mask: list[list[int]]) -> list[list[int]]:
-        """Per episode, the tokens the loss trains on: `env_mask`, or nothing for a truncated episode when
-        `mask_truncated_completions` is set."""
-        if not self.args.mask_truncated_completions:
-            return env_mask
-        return [[0] * len(m) if ep.truncated else m for m, ep in zip(env_mask, self._episodes)]
-
-    def _episode_completions(self) -> list[list[dict]]:
-        """The whole episode after its prompt, as chat messages (what reward functions and completion logs see)."""
-        return [ep.messages()[len(ep.prompt_messages):] for ep in self._episodes]
+    def _trained_mask(self, batch: RolloutBatch, env_mask: list[list[int]]) -> list[list[int]]:
+        """`batch.trained_mask` under the config's `mask_truncated_completions`."""
+        return batch.trained_mask(env_mask, self.args.mask_truncated_completions)
 
     def _episode_logprobs(self, token_lists):
         logps = [lp for _, _, _, lp in token_lists]
@@ -495,44 +502,45 @@ class MultiTurnMixin(RunFilesMixin):
 
     # -- credit -------------------------------------------------------------------------------------------------------
 
-    def _token_advantages(self, rewards_per_func: torch.Tensor | None, length: int, num_generations: int,
-                          turn_penalties: list[list[float]] | None = None):
-        """(B, length) per-token advantages for this rank's episodes.
+    def _token_advantages(self, batch: RolloutBatch, length: int, turn_penalties: list[list[float]] | None = None):
+        """(B, length) per-token advantages for this rank's episodes of `batch`.
 
-        Per-turn rewards of every rank's episodes (weighted by `reward_weights[0]`) are gathered (groups may span
-        ranks), trajectory-level `reward_funcs` (columns 1.. of `rewards_per_func`, weighted) are added to each
-        episode's final turn, and the
-        configured estimator turns them into per-turn advantages, broadcast to each turn's sampled tokens.
-        `turn_penalties` (per local episode, per turn; e.g. RLOO's KL penalty) are subtracted from the turn rewards
-        first.
+        Per-turn rewards of every rank's episodes (`batch.turn_rewards`, weighted by `reward_weights[0]`) are
+        gathered (groups may span ranks), trajectory-level `reward_funcs` (columns 1.. of
+        `batch.rewards_per_func`, weighted) are added to each episode's final turn, and the configured estimator
+        turns them into per-turn advantages, broadcast to each turn's sampled tokens. `turn_penalties` (per local
+        episode, per turn; e.g. RLOO's KL penalty) are subtracted from the turn rewards first.
         """
-        rewards = [self._credit_turn_rewards(ep) for ep in self._episodes]
+        rewards = batch.turn_rewards
         if turn_penalties is not None:
             rewards = [[r - p for r, p in zip(rs, ps)] for rs, ps in zip(rewards, turn_penalties)]
-        local = [(r, not ep.failed, ep.turn_spans, ep.turn_states) for r, ep in zip(rewards, self._episodes)]
+        local = [(r, not ep.failed, ep.turn_spans, ep.turn_states) for r, ep in zip(rewards, batch.episodes)]
         everyone = gather_object(local)
-        turn_rewards = self._with_trajectory_rewards([list(r) for r, _, _, _ in everyone], rewards_per_func)
-        batch = CreditBatch.from_lists(
+        turn_rewards = self._with_trajectory_rewards([list(r) for r, _, _, _ in everyone], batch.rewards_per_func,
+                                                     batch.reward_weights)
+        credit = CreditBatch.from_lists(
             turn_rewards,
-            group_ids=[i // num_generations for i in range(len(everyone))],
+            group_ids=[i // batch.num_generations for i in range(len(everyone))],
             valid=[v for _, v, _, _ in everyone],
             observations=[o for _, _, _, o in everyone],
         )
-        turn_adv = self._call_estimator(batch)
-        self._log_credit_metrics(batch, turn_adv)
-        start = self.accelerator.process_index * len(local)
+        turn_adv = self._call_estimator(credit)
+        self._log_credit_metrics(credit, turn_adv)
+        start = batch.process_index * len(local)
         local_adv = turn_adv[start: start + len(local)]
         return turn_to_token_advantages(local_adv, [s for _, _, s, _ in local], length)
 
-    def _with_trajectory_rewards(self, turn_rewards: list[list[float]], rewards_per_func: torch.Tensor | None):
+    def _with_trajectory_rewards(self, turn_rewards: list[list[float]], rewards_per_func: torch.Tensor | None,
+                                 reward_weights: torch.Tensor):
         """Add the weighted trajectory-level `reward_funcs` (columns 1.. of `rewards_per_func`, row-aligned with
-        `turn_rewards`) to each episode's final turn, in place; returns `turn_rewards`.
+        `turn_rewards`, weighted by `reward_weights[1:]`) to each episode's final turn, in place; returns
+        `turn_rewards`.
 
         A reward function's None (NaN in TRL's tensor) is TRL's "this function does not score this episode": it adds
         nothing, as in TRL's own sum over functions. An infinite value adds nothing either (it is no reward; one
         would turn every advantage of its group non-finite) and is reported in a warning naming the function."""
         if rewards_per_func is not None and rewards_per_func.shape[1] > 1:
-            weights = self.reward_weights[1:].to(rewards_per_func.device)
+            weights = reward_weights[1:].to(rewards_per_func.device)
             func_rewards = rewards_per_func[:, 1:]
             infinite = torch.isinf(func_rewards).sum(dim=0).tolist()
             for name, count in zip(self.reward_func_names[1:], infinite):
@@ -556,11 +564,12 @@ class MultiTurnMixin(RunFilesMixin):
 
     # -- metrics ------------------------------------------------------------------------------------------------------
 
-    def _log_episode_metrics(self, mode: str) -> None:
+    def _log_episode_metrics(self, batch: RolloutBatch) -> None:
+        mode = batch.mode
         stats = gather_object([
             (ep.won, ep.failed, ep.truncated, ep.num_turns, ep.num_tokens, sum(ep.env_mask), len(ep.completion_ids),
              self._episode_return(ep))
-            for ep in self._episodes
+            for ep in batch.episodes
         ])
         valid = [s for s in stats if not s[1]]
         metrics = self._metrics[mode]
@@ -586,7 +595,8 @@ class MultiTurnMixin(RunFilesMixin):
         self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
         self._metrics[mode]["completions/mean_length"].append(model_tokens.float().mean().item())
 
-    def _log_trained_advantages(self, advantages: torch.Tensor, loss_mask: torch.Tensor, replace: bool) -> None:
+    def _log_trained_advantages(self, batch: RolloutBatch, advantages: torch.Tensor, loss_mask: torch.Tensor,
+                                replace: bool) -> None:
         """Put the advantages the loss uses in the completion logs (terminal table, parquet, `report_to`).
 
         Per episode: `advantage` is the mean of its (B, T) `advantages` over the tokens `loss_mask` trains on (NaN
@@ -600,7 +610,7 @@ class MultiTurnMixin(RunFilesMixin):
         counts = mask.sum(dim=1)
         per_episode = torch.where(counts > 0, (advantages * mask).sum(dim=1) / counts.clamp(min=1), torch.nan)
         per_turn = [[round((advantages[i, s:e] * mask[i, s:e]).sum().item() / mask[i, s:e].sum().item(), 4)
-                     for s, e in ep.turn_spans if mask[i, s:e].any()] for i, ep in enumerate(self._episodes)]
+                     for s, e in ep.turn_spans if mask[i, s:e].any()] for i, ep in enumerate(batch.episodes)]
         per_episode = self.accelerator.gather(per_episode).tolist()
         if replace:
             for _ in per_episode:

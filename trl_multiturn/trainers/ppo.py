@@ -43,6 +43,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model
 
 from ..credit.gae import ValueBatch, get_value_estimator, masked_moments, masked_whiten
+from ..rollout.batch import RolloutBatch
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from .multiturn import default_args
 from .value_model import create_value_model, load_value_model_weights, save_value_model, token_values
@@ -315,20 +316,17 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
 
     # -- credit -------------------------------------------------------------------------------------------------------
 
-    def _turn_rewards(self) -> list[list[float]]:
-        """Per local episode and turn: the environment's weighted reward under `reward_mode`, trajectory
+    def _turn_rewards(self, batch: RolloutBatch) -> list[list[float]]:
+        """Per episode of `batch` and turn: the environment's weighted reward under `reward_mode`, trajectory
         `reward_funcs` (weighted) added on the final turn."""
-        n = len(self._episodes)
-        start = self.accelerator.process_index * n
-        funcs = self._last_rewards_per_func
-        local_funcs = None if funcs is None else funcs[start: start + n]
-        return self._with_trajectory_rewards([self._credit_turn_rewards(ep) for ep in self._episodes], local_funcs)
+        return self._with_trajectory_rewards([list(r) for r in batch.turn_rewards], batch.local_scores(),
+                                             batch.reward_weights)
 
-    def _token_rewards(self, length: int, device) -> torch.Tensor:
+    def _token_rewards(self, batch: RolloutBatch, length: int, device) -> torch.Tensor:
         """(B, length): each turn's reward on the last token the model sampled in that turn; 0 elsewhere and for
         failed episodes."""
-        rewards = torch.zeros(len(self._episodes), length, device=device)
-        for i, (ep, turn_rewards) in enumerate(zip(self._episodes, self._turn_rewards())):
+        rewards = torch.zeros(len(batch), length, device=device)
+        for i, (ep, turn_rewards) in enumerate(zip(batch.episodes, self._turn_rewards(batch))):
             if ep.failed:
                 continue
             for (start, end), reward in zip(ep.turn_spans, turn_rewards):
@@ -336,16 +334,18 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                     rewards[i, end - 1] += reward
         return rewards
 
-    def _loss_advantages(self, output: dict, mode: str) -> torch.Tensor:
+    def _loss_advantages(self, output: dict, batch: RolloutBatch) -> torch.Tensor:
         """(B, T) advantages from the value estimator on the critic's values (whitened if configured); also puts
-        the value targets (`returns`, `old_values`, `value_mask`) in `output` for the value loss."""
+        the value targets (`returns`, `old_values`, `value_mask`) in `output`, the inputs of the value loss
+        (`_compute_loss` reads them from its inputs dict)."""
+        mode = batch.mode
         completion_ids = output["completion_ids"]
         mask = (output["completion_mask"] * output["tool_mask"]).bool()
         input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         length = completion_ids.size(1)
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        rewards = self._token_rewards(length, completion_ids.device)
+        rewards = self._token_rewards(batch, length, completion_ids.device)
         with torch.no_grad(), self.accelerator.autocast():
             values = torch.cat([
                 token_values(self.critic, input_ids[i: i + batch_size], attention_mask[i: i + batch_size], length)

@@ -20,6 +20,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd, pad
 
 from ..credit.gae import turn_index
+from ..rollout.batch import RolloutBatch
 from .multiturn import (
     MultiTurnArguments,
     MultiTurnMixin,
@@ -165,21 +166,22 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         mean, std = advantages[turns].mean(), advantages[turns].std()
         return torch.where(turns, (advantages - mean) / (std + 1e-4), torch.zeros_like(advantages))
 
-    def _turn_kl_penalties(self, old_per_token_logps, ref_per_token_logps, env_mask) -> list[list[float]]:
+    def _turn_kl_penalties(self, batch: RolloutBatch, old_per_token_logps, ref_per_token_logps,
+                           env_mask) -> list[list[float]]:
         """Per local episode and turn: beta * sum over the turn's sampled tokens of (log pi_old - log pi_ref), TRL
         RLOO's first-order KL estimate, restricted to the tokens the model sampled."""
         per_token_kl = (old_per_token_logps - ref_per_token_logps) * env_mask
         return [[self.beta * per_token_kl[i, start:end].sum().item() for start, end in ep.turn_spans]
-                for i, ep in enumerate(self._episodes)]
+                for i, ep in enumerate(batch.episodes)]
 
     # -- scoring ------------------------------------------------------------------------------------------------------
 
-    def _episode_tensors(self):
-        """Padded tensors of this rank's episodes: prompt ids/mask (left-padded), completion ids, the attention mask
+    def _episode_tensors(self, batch: RolloutBatch):
+        """Padded tensors of the batch's episodes: prompt ids/mask (left-padded), completion ids, the attention mask
         over the completion (1 on every real token) and env_mask (1 on the sampled tokens the loss trains on:
         `_trained_mask`), right-padded."""
         device = self.accelerator.device
-        token_lists = self._episode_token_lists()
+        token_lists = self._episode_token_lists(batch)
         self._log_generation_lengths([p for p, _, _, _ in token_lists], [m for _, _, m, _ in token_lists])
 
         def padded(rows, value, side):
@@ -190,13 +192,13 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         prompt_mask = padded([[1] * len(p) for p, _, _, _ in token_lists], 0, "left")
         completion_ids = padded([c for _, c, _, _ in token_lists], self._tokenizer.pad_token_id, "right")
         completion_mask = padded([[1] * len(c) for _, c, _, _ in token_lists], 0, "right")
-        env_mask = padded(self._trained_mask([m for _, _, m, _ in token_lists]), 0, "right")
+        env_mask = padded(self._trained_mask(batch, [m for _, _, m, _ in token_lists]), 0, "right")
         return prompt_ids, prompt_mask, completion_ids, completion_mask, env_mask
 
     def _generate_and_score_completions(self, inputs):
-        mode = "train" if self.model.training else "eval"
-        rows = self._rollout(inputs)
-        prompt_ids, prompt_mask, completion_ids, completion_mask, env_mask = self._episode_tensors()
+        rows, batch = self._rollout(inputs)
+        mode = batch.mode
+        prompt_ids, prompt_mask, completion_ids, completion_mask, env_mask = self._episode_tensors(batch)
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         logits_to_keep = completion_ids.size(1)
@@ -208,21 +210,21 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
                                    if self.beta != 0.0 else None)
 
         prompts = [row["prompt"] for row in rows]
-        completions = self._episode_completions()
-        completion_lists = [ep.completion_ids for ep in self._episodes]
+        completions = batch.completions()
+        completion_lists = [ep.completion_ids for ep in batch.episodes]
         rewards_per_func = self._calculate_rewards(rows, prompts, completions, completion_lists)
+        batch = batch.with_scores(rewards_per_func)
         penalties = None
         if ref_per_token_logps is not None:
-            penalties = self._turn_kl_penalties(old_per_token_logps, ref_per_token_logps, env_mask)
+            penalties = self._turn_kl_penalties(batch, old_per_token_logps, ref_per_token_logps, env_mask)
             self._log_masked_mean(mode, "kl", old_per_token_logps - ref_per_token_logps, env_mask)
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        advantages = self._token_advantages(rewards_per_func, logits_to_keep, num_generations, penalties).to(
-            completion_ids.device)
+        advantages = self._token_advantages(batch, logits_to_keep, penalties).to(completion_ids.device)
         if self.args.loss_granularity == "episode":
             self._check_one_advantage_per_episode(advantages, env_mask)
 
-        self._log_rewards(mode, rewards_per_func, prompts, completions, advantages, env_mask)
-        self._log_episode_metrics(mode)
+        self._log_rewards(batch, prompts, completions, advantages, env_mask)
+        self._log_episode_metrics(batch)
+        self.last_rollout = batch
         return {
             "prompt_ids": prompt_ids,
             "prompt_mask": prompt_mask,
@@ -275,14 +277,15 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
 
     # -- metrics ------------------------------------------------------------------------------------------------------
 
-    def _log_rewards(self, mode, rewards_per_func, prompts, completions, advantages, env_mask) -> None:
+    def _log_rewards(self, batch: RolloutBatch, prompts, completions, advantages, env_mask) -> None:
         """TRL's reward metrics and completion logs, with the advantages the loss uses
         (`MultiTurnMixin._log_trained_advantages`)."""
-        metrics = self._metrics[mode]
+        metrics = self._metrics[batch.mode]
+        rewards_per_func = batch.rewards_per_func
         for i, name in enumerate(self.reward_func_names):
             metrics[f"rewards/{name}/mean"].append(torch.nanmean(rewards_per_func[:, i]).item())
             metrics[f"rewards/{name}/std"].append(nanstd(rewards_per_func[:, i]).item())
-        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        rewards = (rewards_per_func * batch.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         metrics["reward"].append(torch.nanmean(rewards).item())
         metrics["reward_std"].append(nanstd(rewards).item())
@@ -290,4 +293,4 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         self._logs["completion"].extend(gather_object(completions))
         for i, name in enumerate(self.reward_func_names):
             self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
-        self._log_trained_advantages(advantages, env_mask, replace=False)
+        self._log_trained_advantages(batch, advantages, env_mask, replace=False)

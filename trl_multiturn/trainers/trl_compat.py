@@ -84,7 +84,7 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint(GRPO, "_generate", ("prompts",), "overridden: answered from the played episodes (generate_result)",
                exact=True),
     TouchPoint(GRPO, "_calculate_rewards", ("inputs", "prompts", "completions", "completion_ids_list"),
-               "overridden: keeps the per-function rewards for the credit", exact=True),
+               "overridden: records the per-function rewards on the step's RolloutBatch", exact=True),
     TouchPoint(GRPO, "_compute_loss", ("model", "inputs"), "overridden by PPO: adds the value loss", exact=True),
     TouchPoint(GRPO, "_generate_single_turn", ("prompt_ids", "images", "multimodal_fields", "num_generations"),
                "called per turn: one reply per episode (single_turn_replies)"),

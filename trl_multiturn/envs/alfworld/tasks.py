@@ -2,18 +2,24 @@
 
 The layout is `json_2.1.1/{train,valid_seen,valid_unseen}/<task type>-<object>-<mrecep>-<parent>-<scene>/<trial>/`
 holding `traj_data.json`, `initial_state.pddl` and the compiled `game.tw-pddl`, whether the games come from
-`alfworld-download` or from `trl-multiturn make-games --env alfworld`.
+`alfworld-download` or from `trl-multiturn make-games --env alfworld`. `alfworld_tasks` builds a task set of
+some task types (equal parts of each), from downloaded games or generated ones.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..base import TaskError
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 TASK_TYPES = (
     "pick_and_place_simple",
@@ -141,3 +147,53 @@ def list_tasks(
     if not rows:
         raise ValueError(f"data_path: no solvable games of types {list(wanted)} under {split_dir}.")
     return Dataset.from_list(rows)
+
+
+def alfworld_tasks(
+    split: str = "train",
+    num_games: int | None = None,
+    task_types: Sequence[str] | None = None,
+    *,
+    data_path: str | os.PathLike | None = None,
+    games_dir: str | os.PathLike = "outputs/alfworld_games",
+    gen_config=None,
+    seed: int = 0,
+    generated_games: int = 12,
+) -> Dataset:
+    """ALFWorld task rows of `split` ("train", "valid_seen", "valid_unseen") for some task types (default: all six),
+    `num_games` of them (None: all) in equal parts per type (`equal_parts`), interleaved.
+
+    Games come from `data_path`, else from `$ALFWORLD_DATA` when `alfworld-download` has filled it, else they are
+    generated into `games_dir` (`ceil(num_games / types)` per type, `generated_games` in all when `num_games` is None;
+    `gen_config` is an `ALFWorldGenConfig`; training games from the train split's seeds, held-out ones from the
+    test split's, so the two never share a seed). The paper's task-type mixtures train on one, four or six types
+    and evaluate on all six: `alfworld_tasks("train", 600, ["pick_and_place_simple"])` against
+    `alfworld_tasks("valid_unseen")`. `seed` picks which games of a type are kept when there are more.
+    """
+    import random
+
+    from datasets import Dataset
+
+    from ...data import equal_parts, interleave, split_seeds
+    types = list(task_types or TASK_TYPES)
+    root = dataset_root(data_path)
+    if data_path is not None or (root / split).is_dir():
+        tasks = list_tasks(root, split, types)
+    else:
+        from .generator import generate_games
+
+        per_type = math.ceil((num_games or generated_games) / len(types))
+        seed_split = "train" if split == "train" else "test"  # seed ranges never overlap across splits
+        wanted = {str(p) for p in generate_games(games_dir, split_seeds(seed_split, per_type), types, split,
+                                                 gen_config)}
+        tasks = list_tasks(games_dir, split, types).filter(lambda row: row["game_file"] in wanted)
+    if num_games is None:
+        return tasks
+    rng = random.Random(seed)
+    parts = []
+    for task_type, count in zip(types, equal_parts(num_games, len(types))):
+        rows = [row for row in tasks if row["task_type"] == task_type]
+        if len(rows) < count:
+            raise ValueError(f"num_games={num_games}: {count} {task_type} games wanted, {len(rows)} in {split}")
+        parts.append(rng.sample(rows, count))
+    return Dataset.from_list(interleave(parts))

@@ -21,10 +21,10 @@ from typing import Any, Mapping
 
 import textworld
 
-from ..cache import cache_dir
-from .base import Environment, StepResult, TaskError
-from .textworld_commands import normalize_action, refused_word
-from .textworld_games import GameGenerationError, generate_game, is_complete, spec_from_task, walkthrough
+from ...cache import cache_dir
+from ..base import Environment, StepResult, TaskError
+from .commands import normalize_action, refused_word
+from .games import GameGenerationError, generate_game, is_complete, spec_from_task, walkthrough
 
 TASK_FORMATS = (
     '{"game_file": "path/to/game.z8"}, '
@@ -103,7 +103,7 @@ class TextWorldEnv(Environment):
     A reply is one line of printable ASCII (`normalize_action`). Replies that would act on the interpreter, its files
     or TextWorld's state tracker rather than the story (`restart`, `me, quit`, `look. save`, `g`, `tw-print`, ...)
     never reach the game: they are answered "The command '...' is not available in this game." and change nothing.
-    `textworld_commands` lists what is refused and what passes, and why. A reply may chain commands
+    `commands.py` lists what is refused and what passes, and why. A reply may chain commands
     ("open box. take key"): the story plays them in turn, the observation has each one's text and the reward is
     what the whole chain scored; TextWorld's tracker, and so `admissible_commands`, sees only part of such a reply.
 

@@ -1,10 +1,11 @@
-"""The multi-turn rollout collator: plays a batch of episodes turn by turn against an environment."""
+"""The multi-turn episode runner: plays a batch of episodes turn by turn against an environment."""
 
 from __future__ import annotations
 
 import itertools
 import logging
 import math
+import warnings
 from typing import Callable, Sequence
 
 from ..envs.base import EnvironmentFactory, StepResult
@@ -27,7 +28,7 @@ def opening_messages(first_observation: str, system_prompt: str | None = None) -
     return [*system, {"role": "user", "content": first_observation}]
 
 
-class MultiTurnRolloutCollator:
+class EpisodeRunner:
     """Turns dataset rows (one task each) into played `Episode`s.
 
     Each turn makes exactly one `generate_fn` call for all live episodes (with `overlap`, one per half), parses an
@@ -262,3 +263,12 @@ class MultiTurnRolloutCollator:
                 if ep.turn_rewards:
                     ep.turn_rewards[-1] += float(result.reward)
                 ep.won = bool(result.won)
+
+
+class MultiTurnRolloutCollator(EpisodeRunner):
+    """Deprecated name of `EpisodeRunner` (it plays episodes; it never collated a batch). Use `EpisodeRunner`."""
+
+    def __init__(self, *args, **kwargs):
+        warnings.warn("MultiTurnRolloutCollator is deprecated: use trl_multiturn.rollout.EpisodeRunner (same "
+                      "arguments).", DeprecationWarning, stacklevel=2)
+        super().__init__(*args, **kwargs)

@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..alfworld.engine import ExpertFailed, logic_files, play_expert, seeded_random
-from ..alfworld.tasks import DATASET_DIR, GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE
+from ..engine import ExpertFailed, logic_files, play_expert, seeded_random
+from ..tasks import DATASET_DIR, GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE
 from . import problem
 from .sampling import Knobs, sample_room
 
@@ -169,7 +169,7 @@ def generate_games(
     `game.tw-pddl` paths; `list_tasks(output_dir, split)` turns the folder into task rows. `progress` shows a
     progress bar.
     """
-    from ...progress import progress_bar
+    from ....progress import progress_bar
 
     config = config or ALFWorldGenConfig()
     types = tuple(task_types) if task_types is not None else TASK_TYPES

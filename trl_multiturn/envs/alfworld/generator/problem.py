@@ -99,5 +99,5 @@ def traj_data(room: Room, problem_id: str, seed, settings: dict) -> dict:
             "object_sliced": False,
         },
         "scene": {"floor_plan": f"FloorPlan{room.floor_plan.number}", "scene_num": room.floor_plan.number},
-        "generator": {"name": "trl_multiturn.envs.alfworld_gen", "seed": seed, **settings},
+        "generator": {"name": __package__, "seed": seed, **settings},
     }

@@ -1,0 +1,90 @@
+"""`RolloutBatch`: one training step's rollout on this rank, handed from the rollout to the credit and the loss.
+
+The trainers' step runs through TRL's calls (`_generate_and_score_completions`, and inside it `_generate` and
+`_calculate_rewards`, then `_compute_loss`). The data flows explicitly:
+
+1. `MultiTurnMixin._rollout(inputs)` plays the episodes and returns TRL's rows and a `RolloutBatch`: the
+   episodes, their per-turn credit rewards, TRL's reward weights, the group size and the mode.
+2. The scores of the trajectory-level reward functions (TRL's `rewards_per_func`) are recorded on the batch
+   (`with_scores`), and the credit (`MultiTurnMixin._token_advantages(batch, ...)`) turns the batch into per-token
+   advantages.
+3. The loss reads only TRL's inputs dict: `advantages`, and PPO's `returns`, `old_values`, `value_mask`, all
+   tensors that `_generate_and_score_completions` puts in its output, which TRL shuffles and splits into the
+   loss's mini-batches. The batch itself never enters that dict: TRL permutes and slices every value of it per
+   row, and an episode list is not a per-row tensor.
+
+One step of the flow cannot be a function argument: GRPO's `_generate(prompts)` and `_calculate_rewards(...)` are
+called by TRL's own `_generate_and_score_completions` with TRL's arguments only, so the batch reaches them through
+the trainer for the length of that one call (`MultiTurnMixin._trl_call(batch)`, cleared when the call returns or
+raises). After the step the trainer keeps the batch as `last_rollout`, for inspection only (tests, benchmarks,
+callbacks); no computation of a later step reads it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+from .episode import Episode
+
+
+@dataclass(frozen=True, eq=False)
+class RolloutBatch:
+    """The episodes this rank played in one step and what the credit needs of them.
+
+    episodes: this rank's episodes, in the order of TRL's rows (groups of `num_generations` consecutive rows play
+        one task; a group may span ranks).
+    turn_rewards: per episode, per turn, the environment's reward under `reward_mode` times `reward_weights[0]`.
+    reward_weights: TRL's weights of its reward sources: the environment's return first, then each `reward_funcs`.
+    num_generations: the group size of this step (TRL's `num_generations`, or `num_generations_eval`).
+    mode: "train" or "eval".
+    process_index: this rank; its episodes are rows `process_index * len(episodes) ...` of gathered tensors.
+    rewards_per_func: TRL's (all ranks' episodes, reward sources) scores once they are computed, else None.
+    """
+
+    episodes: list[Episode]
+    turn_rewards: list[list[float]]
+    reward_weights: torch.Tensor
+    num_generations: int
+    mode: str = "train"
+    process_index: int = 0
+    rewards_per_func: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def with_scores(self, rewards_per_func: torch.Tensor | None) -> RolloutBatch:
+        """This batch with TRL's `rewards_per_func` (gathered over ranks) recorded."""
+        return replace(self, rewards_per_func=rewards_per_func)
+
+    def local_scores(self) -> torch.Tensor | None:
+        """The rows of `rewards_per_func` that belong to this rank's episodes (None before scoring)."""
+        if self.rewards_per_func is None:
+            return None
+        start = self.process_index * len(self.episodes)
+        return self.rewards_per_func[start: start + len(self.episodes)]
+
+    def token_lists(self, pad_id: int, eos_id: int) -> list[tuple[list[int], list[int], list[int], list[float]]]:
+        """Per episode: (prompt_ids, completion_ids, env_mask, logprobs). A failed episode, or one with no reply,
+        becomes a one-token prompt and completion under mask 0: it carries no loss, and its prompt (which may be
+        what broke the episode budget) never reaches the model."""
+        out = []
+        for ep in self.episodes:
+            if ep.failed or not ep.completion_ids:
+                out.append(([pad_id], [eos_id], [0], [math.nan]))
+            else:
+                out.append((ep.prompt_ids, ep.completion_ids, ep.env_mask, ep.logprobs))
+        return out
+
+    def trained_mask(self, env_mask: list[list[int]], mask_truncated: bool) -> list[list[int]]:
+        """Per episode, the tokens the loss trains on: `env_mask`, or nothing for a truncated episode when
+        `mask_truncated` (the config's `mask_truncated_completions`) is set."""
+        if not mask_truncated:
+            return env_mask
+        return [[0] * len(m) if ep.truncated else m for m, ep in zip(env_mask, self.episodes)]
+
+    def completions(self) -> list[list[dict]]:
+        """The whole episode after its prompt, as chat messages (what reward functions and completion logs see)."""
+        return [ep.messages()[len(ep.prompt_messages):] for ep in self.episodes]
