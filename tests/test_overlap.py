@@ -28,9 +28,15 @@ class TimedCountingEnv(CountingEnv):
                           {"start": start, "end": time.time()})
 
 
+# `from_pretrained(dtype=...)` sets torch's process-wide default dtype while it loads: two threads loading at once
+# (the two-rank test) can leave it float64 for the other thread's model and for later tests.
+_LOADING = threading.Lock()
+
+
 def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live=None, **kwargs):
     """Episodes and the (start, end, number of contexts) of each generate call."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64)
+    with _LOADING:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64)
     tokenizer = AutoTokenizer.from_pretrained(path)
     generate = (hf_generate_fn(model, tokenizer, batch_size=1) if generator == "per_context"
                 else CachedGenerator(model, tokenizer, streams=2))
