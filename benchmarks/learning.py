@@ -67,14 +67,14 @@ class Setting:
     max_episode_tokens: int = 1024
     sft_epochs: float = 2.0
     sft_learning_rate: float = 1e-4
-    rl_episodes: int = 320
-    episodes_per_step: int = 16
+    rl_episodes: int = 160
+    episodes_per_step: int = 8
     num_generations: int = 4
     rl_learning_rate: float = 2e-5
     critic_learning_rate: float = 2e-4
     temperature: float = 1.0
     turn_gamma: float = 0.9  # GRPO/RLOO: a faster win returns more, so a group that always wins still has a signal
-    curve_points: int = 2  # model-only checkpoints per RL run, each evaluated for the held-out learning curve
+    curve_points: int = 1  # model-only checkpoints per RL run, each evaluated for the held-out learning curve
     seed: int = 0
     threads: int = 2
     system_prompt: str = SYSTEM_PROMPT

@@ -57,3 +57,22 @@ def test_the_example_trains_a_tool_calling_model(tiny_chatml_model, tmp_path, te
     settings = json.loads((tmp_path / "out" / "episode_settings.json").read_text())
     assert settings["action_parser"] == "tool_calls"
     assert "go" in {tool["function"]["name"] for tool in settings["chat_template_kwargs"]["tools"]}
+
+
+def test_a_meta_command_smuggled_into_a_tool_argument_earns_nothing(textworld_train_tasks, textworld_games_dir):
+    """The tools build commands from their arguments: "key. restart" must meet the same refusal as a plain reply,
+    and the walkthrough must still win afterwards (the story was not restarted behind the tracker)."""
+    factory = functools.partial(EXAMPLE["TextWorldTools"], games_dir=str(textworld_games_dir))
+    env, plain = ToolEnvironment(factory), TextWorldEnv(games_dir=str(textworld_games_dir))
+    task = textworld_train_tasks[0]
+    env.reset(task)
+    for attack in ({"name": "take", "arguments": {"item": "key. restart"}},
+                   {"name": "go", "arguments": {"direction": "north, quit"}},
+                   {"name": "examine", "arguments": {"target": "me, restore"}}):
+        result = env.step(json.dumps([attack]))
+        assert result.reward == 0 and not result.won and not result.done
+    for command in plain.expert_actions(task):
+        result = env.step(json.dumps([EXAMPLE["command_as_tool_call"](command)]))
+    assert result.done and result.won
+    env.close()
+    plain.close()
