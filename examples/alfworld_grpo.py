@@ -25,6 +25,7 @@ from trl_multiturn.envs.alfworld import TASK_TYPES, ALFWorldConfig, ALFWorldEnv
 from trl_multiturn.envs.alfworld import alfworld_tasks as alfworld_task_rows
 from trl_multiturn.envs.alfworld.generator import ALFWorldGenConfig
 from trl_multiturn.evaluation import evaluate
+from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
 from trl_multiturn.script_args import ModelArguments, evaluation_options, finish_run
 
 # Without `--config`, a run that fits a CPU in minutes; a YAML recipe or the command line overrides any of these.
@@ -90,7 +91,7 @@ def alfworld_tasks(script_args, env_args, gen_args, split: str, num_games: int |
 
 
 def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_args: ALFWorldConfig,
-         gen_args: ALFWorldGenConfig) -> None:
+         gen_args: ALFWorldGenConfig, model_args: ModelSetup) -> None:
     model = script_args.warm_start_path or script_args.model_path
     if script_args.warm_start_path and not Path(script_args.warm_start_path, "config.json").is_file():
         raise FileNotFoundError(
@@ -101,7 +102,8 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
     train_tasks = alfworld_tasks(script_args, env_args, gen_args, "train", script_args.num_train_games,
                                  training_args.seed)
     trainer = MultiTurnGRPOTrainer(
-        model=model, args=training_args, environment_factory=environment_factory, train_dataset=train_tasks
+        model=model, args=training_args, environment_factory=environment_factory, train_dataset=train_tasks,
+        **model_setup_kwargs(model_args, training_args),
     )
     trainer.train()
 
@@ -118,6 +120,6 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MultiTurnGRPOConfig, ALFWorldConfig, ALFWorldGenConfig))
+    parser = TrlParser((ScriptArguments, MultiTurnGRPOConfig, ALFWorldConfig, ALFWorldGenConfig, ModelSetup))
     parser.set_defaults_with_config(**SMOKE_DEFAULTS)
     main(*parser.parse_args_and_config())

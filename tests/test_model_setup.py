@@ -123,7 +123,7 @@ def test_sft_switches_a_history_rewriting_template_too(tiny_qwen3_model, tmp_pat
 
 
 @pytest.mark.parametrize("example", ["textworld_grpo", "textworld_rloo", "textworld_ppo", "textworld_sft",
-                                     "textworld_tools", "swegym_grpo"])
+                                     "textworld_tools", "swegym_grpo", "alfworld_grpo"])
 def test_the_examples_parse_the_model_setup(example, tmp_path, monkeypatch):
     import inspect
     import runpy
