@@ -18,6 +18,12 @@ Two further couplings are behaviours, not signatures, and are checked in the sou
 Two more are covered by tests rather than here: `MultiTurnPPOConfig` passes `num_generations=1` through
 `GRPOConfig`'s "< 2" check with an `int` subclass (`ppo._GroupOfOne`), and `MultiTurnPPOTrainer` sets `beta`
 non-zero while TRL's `__init__` runs so that TRL builds a reference model (tests/test_ppo.py).
+
+Why not TRL's public `rollout_func` instead of `_generate_and_score_completions`: in TRL 1.16 it returns the
+sampled ids and log-probs (and an `env_mask`, and extra fields for the reward functions), after which TRL computes
+one advantage per completion from its summed rewards. Per-turn credit, failed episodes left out of the baselines
+and PPO's critic targets need the step's data after the rollout and before the advantages, which only the override
+gives; `rollout_func` is also marked experimental.
 """
 
 from __future__ import annotations
