@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up, then run the whole test suite (offline; tiny models built in-process; 7 CPU-minutes, 27 wall-minutes on 2
-# cores shared with other jobs).
+# Set up, then run the whole test suite (offline; tiny models built in-process; 6 minutes on 2 idle cores, 27 on
+# 2 cores shared with other jobs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
