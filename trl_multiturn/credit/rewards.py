@@ -22,6 +22,9 @@ def shape_turn_rewards(
       each turn's environment reward divided by the episode's number of non-zero environment rewards m,
       r_k = env_k / m, so a win returns the mean of its rewards rather than their sum and a win reached through many
       rewarded steps is not worth more than a direct one; a lost episode (or one with m = 0) keeps r_k = env_k.
+      Known hole, kept as the issue specified it: a lost episode that collects two rewards of 1 returns 2, more than
+      a win whose rewards average 1, so a policy can prefer partial progress to winning. Use it only for the paper's
+      reward study, not as a default.
 
     Every mode then subtracts `format_penalty` on each turn whose reply the action parser could not read.
     """
