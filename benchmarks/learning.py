@@ -14,7 +14,8 @@ Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG
 
     games     the three disjoint game sets: SFT games (train-split seeds from 0), RL games (train-split seeds from
               500000) and evaluation games (test-split seeds from 0); generated once and cached
-    sft       SFT warm start on the SFT games' walkthroughs
+    sft       SFT warm start on the SFT games' walkthroughs (`--sft-start PATH` starts from an existing SFT
+              checkpoint instead, e.g. an earlier run's control, so that RL starts from a converged SFT model)
     grpo, rloo, ppo   RL from the SFT checkpoint on the RL games, `--rl-episodes` episodes each; a model-only
               checkpoint every 1/curve_points of the budget, for the held-out learning curve
     sft_more  the control: SFT continued from the SFT checkpoint on the same walkthroughs (constant learning rate)
@@ -78,6 +79,7 @@ class Setting:
     seed: int = 0
     threads: int = 2
     system_prompt: str = SYSTEM_PROMPT
+    sft_start: str = ""  # an SFT checkpoint to start from instead of the sft stage (e.g. a converged earlier control)
     overrides: dict = field(default_factory=dict)  # per-arm config overrides from --arm-option
 
     @property
@@ -288,7 +290,8 @@ def report(results: Results, curves_path: Path) -> str:
             continue
         ev = evals[arm]
         trained = results.data.get(arm, {})
-        what = {"sft": f"SFT, {trained.get('examples')} walkthroughs x {trained.get('epochs')} epochs",
+        what = {"sft": f"SFT checkpoint {trained['from']}" if "from" in trained else
+                f"SFT, {trained.get('examples')} walkthroughs x {trained.get('epochs')} epochs",
                 "sft_more": f"+ SFT, {trained.get('epochs', 0):.1f} more epochs"}.get(
             arm, f"+ {arm.upper()}, {trained.get('episodes')} episodes")
         cpu = trained.get("cpu_seconds")
@@ -392,7 +395,7 @@ def main() -> None:
         print("note: the results file was made with another setting; stages already done keep theirs")
     results.put("setting", asdict(setting))
     games_dir = args.work_dir / "games"
-    sft_dir = args.work_dir / "sft"
+    sft_dir = Path(setting.sft_start) if setting.sft_start else args.work_dir / "sft"
 
     def due(stage: str) -> bool:
         return stage in args.stages and (args.force or not results.has(stage))
@@ -404,7 +407,9 @@ def main() -> None:
     if due("games"):
         results.put("games", {name: {"seeds": [rows["seed"][0], rows["seed"][-1]], "count": len(rows)}
                               for name, rows in tasks.items()} | {"seconds": time.perf_counter() - clock})
-    if due("sft"):
+    if due("sft") and setting.sft_start:
+        results.put("sft", {"from": setting.sft_start})
+    elif due("sft"):
         results.put("sft", run_sft(setting, resolve_model(OFFLINE_DEFAULT_MODEL), tasks["sft"], games_dir, sft_dir,
                                    setting.sft_epochs))
     for arm in RL_ARMS:
