@@ -20,7 +20,8 @@ Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG
               checkpoint every 1/curve_points of the budget, for the held-out learning curve
     sft_more  the control: SFT continued from the SFT checkpoint on the same walkthroughs (constant learning rate)
               until it has used the CPU time of the longest RL arm trained before it (CPU time, not wall time:
-              other jobs on a shared machine slow the arms unequally)
+              other jobs on a shared machine slow the arms unequally), or `--control-cpu-budget` seconds, so that it
+              can run in a parallel process (stages in parallel processes share one results file safely)
     eval      greedy success of every trained model (and of each RL arm's intermediate checkpoints) on the
               evaluation games
     report    the table (Wilson 95% intervals, exact McNemar p-values) and the learning curves
@@ -108,11 +109,19 @@ class Results:
         return key in self.data
 
     def put(self, key: str, value) -> None:
-        self.data[key] = value
+        """Write one section, keeping the sections other processes wrote meanwhile (stages may run in parallel
+        processes sharing one results file)."""
+        import fcntl
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
-        tmp.replace(self.path)
+        with open(self.path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.path.exists():
+                self.data = json.loads(self.path.read_text())
+            self.data[key] = value
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+            tmp.replace(self.path)
 
 
 # -- stages -------------------------------------------------------------------------------------------------------
@@ -365,6 +374,9 @@ def parse_args():
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/learning.json"))
     parser.add_argument("--work-dir", type=Path, default=Path("outputs/learning"),
                         help="checkpoints and the game cache (not committed)")
+    parser.add_argument("--control-cpu-budget", type=float, default=None, metavar="SECONDS",
+                        help="the control's CPU budget, so that it can run in parallel with the RL arms (default: "
+                        "the CPU time of the longest RL arm already trained); the report shows both")
     parser.add_argument("--arm-option", action="append", default=[], metavar="ARM.FIELD=VALUE",
                         help="override one config field of an RL arm, e.g. ppo.kl_coef=0.0 (YAML value)")
     for name, default in asdict(Setting()).items():
@@ -418,7 +430,8 @@ def main() -> None:
             shutil.rmtree(out, ignore_errors=True)
             results.put(arm, run_rl(arm, setting, str(sft_dir), tasks["rl"], games_dir, out))
     if due("sft_more"):
-        budget = max(results.data[arm]["cpu_seconds"] for arm in RL_ARMS if results.has(arm))
+        budget = args.control_cpu_budget or max(results.data[arm]["cpu_seconds"] for arm in RL_ARMS
+                                                if results.has(arm))
         results.put("sft_more", run_sft(setting, str(sft_dir), tasks["sft"], games_dir, args.work_dir / "sft_more",
                                         epochs=100, cpu_budget=budget) | {"cpu_budget": budget})
     if "eval" in args.stages:
