@@ -50,6 +50,9 @@ ALGORITHMS = {
 }
 ENVIRONMENTS = ("textworld", "alfworld")
 RUNNER_FIELDS = ("output_dir",)  # set by the runner for every stage; a study does not set them
+# StudyData fields that only the RL and held-out games read: runs differing in them share an SFT checkpoint.
+RL_EVAL_DATA_FIELDS = ("num_train_games", "num_eval_games", "eval_shapes", "eval_task_types", "eval_split")
+SFT_FORMAT_FIELDS = ("system_prompt", "action_parser", "chat_template_kwargs")  # copied from `rl` into the SFT
 
 
 @dataclass
@@ -182,15 +185,19 @@ class StudyRun:
     def fingerprint(self) -> str:
         return _digest(self.settings())
 
-    def sft_key(self) -> str | None:
-        """Runs with equal SFT settings (model, games, config, episode format) share one SFT checkpoint."""
+    def sft_inputs(self) -> dict | None:
+        """Everything the run's SFT checkpoint depends on: the starting model, the SFT config with the episode
+        format it copies from `rl`, and every `data` field except those only the RL and held-out games read
+        (`RL_EVAL_DATA_FIELDS`), so that a data field added later keeps runs apart until it is listed there."""
         if self.sft is None:
             return None
-        data = self.data
-        games = [data.env, data.challenge, data.challenge_rewards, data.train_shapes, data.task_types,
-                 data.num_sft_games, data.sft_first_game, data.data_path, data.admissible_commands]
-        fmt = {k: self.rl.get(k) for k in ("system_prompt", "action_parser", "chat_template_kwargs")}
-        return _digest([self.model, games, self.sft, fmt])[:12]
+        data = {k: v for k, v in dataclasses.asdict(self.data).items() if k not in RL_EVAL_DATA_FIELDS}
+        return {"model": self.model, "data": data, "sft": {**sft_format(self.rl), **self.sft}}
+
+    def sft_key(self) -> str | None:
+        """Runs with equal `sft_inputs` share one SFT checkpoint (trained once, reused by the others)."""
+        inputs = self.sft_inputs()
+        return None if inputs is None else _digest(inputs)[:12]
 
 
 @dataclass
@@ -340,15 +347,19 @@ def load_study(path: str | Path) -> Study:
                  spec.get("description") or "")
 
 
+def sft_format(rl: dict) -> dict:
+    """The episode format an SFT warm start copies from the `rl` section (unless its own section sets it)."""
+    return {k: rl[k] for k in SFT_FORMAT_FIELDS if k in rl}
+
+
 def build_configs(run: StudyRun, run_dir: Path, sft_dir: Path | None = None):
     """(SFT config or None, RL config or None, episode settings) of a run, as the trainers take them. The SFT
     config copies the RL config's episode format (system prompt, action parser, template arguments) unless it sets
     its own."""
     sft_config = rl_config = None
     if run.sft is not None:
-        fmt = {k: run.rl[k] for k in ("system_prompt", "action_parser", "chat_template_kwargs") if k in run.rl}
         sft_config = _config_class("MultiTurnSFTConfig")(output_dir=str(sft_dir or run_dir / "sft"),
-                                                         **{**fmt, **run.sft})
+                                                         **{**sft_format(run.rl), **run.sft})
     if run.algorithm != "none":
         rl_config = _config_class(ALGORITHMS[run.algorithm][1])(output_dir=str(run_dir / "rl"), **run.rl)
     episode = rl_config if rl_config is not None else SimpleNamespace(**run.rl)
@@ -465,7 +476,8 @@ def _run_one(study: Study, run: StudyRun, record: dict, results: Results, log) -
         done = results.data["sft"].get(key)
         if done is None or not _has_checkpoint(done["path"]):
             log(f"[{study.name}] {run.name}: SFT on {run.data.num_sft_games} games -> {sft_dir}")
-            results.data["sft"][key] = train_sft(sft_config, model, run.data.tasks("sft"), environment_factory)
+            trained = train_sft(sft_config, model, run.data.tasks("sft"), environment_factory)
+            results.data["sft"][key] = {**trained, "inputs": run.sft_inputs()}
             results.save()
         else:
             log(f"[{study.name}] {run.name}: SFT checkpoint {sft_dir} reused")
