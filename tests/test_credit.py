@@ -216,12 +216,40 @@ def test_reward_modes_and_format_penalty():
     assert shape_turn_rewards(env, won=True, mode="shaped", success_reward=2.0) == [0.0, 1.0, 2.0]
     assert shape_turn_rewards(env, won=False, mode="dense", format_errors=[True, False, True],
                               format_penalty=0.5) == [-0.5, 1.0, -0.5]
-    # The paper's scaling: a won episode's rewards over its number of non-zero rewards (2 here); a lost one as dense.
+    # The paper's scaling: a won episode's rewards over its number of non-zero rewards (2 here); a lost one over
+    # one more (the win it did not reach).
     assert shape_turn_rewards([0.0, 1.0, 0.0, 3.0], won=True, mode="dense_scaled") == [0.0, 0.5, 0.0, 1.5]
-    assert shape_turn_rewards([0.0, 1.0, 0.0, 3.0], won=False, mode="dense_scaled") == [0.0, 1.0, 0.0, 3.0]
+    assert shape_turn_rewards([0.0, 1.0, 0.0, 3.0], won=False, mode="dense_scaled") == pytest.approx(
+        [0.0, 1 / 3, 0.0, 1.0])
     assert shape_turn_rewards([0.0, 0.0], won=True, mode="dense_scaled") == [0.0, 0.0]
     with pytest.raises(ValueError, match="reward_mode='final'"):
         shape_turn_rewards(env, won=True, mode="final")
+
+
+def _scaled_return(env_rewards, won):
+    return sum(shape_turn_rewards(env_rewards, won=won, mode="dense_scaled"))
+
+
+@pytest.mark.parametrize("collected", [1, 2, 3, 10, 100])
+def test_dense_scaled_never_pays_a_loss_as_much_as_a_win(collected):
+    # A point per rewarded step (TextWorld's dense games). The shortest win: one rewarded step. The longest loss:
+    # `collected` rewarded steps among twice as many turns, then the turn budget runs out.
+    shortest_win = _scaled_return([1.0], won=True)
+    long_win = _scaled_return([0.0, 1.0] * 50, won=True)
+    loss = _scaled_return([1.0, 0.0] * collected, won=False)
+    assert shortest_win == 1.0 and long_win == pytest.approx(1.0)
+    assert 0 < loss < shortest_win
+    assert loss == pytest.approx(collected / (collected + 1))
+
+
+def test_dense_scaled_collecting_partial_rewards_and_stalling_earns_less_than_winning():
+    # A 4-step quest played two ways: win it (4 points), or take 3 of its points, then stall until the budget ends
+    # (or lose). Unscaled losses made the attack pay 3 against the win's 1.
+    win = _scaled_return([1.0, 0.0, 1.0, 1.0, 1.0], won=True)
+    stall = _scaled_return([1.0, 1.0, 1.0] + [0.0] * 9, won=False)
+    assert win == pytest.approx(1.0) and stall == pytest.approx(0.75) and stall < win
+    # Farming the same reward again and again (where a game pays it twice) does not reach a win either.
+    assert _scaled_return([1.0] * 40, won=False) < win
 
 
 # -- end to end ---------------------------------------------------------------------------------------------------

@@ -119,6 +119,56 @@ def _stop_second_run(run_one, fail_next_eval):
     return wrapped
 
 
+def test_runs_share_an_sft_checkpoint_only_when_every_sft_input_is_equal(tmp_path, textworld_games_dir):
+    run = load_study(_tiny_study(tmp_path, "some-model", textworld_games_dir)).runs[0]
+
+    def key(model=None, sft=None, rl=None, data=None, **fields):
+        return dataclasses.replace(run, model=model or run.model, sft={**run.sft, **(sft or {})},
+                                   rl={**run.rl, **(rl or {})}, data=dataclasses.replace(run.data, **(data or {})),
+                                   **fields).sft_key()
+
+    # What only RL or the held-out games read does not retrain SFT ...
+    shared = [key(rl={"max_turns": 7}), key(rl={"learning_rate": 0.5, "num_generations": 4}),
+              key(algorithm="ppo"), key(eval=dataclasses.replace(run.eval, temperature=0.4)),
+              key(data={"num_train_games": 9, "num_eval_games": 50, "eval_shapes": ["w4-o6-q8"]})]
+    assert set(shared) == {run.sft_key()}
+    # ... while every SFT input does: the model, the SFT config, the episode format it copies from `rl`, the SFT
+    # games and how their walkthroughs are written.
+    changed = [key(model="other-model"), key(sft={"learning_rate": 0.5}), key(sft={"max_steps": 2}),
+               key(rl={"system_prompt": "Play."}), key(rl={"action_parser": "whole_reply"}),
+               key(data={"num_sft_games": 3}), key(data={"sft_first_game": 600_000}),
+               key(data={"train_shapes": ["w2-o3-q4"]}), key(data={"challenge_goal": "brief"}),
+               key(data={"admissible_commands": True})]
+    assert run.sft_key() not in changed and len(set(changed)) == len(changed)
+    assert key(sft={"system_prompt": "Play."}) == key(rl={"system_prompt": "Play."})  # SFT's own wins either way
+
+
+@pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
+def test_a_sweep_trains_sft_once_and_a_changed_sft_field_trains_it_again(tiny_chatml_model, textworld_games_dir,
+                                                                        tmp_path, monkeypatch):
+    from trl_multiturn.cli import main
+
+    path = _tiny_study(tmp_path, tiny_chatml_model, textworld_games_dir)
+    spec = yaml.safe_load(path.read_text())
+    spec.update(algorithm="none", sweep={"rl.max_turns": [1, 2]}, expected=None,
+                runs=[{"name": "sft-lr", "set": {"sft.learning_rate": 1e-2}}])
+    spec["data"]["num_eval_games"] = 1
+    path.write_text(yaml.safe_dump(spec))
+    trained = []
+    real = study_module.train_sft
+    monkeypatch.setattr(study_module, "train_sft", lambda config, *a: trained.append(config.output_dir)
+                        or real(config, *a))
+    assert main(["study", str(path)]) == 0
+    results = json.loads((tmp_path / "results" / "tiny.json").read_text())
+    keys = [results["runs"][name]["sft"] for name in ("max_turns=1", "max_turns=2", "sft-lr")]
+    assert keys[0] == keys[1] != keys[2] and len(trained) == 2 and sorted(results["sft"]) == sorted(set(keys))
+    assert trained == [str(tmp_path / "out" / f"sft-{keys[0]}"), str(tmp_path / "out" / f"sft-{keys[2]}")]
+    assert results["sft"][keys[2]]["inputs"]["sft"]["learning_rate"] == 1e-2
+    # Every run was evaluated from its SFT checkpoint (no RL), and a second sitting trains nothing.
+    assert [results["runs"][n]["eval"]["model"] for n in ("max_turns=1", "sft-lr")] == trained
+    assert main(["study", str(path)]) == 0 and len(trained) == 2
+
+
 def test_study_files_are_checked_before_anything_runs(tmp_path, textworld_games_dir):
     path = _tiny_study(tmp_path, "some-model", textworld_games_dir)
     spec = yaml.safe_load(path.read_text())

@@ -1,6 +1,9 @@
 """The configuration pieces the paper's studies need: TextWorld shape mixtures, ALFWorld task-type mixtures (train on
 some types, evaluate on all), disjoint SFT seeds from a recipe, and the evaluation temperature as a setting."""
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
 from trl_multiturn.data import SEED_RANGES, equal_parts
@@ -75,3 +78,75 @@ def test_eval_temperature_is_a_setting_and_greedy_stays_the_default(tiny_chatml_
     assert seen == [0.0, 0.4]
     printed = capsys.readouterr().out
     assert "held-out greedy evaluation" in printed and "held-out temperature-0.4 evaluation" in printed
+
+
+# -- SWE-Gym: difficulty tiers and a held-out split ---------------------------------------------------------------
+
+
+def test_swegym_tiers_rank_tasks_by_gold_patch_size_then_test_count():
+    from trl_multiturn.envs.swegym import task_rows
+    from trl_multiturn.envs.swegym.selection import difficulty_tiers, fail_to_pass_count, patch_size
+
+    assert patch_size("--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n-a = 1\n+a = 2\n b = 3\n") == 2
+    assert fail_to_pass_count({"FAIL_TO_PASS": '["t::a", "t::b"]'}) == 2  # SWE-bench's JSON text form
+    rows = task_rows()
+    tiers = difficulty_tiers(rows)
+    assert sorted(tiers.values()) == ["easy"] * 4 + ["hard"] * 4 + ["medium"] * 4  # thirds of the 12 tasks
+    size = {row["instance_id"]: (patch_size(row["patch"]), fail_to_pass_count(row)) for row in rows}
+    for a in rows:  # every easy task's fix is no larger (lines, then tests) than every hard task's
+        for b in rows:
+            if tiers[a["instance_id"]] == "easy" and tiers[b["instance_id"]] == "hard":
+                assert size[a["instance_id"]] <= size[b["instance_id"]]
+    assert tiers["trl-multiturn__lrucache-1"] == "easy" and tiers["trl-multiturn__roman-1"] == "hard"
+
+
+def test_swegym_held_out_tasks_never_train_and_keep_their_side_as_the_set_changes():
+    from trl_multiturn.envs.swegym import task_rows
+    from trl_multiturn.envs.swegym.selection import held_out_ids, select_tasks
+
+    rows = task_rows()
+    held = held_out_ids(rows, 0.5)
+    assert len(held) == 6
+    train = select_tasks(rows, held_out=False, fraction=0.5)
+    evaluated = select_tasks(rows, held_out=True, fraction=0.5)
+    assert {r["instance_id"] for r in evaluated} == held and not held & {r["instance_id"] for r in train}
+    assert len(train) + len(evaluated) == len(rows)
+    # A task's side depends on its id alone: a smaller task set keeps every remaining task on its side.
+    assert held_out_ids(rows[:5], 0.5) == held & {r["instance_id"] for r in rows[:5]}
+    easy = select_tasks(rows, held_out=False, fraction=0.5, tiers=["easy"], count=1)
+    assert len(easy) == 1 and easy[0] in train
+    with pytest.raises(ValueError, match="held_out_fraction=1"):
+        held_out_ids(rows, 1)
+    with pytest.raises(ValueError, match=r"tiers \['trivial'\]"):
+        select_tasks(rows, held_out=False, fraction=0.5, tiers=["trivial"])
+
+
+def test_a_swegym_study_trains_on_its_tiers_and_evaluates_on_held_out_tasks(tmp_path):
+    from trl_multiturn.study import load_study
+
+    study = load_study(Path(__file__).resolve().parents[1] / "recipes" / "paper" / "swegym_tiers_cpu.yaml")
+    by_name = {run.name: run for run in study.runs}
+    everything = by_name["all"].data
+    held_out = {row["instance_id"] for row in everything.tasks("eval")}
+    trained = {row["instance_id"] for row in everything.tasks("train")}
+    assert len(held_out) == len(trained) == 6 and not held_out & trained
+    assert {row["instance_id"] for row in everything.tasks("sft")} == trained  # SFT replays the training tasks
+    easy = by_name["easy"].data
+    assert {row["instance_id"] for row in easy.tasks("train")} < trained
+    assert {row["instance_id"] for row in easy.tasks("eval")} == held_out  # every run is evaluated on all tiers
+    # The environment each run plays is the SWEGymConfig its data section names.
+    assert easy.environment_factory().args[0].reward == "resolved"
+
+
+def test_the_swegym_reward_study_compares_rewards_from_one_sft_checkpoint():
+    from trl_multiturn.study import load_study
+
+    study = load_study(Path(__file__).resolve().parents[1] / "recipes" / "paper" / "swegym_reward_cpu.yaml")
+    rewards = [run.data.environment_factory().args[0].reward for run in study.runs]
+    assert rewards == ["resolved", "dense"]
+    # The reward is not an SFT input (SFT replays gold patches): both runs share one SFT checkpoint ...
+    assert len({run.sft_key() for run in study.runs}) == 1
+    # ... while any other environment setting is one.
+    other = dataclasses.replace(study.runs[0], data=dataclasses.replace(
+        study.runs[0].data, swegym={**study.runs[0].data.swegym, "max_observation_chars": 999}))
+    assert other.sft_key() != study.runs[0].sft_key()

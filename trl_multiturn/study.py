@@ -8,7 +8,7 @@ A study file names a base pipeline and the runs that change it:
     paper: "Table 4: ..."                    # what the paper measured (free text, printed with the table)
     hardware: "8x H100 80GB"                 # what the recipe is sized for (free text)
     model: Qwen/Qwen2.5-1.5B-Instruct        # the starting policy (a Hub id, a path, offline:smollm2-135m-instruct)
-    data: {...}                              # StudyData: environment, training shapes / task types, game counts
+    data: {...}                              # StudyData: environment, training shapes / task types / SWE-Gym tiers
     sft: {...}                               # MultiTurnSFTConfig fields of an SFT warm start, or null for none
     algorithm: ppo                           # grpo, rloo, ppo, or none (pure SFT)
     rl: {...}                                # the algorithm's config fields (MultiTurnPPOConfig here)
@@ -48,8 +48,13 @@ ALGORITHMS = {
     "ppo": ("MultiTurnPPOTrainer", "MultiTurnPPOConfig"),
     "none": (None, None),  # pure SFT: `rl` then only gives the held-out episodes their settings
 }
-ENVIRONMENTS = ("textworld", "alfworld")
+ENVIRONMENTS = ("textworld", "alfworld", "swegym")
 RUNNER_FIELDS = ("output_dir",)  # set by the runner for every stage; a study does not set them
+# StudyData fields that only the RL and held-out games read: runs differing in them share an SFT checkpoint.
+RL_EVAL_DATA_FIELDS = ("num_train_games", "num_eval_games", "eval_shapes", "eval_task_types", "eval_split",
+                       "eval_tiers")
+SWEGYM_RL_ONLY = ("reward",)  # SWEGymConfig fields an SFT replay of the gold patches does not read
+SFT_FORMAT_FIELDS = ("system_prompt", "action_parser", "chat_template_kwargs")  # copied from `rl` into the SFT
 
 
 @dataclass
@@ -81,19 +86,46 @@ class StudyData:
         default=None, metadata={"help": "ALFWorld: the downloaded games ($ALFWORLD_DATA); none: generated."}
     )
     num_train_games: int | None = field(
-        default=16, metadata={"help": "RL training games (train split, from seed 0). ALFWorld: None for all."}
+        default=16,
+        metadata={"help": "RL training games (train split, from seed 0). ALFWorld, SWE-Gym: None for all."},
     )
     num_eval_games: int | None = field(
-        default=100, metadata={"help": "Held-out games (test split). ALFWorld: None for all."}
+        default=100, metadata={"help": "Held-out games (test split). ALFWorld, SWE-Gym: None for all."}
     )
     num_sft_games: int | None = field(
-        default=0, metadata={"help": "Games whose expert walkthroughs SFT trains on. ALFWorld: None for all."}
+        default=0,
+        metadata={"help": "Games whose expert walkthroughs SFT trains on (SWE-Gym: the gold patches of the first "
+                          "training tasks). ALFWorld, SWE-Gym: None for all."},
     )
     sft_first_game: int = field(
         default=500_000,
         metadata={"help": "TextWorld: index of the first SFT game in the train split's seeds, so that SFT games "
                           "never overlap the RL games (0 .. num_train_games - 1). ALFWorld's SFT replays the "
                           "experts of its training games, as the paper does."},
+    )
+    swegym: dict = field(
+        default_factory=dict,
+        metadata={"help": "SWE-Gym: SWEGymConfig fields of the environment, e.g. {reward: resolved} (binary) or "
+                          "{reward: dense} (the FAIL_TO_PASS pass ratio), sandbox, isolation, command_timeout."},
+    )
+    swegym_dataset: str | None = field(
+        default=None,
+        metadata={"help": "SWE-Gym: SWE-bench-schema task rows (a Hub id such as SWE-Gym/SWE-Gym, or a local path); "
+                          "None: the twelve offline tasks shipped with trl-multiturn."},
+    )
+    swegym_split: str = field(default="train", metadata={"help": "SWE-Gym: the split of `swegym_dataset`."})
+    held_out_fraction: float = field(
+        default=0.5,
+        metadata={"help": "SWE-Gym: share of the tasks held out for evaluation, each chosen by a hash of its "
+                          "instance_id (envs/swegym/selection.py); the rest are the training (and SFT) tasks."},
+    )
+    tiers: list[str] | None = field(
+        default=None,
+        metadata={"help": "SWE-Gym: difficulty tiers to train on (easy, medium, hard: thirds of the task set ranked "
+                          "by gold patch size, then FAIL_TO_PASS test count); None: all."},
+    )
+    eval_tiers: list[str] | None = field(
+        default=None, metadata={"help": "SWE-Gym: tiers of the held-out tasks evaluated; None: all."}
     )
     games_dir: str | None = field(default=None, metadata={"help": "Game cache folder (default: the env's)."})
     admissible_commands: bool = field(
@@ -111,7 +143,9 @@ class StudyData:
             missing = sorted(name for name, value in counts.items() if value is None)
             if missing:
                 raise ValueError(f"data: {missing} must be numbers of TextWorld games (None means all games only "
-                                 "for ALFWorld)")
+                                 "for ALFWorld and SWE-Gym)")
+        if self.env == "swegym":
+            self._check_swegym()
         if self.env == "textworld" and self.challenge is None:
             for shape in [*self.train_shapes, *(self.eval_shapes or [])]:
                 parse_shape(shape)
@@ -121,12 +155,27 @@ class StudyData:
             raise ValueError(f"data.sft_first_game={self.sft_first_game}: the SFT games overlap the RL games "
                              f"(0 .. {self.num_train_games - 1}); start them at {self.num_train_games} or later")
 
+    def _check_swegym(self) -> None:
+        from .envs.swegym import SWEGymConfig
+        from .envs.swegym.selection import TIERS
+
+        _check_fields("data.swegym", self.swegym, SWEGymConfig)
+        SWEGymConfig(**self.swegym)  # its own checks of the values
+        unknown = sorted((set(self.tiers or ()) | set(self.eval_tiers or ())) - set(TIERS))
+        if unknown:
+            raise ValueError(f"data.tiers / data.eval_tiers: {unknown} are not SWE-Gym tiers; choose from {TIERS}")
+        if not 0 < self.held_out_fraction < 1:
+            raise ValueError(f"data.held_out_fraction={self.held_out_fraction}: use a number between 0 and 1 "
+                             "(exclusive), the share of the tasks held out for evaluation")
+
     def tasks(self, part: str):
         """The task rows of `part`: "train" (RL), "sft" or "eval"."""
         from .envs.alfworld.tasks import alfworld_tasks
         from .envs.textworld.tasks import textworld_mixture, textworld_tasks
 
         count = {"train": self.num_train_games, "sft": self.num_sft_games, "eval": self.num_eval_games}[part]
+        if self.env == "swegym":
+            return self._swegym_tasks(part, count)
         if self.env == "alfworld":
             split = self.eval_split if part == "eval" else "train"
             types = self.eval_task_types if part == "eval" else self.task_types
@@ -140,7 +189,29 @@ class StudyData:
         shapes = (self.eval_shapes or self.train_shapes) if part == "eval" else self.train_shapes
         return textworld_mixture(shapes, split=split, num_games=count, first_game=first, games_dir=self.games_dir)
 
+    def _swegym_tasks(self, part: str, count: int | None):
+        """SWE-Gym rows of `part`: the held-out side of the split for "eval", the training side for "train" and
+        "sft" (SFT replays the gold patches of the first `num_sft_games` training tasks, as ALFWorld's SFT replays
+        its training games' experts)."""
+        from datasets import Dataset, load_dataset
+
+        from .envs.swegym import task_rows
+        from .envs.swegym.selection import select_tasks
+
+        rows = (task_rows() if self.swegym_dataset is None
+                else list(load_dataset(self.swegym_dataset, split=self.swegym_split)))
+        tiers = self.eval_tiers if part == "eval" else self.tiers
+        chosen = select_tasks(rows, part == "eval", self.held_out_fraction, tiers, count)
+        if not chosen:
+            raise ValueError(f"data: no SWE-Gym {part} tasks in tiers {tiers} with held_out_fraction="
+                             f"{self.held_out_fraction} among {len(rows)} tasks; widen the tiers or the fraction")
+        return Dataset.from_list(chosen)
+
     def environment_factory(self):
+        if self.env == "swegym":
+            from .envs.swegym import SWEGymConfig, SWEGymEnv
+
+            return functools.partial(SWEGymEnv, SWEGymConfig(**self.swegym))
         if self.env == "alfworld":
             from .envs.alfworld import ALFWorldConfig, ALFWorldEnv
 
@@ -182,15 +253,20 @@ class StudyRun:
     def fingerprint(self) -> str:
         return _digest(self.settings())
 
-    def sft_key(self) -> str | None:
-        """Runs with equal SFT settings (model, games, config, episode format) share one SFT checkpoint."""
+    def sft_inputs(self) -> dict | None:
+        """Everything the run's SFT checkpoint depends on: the starting model, the SFT config with the episode
+        format it copies from `rl`, and every `data` field except those only the RL and held-out games read
+        (`RL_EVAL_DATA_FIELDS`), so that a data field added later keeps runs apart until it is listed there."""
         if self.sft is None:
             return None
-        data = self.data
-        games = [data.env, data.challenge, data.challenge_rewards, data.train_shapes, data.task_types,
-                 data.num_sft_games, data.sft_first_game, data.data_path, data.admissible_commands]
-        fmt = {k: self.rl.get(k) for k in ("system_prompt", "action_parser", "chat_template_kwargs")}
-        return _digest([self.model, games, self.sft, fmt])[:12]
+        data = {k: v for k, v in dataclasses.asdict(self.data).items() if k not in RL_EVAL_DATA_FIELDS}
+        data["swegym"] = {k: v for k, v in data["swegym"].items() if k not in SWEGYM_RL_ONLY}
+        return {"model": self.model, "data": data, "sft": {**sft_format(self.rl), **self.sft}}
+
+    def sft_key(self) -> str | None:
+        """Runs with equal `sft_inputs` share one SFT checkpoint (trained once, reused by the others)."""
+        inputs = self.sft_inputs()
+        return None if inputs is None else _digest(inputs)[:12]
 
 
 @dataclass
@@ -340,15 +416,19 @@ def load_study(path: str | Path) -> Study:
                  spec.get("description") or "")
 
 
+def sft_format(rl: dict) -> dict:
+    """The episode format an SFT warm start copies from the `rl` section (unless its own section sets it)."""
+    return {k: rl[k] for k in SFT_FORMAT_FIELDS if k in rl}
+
+
 def build_configs(run: StudyRun, run_dir: Path, sft_dir: Path | None = None):
     """(SFT config or None, RL config or None, episode settings) of a run, as the trainers take them. The SFT
     config copies the RL config's episode format (system prompt, action parser, template arguments) unless it sets
     its own."""
     sft_config = rl_config = None
     if run.sft is not None:
-        fmt = {k: run.rl[k] for k in ("system_prompt", "action_parser", "chat_template_kwargs") if k in run.rl}
         sft_config = _config_class("MultiTurnSFTConfig")(output_dir=str(sft_dir or run_dir / "sft"),
-                                                         **{**fmt, **run.sft})
+                                                         **{**sft_format(run.rl), **run.sft})
     if run.algorithm != "none":
         rl_config = _config_class(ALGORITHMS[run.algorithm][1])(output_dir=str(run_dir / "rl"), **run.rl)
     episode = rl_config if rl_config is not None else SimpleNamespace(**run.rl)
@@ -428,7 +508,7 @@ def evaluate_run(run: StudyRun, model: str, tasks, environment_factory, episode)
 
 
 def _task_key(task: dict) -> str:
-    return str(task.get("game_file") or task.get("seed"))
+    return str(task.get("game_file") or task.get("instance_id") or task.get("seed"))
 
 
 def run_study(study: Study, only: list[str] | None = None, log=print) -> Results:
@@ -465,7 +545,8 @@ def _run_one(study: Study, run: StudyRun, record: dict, results: Results, log) -
         done = results.data["sft"].get(key)
         if done is None or not _has_checkpoint(done["path"]):
             log(f"[{study.name}] {run.name}: SFT on {run.data.num_sft_games} games -> {sft_dir}")
-            results.data["sft"][key] = train_sft(sft_config, model, run.data.tasks("sft"), environment_factory)
+            trained = train_sft(sft_config, model, run.data.tasks("sft"), environment_factory)
+            results.data["sft"][key] = {**trained, "inputs": run.sft_inputs()}
             results.save()
         else:
             log(f"[{study.name}] {run.name}: SFT checkpoint {sft_dir} reused")

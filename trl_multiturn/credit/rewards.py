@@ -18,13 +18,17 @@ def shape_turn_rewards(
     - `sparse`: r_k = 0 for k < K-1 and r_{K-1} = success_reward * won (success at the final turn only);
     - `dense`:  r_k = the environment's reward for turn k (e.g. a TextWorld score delta);
     - `shaped`: dense, plus success_reward * won on the final turn;
-    - `dense_scaled`: the paper's scaling of dense rewards (Wang et al. 2025, arXiv 2510.01132): in a won episode,
-      each turn's environment reward divided by the episode's number of non-zero environment rewards m,
-      r_k = env_k / m, so a win returns the mean of its rewards rather than their sum and a win reached through many
-      rewarded steps is not worth more than a direct one; a lost episode (or one with m = 0) keeps r_k = env_k.
-      Known hole, kept as the issue specified it: a lost episode that collects two rewards of 1 returns 2, more than
-      a win whose rewards average 1, so a policy can prefer partial progress to winning. Use it only for the paper's
-      reward study, not as a default.
+    - `dense_scaled`: the paper's scaling of dense rewards (Wang et al. 2025, arXiv 2510.01132), so that an episode's
+      total is bounded however many rewarded steps it takes. With m the episode's number of non-zero environment
+      rewards,
+          won:  r_k = env_k / m          (the paper's: a win returns the mean of its rewards, not their sum)
+          lost: r_k = env_k / (m + 1)    (the win it did not reach counts as one more step: m/(m+1) of its mean)
+      and r_k = env_k when m = 0. The paper states the scaling for won episodes only; left unscaled, a lost episode
+      that collects two rewards of 1 returns 2, twice a win's 1, so a policy learns to collect partial rewards and
+      stall. Scaling losses too, one step short, closes that: when the rewarded steps are worth the same r > 0 (a
+      point per quest step in TextWorld's dense games), every win returns r and every loss r * m/(m+1) < r,
+      however many rewards it collected. With rewards of different sizes a loss still returns at most m/(m+1) of
+      its own mean, so it out-returns a win only by collecting larger rewards on average than the win did.
 
     Every mode then subtracts `format_penalty` on each turn whose reply the action parser could not read.
     """
@@ -37,9 +41,9 @@ def shape_turn_rewards(
         rewards = [0.0] * k
     else:
         rewards = [float(r) for r in env_rewards]
-    if mode == "dense_scaled" and won:
+    if mode == "dense_scaled":
         nonzero = sum(r != 0 for r in rewards)
-        rewards = [r / nonzero for r in rewards] if nonzero else rewards
+        rewards = [r / (nonzero + (not won)) for r in rewards] if nonzero else rewards
     if mode in ("sparse", "shaped") and won:
         rewards[-1] += success_reward
     if format_penalty and format_errors is not None:

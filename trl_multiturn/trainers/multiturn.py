@@ -60,8 +60,9 @@ class MultiTurnArguments:
         default="sparse",
         metadata={"help": "How per-turn rewards are formed: 'sparse' (success_reward on the final turn of a won "
                           "episode), 'dense' (the environment's per-turn rewards), 'shaped' (dense plus the "
-                          "success reward), 'dense_scaled' (dense, divided in a won episode by its number of non-zero "
-                          "rewards: the paper's dense-reward scaling)."},
+                          "success reward), 'dense_scaled' (dense, divided in a won episode by its number m of "
+                          "non-zero rewards (the paper's dense-reward scaling) and in a lost one by m + 1, so that a "
+                          "loss returns less than a win)."},
     )
     success_reward: float = field(
         default=1.0, metadata={"help": "Reward for a won episode in the 'sparse' and 'shaped' reward modes."}
