@@ -1,16 +1,28 @@
-"""Multi-turn GRPO on ALFWorld: the model carries out household tasks ("heat some potato and put it in sinkbasin")
-in ALFWorld's text engine, turn by turn, and learns from the episodes it wins.
+"""Multi-turn GRPO on ALFWorld: the model carries out household tasks ("put some remotecontrol on shelf") in
+ALFWorld's text engine, turn by turn, and learns from the episodes it wins.
 
-    # Offline smoke run: games generated here, the offline default model (SmolLM2-135M), a few steps on CPU:
+    # Offline demonstration, CPU, games generated here: SFT warm start, GRPO from it, held-out side by side:
     accelerate launch examples/alfworld_grpo.py
 
     # The paper-scale run on ALFWorld's 3,553 training games (after `alfworld-download`), from an SFT warm start:
     accelerate launch examples/alfworld_grpo.py --config recipes/alfworld_grpo.yaml
 
-Games come from `data_path` (or `$ALFWORLD_DATA` when `alfworld-download` has filled it); with neither, a small set
-of the six task types is generated offline (`trl-multiturn make-games --env alfworld` does the same). Every field
-of `ScriptArguments`, `MultiTurnGRPOConfig`, `ALFWorldConfig` and `ALFWorldGenConfig` can be set in the YAML or on
-the command line.
+With no arguments, the run has three stages on small generated pick_and_place_simple rooms (four receptacles), with
+the offline default model (SmolLM2-135M-Instruct), which untrained wins no game:
+  1. SFT warm start (`MultiTurnSFTTrainer`) on the won expert episodes of `num_sft_games` training games, saved to
+     `warm_start_path`;
+  2. multi-turn GRPO from that checkpoint on `num_train_games` other training games, with `turn_gamma` 0.9, so a
+     faster win is worth more and the sampled episodes of one game rank even when all of them win;
+  3. greedy held-out evaluation on `num_eval_games` valid_unseen games (ALFRED's held-out rooms), played by the SFT
+     start before GRPO and by the trained model after it, printed side by side with an exact McNemar test.
+The SFT, RL and held-out games are disjoint (`game_sets` checks it). Time: sized for about 10 minutes on 2 free CPU
+cores, not yet measured (see the README's ALFWorld section).
+
+Games come from `data_path` (or `$ALFWORLD_DATA` when `alfworld-download` has filled it); with neither, they are
+generated offline (`trl-multiturn make-games --env alfworld` does the same). Every field of `ScriptArguments`,
+`MultiTurnGRPOConfig`, `ALFWorldConfig`, `ALFWorldGenConfig` and `ModelSetup` can be set in the YAML or on the
+command line; `--num_sft_games 0` skips the SFT stage (GRPO then starts from `warm_start_path` when it holds a
+checkpoint, else from `model_name_or_path`).
 """
 
 import functools
@@ -20,25 +32,42 @@ from pathlib import Path
 import torch
 from trl import TrlParser
 
-from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnSFTConfig, MultiTurnSFTTrainer
 from trl_multiturn.envs.alfworld import TASK_TYPES, ALFWorldConfig, ALFWorldEnv
 from trl_multiturn.envs.alfworld import alfworld_tasks as alfworld_task_rows
 from trl_multiturn.envs.alfworld.generator import ALFWorldGenConfig
 from trl_multiturn.evaluation import evaluate
 from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
-from trl_multiturn.script_args import ModelArguments, evaluation_options, finish_run
+from trl_multiturn.script_args import ModelArguments, evaluation_options, train_and_evaluate
 
-# Without `--config`, a run that fits a CPU in minutes; a YAML recipe or the command line overrides any of these.
+# Without `--config`, the three-stage demonstration sized for a CPU; a YAML recipe or the command line overrides any
+# of these (a recipe must set the fields it does not want from here: recipes/alfworld_grpo.yaml does).
 SMOKE_DEFAULTS = dict(
     output_dir="outputs/alfworld_grpo",
-    max_turns=4,
+    warm_start_path="outputs/alfworld_sft",
+    task_types=["pick_and_place_simple"],
+    eval_task_types=["pick_and_place_simple"],
+    num_sft_games=32,
+    sft_epochs=2.0,
+    sft_batch_size=2,
+    num_train_games=8,
+    num_eval_games=12,
+    eval_start_model=True,
+    num_receptacles=4,
+    num_distractors=2,
+    num_closed=1,
+    max_turns=8,
     max_completion_length=16,
     max_episode_tokens=2048,
     system_prompt="You are in a household. Reply with one action only, such as 'go to cabinet 1', 'open fridge 1', "
     "'take apple 1 from countertop 1', 'heat apple 1 with microwave 1' or 'move apple 1 to diningtable 1'.",
-    num_generations=2,
-    per_device_train_batch_size=2,
-    learning_rate=1.0e-6,
+    action_parser="first_line",
+    reward_mode="sparse",
+    turn_gamma=0.9,
+    num_generations=4,
+    per_device_train_batch_size=8,
+    temperature=1.0,
+    learning_rate=1.0e-5,
     max_steps=3,
     logging_steps=1,
     save_strategy="no",
@@ -46,16 +75,30 @@ SMOKE_DEFAULTS = dict(
     bf16=False,
     use_cpu=not torch.cuda.is_available(),
 )
-GENERATED_GAMES = 12  # generated when no dataset is configured: two of each task type
+GENERATED_GAMES = 12  # generated when no dataset is configured and num_train_games is None: two of each task type
 
 
 @dataclass
 class ScriptArguments(ModelArguments):
     warm_start_path: str | None = field(
         default=None,
-        metadata={"help": "Checkpoint of an SFT warm start (MultiTurnSFTTrainer on ALFWorld expert episodes, "
-                  "tokenizer saved with it); when set, GRPO starts from it instead of model_name_or_path."},
+        metadata={"help": "Checkpoint of the SFT warm start: written there by the SFT stage when num_sft_games > 0, "
+                  "else read from there when it holds a checkpoint (MultiTurnSFTTrainer on ALFWorld expert "
+                  "episodes, tokenizer saved with it); GRPO starts from it instead of model_name_or_path."},
     )
+    num_sft_games: int = field(
+        default=0,
+        metadata={"help": "SFT stage first: train model_name_or_path on the won expert episodes of this many training "
+                  "games (never the RL games) and save it to warm_start_path; 0: no SFT stage."},
+    )
+    sft_first_game: int = field(
+        default=500_000,
+        metadata={"help": "Generated games: index of the first SFT game in the train split's seeds, past the RL "
+                  "games (0 .. num_train_games - 1). Downloaded games: the RL games are left out of the SFT set."},
+    )
+    sft_epochs: float = field(default=3.0, metadata={"help": "Epochs of the SFT stage."})
+    sft_learning_rate: float = field(default=1.0e-4, metadata={"help": "Learning rate of the SFT stage."})
+    sft_batch_size: int = field(default=4, metadata={"help": "Episodes per SFT step (per device)."})
     task_types: list[str] | None = field(
         default=None, metadata={"help": f"ALFRED task types to train on (default: all six, {TASK_TYPES})."}
     )
@@ -79,44 +122,98 @@ class ScriptArguments(ModelArguments):
                   "(generated valid_unseen games use ALFRED's held-out rooms)."},
     )
     num_eval_games: int = field(default=0, metadata={"help": "Held-out games to evaluate on (0: no evaluation)."})
+    eval_start_model: bool = field(
+        default=False,
+        metadata={"help": "Also play the held-out games with the starting model (the SFT warm start, when there is "
+                  "one) before GRPO, and print both results side by side with an exact McNemar test."},
+    )
 
 
 def alfworld_tasks(script_args, env_args, gen_args, split: str, num_games: int | None, seed: int,
-                   task_types: list[str] | None = None):
+                   task_types: list[str] | None = None, first_game: int = 0):
     """Task rows of `split` (of `task_types`, default the training types): from the configured or downloaded
     dataset, else from games generated here (`trl_multiturn.envs.alfworld.alfworld_tasks`)."""
     return alfworld_task_rows(split, num_games, task_types or script_args.task_types, data_path=env_args.data_path,
                               games_dir=script_args.games_dir, gen_config=gen_args, seed=seed,
-                              generated_games=GENERATED_GAMES)
+                              generated_games=GENERATED_GAMES, first_game=first_game)
+
+
+def game_sets(script_args, env_args, gen_args, seed: int) -> dict:
+    """The task rows of each stage, `{"sft": ..., "train": ..., "eval": ...}` ("sft" only with num_sft_games > 0,
+    "eval" only with num_eval_games > 0), no game in two of them: generated SFT games start at sft_first_game;
+    from a downloaded split, the RL games are left out of the SFT set."""
+    sets = {"train": alfworld_tasks(script_args, env_args, gen_args, "train", script_args.num_train_games, seed)}
+    if script_args.num_sft_games:
+        rl_games = set(sets["train"]["game_file"])
+        sft = alfworld_tasks(script_args, env_args, gen_args, "train", script_args.num_sft_games, seed,
+                             first_game=script_args.sft_first_game)
+        sets["sft"] = sft.filter(lambda row: row["game_file"] not in rl_games)
+    if script_args.num_eval_games:
+        sets["eval"] = alfworld_tasks(script_args, env_args, gen_args, script_args.eval_split,
+                                      script_args.num_eval_games, seed,
+                                      script_args.eval_task_types or list(TASK_TYPES))
+    names = sorted(sets)
+    for k, first in enumerate(names):
+        for second in names[k + 1:]:
+            shared = set(sets[first]["game_file"]) & set(sets[second]["game_file"])
+            if shared:
+                raise ValueError(f"the {first} and {second} games share {len(shared)} game(s), e.g. {min(shared)}: "
+                                 "give the SFT games another sft_first_game")
+    return sets
+
+
+def sft_warm_start(script_args, training_args, environment_factory, tasks, model_args) -> str:
+    """Stage 1: `MultiTurnSFTTrainer` on the won expert episodes of `tasks`, with the GRPO run's episode format
+    (system prompt, action parser, chat template settings), saved to `warm_start_path`, which it returns."""
+    if not script_args.warm_start_path:
+        raise ValueError(f"num_sft_games={script_args.num_sft_games} needs warm_start_path, the folder the SFT "
+                         "checkpoint is saved to (e.g. --warm_start_path outputs/alfworld_sft)")
+    shared = ("system_prompt", "action_parser", "chat_template_kwargs", "use_training_chat_template", "bf16",
+              "use_cpu", "report_to", "seed", "disable_tqdm", "logging_steps")
+    args = MultiTurnSFTConfig(
+        output_dir=script_args.warm_start_path, num_train_epochs=script_args.sft_epochs,
+        learning_rate=script_args.sft_learning_rate, per_device_train_batch_size=script_args.sft_batch_size,
+        lr_scheduler_type="linear", warmup_steps=2, save_strategy="no",
+        **{name: getattr(training_args, name) for name in shared},
+    )
+    trainer = MultiTurnSFTTrainer(model=script_args.model_path, args=args, environment_factory=environment_factory,
+                                  train_dataset=tasks, **model_setup_kwargs(model_args, args))
+    trainer.train()
+    trainer.save_model(args.output_dir)
+    return args.output_dir
 
 
 def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_args: ALFWorldConfig,
-         gen_args: ALFWorldGenConfig, model_args: ModelSetup) -> None:
-    model = script_args.warm_start_path or script_args.model_path
-    if script_args.warm_start_path and not Path(script_args.warm_start_path, "config.json").is_file():
-        raise FileNotFoundError(
-            f"warm_start_path={script_args.warm_start_path!r} holds no checkpoint. Train the SFT warm start first "
-            "(MultiTurnSFTTrainer with environment_factory=ALFWorldEnv on the same tasks) or drop warm_start_path."
-        )
+         gen_args: ALFWorldGenConfig, model_args: ModelSetup) -> dict:
+    """The run's stages; returns the task rows of each (`game_sets`)."""
     environment_factory = functools.partial(ALFWorldEnv, env_args)
-    train_tasks = alfworld_tasks(script_args, env_args, gen_args, "train", script_args.num_train_games,
-                                 training_args.seed)
+    games = game_sets(script_args, env_args, gen_args, training_args.seed)
+    model, start = script_args.model_path, script_args.model_name_or_path
+    if script_args.num_sft_games:
+        model = start = sft_warm_start(script_args, training_args, environment_factory, games["sft"], model_args)
+    elif script_args.warm_start_path:
+        if not Path(script_args.warm_start_path, "config.json").is_file():
+            raise FileNotFoundError(
+                f"warm_start_path={script_args.warm_start_path!r} holds no checkpoint. Make the SFT warm start first "
+                "(--num_sft_games N trains it on N games' expert episodes and saves it there) or drop "
+                "warm_start_path."
+            )
+        model = start = script_args.warm_start_path
     trainer = MultiTurnGRPOTrainer(
-        model=model, args=training_args, environment_factory=environment_factory, train_dataset=train_tasks,
+        model=model, args=training_args, environment_factory=environment_factory, train_dataset=games["train"],
         **model_setup_kwargs(model_args, training_args),
     )
-    trainer.train()
 
-    def held_out():
-        eval_tasks = alfworld_tasks(script_args, env_args, gen_args, script_args.eval_split,
-                                    script_args.num_eval_games, training_args.seed,
-                                    script_args.eval_task_types or list(TASK_TYPES))
-        result = evaluate(trainer.model, environment_factory, eval_tasks, trainer.processing_class,
-                          **evaluation_options(training_args))
-        print(f"greedy evaluation on {len(eval_tasks)} {script_args.eval_split} games: {result}")
-        trainer.record_evaluation(result, split=script_args.eval_split)  # eval_results.json, report_to, model card
+    def evaluate_held_out(model, tokenizer, trainer=None, label=""):
+        result = evaluate(model, environment_factory, games["eval"], tokenizer, **evaluation_options(training_args))
+        print(f"{label}greedy evaluation on {len(games['eval'])} {script_args.eval_split} games: {result}")
+        if trainer is not None:
+            trainer.record_evaluation(result, split=script_args.eval_split)  # eval_results.json, report_to, card
+        return result
 
-    finish_run(trainer, training_args, held_out if script_args.num_eval_games else None)
+    train_and_evaluate(trainer, training_args, evaluate_held_out if "eval" in games else None, start,
+                       script_args.eval_start_model)
+    return games
 
 
 if __name__ == "__main__":

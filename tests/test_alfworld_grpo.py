@@ -1,6 +1,7 @@
 """ALFWorld with the rollout and the trainer: token-exact episodes and env_mask on real ALFWorld observations,
 MultiTurnGRPOTrainer training on generated ALFWorld games, and the example script's configuration."""
 
+import json
 import math
 import runpy
 from pathlib import Path
@@ -16,6 +17,7 @@ from trl_multiturn.envs import ALFWorldEnv
 from trl_multiturn.envs.alfworld import ALFWorldConfig, list_tasks
 from trl_multiturn.envs.alfworld.generator import ALFWorldGenConfig, generate_games
 from trl_multiturn.expert import expert_trajectories
+from trl_multiturn.model_setup import ModelSetup
 from trl_multiturn.models import OFFLINE_DEFAULT_MODEL
 from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.generation import hf_generate_fn
@@ -92,27 +94,69 @@ def _example():
 
 
 def _parse(example, argv):
-    parser = TrlParser((example["ScriptArguments"], MultiTurnGRPOConfig, ALFWorldConfig, ALFWorldGenConfig))
+    parser = TrlParser((example["ScriptArguments"], MultiTurnGRPOConfig, ALFWorldConfig, ALFWorldGenConfig,
+                        ModelSetup))
     parser.set_defaults_with_config(**example["SMOKE_DEFAULTS"])
     return parser.parse_args_and_config(argv)
 
 
-def test_example_defaults_run_offline_and_the_recipe_is_paper_scale():
+def test_example_defaults_are_sft_then_grpo_then_side_by_side_and_the_recipe_is_paper_scale():
     example = _example()
-    script, training, env, _ = _parse(example, [])
-    assert script.model_name_or_path == OFFLINE_DEFAULT_MODEL and script.warm_start_path is None
-    assert training.max_steps <= 5 and not training.bf16
+    script, training, env, gen, _ = _parse(example, [])
+    assert script.model_name_or_path == OFFLINE_DEFAULT_MODEL and script.num_sft_games > 0 and script.warm_start_path
+    assert script.num_eval_games > 0 and script.eval_start_model and not training.bf16
+    # Groups whose episodes all win still rank: a faster win returns more.
+    assert training.turn_gamma < 1 and training.num_generations > 2 and training.temperature >= 1
     recipe = str(Path(__file__).resolve().parents[1] / "recipes" / "alfworld_grpo.yaml")
-    script, training, env, gen = _parse(example, ["--config", recipe, "--bf16", "false", "--use_cpu", "true"])
+    script, training, env, gen, _ = _parse(example, ["--config", recipe, "--bf16", "false", "--use_cpu", "true"])
     assert script.model_name_or_path.startswith("Qwen/Qwen2.5-") and script.warm_start_path
     assert training.max_turns == 24 and env.admissible_commands and gen.num_receptacles > 8
+    # Nothing of the CPU demonstration leaks into the paper-scale recipe.
+    assert script.num_sft_games == 0 and script.task_types is None and script.eval_task_types is None
+    assert not script.eval_start_model and training.turn_gamma == 1.0 and training.max_steps == 300
+
+
+def test_the_no_argument_run_trains_sft_then_grpo_and_prints_held_out_side_by_side(
+        tiny_chatml_model, tmp_path, monkeypatch, capsys):
+    """The headline command's three stages on disjoint games, with the tiny model and one game per stage."""
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "not-downloaded"))
+    example = _example()
+    sft_dir, out = tmp_path / "sft", tmp_path / "grpo"
+    argv = ["--model_name_or_path", tiny_chatml_model, "--games_dir", str(tmp_path / "games"),
+            "--warm_start_path", str(sft_dir), "--output_dir", str(out), "--num_sft_games", "1",
+            "--num_train_games", "1", "--num_eval_games", "1", "--sft_epochs", "1", "--sft_batch_size", "1",
+            "--num_generations", "2", "--per_device_train_batch_size", "2", "--max_steps", "1", "--max_turns", "2",
+            "--max_completion_length", "4", "--disable_tqdm", "true"]
+    games = example["main"](*_parse(example, argv))
+    files = {stage: set(rows["game_file"]) for stage, rows in games.items()}
+    assert sorted(files) == ["eval", "sft", "train"] and all(len(f) == 1 for f in files.values())
+    assert not (files["sft"] & files["train"]) and not (files["eval"] & (files["sft"] | files["train"]))
+    assert (sft_dir / "config.json").is_file() and (out / "config.json").is_file()
+    printed = capsys.readouterr().out
+    start = printed.index("starting model, greedy evaluation on 1 valid_unseen games")
+    side = printed.index("held-out success, the same games:")
+    # GRPO started from the SFT checkpoint: the side-by-side names it as the start.
+    assert start < side and f"  {sft_dir}" in printed and "+ MultiTurnGRPOTrainer" in printed
+    assert "exact McNemar p" in printed[side:]
+    assert json.loads((out / "eval_results.json").read_text())["summary"]["n"] == 1
+
+
+def test_game_sets_refuse_sft_games_that_are_rl_games(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "not-downloaded"))
+    example = _example()
+    script, training, env, gen, _ = _parse(example, ["--games_dir", str(tmp_path / "games"), "--num_sft_games", "1",
+                                                     "--num_train_games", "1", "--num_eval_games", "0"])
+    sets = example["game_sets"](script, env, gen, 0)
+    assert len(sets["sft"]) == 1 and not set(sets["sft"]["game_file"]) & set(sets["train"]["game_file"])
+    script.sft_first_game = 0  # the same seeds as the RL games: the SFT set loses them
+    assert len(example["game_sets"](script, env, gen, 0)["sft"]) == 0
 
 
 def test_example_generates_games_when_no_dataset_is_configured(tmp_path, monkeypatch):
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "not-downloaded"))
     example = _example()
-    script, training, env, gen = _parse(example, ["--games_dir", str(tmp_path / "games"),
-                                                  "--task_types", "pick_and_place_simple"])
+    script, training, env, gen, _ = _parse(example, ["--games_dir", str(tmp_path / "games"),
+                                                     "--task_types", "pick_and_place_simple"])
     tasks = example["alfworld_tasks"](script, env, gen, "train", 2, training.seed)
     assert len(tasks) == 2 and set(tasks["task_type"]) == {"pick_and_place_simple"}
     assert all(row["game_file"].startswith(str(tmp_path / "games")) for row in tasks)

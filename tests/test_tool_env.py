@@ -101,3 +101,47 @@ def test_grpo_trains_the_tiny_model_on_a_tool_environment(tiny_chatml_model, tmp
     assert trainer.state.global_step == 1 and math.isfinite(out.training_loss)
     [logged] = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
     assert logged["episodes/failed"] == 0
+
+
+def test_tool_results_reach_the_model_as_tool_messages_token_exactly(tiny_chatml_model):
+    """Tool results are `role: "tool"` messages, rendered by the template as tool responses (Qwen2.5's
+    `<tool_response>` blocks); the request after an unreadable reply stays a user turn. The episode's tokens are the
+    template's own rendering of its conversation."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
+    episode = play(tokenizer, [call("add", n=1), MALFORMED, call("add", n=2)])
+    assert episode.observation_roles == ["tool", "user", "tool"]
+    messages = episode.messages()
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "user", "assistant", "tool"]
+    env_text = tokenizer.decode([t for t, m in zip(episode.completion_ids, episode.env_mask) if not m])
+    assert "<tool_response>\nThe counter is at 1.\n</tool_response>" in env_text
+    assert f"<|im_start|>user\n{UNREADABLE_REPLY}<|im_end|>" in env_text
+    # Token-exact: the ids built turn by turn are the template's rendering of the whole conversation (up to the
+    # last reply's end-of-turn token; the final tool result ended the game and was never appended).
+    rendered = tokenizer.apply_chat_template(messages[:-1], tokenize=True, return_dict=True,
+                                             **tool_chat_template_kwargs(CounterTools))["input_ids"]
+    ids = episode.prompt_ids + episode.completion_ids
+    assert list(rendered[: len(ids)]) == ids and len(rendered) - len(ids) <= 1  # the template's "\n" after the turn
+
+
+TEMPLATE_REFUSING_TOOLS = (
+    "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('Only user and assistant roles') }}"
+    "{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TEMPLATE_DROPPING_TOOLS = (
+    "{% for m in messages %}{% if m.role != 'tool' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("template,why", [(TEMPLATE_REFUSING_TOOLS, "it raises"),
+                                          (TEMPLATE_DROPPING_TOOLS, "it leaves the message out")])
+def test_a_template_that_cannot_render_tool_messages_is_refused_naming_the_fix(tiny_chatml_model, template, why):
+    from trl_multiturn.rollout.chat_tokens import ChatTemplateError
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
+    tokenizer.chat_template = template
+    with pytest.raises(ChatTemplateError, match=f"cannot render 'tool' messages \\({why}.*chat_template_path.*"
+                                                "observation_role = \"user\""):
+        EpisodeRunner(tool_environment(CounterTools), tokenizer, lambda contexts, n: ([], None), max_turns=2,
+                      max_reply_tokens=8, action_parser="first_line", env_mode="inline")

@@ -35,8 +35,8 @@ def split_conversation(messages: Sequence[dict]) -> tuple[list[dict], list[str],
     """`(opening, replies, observations)` of an episode conversation.
 
     The conversation must be: opening messages (any system messages, then the first user message), then assistant
-    and user messages alternating, ending on an assistant message. `observations[k]` follows `replies[k]`, so there
-    is one observation fewer than replies.
+    and observation messages (user, or tool for tool results) alternating, ending on an assistant message.
+    `observations[k]` follows `replies[k]`, so there is one observation fewer than replies.
     """
     roles = [m.get("role") for m in messages]
     if "assistant" not in roles:
@@ -47,10 +47,11 @@ def split_conversation(messages: Sequence[dict]) -> tuple[list[dict], list[str],
                          "comes before it; start the conversation with [system,] user, assistant, ...")
     turns = list(messages[first:])
     for k, message in enumerate(turns):
-        expected = "assistant" if k % 2 == 0 else "user"
-        if message.get("role") != expected:
-            raise ValueError(f"message {first + k} has role {message.get('role')!r} where {expected!r} is expected: "
-                             "after the opening, assistant replies and user observations must alternate")
+        expected = ("assistant",) if k % 2 == 0 else ("user", "tool")
+        if message.get("role") not in expected:
+            also = " (or 'tool', for a tool result)" if k % 2 else ""
+            raise ValueError(f"message {first + k} has role {message.get('role')!r} where {expected[0]!r} is "
+                             f"expected{also}: after the opening, assistant replies and observations must alternate")
     if turns[-1]["role"] != "assistant":
         raise ValueError(f"the conversation ends with a {turns[-1]['role']!r} message: end it on the assistant's "
                          "last reply (an observation after the last reply is never trained on)")
@@ -66,9 +67,10 @@ def conversation_token_ids(builder: ChatTokenBuilder, messages: Sequence[dict]) 
         mask      =       0 ...          1 ...    0 ...    1 ...          1 ...
 
     where `reply_k = builder.assistant_content_ids(content_k)` (end-of-turn token included) and
-    `obs_k = builder.observation_ids(observation_k)` (template delta for the next user turn).
+    `obs_k = builder.observation_ids(observation_k, role_k)` (template delta for the next user or tool message).
     """
     opening, replies, observations = split_conversation(messages)
+    roles = [m["role"] for m in messages[len(opening):]][1::2]
     input_ids = builder.prompt_ids(opening)
     mask = [0] * len(input_ids)
     for k, reply in enumerate(replies):
@@ -76,7 +78,7 @@ def conversation_token_ids(builder: ChatTokenBuilder, messages: Sequence[dict]) 
         input_ids += reply_ids
         mask += [1] * len(reply_ids)
         if k < len(observations):
-            obs_ids = builder.observation_ids(observations[k])
+            obs_ids = builder.observation_ids(observations[k], roles[k])
             input_ids += obs_ids
             mask += [0] * len(obs_ids)
     return input_ids, mask

@@ -52,6 +52,23 @@ def evaluation_options(training_args, max_turns: int | None = None) -> dict:
     )
 
 
+def train_and_evaluate(trainer, training_args, evaluate_held_out, start: str, eval_start_model: bool = False) -> None:
+    """Train, then finish the run (`finish_run`) with the held-out evaluation `evaluate_held_out(model, tokenizer,
+    trainer=None, label="")` when one is given. With `eval_start_model`, the starting model plays the same held-out
+    games before training, and both results are printed side by side (`side_by_side`, `start` naming the start)."""
+    before = None
+    if evaluate_held_out is not None and eval_start_model:
+        before = evaluate_held_out(trainer.model, trainer.processing_class, label="starting model, ")
+    trainer.train()
+
+    def held_out():
+        after = evaluate_held_out(trainer.model, trainer.processing_class, trainer=trainer)
+        if before is not None:
+            print(side_by_side(before, after, start, type(trainer).__name__))
+
+    finish_run(trainer, training_args, held_out if evaluate_held_out is not None else None)
+
+
 def finish_run(trainer, training_args, held_out=None, **push_kwargs) -> None:
     """What every example does after `trainer.train()`: save the model, call `held_out()` (a greedy evaluation) if
     given, push to the Hub if asked (with `push_kwargs`), and end the run: the distributed process group is

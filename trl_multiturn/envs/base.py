@@ -38,6 +38,11 @@ class Environment:
     leak stays in that process) or "thread" (each call on its own thread of the trainer process: for environments
     whose work waits on I/O or subprocesses)."""
 
+    observation_role: ClassVar[str] = "user"
+    """The chat role each step's observation reaches the model in: "user" (the default: the environment speaks as
+    the user), or "tool" (tool results, as TRL's tool loop sends them: the chat template's tool-message rendering,
+    e.g. `<tool_response>` blocks; `ToolEnvironment` declares it). The first observation is always the user's."""
+
     def reset(self, task: dict) -> str:
         """Start the episode named by `task` (one dataset row) and return the first observation."""
         raise NotImplementedError

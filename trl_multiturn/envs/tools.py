@@ -18,10 +18,12 @@ TRL users write an environment for `GRPOTrainer(environment_factory=...)` as a c
 prompt text (its `prompt` column, a string or chat messages) followed by what `reset` returned; `step(action)` runs
 the tool calls of the action (the JSON list the "tool_calls" action parser reads from a reply, see
 `trl_multiturn.rollout.tool_calls`) as TRL does (an unknown tool or an exception becomes an `{"error": ...}`
-result the model sees) and returns their results as the observation. Per-turn reward: how much `get_reward()` (or
-the `reward` attribute) grew during the turn, so an episode's rewards sum to its final reward. The episode ends when
-the environment sets `done = True`; it is won when the environment sets `won = True`, or, for environments without
-a `won` attribute, when its reward reaches `success_reward` (if given). Never inferred from `done` alone.
+result the model sees) and returns their results as the observation, which reaches the model as a `role: "tool"`
+message (`observation_role`), rendered by the chat template as it renders tool responses. Per-turn reward: how
+much `get_reward()` (or the `reward` attribute) grew during the turn, so an episode's rewards sum to its final
+reward. The episode ends when the environment sets `done = True`; it is won when the environment sets `won = True`,
+or, for environments without a `won` attribute, when its reward reaches `success_reward` (if given). Never inferred
+from `done` alone.
 
 Show the model its tools with `tool_chat_template_kwargs(env_class)` as the config's `chat_template_kwargs` (the
 tool schemas go into the chat template, as TRL renders them), and read its replies with `action_parser="tool_calls"`.
@@ -79,6 +81,8 @@ class ToolEnvironment(Environment):
         success_reward: for environments without a `won` attribute: the episode is won when it ends (`done`) with a
             reward of at least this. None: such environments never report a win.
     """
+
+    observation_role = "tool"  # tool results reach the model as tool messages, as in TRL's tool loop
 
     def __init__(self, env_factory: Callable[[], Any], success_reward: float | None = None):
         self.env = env_factory()

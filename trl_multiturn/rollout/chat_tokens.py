@@ -5,6 +5,9 @@ only grows by (a) the tokens the model sampled and (b) the template's *delta* fo
 follow the assistant's end-of-turn token up to and including the next generation prompt. The delta is taken from
 a probe conversation, so it relies on the template rendering a new user turn the same way whatever came before;
 `ChatTokenBuilder` checks that on a three-turn round trip when it is built and refuses templates that fail it.
+
+An observation can also be a tool result (`role="tool"`, for environments whose `observation_role` is "tool"): its
+delta is the template's rendering of a tool message after the reply, checked the same way on first use.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ class ChatTemplateError(ValueError):
 
 
 _PROBE_USER = "probe observation"
+OBSERVATION_ROLES = ("user", "tool")
 _PROBE_REPLY = "probe reply"
 
 
@@ -44,6 +48,7 @@ class ChatTokenBuilder:
         self._probe_prompt_ids = self.render(self._probe_messages()[:1], add_generation_prompt=True)
         self._probe_closed_ids = self.render(self._probe_messages(), add_generation_prompt=False)
         self.end_of_turn_id, self._turn_tail = self._probe_turn_close()
+        self._checked_roles = {"user"}
         self._check_round_trip()
 
     def render(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
@@ -60,14 +65,16 @@ class ChatTokenBuilder:
         """Tokens of the opening messages followed by the generation prompt for the first reply."""
         return self.render(messages, add_generation_prompt=True)
 
-    def observation_ids(self, observation: str) -> list[int]:
-        """Tokens that follow a reply's end-of-turn token: the rest of the turn's closing, the new user turn with
-        `observation`, and the generation prompt for the next reply."""
+    def observation_ids(self, observation: str, role: str = "user") -> list[int]:
+        """Tokens that follow a reply's end-of-turn token: the rest of the turn's closing, the new `role` message
+        ("user", or "tool" for a tool result) with `observation`, and the generation prompt for the next reply."""
+        if role not in self._checked_roles:
+            self._check_role(role)
         base = self._probe_messages()
-        with_obs = self.render([*base, {"role": "user", "content": observation}], add_generation_prompt=True)
+        with_obs = self.render([*base, {"role": role, "content": observation}], add_generation_prompt=True)
         closed = self._probe_closed_ids
         if with_obs[: len(closed)] != closed:
-            raise self._error("appending a user turn changes the tokens of the turns before it")
+            raise self._error(f"appending a {role} message changes the tokens of the turns before it")
         return self._turn_tail + with_obs[len(closed):]
 
     def close_ids(self, reply_ids: Sequence[int]) -> list[int]:
@@ -129,14 +136,43 @@ class ChatTokenBuilder:
             f"the assistant turn is not closed by any end-of-sequence token the model can sample ({names})"
         )
 
-    def _check_round_trip(self) -> None:
-        """Build a three-turn conversation incrementally and compare it with the template's own rendering."""
+    def _check_role(self, role: str) -> None:
+        """Refuse an observation role the template does not render as its own message: the template raises on it,
+        or leaves its content out; then check the round trip with it."""
+        if role not in OBSERVATION_ROLES:
+            raise ValueError(f"observation role {role!r}: an environment's observation_role is one of "
+                             f"{OBSERVATION_ROLES}")
+        marker = "probe tool result 12345"
+        failure = "it leaves the message out"
+        try:
+            rendered = self.render([*self._probe_messages(), {"role": role, "content": marker}],
+                                   add_generation_prompt=True)
+        except Exception as exc:  # noqa: BLE001 - a Jinja template refuses a role by raising anything
+            rendered, failure = [], f"it raises {type(exc).__name__}: {exc}"
+        if marker not in self.tokenizer.decode(rendered):
+            raise ChatTemplateError(
+                f"The chat template of {self._name!r} cannot render {role!r} messages ({failure}), and this "
+                f"environment's observations are {role} results (its observation_role is {role!r}). Use a template "
+                "with tool-message support (a tool-calling model such as Qwen2.5/Qwen3 or Llama 3.1, or "
+                "`chat_template_path` pointing at one), or set the environment's `observation_role = \"user\"` to "
+                "send the results as user messages."
+            )
+        self._checked_roles.add(role)  # the round trip builds observations of this role
+        try:
+            self._check_round_trip(role)
+        except ChatTemplateError:
+            self._checked_roles.discard(role)
+            raise
+
+    def _check_round_trip(self, role: str = "user") -> None:
+        """Build a three-turn conversation incrementally, with observations as `role` messages, and compare it with
+        the template's own rendering."""
         messages = [{"role": "user", "content": "first observation"}]
         ids = self.prompt_ids(messages)
         for reply, obs in [("go north", "You are in a hall."), ("take key", "Taken.")]:
             ids += self.assistant_content_ids(reply)
-            ids += self.observation_ids(obs)
-            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": obs}]
+            ids += self.observation_ids(obs, role)
+            messages += [{"role": "assistant", "content": reply}, {"role": role, "content": obs}]
         expected = self.render(messages, add_generation_prompt=True)
         if ids != expected:
             raise self._error("building the conversation turn by turn does not give the template's own tokens")

@@ -50,15 +50,21 @@ class EnvFailure:
     reason: str
 
 
-def declared_execution(factory: Callable[[], Environment]) -> str:
-    """The mode an environment factory declares: the `execution` attribute of the factory (an `Environment` class
-    has one), of the function inside a `functools.partial`, or "process" when there is none (e.g. a lambda)."""
+def declared(factory: Callable[[], Environment], name: str, default):
+    """What an environment factory declares as `name`: the attribute of the factory (an `Environment` class has
+    `execution` and `observation_role`), of the function inside a `functools.partial`, or `default` when there is
+    none (e.g. a lambda)."""
     target = factory
     while isinstance(target, functools.partial):
         target = target.func
-    mode = getattr(target, "execution", "process")
+    return getattr(target, name, default)
+
+
+def declared_execution(factory: Callable[[], Environment]) -> str:
+    """The mode an environment factory declares (`Environment.execution`), "process" when it declares none."""
+    mode = declared(factory, "execution", "process")
     if mode not in ("process", "thread", "inline"):
-        raise ValueError(f"{getattr(target, '__name__', target)!r}.execution={mode!r}: use 'process' or 'thread'")
+        raise ValueError(f"{declared(factory, '__name__', factory)!r}.execution={mode!r}: use 'process' or 'thread'")
     return mode
 
 

@@ -16,6 +16,8 @@ class Episode:
     sampled tokens in `completion_ids`; `turn_rewards[k]` is the environment's reward for turn k. `actions[k]` is
     None when no action could be read from reply k: the environment was then not stepped, and `observations[k]` is
     the runner's request for an action (what the model was shown), not a state of the environment.
+    `observation_roles[k]` is the chat role `observations[k]` reached the model in: "user", or "tool" for the tool
+    results of an environment whose `observation_role` is "tool" (the request for an action stays "user").
     """
 
     task: dict
@@ -35,6 +37,7 @@ class Episode:
     failed: bool = False
     failure: str | None = None
     infos: list[dict[str, Any]] = field(default_factory=list)
+    observation_roles: list[str] = field(default_factory=list)
 
     @property
     def num_turns(self) -> int:
@@ -68,5 +71,6 @@ class Episode:
         for k, reply in enumerate(self.replies):
             out.append({"role": "assistant", "content": reply})
             if k < len(self.observations):
-                out.append({"role": "user", "content": self.observations[k]})
+                role = self.observation_roles[k] if k < len(self.observation_roles) else "user"
+                out.append({"role": role, "content": self.observations[k]})
         return out

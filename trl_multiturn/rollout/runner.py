@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 from ..envs.base import EnvironmentFactory, StepResult
 from .chat_tokens import ChatTokenBuilder
-from .env_pool import EnvFailure, EnvPool
+from .env_pool import EnvFailure, EnvPool, declared
 from .episode import Episode
 from .parsing import ActionParser, get_action_parser
 
@@ -33,7 +33,9 @@ class EpisodeRunner:
 
     Each turn makes exactly one `generate_fn` call for all live episodes (with `overlap`, one per half), parses an
     action out of each reply, steps every environment at once through an `EnvPool`, and appends the observation as the
-    chat template's token delta for a new user turn (never re-tokenising history). An episode stops when its
+    chat template's token delta for a new message (never re-tokenising history): a user turn, or a tool message for
+    environments whose `observation_role` is "tool" (the request for an action after an unreadable reply stays a user
+    turn). An episode stops when its
     environment says done, at `max_turns`, or when the next observation would exceed `max_episode_tokens` (prompt
     included).
 
@@ -99,6 +101,9 @@ class EpisodeRunner:
         self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs)
         self.eos_token_ids = self.tokens.eos_token_ids
         self._check_episode_budget()
+        self.observation_role = declared(environment_factory, "observation_role", "user")
+        if self.observation_role != "user":
+            self.tokens.observation_ids("", self.observation_role)  # refuse a template without this role now
         self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb)
         self.any_live = any_live or (lambda n: n > 0)
         self.overlap = overlap
@@ -225,23 +230,26 @@ class EpisodeRunner:
         """Record the environment's answer to each live episode's reply (a fixed note where it held no action)."""
         results = dict(zip(to_step, step_results))
         for i in live:
-            result = results.get(i, StepResult(observation=UNREADABLE_REPLY))
-            self._record(episodes[i], result)
+            if i in results:
+                self._record(episodes[i], results[i], self.observation_role)
+            else:
+                self._record(episodes[i], StepResult(observation=UNREADABLE_REPLY), "user")
 
-    def _record(self, ep: Episode, result: StepResult | EnvFailure) -> None:
+    def _record(self, ep: Episode, result: StepResult | EnvFailure, role: str) -> None:
         if isinstance(result, EnvFailure):
             ep.failed, ep.failure = True, result.reason
             ep.turn_rewards.append(0.0)
             return
         ep.turn_rewards.append(float(result.reward))
         ep.observations.append(result.observation)
+        ep.observation_roles.append(role)
         ep.infos.append(result.info)
         if result.done:
             ep.done, ep.won = True, bool(result.won)
             return
         start, end = ep.turn_spans[-1]
         appended = self.tokens.close_ids(ep.completion_ids[start:end])
-        appended += self.tokens.observation_ids(result.observation)
+        appended += self.tokens.observation_ids(result.observation, role)
         if self.max_episode_tokens is not None and ep.num_tokens + len(appended) >= self.max_episode_tokens:
             ep.done = ep.truncated = True  # no room left for the observation and a reply after it
             return

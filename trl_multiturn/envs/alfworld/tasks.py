@@ -159,6 +159,8 @@ def alfworld_tasks(
     gen_config=None,
     seed: int = 0,
     generated_games: int = 12,
+    first_game: int = 0,
+    progress: bool = True,
 ) -> Dataset:
     """ALFWorld task rows of `split` ("train", "valid_seen", "valid_unseen") for some task types (default: all six),
     `num_games` of them (None: all) in equal parts per type (`equal_parts`), interleaved.
@@ -166,7 +168,9 @@ def alfworld_tasks(
     Games come from `data_path`, else from `$ALFWORLD_DATA` when `alfworld-download` has filled it, else they are
     generated into `games_dir` (`ceil(num_games / types)` per type, `generated_games` in all when `num_games` is None;
     `gen_config` is an `ALFWorldGenConfig`; training games from the train split's seeds, held-out ones from the
-    test split's, so the two never share a seed). The paper's task-type mixtures train on one, four or six types
+    test split's, so the two never share a seed; `first_game` is the index in the split's seed range of the first one,
+    so that two sets of one split, such as SFT games from 500000 and RL games from 0, never share a game; `progress`
+    shows generation's progress bar). The paper's task-type mixtures train on one, four or six types
     and evaluate on all six: `alfworld_tasks("train", 600, ["pick_and_place_simple"])` against
     `alfworld_tasks("valid_unseen")`. `seed` picks which games of a type are kept when there are more.
     """
@@ -184,8 +188,8 @@ def alfworld_tasks(
 
         per_type = math.ceil((num_games or generated_games) / len(types))
         seed_split = "train" if split == "train" else "test"  # seed ranges never overlap across splits
-        wanted = {str(p) for p in generate_games(games_dir, split_seeds(seed_split, per_type), types, split,
-                                                 gen_config)}
+        wanted = {str(p) for p in generate_games(games_dir, split_seeds(seed_split, per_type, first_game), types,
+                                                 split, gen_config, progress=progress)}
         tasks = list_tasks(games_dir, split, types).filter(lambda row: row["game_file"] in wanted)
     if num_games is None:
         return tasks

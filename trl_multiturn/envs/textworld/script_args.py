@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from ...script_args import ModelArguments, evaluation_options, finish_run, side_by_side
+from ...script_args import ModelArguments, evaluation_options, train_and_evaluate
 
 
 @dataclass
@@ -98,17 +98,9 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
         train_dataset=script_args.tasks("train", script_args.num_train_games, not training_args.disable_tqdm),
         **trainer_kwargs,
     )
-    evaluating = script_args.num_eval_games > 0
-    before = None
-    if evaluating and script_args.eval_start_model:
-        before = script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args,
-                                               label="starting model, ")
-    trainer.train()
-
-    def held_out():
-        after = script_args.evaluate_held_out(trainer.model, trainer.processing_class, training_args, trainer)
-        if before is not None:
-            print(side_by_side(before, after, script_args.model_name_or_path, type(trainer).__name__))
-
-    finish_run(trainer, training_args, held_out if evaluating else None)
+    evaluate_held_out = None
+    if script_args.num_eval_games > 0:
+        evaluate_held_out = functools.partial(script_args.evaluate_held_out, training_args=training_args)
+    train_and_evaluate(trainer, training_args, evaluate_held_out, script_args.model_name_or_path,
+                       script_args.eval_start_model)
     return trainer
