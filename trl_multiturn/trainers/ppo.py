@@ -28,7 +28,9 @@ Design choices:
   FSDP1 goes through `prepare_model` and is untested (accelerate's FSDP1 plugin refuses CPU). Under DeepSpeed
   (ZeRO-2/3) the critic is a second engine with its own optimizer and scheduler (`critic_engine.py`): a ZeRO
   engine's optimizer covers its own model's parameters only. Tested on 2 CPU processes with DeepSpeed's CPU
-  accelerator (gloo).
+  accelerator (DeepSpeed 0.19.8, torch 2.13.0+cpu, accelerate 1.15.0, gloo), where accelerate needs help: with
+  `use_cpu` it never enables DeepSpeed, and without it, on a machine with no accelerator, its state finds no
+  backend and counts one process while DeepSpeed's group spans all ranks (the tests give it gloo).
 """
 
 from __future__ import annotations
@@ -291,9 +293,11 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """TRL's scheduler over every group; runs right after the optimizer is prepared (and before a checkpoint's
         optimizer state is loaded), so under FSDP2 the critic's groups join the optimizer here, and under DeepSpeed
-        the critic becomes its own engine here."""
+        the critic becomes its own engine here (in the call after accelerate has prepared the policy's engine: the
+        one without `optimizer`; transformers' `deepspeed_init` may call this earlier, on a copy of the trainer)."""
         if self.is_deepspeed_enabled:
-            self._start_critic_engine(num_training_steps)
+            if optimizer is None:
+                self._start_critic_engine(num_training_steps)
         else:
             self._add_critic_param_groups(optimizer if optimizer is not None else self.optimizer)
         return super().create_scheduler(num_training_steps, optimizer)
