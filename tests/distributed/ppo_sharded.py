@@ -39,36 +39,17 @@ def fsdp_on_cpu() -> None:
     AcceleratorState.__init__ = init_with_fsdp
 
 
-def deepspeed_on_cpu() -> None:
-    """accelerate runs DeepSpeed only without `use_cpu`, and on a machine without accelerators it then finds no
-    backend: DeepSpeed's own process group spans both ranks (gloo) but accelerate counts one process, so each rank
-    would read the whole dataset and both would save as the main process. Give its state the gloo backend it uses
-    for CPU processes; everything else is accelerate's, transformers' and DeepSpeed's own."""
-    from accelerate.state import PartialState
-    from accelerate.utils import DistributedType
-
-    prepare = PartialState._prepare_backend
-
-    def prepare_on_cpu(self, cpu=False, sagemaker_dp=False, backend=None):
-        found, distributed_type = prepare(self, cpu, sagemaker_dp, backend)
-        if found is None and int(os.environ.get("LOCAL_RANK", -1)) != -1:
-            return "gloo", DistributedType.MULTI_CPU
-        return found, distributed_type
-
-    PartialState._prepare_backend = prepare_on_cpu
-
-
 if mode == "fsdp" and not torch.cuda.is_available():
     fsdp_on_cpu()
-elif mode.startswith("zero") and not torch.cuda.is_available():
-    deepspeed_on_cpu()
 
 ON_CPU = not torch.cuda.is_available()  # scripts/gpu_check.sh runs this on CUDA
 BACKEND = {
     "ddp": dict(use_cpu=ON_CPU),
     "fsdp": dict(use_cpu=ON_CPU, fsdp=True,
                  fsdp_config={"version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}),
-    **{f"zero{stage}": dict(use_cpu=False, deepspeed={
+    # with `use_cpu`, accelerate's state takes gloo for the CPU processes and still enables DeepSpeed (without it, on
+    # a machine with no accelerator, it finds no backend and counts one process while DeepSpeed's group spans two)
+    **{f"zero{stage}": dict(use_cpu=ON_CPU, deepspeed={
         "zero_optimization": {"stage": stage, **({"stage3_gather_16bit_weights_on_model_save": True}
                                                  if stage == 3 else {})},
         "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",

@@ -28,9 +28,9 @@ Design choices:
   FSDP1 goes through `prepare_model` and is untested (accelerate's FSDP1 plugin refuses CPU). Under DeepSpeed
   (ZeRO-2/3) the critic is a second engine with its own optimizer and scheduler (`critic_engine.py`): a ZeRO
   engine's optimizer covers its own model's parameters only. Tested on 2 CPU processes with DeepSpeed's CPU
-  accelerator (DeepSpeed 0.19.8, torch 2.13.0+cpu, accelerate 1.15.0, gloo), where accelerate needs help: with
-  `use_cpu` it never enables DeepSpeed, and without it, on a machine with no accelerator, its state finds no
-  backend and counts one process while DeepSpeed's group spans all ranks (the tests give it gloo).
+  accelerator (DeepSpeed 0.19.8, torch 2.13.0+cpu, accelerate 1.15.0, gloo, `use_cpu=True`: without it, on a
+  machine with no accelerator, accelerate's state finds no backend and counts one process while DeepSpeed's group
+  spans all ranks).
 """
 
 from __future__ import annotations
