@@ -1,5 +1,5 @@
 """Two CPU processes (torchrun, gloo): every rank makes the same number of generate calls per step; the PPO critic
-trains sharded by FSDP2."""
+trains sharded by FSDP2 and as its own DeepSpeed ZeRO-2/3 engine."""
 
 import json
 import os
@@ -39,33 +39,62 @@ def test_with_rollout_overlap_the_halves_alternate_and_ranks_still_make_equal_ca
 
 
 PPO_SCRIPT = Path(__file__).parent / "distributed" / "ppo_sharded.py"
+PPO_PROCESSES = int(os.environ.get("TEST_NPROC", "2"))
+"""Processes of the PPO runs: 2 on CPU; scripts/gpu_check.sh sets one per GPU (CUDA then replaces the CPU)."""
 
 
 def run_ppo_two_ranks(model, out, mode):
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRL_EXPERIMENTAL_SILENCE="1", OMP_NUM_THREADS="1")
     out.mkdir()
-    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", str(PPO_SCRIPT), model, str(out), mode],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node", str(PPO_PROCESSES), str(PPO_SCRIPT), model,
+                           str(out), mode], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((out / "result.json").read_text())
 
 
-def test_the_ppo_critic_trains_sharded_by_fsdp2_as_it_does_under_ddp(tiny_chatml_model, tmp_path):
-    """Two CPU processes: FSDP2 (through accelerate, on CPU by letting its state take the FSDP plugin there) and
-    DDP train the same critic; FSDP's checkpoints hold whole weights and its optimizer state, so a resumed run ends
-    where the uninterrupted one did."""
+@pytest.fixture(scope="module")
+def ddp_ppo_run(tiny_chatml_model, tmp_path_factory):
+    """The reference: the same two PPO steps with policy and critic replicated by DDP (and its resumed run)."""
+    out = tmp_path_factory.mktemp("ppo") / "ddp"
+    return run_ppo_two_ranks(tiny_chatml_model, out, "ddp"), out
+
+
+def assert_trains_the_critic_ddp_does(run, out, ddp_ppo_run):
+    """`run` (written to `out`) saved whole critics that moved in every weight, resumed to where it ended, and
+    trained the critic DDP trains: the same gradient norms (over all shards: a sum of per-shard norms would differ)
+    and the same weights after two steps."""
     import torch
     from safetensors.torch import load_file
 
-    fsdp = run_ppo_two_ranks(tiny_chatml_model, tmp_path / "fsdp", "fsdp")
-    ddp = run_ppo_two_ranks(tiny_chatml_model, tmp_path / "ddp", "ddp")
-    assert fsdp["sharded"] and not ddp["sharded"]
-    assert fsdp["shapes"] == ddp["shapes"] and fsdp["shapes"]["model.embed_tokens.weight"][0] > 500  # whole
-    assert "score.weight" in fsdp["moved"] and len(fsdp["moved"]) == len(fsdp["shapes"])
-    assert fsdp["resumed_equal"] and ddp["resumed_equal"]
-    # the critic's gradient norm over all shards is the replicated one (a sum of per-shard norms would not be)
-    assert fsdp["grad_norms"] == pytest.approx(ddp["grad_norms"], rel=1e-4)
-    critics = [load_file(str(tmp_path / m / "straight" / "checkpoint-2" / "critic" / "model.safetensors"))
-               for m in ("fsdp", "ddp")]
+    ddp, ddp_out = ddp_ppo_run
+    assert not ddp["sharded"] and ddp["resumed_equal"]
+    assert run["processes"] == PPO_PROCESSES
+    assert run["shapes"] == ddp["shapes"] and run["shapes"]["model.embed_tokens.weight"][0] > 500  # whole
+    assert "score.weight" in run["moved"] and len(run["moved"]) == len(run["shapes"])
+    assert run["resumed_equal"]
+    assert run["grad_norms"] == pytest.approx(ddp["grad_norms"], rel=1e-4)
+    critics = [load_file(str(folder / "straight" / "checkpoint-2" / "critic" / "model.safetensors"))
+               for folder in (out, ddp_out)]
     assert all(torch.allclose(critics[0][k], critics[1][k], atol=1e-5) for k in critics[1])
+
+
+def test_the_ppo_critic_trains_sharded_by_fsdp2_as_it_does_under_ddp(tiny_chatml_model, tmp_path, ddp_ppo_run):
+    """Two CPU processes: FSDP2 (through accelerate, on CPU by letting its state take the FSDP plugin there) and
+    DDP train the same critic; FSDP's checkpoints hold whole weights and its optimizer state, so a resumed run ends
+    where the uninterrupted one did."""
+    fsdp = run_ppo_two_ranks(tiny_chatml_model, tmp_path / "fsdp", "fsdp")
+    assert fsdp["sharded"]
+    assert_trains_the_critic_ddp_does(fsdp, tmp_path / "fsdp", ddp_ppo_run)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_the_ppo_critic_trains_as_its_own_deepspeed_engine_as_it_does_under_ddp(tiny_chatml_model, tmp_path,
+                                                                                 ddp_ppo_run, stage):
+    """Two CPU processes, DeepSpeed's CPU accelerator (gloo): under ZeRO-2 and ZeRO-3 the critic is a second engine
+    (its own optimizer and scheduler) and trains as under DDP; its engine's checkpoint resumes it."""
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (scripts/setup.sh installs it)")
+    run = run_ppo_two_ranks(tiny_chatml_model, tmp_path / f"zero{stage}", f"zero{stage}")
+    assert run["deepspeed"] and not run["sharded"]
+    assert (tmp_path / f"zero{stage}" / "straight" / "checkpoint-1" / "critic_deepspeed" / "latest").is_file()
+    assert_trains_the_critic_ddp_does(run, tmp_path / f"zero{stage}", ddp_ppo_run)

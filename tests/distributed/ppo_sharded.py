@@ -1,5 +1,6 @@
 """Run under `torchrun --nproc_per_node 2`: two PPO steps with the policy and the critic sharded by FSDP2 (argv
-`fsdp`) or replicated by DDP (`ddp`), a checkpoint after each, then a run resumed from the first checkpoint. Rank 0
+`fsdp`), by DeepSpeed ZeRO-2 or ZeRO-3 (`zero2`, `zero3`; DeepSpeed's CPU accelerator, gloo) or replicated by DDP
+(`ddp`), a checkpoint after each, then a run resumed from the first checkpoint. Rank 0
 writes what the test checks: which of the critic's saved weights moved, their shapes (whole, not one shard), whether
 the resumed run ends with the critic the uninterrupted run saved, and the critic's gradient norms."""
 
@@ -38,18 +39,30 @@ def fsdp_on_cpu() -> None:
     AcceleratorState.__init__ = init_with_fsdp
 
 
-if mode == "fsdp":
+if mode == "fsdp" and not torch.cuda.is_available():
     fsdp_on_cpu()
+
+ON_CPU = not torch.cuda.is_available()  # scripts/gpu_check.sh runs this on CUDA
+BACKEND = {
+    "ddp": dict(use_cpu=ON_CPU),
+    "fsdp": dict(use_cpu=ON_CPU, fsdp=True,
+                 fsdp_config={"version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}),
+    # with `use_cpu`, accelerate's state takes gloo for the CPU processes and still enables DeepSpeed (without it, on
+    # a machine with no accelerator, it finds no backend and counts one process while DeepSpeed's group spans two)
+    **{f"zero{stage}": dict(use_cpu=ON_CPU, deepspeed={
+        "zero_optimization": {"stage": stage, **({"stage3_gather_16bit_weights_on_model_save": True}
+                                                 if stage == 3 else {})},
+        "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto"}) for stage in (2, 3)},
+}[mode]
 
 
 def run(folder, resume=None):
     args = MultiTurnPPOConfig(
         output_dir=str(out / folder), max_turns=2, num_generations=1, per_device_train_batch_size=2,
-        max_completion_length=4, max_steps=2, learning_rate=1e-2, use_cpu=True, bf16=False, report_to="none",
+        max_completion_length=4, max_steps=2, learning_rate=1e-2, bf16=False, report_to="none",
         save_strategy="steps", save_steps=1, shuffle_dataset=False, seed=0, reward_mode="dense",
-        action_parser="trl_multiturn.rollout.parsing:whole_reply", logging_steps=1,
-        **(dict(fsdp=True, fsdp_config={"version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]})
-           if mode == "fsdp" else {}),
+        action_parser="trl_multiturn.rollout.parsing:whole_reply", logging_steps=1, **BACKEND,
     )
     trainer = MultiTurnPPOTrainer(model=model, args=args, environment_factory=CountingEnv,
                                   train_dataset=Dataset.from_list([{"target": 2}] * 4))
@@ -70,6 +83,8 @@ if rank == 0:
     first, last, resumed = critic("straight", 1), critic("straight", 2), critic("resumed", 2)
     (out / "result.json").write_text(json.dumps({
         "sharded": trainer.is_fsdp_enabled,
+        "deepspeed": trainer.is_deepspeed_enabled and type(trainer.critic).__name__ == "DeepSpeedEngine",
+        "processes": trainer.accelerator.num_processes,
         "shapes": {k: list(v.shape) for k, v in last.items()},
         "moved": [k for k in last if not torch.equal(first[k], last[k])],
         "resumed_equal": all(torch.allclose(last[k], resumed[k], atol=1e-6) for k in last),

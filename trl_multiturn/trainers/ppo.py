@@ -25,9 +25,12 @@ Design choices:
 - The critic's dropout is always off: value targets and value clipping assume the critic is deterministic.
 - Scaling out: the critic is prepared as the policy is: DDP, or sharded by FSDP2 before the optimizer exists, its
   groups then joining the optimizer after accelerate has swapped in the policy's shards (tested on 2 CPU processes);
-  FSDP1 goes through `prepare_model` and is untested (accelerate's FSDP1 plugin refuses CPU). DeepSpeed is refused:
-  a ZeRO engine's optimizer covers its own model's parameters only, and the one-optimizer design above would need a
-  second engine for the critic.
+  FSDP1 goes through `prepare_model` and is untested (accelerate's FSDP1 plugin refuses CPU). Under DeepSpeed
+  (ZeRO-2/3) the critic is a second engine with its own optimizer and scheduler (`critic_engine.py`): a ZeRO
+  engine's optimizer covers its own model's parameters only. Tested on 2 CPU processes with DeepSpeed's CPU
+  accelerator (DeepSpeed 0.19.8, torch 2.13.0+cpu, accelerate 1.15.0, gloo, `use_cpu=True`: without it, on a
+  machine with no accelerator, accelerate's state finds no backend and counts one process while DeepSpeed's group
+  spans all ranks).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from trl.trainer.utils import disable_dropout_in_model
 
 from ..credit.gae import ValueBatch, get_value_estimator, masked_moments, masked_whiten
 from ..rollout.batch import RolloutBatch
+from . import critic_engine
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from .multiturn import default_args
 from .value_model import create_value_model, load_value_model_weights, save_value_model, token_values
@@ -249,18 +253,17 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         finally:
             args.beta = loss_beta
         self.beta = loss_beta
+        self._critic_loss = None  # under DeepSpeed: the value loss awaiting its backward on the critic's engine
         self._init_critic(critic)
 
     def _init_critic(self, critic: nn.Module) -> None:
-        if self.is_deepspeed_enabled:
-            raise NotImplementedError(
-                "MultiTurnPPOTrainer's critic does not support DeepSpeed: its parameters are extra groups of the "
-                "policy's optimizer, and a DeepSpeed engine's ZeRO optimizer covers the parameters of its own model "
-                "only. Shard with FSDP instead (`--fsdp full_shard`, FSDP2), or use DDP / a single device.")
         disable_dropout_in_model(critic)  # value targets and value clipping assume deterministic values
         if self.args.gradient_checkpointing:
             kwargs = self.args.gradient_checkpointing_kwargs or {"use_reentrant": False}
             critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        if self.is_deepspeed_enabled:
+            self.critic = critic  # becomes its own engine once the training steps are known (`create_scheduler`)
+            return
         if self._fsdp2:
             self.critic = shard_with_fsdp2(self.accelerator, critic)
         else:
@@ -280,35 +283,73 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     def create_optimizer(self, model=None):
         """The trainer's optimizer, with the critic's parameters as extra groups (decay / no decay). Under FSDP2
         the groups are added in `create_scheduler` instead: accelerate swaps every parameter of the optimizer it
-        prepares for the policy's sharded ones, and would not find the critic's."""
+        prepares for the policy's sharded ones, and would not find the critic's. Under DeepSpeed the critic has an
+        optimizer of its own."""
         optimizer = super().create_optimizer(model)
-        if not self._fsdp2:
+        if not (self._fsdp2 or self.is_deepspeed_enabled):
             self._add_critic_param_groups(optimizer)
         return optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """TRL's scheduler over every group; runs right after the optimizer is prepared (and before a checkpoint's
-        optimizer state is loaded), so under FSDP2 the critic's groups join the optimizer here."""
-        self._add_critic_param_groups(optimizer if optimizer is not None else self.optimizer)
+        optimizer state is loaded), so under FSDP2 the critic's groups join the optimizer here, and under DeepSpeed
+        the critic becomes its own engine here (in the call after accelerate has prepared the policy's engine: the
+        one without `optimizer`; transformers' `deepspeed_init` may call this earlier, on a copy of the trainer)."""
+        if self.is_deepspeed_enabled:
+            if optimizer is None:
+                self._start_critic_engine(num_training_steps)
+        else:
+            self._add_critic_param_groups(optimizer if optimizer is not None else self.optimizer)
         return super().create_scheduler(num_training_steps, optimizer)
+
+    def _critic_param_groups(self, critic: nn.Module) -> list[dict]:
+        """The critic's trainable parameters in two groups (weight decay / none) at `critic_learning_rate`."""
+        lr = self.args.critic_learning_rate if self.args.critic_learning_rate is not None else self.args.learning_rate
+        decay = set(self.get_decay_parameter_names(critic))
+        named = [(n, p) for n, p in critic.named_parameters() if p.requires_grad]
+        groups = (([p for n, p in named if n in decay], self.args.weight_decay),
+                  ([p for n, p in named if n not in decay], 0.0))
+        return [{"params": params, "lr": lr, "weight_decay": wd} for params, wd in groups if params]
 
     def _add_critic_param_groups(self, optimizer) -> None:
         critic = self.unwrapped_critic
         ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
         if any(id(p) in ids for p in critic.parameters()):
             return
-        lr = self.args.critic_learning_rate if self.args.critic_learning_rate is not None else self.args.learning_rate
-        decay = set(self.get_decay_parameter_names(critic))
-        named = [(n, p) for n, p in critic.named_parameters() if p.requires_grad]
-        for params, weight_decay in (([p for n, p in named if n in decay], self.args.weight_decay),
-                                     ([p for n, p in named if n not in decay], 0.0)):
-            if params:
-                optimizer.add_param_group({"params": params, "lr": lr, "weight_decay": weight_decay})
+        for group in self._critic_param_groups(critic):
+            optimizer.add_param_group(group)
+
+    def _start_critic_engine(self, num_training_steps: int) -> None:
+        """The critic as a DeepSpeed engine of its own (`critic_engine.py`): the optimizer `optim` names, over
+        `_critic_param_groups`, and the trainer's `lr_scheduler_type` schedule over `num_training_steps`."""
+        if critic_engine.is_engine(self.critic):
+            return
+        from transformers import Trainer, get_scheduler
+
+        optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(self.args, self.critic)
+        optimizer = optimizer_cls(self._critic_param_groups(self.critic), **optimizer_kwargs)
+        scheduler = get_scheduler(self.args.lr_scheduler_type, optimizer=optimizer,
+                                  num_warmup_steps=self.args.get_warmup_steps(num_training_steps),
+                                  num_training_steps=num_training_steps,
+                                  scheduler_specific_kwargs=self.args.lr_scheduler_kwargs)
+        self.critic = critic_engine.start_critic_engine(self.critic, optimizer, scheduler,
+                                                        self.accelerator.state.deepspeed_plugin.deepspeed_config)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """TRL's step (the policy's backward, and its engine's step under DeepSpeed); under DeepSpeed, then the
+        value loss's backward and step on the critic's engine."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._critic_loss is not None:
+            critic_loss, self._critic_loss = self._critic_loss, None
+            critic_engine.engine_backward(self.critic, critic_loss, self.accelerator.sync_gradients)
+        return loss
 
     def _clip_grad_norm(self, model):
         norm = super()._clip_grad_norm(model)  # also unscales every group's gradients under fp16
-        # accelerate's clipping computes the norm over all shards under FSDP (a plain sum of local norms would not)
-        critic_norm = self.accelerator.clip_grad_norm_(self.critic.parameters(), self.args.max_grad_norm)
+        if self.is_deepspeed_enabled:  # its engine clipped it when it stepped, in `training_step`
+            critic_norm = self.critic.get_global_grad_norm()
+        else:  # accelerate's clipping takes the norm over all shards under FSDP (a sum of local norms would not)
+            critic_norm = self.accelerator.clip_grad_norm_(self.critic.parameters(), self.args.max_grad_norm)
         if hasattr(critic_norm, "full_tensor"):  # a DTensor under FSDP2
             critic_norm = critic_norm.full_tensor()
         self._metrics["train"]["critic/grad_norm"].append(float(critic_norm))
@@ -422,15 +463,20 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         self._metrics[mode]["critic/value_loss"].append(reported[0].item())
         self._metrics[mode]["critic/clip_fraction"].append(reported[1].item())
         normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        return policy_loss + self.args.vf_coef * value_loss / normalizer
+        critic_loss = self.args.vf_coef * value_loss / normalizer
+        if self.is_deepspeed_enabled and mode == "train" and critic_loss.requires_grad:
+            self._critic_loss = critic_loss  # `training_step` takes its backward on the critic's engine
+            critic_loss = critic_loss.detach()
+        return policy_loss + critic_loss
 
     # -- checkpoints --------------------------------------------------------------------------------------------------
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """TRL's `save_model` (every checkpoint goes through it), then the critic in `critic/`. Under FSDP every
-        process takes part in gathering the critic's full weights; the main process writes them."""
+        """TRL's `save_model` (every checkpoint goes through it), then the critic in `critic/`. Under FSDP and
+        DeepSpeed every process takes part in gathering the critic's full weights; the main process writes them."""
         super().save_model(output_dir, _internal_call)
-        state_dict = self.accelerator.get_state_dict(self.critic) if self.is_fsdp_enabled else None
+        gather = self.is_fsdp_enabled or (self.is_deepspeed_enabled and critic_engine.is_engine(self.critic))
+        state_dict = self.accelerator.get_state_dict(self.critic) if gather else None
         if self.args.should_save:
             save_value_model(self.unwrapped_critic, output_dir if output_dir is not None else self.args.output_dir,
                              state_dict=state_dict)
@@ -438,10 +484,14 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         with self._fsdp_optimizer_over_policy_and_critic():
             super()._save_optimizer_and_scheduler(output_dir)
+        if self.is_deepspeed_enabled:
+            critic_engine.save_engine_state(self.critic, output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         with self._fsdp_optimizer_over_policy_and_critic():
             super()._load_optimizer_and_scheduler(checkpoint)
+        if self.is_deepspeed_enabled and checkpoint is not None:  # the critic's weights, optimizer and scheduler
+            critic_engine.load_engine_state(self.critic, checkpoint)
 
     @contextmanager
     def _fsdp_optimizer_over_policy_and_critic(self):

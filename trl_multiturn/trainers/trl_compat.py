@@ -120,13 +120,19 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
                exact=True),
     # transformers' Trainer (PPO's critic)
     TouchPoint(TRAINER, "save_model", ("output_dir", "_internal_call"),
-               "overridden by PPO: saves the critic (its whole weights gathered under FSDP)", exact=True),
+               "overridden by PPO: saves the critic (its whole weights gathered under FSDP, DeepSpeed)", exact=True),
     TouchPoint(TRAINER, "create_scheduler", ("num_training_steps", "optimizer"),
-               "overridden by PPO: under FSDP2 the critic's groups join the prepared optimizer here", exact=True),
+               "overridden by PPO: under FSDP2 the critic's groups join the prepared optimizer here; under "
+               "DeepSpeed the critic becomes its own engine here", exact=True),
+    TouchPoint(GRPO, "training_step", ("model", "inputs", "num_items_in_batch"),
+               "overridden by PPO: under DeepSpeed the value loss's backward and step on the critic's engine follow",
+               exact=True),
     TouchPoint(TRAINER, "_save_optimizer_and_scheduler", ("output_dir",),
-               "overridden by PPO: under FSDP the optimizer's state is saved over policy and critic", exact=True),
+               "overridden by PPO: under FSDP the optimizer's state is saved over policy and critic; under "
+               "DeepSpeed the critic's engine saves its own", exact=True),
     TouchPoint(GRPO, "_load_optimizer_and_scheduler", ("checkpoint",),
-               "overridden by PPO: under FSDP the optimizer's state is loaded over policy and critic", exact=True),
+               "overridden by PPO: under FSDP the optimizer's state is loaded over policy and critic; under "
+               "DeepSpeed the critic's engine loads its own", exact=True),
     *(TouchPoint("transformers.trainer", name, ("fsdp_plugin", "accelerator", "optimizer", "model", *rest),
                  "swapped while PPO saves or loads the optimizer under FSDP: the model is policy and critic",
                  exact=True)

@@ -69,11 +69,13 @@ def _from_pretrained(path: str, model_init_kwargs: dict | None) -> PreTrainedMod
 def _zero_new_head(critic: PreTrainedModel, new: set[str] | None = None) -> None:
     """Zero the head's parameters (those outside the backbone) that are newly initialised: the names in `new`, or
     all of them when `new` is None."""
+    from .critic_engine import gathered
+
     backbone = {id(p) for p in critic.base_model.parameters()}
-    with torch.no_grad():
-        for name, param in critic.named_parameters():
-            if id(param) not in backbone and (new is None or name in new):
-                param.zero_()
+    head = [p for name, p in critic.named_parameters() if id(p) not in backbone and (new is None or name in new)]
+    with torch.no_grad(), gathered(head):  # whole under ZeRO-3, where from_pretrained partitions at load
+        for param in head:
+            param.zero_()
 
 
 def _from_policy_object(policy) -> PreTrainedModel:
