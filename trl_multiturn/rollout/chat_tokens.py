@@ -19,8 +19,8 @@ class ChatTemplateError(ValueError):
     """The tokenizer's chat template cannot be extended turn by turn with token-exact results."""
 
 
-_PROBE_USER = "probe observation"
 OBSERVATION_ROLES = ("user", "tool")
+_PROBE_USER = "probe observation"
 _PROBE_REPLY = "probe reply"
 
 
@@ -69,7 +69,10 @@ class ChatTokenBuilder:
         """Tokens that follow a reply's end-of-turn token: the rest of the turn's closing, the new `role` message
         ("user", or "tool" for a tool result) with `observation`, and the generation prompt for the next reply."""
         if role not in self._checked_roles:
-            self._check_role(role)
+            self.check_observation_role(role)
+        return self._observation_delta(observation, role)
+
+    def _observation_delta(self, observation: str, role: str) -> list[int]:
         base = self._probe_messages()
         with_obs = self.render([*base, {"role": role, "content": observation}], add_generation_prompt=True)
         closed = self._probe_closed_ids
@@ -136,7 +139,7 @@ class ChatTokenBuilder:
             f"the assistant turn is not closed by any end-of-sequence token the model can sample ({names})"
         )
 
-    def _check_role(self, role: str) -> None:
+    def check_observation_role(self, role: str) -> None:
         """Refuse an observation role the template does not render as its own message: the template raises on it,
         or leaves its content out; then check the round trip with it."""
         if role not in OBSERVATION_ROLES:
@@ -157,12 +160,8 @@ class ChatTokenBuilder:
                 "`chat_template_path` pointing at one), or set the environment's `observation_role = \"user\"` to "
                 "send the results as user messages."
             )
-        self._checked_roles.add(role)  # the round trip builds observations of this role
-        try:
-            self._check_round_trip(role)
-        except ChatTemplateError:
-            self._checked_roles.discard(role)
-            raise
+        self._check_round_trip(role)
+        self._checked_roles.add(role)
 
     def _check_round_trip(self, role: str = "user") -> None:
         """Build a three-turn conversation incrementally, with observations as `role` messages, and compare it with
@@ -171,7 +170,7 @@ class ChatTokenBuilder:
         ids = self.prompt_ids(messages)
         for reply, obs in [("go north", "You are in a hall."), ("take key", "Taken.")]:
             ids += self.assistant_content_ids(reply)
-            ids += self.observation_ids(obs, role)
+            ids += self._observation_delta(obs, role)
             messages += [{"role": "assistant", "content": reply}, {"role": role, "content": obs}]
         expected = self.render(messages, add_generation_prompt=True)
         if ids != expected:

@@ -103,7 +103,7 @@ class EpisodeRunner:
         self._check_episode_budget()
         self.observation_role = declared(environment_factory, "observation_role", "user")
         if self.observation_role != "user":
-            self.tokens.observation_ids("", self.observation_role)  # refuse a template without this role now
+            self.tokens.check_observation_role(self.observation_role)  # refuse a template without it now
         self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb)
         self.any_live = any_live or (lambda n: n > 0)
         self.overlap = overlap
