@@ -73,16 +73,17 @@ def test_a_tiny_study_runs_end_to_end_and_resumes_where_it_stopped(tiny_chatml_m
     with pytest.raises(Stopped):
         main(["study", str(path)])
     monkeypatch.setattr(study_module, "_run_one", run_one)
-    # One SFT (shared by both runs: same SFT settings), RL twice, run 1 evaluated, run 2's evaluation interrupted.
-    assert calls == ["train_sft", "train_rl", "evaluate_run", "train_rl", "evaluate_run"]
+    # One SFT (shared by both runs: same SFT settings), RL twice, run 1's start and result evaluated, run 2's start
+    # evaluation interrupted.
+    assert calls == ["train_sft", "train_rl", "evaluate_run", "evaluate_run", "train_rl", "evaluate_run"]
     results = json.loads((tmp_path / "results" / "tiny.json").read_text())
     assert "eval" in results["runs"]["max_turns=1"] and "eval" not in results["runs"]["max_turns=2"]
     assert "rl" in results["runs"]["max_turns=2"] and len(results["sft"]) == 1
 
-    # Second sitting: only run 2's evaluation is left.
+    # Second sitting: only run 2's evaluations (its start's and its own) are left.
     calls.clear()
     assert main(["study", str(path)]) == 0
-    assert calls == ["evaluate_run"]
+    assert calls == ["evaluate_run", "evaluate_run"]
     results = json.loads((tmp_path / "results" / "tiny.json").read_text())
     rows = results["table"]
     assert [row["run"] for row in rows] == ["max_turns=1", "max_turns=2"]
@@ -92,6 +93,12 @@ def test_a_tiny_study_runs_end_to_end_and_resumes_where_it_stopped(tiny_chatml_m
         assert (row["ci_low"], row["ci_high"]) == pytest.approx(wilson_interval(row["successes"], row["n"]))
         assert record["settings"]["rl"]["max_turns"] == int(row["run"][-1]) and record["rl"]["steps"] == 1
         assert row["changed"] == {"rl.max_turns": int(row["run"][-1])}
+        # The SFT checkpoint RL started from played the same held-out games (one evaluation per turn budget).
+        start = results["start"][record["start"]]
+        assert row["start"]["n"] == 2 and set(start["outcomes"]) == set(ev["outcomes"])
+        assert start["model"] == results["sft"][record["sft"]]["path"] and start["model"] != ev["model"]
+        assert row["vs_start"]["run"] == "start" and 0 <= row["vs_start"]["p_value"] <= 1
+    assert len(results["start"]) == 2
     assert rows[1]["vs_first"]["run"] == "max_turns=1" and 0 <= rows[1]["vs_first"]["p_value"] <= 1
     table = (tmp_path / "results" / "tiny.md").read_text()
     assert table.count("\n| max_turns=") == 2 and "| 25% |" in table and "| 50% |" in table
@@ -106,7 +113,7 @@ def test_a_tiny_study_runs_end_to_end_and_resumes_where_it_stopped(tiny_chatml_m
     spec["names"] = ["max_turns=1", "max_turns=2"]
     path.write_text(yaml.safe_dump(spec))
     assert main(["study", str(path)]) == 0
-    assert calls == ["train_rl", "evaluate_run"]
+    assert calls == ["train_rl", "evaluate_run", "evaluate_run"]
     assert "settings changed" in capsys.readouterr().out
 
 

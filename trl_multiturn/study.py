@@ -230,6 +230,12 @@ class StudyEval:
     temperature: float = field(default=0.0, metadata={"help": "0: greedy; the paper validates at 0.4."})
     max_turns: int | None = field(default=None, metadata={"help": "Turns per episode (default: rl.max_turns)."})
     batch_size: int = field(default=16, metadata={"help": "Episodes played at once."})
+    start: bool = field(
+        default=True,
+        metadata={"help": "Also play the held-out games with the run's starting policy (its SFT checkpoint, or the "
+                          "model itself without SFT), so the table shows what RL added, with a paired test. Runs "
+                          "whose start and held-out episodes are equal share one such evaluation."},
+    )
 
 
 @dataclass
@@ -507,6 +513,28 @@ def evaluate_run(run: StudyRun, model: str, tasks, environment_factory, episode)
             "seconds": time.perf_counter() - clock, "outcomes": outcomes}
 
 
+def _evaluate_start(study: Study, run: StudyRun, model: str, environment_factory, episode, results: Results,
+                    log) -> str:
+    """Held-out evaluation of the policy RL starts from, recorded once under `results.data["start"]` for every run
+    that starts from the same policy (`run.sft_key()`, or the model without SFT) and plays the same held-out
+    episodes; returns its key."""
+    from .script_args import evaluation_options
+
+    tasks = run.data.tasks("eval")
+    options = {k: v for k, v in evaluation_options(episode, run.eval.max_turns).items() if k != "progress"}
+    key = _digest({"start": run.sft_key() or run.model, "eval": dataclasses.asdict(run.eval), "episode": options,
+                   "env": run.data.env, "tasks": [_task_key(task) for task in tasks]})[:12]
+    starts = results.data.setdefault("start", {})
+    if key in starts:
+        log(f"[{study.name}] {run.name}: starting policy's held-out result reused ({key})")
+        return key
+    log(f"[{study.name}] {run.name}: evaluating the starting policy {model} on {run.data.num_eval_games} "
+        "held-out games")
+    starts[key] = evaluate_run(run, model, tasks, environment_factory, episode)
+    results.save()
+    return key
+
+
 def _task_key(task: dict) -> str:
     return str(task.get("game_file") or task.get("instance_id") or task.get("seed"))
 
@@ -552,12 +580,15 @@ def _run_one(study: Study, run: StudyRun, record: dict, results: Results, log) -
             log(f"[{study.name}] {run.name}: SFT checkpoint {sft_dir} reused")
         record["sft"] = key
         model = str(sft_dir)
+    start_model = model
     if rl_config is not None:
         if "rl" not in record or not _has_checkpoint(record["rl"]["path"]):
             log(f"[{study.name}] {run.name}: {run.algorithm.upper()} on {run.data.num_train_games} games")
             record["rl"] = train_rl(run.algorithm, rl_config, model, run.data.tasks("train"), environment_factory)
             results.save()
         model = record["rl"]["path"]
+    if run.eval.start and rl_config is not None:
+        record["start"] = _evaluate_start(study, run, start_model, environment_factory, episode, results, log)
     log(f"[{study.name}] {run.name}: evaluating {model} on {run.data.num_eval_games} held-out games")
     record["eval"] = evaluate_run(run, model, run.data.tasks("eval"), environment_factory, episode)
     results.save()
@@ -570,9 +601,8 @@ def _run_one(study: Study, run: StudyRun, record: dict, results: Results, log) -
 
 def table_rows(study: Study, results: Results) -> list[dict]:
     """One row per finished run, in the study's order: success with its Wilson 95% interval, the paper's number,
-    wall time, and an exact McNemar test against the first run where both played the same games."""
-    from .evaluation import mcnemar_exact
-
+    wall time, the starting policy's held-out success where it was played, and exact McNemar tests against the
+    starting policy and against the first run, where both played the same games."""
     rows, first = [], None
     for run in study.runs:
         record = results.data["runs"].get(run.name)
@@ -580,25 +610,47 @@ def table_rows(study: Study, results: Results) -> list[dict]:
             continue
         ev = record["eval"]
         sft = results.data["sft"].get(record.get("sft") or "", {})
-        seconds = sft.get("seconds", 0) + record.get("rl", {}).get("seconds", 0) + ev["seconds"]
+        start = results.data.get("start", {}).get(record.get("start") or "")
+        seconds = (sft.get("seconds", 0) + record.get("rl", {}).get("seconds", 0) + ev["seconds"]
+                   + (start or {}).get("seconds", 0))
         row = {"run": run.name, "changed": run.changed, "successes": ev["successes"], "n": ev["n"],
                "success_rate": ev["successes"] / ev["n"] if ev["n"] else None, "ci_low": ev["ci_low"],
                "ci_high": ev["ci_high"], "expected": run.expected, "seconds": seconds,
                "rl_episodes": record.get("rl", {}).get("episodes", 0), "sft_examples": sft.get("examples", 0)}
+        if start is not None:
+            row["start"] = {k: start[k] for k in ("successes", "n", "ci_low", "ci_high")}
+            if (vs_start := _paired(ev["outcomes"], start["outcomes"], "start")) is not None:
+                row["vs_start"] = vs_start
         if first is None:
             first = (run.name, ev["outcomes"])
-        elif set(first[1]) == set(ev["outcomes"]):
-            a, b = ev["outcomes"], first[1]
-            only_run = sum(a[g] and not b[g] for g in a)
-            only_first = sum(b[g] and not a[g] for g in a)
-            row["vs_first"] = {"run": first[0], "only_this": only_run, "only_first": only_first,
-                               "p_value": mcnemar_exact(only_run, only_first)}
+        elif (vs_first := _paired(ev["outcomes"], first[1], first[0])) is not None:
+            row["vs_first"] = vs_first
         rows.append(row)
     return rows
 
 
+def _paired(outcomes: dict, other: dict, name: str) -> dict | None:
+    """Games won by only one of two policies on the same held-out games, with the exact McNemar p-value."""
+    from .evaluation import mcnemar_exact
+
+    if set(outcomes) != set(other):
+        return None
+    only_this = sum(outcomes[g] and not other[g] for g in outcomes)
+    only_other = sum(other[g] and not outcomes[g] for g in outcomes)
+    return {"run": name, "only_this": only_this, "only_other": only_other,
+            "p_value": mcnemar_exact(only_this, only_other)}
+
+
 def _percent(value) -> str:
     return f"{value:.0%}" if isinstance(value, (int, float)) else ("" if value is None else str(value))
+
+
+def _success(successes: int, n: int, low: float, high: float) -> str:
+    return f"{successes}/{n} = {_percent(successes / n if n else None)} ({_percent(low)}-{_percent(high)})"
+
+
+def _versus(paired: dict | None) -> str:
+    return f"+{paired['only_this']}/-{paired['only_other']}, p={paired['p_value']:.3g}" if paired else ""
 
 
 def markdown_table(study: Study, rows: list[dict]) -> str:
@@ -612,23 +664,32 @@ def markdown_table(study: Study, rows: list[dict]) -> str:
               f"{', '.join(f'{t:g}' for t in temperatures)} (0: greedy); 95% CI: Wilson; p: exact McNemar test "
               "on the games both runs played.", ""]
     first = rows[0]["run"] if rows else ""
-    lines += [f"| run | changed | SFT examples | RL episodes | held-out success (95% CI) | paper | vs {first}: +/-, p "
-              "| wall time |", "|---|---|---:|---:|---|---:|---|---:|"]
+    lines += [f"| run | changed | SFT examples | RL episodes | start: held-out success | held-out success (95% CI) "
+              f"| vs start: +/-, p | paper | vs {first}: +/-, p | wall time |",
+              "|---|---|---:|---:|---|---|---|---:|---|---:|"]
     for row in rows:
         changed = ", ".join(f"{k}={_short(v)}" for k, v in row["changed"].items()) or "(base)"
-        vs = row.get("vs_first")
+        start = row.get("start")
         cells = [row["run"], changed, str(row["sft_examples"]), str(row["rl_episodes"]),
-                 f"{row['successes']}/{row['n']} = {_percent(row['success_rate'])} "
-                 f"({_percent(row['ci_low'])}-{_percent(row['ci_high'])})",
-                 _percent(row["expected"]),
-                 f"+{vs['only_this']}/-{vs['only_first']}, p={vs['p_value']:.3g}" if vs else "",
+                 _success(start["successes"], start["n"], start["ci_low"], start["ci_high"]) if start else "",
+                 _success(row["successes"], row["n"], row["ci_low"], row["ci_high"]),
+                 _versus(row.get("vs_start")), _percent(row["expected"]), _versus(row.get("vs_first")),
                  f"{row['seconds'] / 60:.1f} min"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
+def _bars(ax, xs: list[float], results: list[dict], width: float, color: str, label: str) -> None:
+    """Success-rate bars with Wilson 95% intervals as error bars."""
+    rates = [r["successes"] / r["n"] if r["n"] else 0.0 for r in results]
+    errors = [[rate - r["ci_low"] for rate, r in zip(rates, results)],
+              [r["ci_high"] - rate for rate, r in zip(rates, results)]]
+    ax.bar(xs, rates, width, yerr=errors, capsize=4, color=color, alpha=0.8, label=f"{label} (95% CI)")
+
+
 def plot(study: Study, rows: list[dict], path: Path) -> None:
-    """Held-out success of each run with its Wilson 95% interval; the paper's number as a marker where given."""
+    """Held-out success of each run with its Wilson 95% interval, beside its starting policy's where that was
+    played; the paper's number as a marker where given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -636,9 +697,13 @@ def plot(study: Study, rows: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows) + 2), 3.6))
     xs = range(len(rows))
-    rates = [row["success_rate"] or 0.0 for row in rows]
-    errors = [[r - row["ci_low"] for r, row in zip(rates, rows)], [row["ci_high"] - r for r, row in zip(rates, rows)]]
-    ax.bar(xs, rates, yerr=errors, capsize=4, color="tab:blue", alpha=0.8, label="held-out success (95% CI)")
+    starts = [(x, row["start"]) for x, row in zip(xs, rows) if row.get("start")]
+    width = 0.4 if starts else 0.8
+    if starts:
+        _bars(ax, [x - width / 2 for x, _ in starts], [start for _, start in starts], width, "tab:gray",
+              "starting policy")
+    _bars(ax, [x + width / 2 if starts else x for x in xs], rows, width, "tab:blue", "after RL" if starts else
+          "held-out success")
     paper = [(x, row["expected"]) for x, row in zip(xs, rows) if isinstance(row["expected"], (int, float))]
     if paper:
         ax.scatter(*zip(*paper), marker="D", color="tab:red", zorder=3, label="paper")
