@@ -116,6 +116,20 @@ def test_a_tiny_study_runs_end_to_end_and_resumes_where_it_stopped(tiny_chatml_m
     assert calls == ["train_rl", "evaluate_run", "evaluate_run"]
     assert "settings changed" in capsys.readouterr().out
 
+    # Another study with the same output_dir: a run whose SFT and RL inputs equal one trained above (only its
+    # held-out games differ) reuses both checkpoints from their saved records and only plays its held-out games.
+    spec.update(name="other", results=str(tmp_path / "results" / "other"), sweep={"rl.max_turns": [3]}, expected=None)
+    spec.pop("names")
+    spec["data"]["num_eval_games"] = 1
+    path.write_text(yaml.safe_dump(spec))
+    calls.clear()
+    assert main(["study", str(path)]) == 0
+    assert calls == ["evaluate_run", "evaluate_run"]
+    other = json.loads((tmp_path / "results" / "other.json").read_text())["runs"]["max_turns=3"]
+    first = json.loads((tmp_path / "results" / "tiny.json").read_text())["runs"]["max_turns=2"]
+    assert other["rl"] == first["rl"] and other["eval"]["model"] == first["rl"]["path"] and other["eval"]["n"] == 1
+    assert Path(first["rl"]["path"]).name.startswith("grpo-")
+
 
 def _stop_second_run(run_one, fail_next_eval):
     def wrapped(study, run, *args, **kwargs):
@@ -148,6 +162,25 @@ def test_runs_share_an_sft_checkpoint_only_when_every_sft_input_is_equal(tmp_pat
                key(data={"admissible_commands": True})]
     assert run.sft_key() not in changed and len(set(changed)) == len(changed)
     assert key(sft={"system_prompt": "Play."}) == key(rl={"system_prompt": "Play."})  # SFT's own wins either way
+
+
+def test_runs_share_an_rl_checkpoint_only_when_every_rl_input_is_equal(tmp_path, textworld_games_dir):
+    run = load_study(_tiny_study(tmp_path, "some-model", textworld_games_dir)).runs[0]
+
+    def key(sft=None, rl=None, data=None, **fields):
+        return dataclasses.replace(run, sft={**run.sft, **(sft or {})}, rl={**run.rl, **(rl or {})},
+                                   data=dataclasses.replace(run.data, **(data or {})), **fields).rl_key()
+
+    # What only the held-out games read does not retrain RL ...
+    shared = [key(eval=dataclasses.replace(run.eval, temperature=0.4, max_turns=9)),
+              key(data={"num_eval_games": 50, "eval_shapes": ["w4-o6-q8"]}), key(expected=0.9, name="other")]
+    assert set(shared) == {run.rl_key()}
+    # ... while its start, the algorithm and its config and the training games do.
+    changed = [key(sft={"learning_rate": 0.5}), key(model="other-model"), key(rl={"max_turns": 7}),
+               key(algorithm="rloo"), key(data={"num_train_games": 9}), key(data={"train_shapes": ["w2-o3-q4"]})]
+    assert run.rl_key() not in changed and len(set(changed)) == len(changed)
+    assert dataclasses.replace(run, algorithm="none").rl_key() is None
+    assert run.stage_dirs(tmp_path) == (tmp_path / f"sft-{run.sft_key()}", tmp_path / f"grpo-{run.rl_key()}")
 
 
 @pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")

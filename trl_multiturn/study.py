@@ -21,10 +21,14 @@ A study file names a base pipeline and the runs that change it:
       - {name: sparse, set: {rl.reward_mode: sparse}, expected: 0.5}
       - {name: rloo, set: {algorithm: rloo, rl: *rloo}}   # a whole section replaced (anchor in a "_" key)
 
-Each run trains an SFT warm start (when `sft` is set; runs with the same SFT settings share one checkpoint), then
-RL from it on the training games, then plays the held-out games once and records each game's outcome. The results
-JSON is rewritten after every stage: running the study again skips what is recorded (a finished run, or the SFT
-and RL stages of a run that stopped during evaluation) as long as the run's settings are unchanged.
+Each run trains an SFT warm start (when `sft` is set), then RL from it on the training games, then plays the
+held-out games once with its starting policy and once with the trained one, recording each game's outcome. Every
+checkpoint is named by a digest of everything it depends on (`<output_dir>/sft-<key>`, `<output_dir>/<algorithm>-
+<key>`, output_dir defaulting to `outputs/paper` for every study) and saved with its record (`stage.json`): runs of
+any study whose inputs are equal share it, so a stage trained by one study is reused by the next. The results JSON
+is rewritten after every stage: running the study again skips what is recorded (a finished run, or the SFT and RL
+stages of a run that stopped during evaluation) as long as the run's settings are unchanged. Two studies running
+at the same time must not share a stage that neither has finished (they would both train it into one folder).
 """
 
 from __future__ import annotations
@@ -50,9 +54,10 @@ ALGORITHMS = {
 }
 ENVIRONMENTS = ("textworld", "alfworld", "swegym")
 RUNNER_FIELDS = ("output_dir",)  # set by the runner for every stage; a study does not set them
-# StudyData fields that only the RL and held-out games read: runs differing in them share an SFT checkpoint.
-RL_EVAL_DATA_FIELDS = ("num_train_games", "num_eval_games", "eval_shapes", "eval_task_types", "eval_split",
-                       "eval_tiers")
+# StudyData fields that only the held-out games read: runs differing in them share an RL checkpoint.
+EVAL_DATA_FIELDS = ("num_eval_games", "eval_shapes", "eval_task_types", "eval_split", "eval_tiers")
+# ... and those that only the RL and held-out games read: runs differing in them share an SFT checkpoint.
+RL_EVAL_DATA_FIELDS = ("num_train_games", *EVAL_DATA_FIELDS)
 SWEGYM_RL_ONLY = ("reward",)  # SWEGymConfig fields an SFT replay of the gold patches does not read
 SFT_FORMAT_FIELDS = ("system_prompt", "action_parser", "chat_template_kwargs")  # copied from `rl` into the SFT
 
@@ -274,6 +279,25 @@ class StudyRun:
         inputs = self.sft_inputs()
         return None if inputs is None else _digest(inputs)[:12]
 
+    def rl_inputs(self) -> dict | None:
+        """Everything the run's RL checkpoint depends on: its start (the SFT inputs, or the model), the algorithm and
+        its config, and every `data` field except those only the held-out games read (`EVAL_DATA_FIELDS`)."""
+        if self.algorithm == "none":
+            return None
+        data = {k: v for k, v in dataclasses.asdict(self.data).items() if k not in EVAL_DATA_FIELDS}
+        return {"start": self.sft_inputs() or self.model, "algorithm": self.algorithm, "rl": self.rl, "data": data}
+
+    def rl_key(self) -> str | None:
+        """Runs with equal `rl_inputs`, in this study or another, share one RL checkpoint."""
+        inputs = self.rl_inputs()
+        return None if inputs is None else _digest(inputs)[:12]
+
+    def stage_dirs(self, output_dir: Path) -> tuple[Path | None, Path | None]:
+        """Where the run's SFT and RL checkpoints live: `<output_dir>/sft-<sft_key>` and
+        `<output_dir>/<algorithm>-<rl_key>` (None for a stage the run does not have)."""
+        sft, rl = self.sft_key(), self.rl_key()
+        return (output_dir / f"sft-{sft}" if sft else None, output_dir / f"{self.algorithm}-{rl}" if rl else None)
+
 
 @dataclass
 class Study:
@@ -416,7 +440,7 @@ def load_study(path: str | Path) -> Study:
             raise ValueError(f"{where}: name the starting `model`")
         runs.append(StudyRun(run_name, resolved["model"], data, resolved["sft"], algorithm, resolved["rl"],
                              StudyEval(**resolved["eval"]), _changed(base, changes), expected))
-    output_dir = Path(spec.get("output_dir") or f"outputs/paper/{name}")
+    output_dir = Path(spec.get("output_dir") or "outputs/paper")
     results = Path(spec.get("results") or f"benchmarks/results/paper/{name}")
     return Study(name, runs, output_dir, results, spec.get("paper") or "", spec.get("hardware") or "",
                  spec.get("description") or "")
@@ -427,16 +451,16 @@ def sft_format(rl: dict) -> dict:
     return {k: rl[k] for k in SFT_FORMAT_FIELDS if k in rl}
 
 
-def build_configs(run: StudyRun, run_dir: Path, sft_dir: Path | None = None):
-    """(SFT config or None, RL config or None, episode settings) of a run, as the trainers take them. The SFT
-    config copies the RL config's episode format (system prompt, action parser, template arguments) unless it sets
-    its own."""
+def build_configs(run: StudyRun, output_dir: Path):
+    """(SFT config or None, RL config or None, episode settings) of a run, as the trainers take them, saving to
+    `run.stage_dirs(output_dir)`. The SFT config copies the RL config's episode format (system prompt, action
+    parser, template arguments) unless it sets its own."""
     sft_config = rl_config = None
+    sft_dir, rl_dir = run.stage_dirs(output_dir)
     if run.sft is not None:
-        sft_config = _config_class("MultiTurnSFTConfig")(output_dir=str(sft_dir or run_dir / "sft"),
-                                                         **{**sft_format(run.rl), **run.sft})
+        sft_config = _config_class("MultiTurnSFTConfig")(output_dir=str(sft_dir), **{**sft_format(run.rl), **run.sft})
     if run.algorithm != "none":
-        rl_config = _config_class(ALGORITHMS[run.algorithm][1])(output_dir=str(run_dir / "rl"), **run.rl)
+        rl_config = _config_class(ALGORITHMS[run.algorithm][1])(output_dir=str(rl_dir), **run.rl)
     episode = rl_config if rl_config is not None else SimpleNamespace(**run.rl)
     return sft_config, rl_config, episode
 
@@ -465,6 +489,24 @@ class Results:
 
 def _has_checkpoint(path: str | Path) -> bool:
     return (Path(path) / "config.json").is_file()
+
+
+STAGE_RECORD = "stage.json"  # a finished stage's record, saved beside its checkpoint for other studies to reuse
+
+
+def _finished_stage(recorded: dict | None, path: Path) -> dict | None:
+    """The record of a finished SFT or RL stage whose checkpoint is at `path`: the study's own record, else the one
+    another study saved beside the checkpoint (equal keys mean equal inputs); None when it must be trained."""
+    if recorded is not None and _has_checkpoint(recorded["path"]):
+        return recorded
+    if _has_checkpoint(path) and (path / STAGE_RECORD).is_file():
+        return json.loads((path / STAGE_RECORD).read_text())
+    return None
+
+
+def _save_stage(record: dict) -> dict:
+    Path(record["path"], STAGE_RECORD).write_text(json.dumps(record, indent=1, default=str))
+    return record
 
 
 def _jsonable_log(log: list[dict]) -> list[dict]:
@@ -563,30 +605,35 @@ def run_study(study: Study, only: list[str] | None = None, log=print) -> Results
 def _run_one(study: Study, run: StudyRun, record: dict, results: Results, log) -> None:
     from .models import resolve_model
 
-    run_dir = study.output_dir / run.name
     environment_factory = run.data.environment_factory()
     model = resolve_model(run.model)
     key = run.sft_key()
-    sft_dir = study.output_dir / f"sft-{key}" if key else None
-    sft_config, rl_config, episode = build_configs(run, run_dir, sft_dir)
+    sft_config, rl_config, episode = build_configs(run, study.output_dir)
     if sft_config is not None:
-        done = results.data["sft"].get(key)
-        if done is None or not _has_checkpoint(done["path"]):
-            log(f"[{study.name}] {run.name}: SFT on {run.data.num_sft_games} games -> {sft_dir}")
+        done = _finished_stage(results.data["sft"].get(key), Path(sft_config.output_dir))
+        if done is None:
+            log(f"[{study.name}] {run.name}: SFT on {run.data.num_sft_games} games -> {sft_config.output_dir}")
             trained = train_sft(sft_config, model, run.data.tasks("sft"), environment_factory)
-            results.data["sft"][key] = {**trained, "inputs": run.sft_inputs()}
-            results.save()
+            done = _save_stage({**trained, "inputs": run.sft_inputs()})
         else:
-            log(f"[{study.name}] {run.name}: SFT checkpoint {sft_dir} reused")
+            log(f"[{study.name}] {run.name}: SFT checkpoint {done['path']} reused")
+        results.data["sft"][key] = done
+        results.save()
         record["sft"] = key
-        model = str(sft_dir)
+        model = done["path"]
     start_model = model
     if rl_config is not None:
-        if "rl" not in record or not _has_checkpoint(record["rl"]["path"]):
-            log(f"[{study.name}] {run.name}: {run.algorithm.upper()} on {run.data.num_train_games} games")
-            record["rl"] = train_rl(run.algorithm, rl_config, model, run.data.tasks("train"), environment_factory)
-            results.save()
-        model = record["rl"]["path"]
+        done = _finished_stage(record.get("rl"), Path(rl_config.output_dir))
+        if done is None:
+            log(f"[{study.name}] {run.name}: {run.algorithm.upper()} on {run.data.num_train_games} games -> "
+                f"{rl_config.output_dir}")
+            trained = train_rl(run.algorithm, rl_config, model, run.data.tasks("train"), environment_factory)
+            done = _save_stage({**trained, "inputs": run.rl_inputs()})
+        else:
+            log(f"[{study.name}] {run.name}: {run.algorithm.upper()} checkpoint {done['path']} reused")
+        record["rl"] = done
+        results.save()
+        model = done["path"]
     if run.eval.start and rl_config is not None:
         record["start"] = _evaluate_start(study, run, start_model, environment_factory, episode, results, log)
     log(f"[{study.name}] {run.name}: evaluating {model} on {run.data.num_eval_games} held-out games")
