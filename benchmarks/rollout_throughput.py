@@ -77,14 +77,15 @@ def timed_generator(model_dir: str):
 
 def play(factory, rows, model_dir: str, turns: int, overlap: bool = False, one_at_a_time: bool = False,
          parser=None):
-    """(wall s, generation s, episodes) of one timed rollout after a warm-up one (workers start, games load)."""
+    """(wall s, generation s, episodes) of one timed rollout after a warm-up on the same rows, as a training run's
+    rollouts after its first: every episode slot's worker process is started (forked) and its environment built."""
     from trl_multiturn.rollout import EpisodeRunner
 
     tokenizer, generate, spent = timed_generator(model_dir)
     runner = EpisodeRunner(factory, tokenizer, generate, max_turns=turns, max_reply_tokens=8,
                            action_parser=parser or "first_line", overlap=overlap)
     try:
-        runner(rows[:2])
+        runner(rows)
         spent[0] = 0.0
         start = time.perf_counter()
         episodes = [ep for row in rows for ep in runner([row])] if one_at_a_time else runner(rows)
