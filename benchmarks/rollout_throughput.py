@@ -18,7 +18,8 @@ Rows (all with a tiny random model, so that the environment and the loop's own c
     single-turn `GRPOTrainer`, same model, batch, steps and sampled tokens per sequence (`--turns-per-episode` replies
     of `--reply-tokens` against one completion of their product). The first step (warm-up) is not timed. Per trained
     token the multi-turn trainer also pays for the observation and template tokens between turns, which the model
-    reads but is not trained on; per batch token (every position the model reads) it does not.
+    reads but is not trained on; per batch token (every position the model reads) it does not. TRL's trainer also
+    runs with its prompt padded to the multi-turn sequences' length: the same trained and read tokens per sequence.
 """
 
 from __future__ import annotations
@@ -144,10 +145,26 @@ def random_reward(completions, **kwargs):
     return [random.random() for _ in completions]
 
 
-def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool):
+def padded_opening(model_dir: str, prompt_tokens: int) -> str:
+    """OPENING followed by filler words, so that its chat-templated prompt is about `prompt_tokens` tokens long."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    def length(words: int) -> int:
+        text = " ".join([OPENING, *["wait"] * words])
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                               tokenize=False)
+        return len(tokenizer(prompt, add_special_tokens=False).input_ids)
+
+    per_word = (length(100) - length(0)) / 100
+    return " ".join([OPENING, *["wait"] * max(0, round((prompt_tokens - length(0)) / per_word))])
+
+
+def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool, opening: str = OPENING):
     """(trained tokens, tokens in the batch, seconds) over the steps after the first. Trained tokens are the sampled
     ones (the loss mask); the batch's tokens are every position the model reads: prompt, replies and (multi-turn)
-    observations and template tokens between turns."""
+    observations and template tokens between turns. TRL's single-turn prompt is `opening`."""
     from datasets import Dataset
     from transformers import TrainerCallback
 
@@ -174,7 +191,7 @@ def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool):
         from trl import GRPOConfig, GRPOTrainer
 
         config = GRPOConfig(max_completion_length=args.reply_tokens * args.turns_per_episode, **common)
-        prompts = [{"prompt": [{"role": "user", "content": OPENING}]} for _ in range(64)]
+        prompts = [{"prompt": [{"role": "user", "content": opening}]} for _ in range(64)]
         trainer = GRPOTrainer(model=model_dir, args=config, reward_funcs=[random_reward],
                               train_dataset=Dataset.from_list(prompts), callbacks=[StepClock()])
     batch_tokens = []
@@ -196,22 +213,34 @@ def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool):
 
 
 def trainer_rows(args, model_dir, tmp):
-    """Row (e): the two trainers alternate `--train-repeats` times (a change in the machine's load hits both); each
-    figure is the median over the repeats."""
-    runs = {False: [], True: []}
+    """Rows (e): the trainers alternate `--train-repeats` times (a change in the machine's load hits all); each figure
+    is the median over the repeats. TRL's single-turn GRPOTrainer runs twice per repeat: with the short opening (the
+    same trained tokens per sequence), and with a prompt padded to the multi-turn sequences' length (the same trained
+    tokens and the same tokens read per sequence: the like-for-like comparison)."""
+    names = {"trl": "(e) TRL GRPOTrainer, single turn",
+             "multi": "(e) MultiTurnGRPOTrainer, delay env (0 s)",
+             "trl_long": "(e) TRL GRPOTrainer, single turn, prompt as long as the multi-turn context"}
+    runs = {name: [] for name in names}
+    opening = None
     for _ in range(args.train_repeats):
-        for multi_turn in (False, True):
-            trained, batch, seconds = trainer_seconds_per_token(args, model_dir, tmp, multi_turn)
-            runs[multi_turn].append((seconds / trained, seconds / batch, trained, batch, seconds))
+        for name in names:
+            trained, batch, seconds = trainer_seconds_per_token(args, model_dir, tmp, name == "multi",
+                                                                opening if name == "trl_long" else OPENING)
+            runs[name].append((seconds / trained, seconds / batch, trained, batch, seconds))
+            if name == "multi" and opening is None:  # tokens read per sequence beyond the trained ones
+                opening = padded_opening(model_dir, round((batch - trained) / ((args.train_steps - 1)
+                                                                             * args.train_batch)))
     med = {k: [statistics.median(run[i] for run in v) for i in range(5)] for k, v in runs.items()}
     out = []
-    for multi_turn, name in ((False, "(e) TRL GRPOTrainer, single turn"),
-                             (True, "(e) MultiTurnGRPOTrainer, delay env (0 s)")):
-        per_trained, per_batch, trained, batch, seconds = med[multi_turn]
-        pairs = [f"{m[0] / t[0]:.2f}" for m, t in zip(runs[True], runs[False])]
-        ratio = "" if not multi_turn else (f"; {per_trained / med[False][0]:.2f}x and "
-                                           f"{per_batch / med[False][1]:.2f}x TRL's (per trained token, run by "
-                                           f"run: {', '.join(pairs)}x)")
+    for key, name in names.items():
+        per_trained, per_batch, trained, batch, seconds = med[key]
+        ratio = ""
+        if key == "multi":
+            pairs = {base: ", ".join(f"{m[0] / t[0]:.2f}" for m, t in zip(runs["multi"], runs[base]))
+                     for base in ("trl", "trl_long")}
+            ratio = (f"; {per_trained / med['trl'][0]:.2f}x and {per_batch / med['trl'][1]:.2f}x TRL's short-prompt "
+                     f"run (per trained token, run by run: {pairs['trl']}x); {per_trained / med['trl_long'][0]:.2f}x "
+                     f"TRL's long-prompt run per trained token (run by run: {pairs['trl_long']}x)")
         out.append((name, seconds, f"{args.train_steps - 1} steps, {trained:.0f} trained of {batch:.0f} tokens; "
                     f"median of {args.train_repeats}", f"{per_trained * 1000:.2f} ms per trained token, "
                     f"{per_batch * 1000:.2f} ms per batch token{ratio}"))
