@@ -257,3 +257,39 @@ def test_every_paper_recipe_loads_and_builds_its_configs(path, tmp_path):
         if sft is not None:
             assert sft.system_prompt == episode.system_prompt and sft.action_parser == episode.action_parser
         assert math.isfinite(run.eval.temperature) and episode.max_turns >= 1
+
+
+def test_a_study_waits_for_another_training_the_same_stage_and_reuses_it(tmp_path):
+    import threading
+
+    path = tmp_path / "ppo-abc"
+    started, release, logs, trained = threading.Event(), threading.Event(), [], []
+
+    def train(name):
+        def run():
+            trained.append(name)
+            started.set()
+            release.wait(10)
+            path.mkdir()
+            (path / "config.json").write_text("{}")
+            return {"path": str(path), "seconds": 1.0}
+        return run
+
+    first = threading.Thread(target=lambda: study_module._stage("first", None, path, {"k": 1}, logs.append,
+                                                                train("first")))
+    first.start()
+    assert started.wait(10)
+    second_result = []
+    second = threading.Thread(target=lambda: second_result.append(
+        study_module._stage("second", None, path, {"k": 1}, logs.append, train("second"))))
+    second.start()
+    for _ in range(100):  # the second study reports that it waits, and does not train
+        if any(line.startswith("second: waiting") for line in logs):
+            break
+        threading.Event().wait(0.05)
+    assert any(line.startswith("second: waiting") for line in logs) and trained == ["first"]
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert trained == ["first"] and second_result[0] == {"path": str(path), "seconds": 1.0, "inputs": {"k": 1}}
+    assert json.loads((path / "stage.json").read_text()) == second_result[0]

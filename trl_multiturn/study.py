@@ -27,14 +27,17 @@ checkpoint is named by a digest of everything it depends on (`<output_dir>/sft-<
 <key>`, output_dir defaulting to `outputs/paper` for every study) and saved with its record (`stage.json`): runs of
 any study whose inputs are equal share it, so a stage trained by one study is reused by the next. The results JSON
 is rewritten after every stage: running the study again skips what is recorded (a finished run, or the SFT and RL
-stages of a run that stopped during evaluation) as long as the run's settings are unchanged. Two studies running
-at the same time must not share a stage that neither has finished (they would both train it into one folder).
+stages of a run that stopped during evaluation) as long as the run's settings are unchanged. A study that
+needs a stage another study is training waits for it (a lock file beside the checkpoint; not under `accelerate
+launch`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import json
@@ -504,9 +507,35 @@ def _finished_stage(recorded: dict | None, path: Path) -> dict | None:
     return None
 
 
-def _save_stage(record: dict) -> dict:
-    Path(record["path"], STAGE_RECORD).write_text(json.dumps(record, indent=1, default=str))
-    return record
+def _stage(what: str, recorded: dict | None, path: Path, inputs: dict, log, train) -> dict:
+    """The record of the SFT or RL stage saved at `path`: reused when finished (`_finished_stage`), else trained by
+    `train()` and saved with its `inputs` beside the checkpoint. A study waits while another study on this machine
+    trains the same stage (a lock file beside it; not taken under `accelerate launch`, where every rank must train
+    together), then reuses it."""
+    with _stage_lock(path, lambda: log(f"{what}: waiting for the other study training {path}")):
+        done = _finished_stage(recorded, path)
+        if done is not None:
+            log(f"{what}: checkpoint {done['path']} reused")
+            return done
+        log(f"{what} -> {path}")
+        record = {**train(), "inputs": inputs}
+        Path(record["path"], STAGE_RECORD).write_text(json.dumps(record, indent=1, default=str))
+        return record
+
+
+@contextlib.contextmanager
+def _stage_lock(path: Path, on_wait):
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # the lock goes with the file's closing
 
 
 def _jsonable_log(log: list[dict]) -> list[dict]:
@@ -609,28 +638,20 @@ def _run_one(study: Study, run: StudyRun, record: dict, results: Results, log) -
     model = resolve_model(run.model)
     key = run.sft_key()
     sft_config, rl_config, episode = build_configs(run, study.output_dir)
+    where = f"[{study.name}] {run.name}"
     if sft_config is not None:
-        done = _finished_stage(results.data["sft"].get(key), Path(sft_config.output_dir))
-        if done is None:
-            log(f"[{study.name}] {run.name}: SFT on {run.data.num_sft_games} games -> {sft_config.output_dir}")
-            trained = train_sft(sft_config, model, run.data.tasks("sft"), environment_factory)
-            done = _save_stage({**trained, "inputs": run.sft_inputs()})
-        else:
-            log(f"[{study.name}] {run.name}: SFT checkpoint {done['path']} reused")
+        done = _stage(f"{where}: SFT on {run.data.num_sft_games} games", results.data["sft"].get(key),
+                      Path(sft_config.output_dir), run.sft_inputs(), log,
+                      lambda: train_sft(sft_config, model, run.data.tasks("sft"), environment_factory))
         results.data["sft"][key] = done
         results.save()
         record["sft"] = key
         model = done["path"]
     start_model = model
     if rl_config is not None:
-        done = _finished_stage(record.get("rl"), Path(rl_config.output_dir))
-        if done is None:
-            log(f"[{study.name}] {run.name}: {run.algorithm.upper()} on {run.data.num_train_games} games -> "
-                f"{rl_config.output_dir}")
-            trained = train_rl(run.algorithm, rl_config, model, run.data.tasks("train"), environment_factory)
-            done = _save_stage({**trained, "inputs": run.rl_inputs()})
-        else:
-            log(f"[{study.name}] {run.name}: {run.algorithm.upper()} checkpoint {done['path']} reused")
+        done = _stage(f"{where}: {run.algorithm.upper()} on {run.data.num_train_games} games", record.get("rl"),
+                      Path(rl_config.output_dir), run.rl_inputs(), log,
+                      lambda: train_rl(run.algorithm, rl_config, model, run.data.tasks("train"), environment_factory))
         record["rl"] = done
         results.save()
         model = done["path"]
