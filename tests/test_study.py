@@ -116,19 +116,25 @@ def test_a_tiny_study_runs_end_to_end_and_resumes_where_it_stopped(tiny_chatml_m
     assert calls == ["train_rl", "evaluate_run", "evaluate_run"]
     assert "settings changed" in capsys.readouterr().out
 
-    # Another study with the same output_dir: a run whose SFT and RL inputs equal one trained above (only its
-    # held-out games differ) reuses both checkpoints from their saved records and only plays its held-out games.
+    # Another study with the same output_dir and a run equal to one above: its SFT and RL checkpoints and both
+    # held-out results are reused from their saved records; nothing is trained or played.
     spec.update(name="other", results=str(tmp_path / "results" / "other"), sweep={"rl.max_turns": [3]}, expected=None)
     spec.pop("names")
-    spec["data"]["num_eval_games"] = 1
     path.write_text(yaml.safe_dump(spec))
     calls.clear()
-    assert main(["study", str(path)]) == 0
-    assert calls == ["evaluate_run", "evaluate_run"]
+    assert main(["study", str(path)]) == 0 and calls == []
+    first = json.loads((tmp_path / "results" / "tiny.json").read_text())
+    other = json.loads((tmp_path / "results" / "other.json").read_text())
+    assert other["runs"]["max_turns=3"]["rl"] == first["runs"]["max_turns=2"]["rl"]
+    assert other["runs"]["max_turns=3"]["eval"] == first["runs"]["max_turns=2"]["eval"]
+    assert other["start"] == {key: first["start"][key] for key in other["start"]}
+    assert Path(first["runs"]["max_turns=2"]["rl"]["path"]).name.startswith("grpo-")
+    # Other held-out games: the same checkpoints play them (the start, then the trained policy).
+    spec["data"]["num_eval_games"] = 1
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["study", str(path)]) == 0 and calls == ["evaluate_run", "evaluate_run"]
     other = json.loads((tmp_path / "results" / "other.json").read_text())["runs"]["max_turns=3"]
-    first = json.loads((tmp_path / "results" / "tiny.json").read_text())["runs"]["max_turns=2"]
-    assert other["rl"] == first["rl"] and other["eval"]["model"] == first["rl"]["path"] and other["eval"]["n"] == 1
-    assert Path(first["rl"]["path"]).name.startswith("grpo-")
+    assert other["eval"]["n"] == 1 and other["eval"]["model"] == first["runs"]["max_turns=2"]["rl"]["path"]
 
 
 def _stop_second_run(run_one, fail_next_eval):

@@ -21,15 +21,15 @@ A study file names a base pipeline and the runs that change it:
       - {name: sparse, set: {rl.reward_mode: sparse}, expected: 0.5}
       - {name: rloo, set: {algorithm: rloo, rl: *rloo}}   # a whole section replaced (anchor in a "_" key)
 
-Each run trains an SFT warm start (when `sft` is set), then RL from it on the training games, then plays the
-held-out games once with its starting policy and once with the trained one, recording each game's outcome. Every
+Each run trains an SFT warm start (when `sft` is set), then RL from it on the training games, then plays the held-
+out games once with its starting policy and once with the trained one, recording each game's outcome. Every
 checkpoint is named by a digest of everything it depends on (`<output_dir>/sft-<key>`, `<output_dir>/<algorithm>-
 <key>`, output_dir defaulting to `outputs/paper` for every study) and saved with its record (`stage.json`): runs of
-any study whose inputs are equal share it, so a stage trained by one study is reused by the next. The results JSON
-is rewritten after every stage: running the study again skips what is recorded (a finished run, or the SFT and RL
-stages of a run that stopped during evaluation) as long as the run's settings are unchanged. A study that
-needs a stage another study is training waits for it (a lock file beside the checkpoint; not under `accelerate
-launch`).
+any study whose inputs are equal share it, so a stage trained by one study is reused by the next; held-out results
+likewise (`<output_dir>/evals/<key>.json`). The results JSON is rewritten after every stage: running the study again
+skips what is recorded (a finished run, or the SFT and RL stages of a run that stopped during evaluation) as long as
+the run's settings are unchanged. A study that needs a stage another study is training waits for it (a lock file
+beside the checkpoint; not under `accelerate launch`).
 """
 
 from __future__ import annotations
@@ -584,26 +584,30 @@ def evaluate_run(run: StudyRun, model: str, tasks, environment_factory, episode)
             "seconds": time.perf_counter() - clock, "outcomes": outcomes}
 
 
-def _evaluate_start(study: Study, run: StudyRun, model: str, environment_factory, episode, results: Results,
-                    log) -> str:
-    """Held-out evaluation of the policy RL starts from, recorded once under `results.data["start"]` for every run
-    that starts from the same policy (`run.sft_key()`, or the model without SFT) and plays the same held-out
-    episodes; returns its key."""
+def _evaluation(study: Study, run: StudyRun, policy: str, model: str, environment_factory, episode, log) -> dict:
+    """The held-out result of `model` (named `policy`: a stage folder's name, or the model id without SFT or RL),
+    played once for every run of any study that evaluates that policy on the same held-out episodes: saved as
+    `<output_dir>/evals/<key>.json`, the key a digest of the policy, the eval settings, the episode settings and the
+    held-out games. The record carries its `key`."""
     from .script_args import evaluation_options
 
     tasks = run.data.tasks("eval")
     options = {k: v for k, v in evaluation_options(episode, run.eval.max_turns).items() if k != "progress"}
-    key = _digest({"start": run.sft_key() or run.model, "eval": dataclasses.asdict(run.eval), "episode": options,
-                   "env": run.data.env, "tasks": [_task_key(task) for task in tasks]})[:12]
-    starts = results.data.setdefault("start", {})
-    if key in starts:
-        log(f"[{study.name}] {run.name}: starting policy's held-out result reused ({key})")
-        return key
-    log(f"[{study.name}] {run.name}: evaluating the starting policy {model} on {run.data.num_eval_games} "
-        "held-out games")
-    starts[key] = evaluate_run(run, model, tasks, environment_factory, episode)
-    results.save()
-    return key
+    settings = {k: v for k, v in dataclasses.asdict(run.eval).items() if k != "start"}
+    key = _digest({"policy": policy, "eval": settings, "episode": options, "env": run.data.env,
+                   "tasks": [_task_key(task) for task in tasks]})[:12]
+    path = study.output_dir / "evals" / f"{key}.json"
+    what = f"[{study.name}] {run.name}: {policy} on {len(tasks)} held-out games"
+    with _stage_lock(path, lambda: log(f"{what}: waiting for the other study playing them")):
+        if path.is_file():
+            log(f"{what}: result {path} reused")
+            return json.loads(path.read_text())
+        log(f"{what}: playing")
+        result = {**evaluate_run(run, model, tasks, environment_factory, episode), "key": key}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1, default=str))
+        tmp.replace(path)
+        return result
 
 
 def _task_key(task: dict) -> str:
@@ -655,10 +659,15 @@ def _run_one(study: Study, run: StudyRun, record: dict, results: Results, log) -
         record["rl"] = done
         results.save()
         model = done["path"]
+    # The policies by the names of their stages (digests of their inputs), whatever folder holds them.
+    start_policy, policy = (stage.name if stage else None for stage in run.stage_dirs(Path()))
+    start_policy = start_policy or run.model
     if run.eval.start and rl_config is not None:
-        record["start"] = _evaluate_start(study, run, start_model, environment_factory, episode, results, log)
-    log(f"[{study.name}] {run.name}: evaluating {model} on {run.data.num_eval_games} held-out games")
-    record["eval"] = evaluate_run(run, model, run.data.tasks("eval"), environment_factory, episode)
+        start = _evaluation(study, run, start_policy, start_model, environment_factory, episode, log)
+        results.data.setdefault("start", {})[start["key"]] = start
+        record["start"] = start["key"]
+        results.save()
+    record["eval"] = _evaluation(study, run, policy or start_policy, model, environment_factory, episode, log)
     results.save()
     ev = record["eval"]
     log(f"[{study.name}] {run.name}: {ev['successes']}/{ev['n']} held-out games won")
