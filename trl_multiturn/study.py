@@ -584,18 +584,24 @@ def evaluate_run(run: StudyRun, model: str, tasks, environment_factory, episode)
             "seconds": time.perf_counter() - clock, "outcomes": outcomes}
 
 
+def evaluation_key(run: StudyRun, policy: str, tasks, episode) -> str:
+    """Digest of what a held-out result depends on: the policy's name, the eval settings, the episode settings and
+    the held-out games."""
+    from .script_args import evaluation_options
+
+    options = {k: v for k, v in evaluation_options(episode, run.eval.max_turns).items() if k != "progress"}
+    settings = {k: v for k, v in dataclasses.asdict(run.eval).items() if k != "start"}
+    return _digest({"policy": policy, "eval": settings, "episode": options, "env": run.data.env,
+                    "tasks": [_task_key(task) for task in tasks]})[:12]
+
+
 def _evaluation(study: Study, run: StudyRun, policy: str, model: str, environment_factory, episode, log) -> dict:
     """The held-out result of `model` (named `policy`: a stage folder's name, or the model id without SFT or RL),
     played once for every run of any study that evaluates that policy on the same held-out episodes: saved as
     `<output_dir>/evals/<key>.json`, the key a digest of the policy, the eval settings, the episode settings and the
     held-out games. The record carries its `key`."""
-    from .script_args import evaluation_options
-
     tasks = run.data.tasks("eval")
-    options = {k: v for k, v in evaluation_options(episode, run.eval.max_turns).items() if k != "progress"}
-    settings = {k: v for k, v in dataclasses.asdict(run.eval).items() if k != "start"}
-    key = _digest({"policy": policy, "eval": settings, "episode": options, "env": run.data.env,
-                   "tasks": [_task_key(task) for task in tasks]})[:12]
+    key = evaluation_key(run, policy, tasks, episode)
     path = study.output_dir / "evals" / f"{key}.json"
     what = f"[{study.name}] {run.name}: {policy} on {len(tasks)} held-out games"
     with _stage_lock(path, lambda: log(f"{what}: waiting for the other study playing them")):
