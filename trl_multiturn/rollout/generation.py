@@ -101,7 +101,10 @@ class CachedGenerator:
                 warpers.append(TopPLogitsWarper(top_p))
         self.warpers = LogitsProcessorList(warpers)
         # transformers renamed `past_key_values` to `cache` (5.2x); take whichever this model's forward has
-        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        parameters = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in parameters else "past_key_values"
+        # only the last position's logits are sampled from: skip the LM head elsewhere (a prefill's other tokens)
+        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
         self.streams = streams
         self.reset()
 
@@ -196,7 +199,7 @@ class CachedGenerator:
         if self._cache is None:
             self._cache = DynamicCache()
         out = self.model(input_ids=ids.to(device), attention_mask=self._mask, position_ids=position_ids.to(device),
-                         use_cache=True, **{self._cache_arg: self._cache})
+                         use_cache=True, **{self._cache_arg: self._cache}, **self._last_logits_only)
         return out.logits[:, -1, :].float()
 
     def _pick(self, logits: torch.Tensor) -> list[int]:
