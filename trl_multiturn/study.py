@@ -484,10 +484,15 @@ class Results:
     def save(self) -> None:
         if int(os.environ.get("RANK", "0")) != 0:  # under `accelerate launch`, the main process writes
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True, default=str))
-        tmp.replace(self.path)
+        _write_json(self.path, self.data)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write `data` to `path` atomically (a reader sees the old file or the new one, never half of one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    tmp.replace(path)
 
 
 def _has_checkpoint(path: str | Path) -> bool:
@@ -519,7 +524,7 @@ def _stage(what: str, recorded: dict | None, path: Path, inputs: dict, log, trai
             return done
         log(f"{what} -> {path}")
         record = {**train(), "inputs": inputs}
-        Path(record["path"], STAGE_RECORD).write_text(json.dumps(record, indent=1, default=str))
+        _write_json(Path(record["path"], STAGE_RECORD), record)
         return record
 
 
@@ -595,12 +600,12 @@ def evaluation_key(run: StudyRun, policy: str, tasks, episode) -> str:
                     "tasks": [_task_key(task) for task in tasks]})[:12]
 
 
-def _evaluation(study: Study, run: StudyRun, policy: str, model: str, environment_factory, episode, log) -> dict:
+def _evaluation(study: Study, run: StudyRun, policy: str, model: str, tasks, environment_factory, episode,
+                log) -> dict:
     """The held-out result of `model` (named `policy`: a stage folder's name, or the model id without SFT or RL),
     played once for every run of any study that evaluates that policy on the same held-out episodes: saved as
     `<output_dir>/evals/<key>.json`, the key a digest of the policy, the eval settings, the episode settings and the
-    held-out games. The record carries its `key`."""
-    tasks = run.data.tasks("eval")
+    held-out games (`tasks`). The record carries its `key`."""
     key = evaluation_key(run, policy, tasks, episode)
     path = study.output_dir / "evals" / f"{key}.json"
     what = f"[{study.name}] {run.name}: {policy} on {len(tasks)} held-out games"
@@ -610,9 +615,7 @@ def _evaluation(study: Study, run: StudyRun, policy: str, model: str, environmen
             return json.loads(path.read_text())
         log(f"{what}: playing")
         result = {**evaluate_run(run, model, tasks, environment_factory, episode), "key": key}
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=1, default=str))
-        tmp.replace(path)
+        _write_json(path, result)
         return result
 
 
@@ -668,12 +671,14 @@ def _run_one(study: Study, run: StudyRun, record: dict, results: Results, log) -
     # The policies by the names of their stages (digests of their inputs), whatever folder holds them.
     start_policy, policy = (stage.name if stage else None for stage in run.stage_dirs(Path()))
     start_policy = start_policy or run.model
+    eval_tasks = run.data.tasks("eval")  # the same games for the start and the trained policy
     if run.eval.start and rl_config is not None:
-        start = _evaluation(study, run, start_policy, start_model, environment_factory, episode, log)
+        start = _evaluation(study, run, start_policy, start_model, eval_tasks, environment_factory, episode, log)
         results.data.setdefault("start", {})[start["key"]] = start
         record["start"] = start["key"]
         results.save()
-    record["eval"] = _evaluation(study, run, policy or start_policy, model, environment_factory, episode, log)
+    record["eval"] = _evaluation(study, run, policy or start_policy, model, eval_tasks, environment_factory, episode,
+                                 log)
     results.save()
     ev = record["eval"]
     log(f"[{study.name}] {run.name}: {ev['successes']}/{ev['n']} held-out games won")
