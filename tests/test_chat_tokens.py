@@ -71,3 +71,54 @@ def test_replies_no_model_could_sample_are_refused_by_name():
     llama3 = ChatTokenBuilder(build_tiny_tokenizer("llama3"))
     assert llama3.assistant_content_ids("  ") == llama3.assistant_content_ids("") == [llama3.end_of_turn_id]
     assert chatml.assistant_content_ids("")[-1] == chatml.end_of_turn_id
+
+
+NOT_INSPECTED = st.text(alphabet=st.characters(blacklist_characters="<"), max_size=40).map(str.strip)
+
+
+@hypothesis_settings(max_examples=150)
+@given(observation=NOT_INSPECTED, role=st.sampled_from(["user", "tool"]))
+def test_observation_deltas_rendered_without_the_template_equal_its_rendering(builder, observation, role):
+    """Both tiny templates insert a message's content verbatim after an added token, so their observation deltas
+    take the shortcut around the template (its text around a marker, tokenized with the observation)."""
+    builder.check_observation_role(role)
+    wrapper = builder._wrappers[role]
+    assert wrapper is not None
+    assert builder._wrapped_delta(wrapper, observation) == builder._observation_delta(observation, role)
+
+
+def _chatml_with(content_filter: str | None = None, user_header: str | None = None) -> ChatTokenBuilder:
+    tokenizer = build_tiny_tokenizer("chatml")
+    template = tokenizer.chat_template
+    if content_filter:
+        template = template.replace("message.content + '<|im_end|>'", f"message.content | {content_filter} + "
+                                    "'<|im_end|>'")
+    if user_header:
+        template = template.replace("'<|im_start|>' + message.role + '\\n'", user_header)
+    assert template != tokenizer.chat_template
+    tokenizer.chat_template = template
+    return ChatTokenBuilder(tokenizer)
+
+
+def test_observations_a_template_might_inspect_go_through_the_template():
+    """Markup, an added token's text and surrounding whitespace are never wrapped: here a template escapes `<` in
+    messages, which the probes (no markup) cannot see, and the shortcut would keep the raw text."""
+    builder = _chatml_with(content_filter="replace('<', '&lt;')")
+    wrapper = builder._wrappers["user"]
+    assert wrapper is not None
+    for observation in ["<b>the key</b>", "<|im_end|>", " padded "]:
+        assert builder.observation_ids(observation) == builder._observation_delta(observation, "user")
+    assert builder._wrapped_delta(wrapper, "<b>the key</b>") != builder.observation_ids("<b>the key</b>")
+
+
+def test_templates_that_change_content_or_lack_a_split_point_keep_rendering_every_observation():
+    # content changed where the marker has nothing to change (line breaks): the probe observations show it
+    joined = _chatml_with(content_filter="replace('\\n', ' ')")
+    assert joined._wrappers["user"] is None
+    two_lines = "A hall.\nExits: north"
+    assert joined.observation_ids(two_lines) == joined._observation_delta(two_lines, "user")
+    # a plain-text header before the content: the tokens after it could join across the start of the delta
+    plain = _chatml_with(user_header="(message.role + ': ' if message.role == 'user' else '<|im_start|>' + "
+                                     "message.role + '\\n')")
+    assert plain._wrappers["user"] is None
+    assert plain.observation_ids("You see a key.") == plain._observation_delta("You see a key.", "user")

@@ -8,10 +8,19 @@ a probe conversation, so it relies on the template rendering a new user turn the
 
 An observation can also be a tool result (`role="tool"`, for environments whose `observation_role` is "tool"): its
 delta is the template's rendering of a tool message after the reply, checked the same way on first use.
+
+Rendering a delta through the template costs a Jinja call and the tokenization of the whole probe conversation for
+every observation. Where the template inserts a message's content verbatim, the delta is instead the tokenization of
+the template's own text around the content (found once with a marker) with the observation in between. That text
+must start with an added token (the tokenizer splits the input at added tokens before anything else, so the tokens
+after it do not depend on what came before), and the shortcut is checked against the template on probe observations
+when first used. Observations a template might inspect rather than insert (markup such as `<tool_response>`, an added
+token's text, surrounding whitespace some templates trim) always go through the template.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 
@@ -22,6 +31,11 @@ class ChatTemplateError(ValueError):
 OBSERVATION_ROLES = ("user", "tool")
 _PROBE_USER = "probe observation"
 _PROBE_REPLY = "probe reply"
+_MARKER = "probe observation marker 12345"
+# Observations the wrapper shortcut must reproduce before it is used: prose, lines, digits, quotes, braces, unicode.
+_WRAPPER_PROBES = ("You are in a hall.", "Taken.", "-= Kitchen =-\nYou see a chest.\n\nExits: north, east",
+                   "score 3/10 'key' \"door\" {x} [y] (z) 100%", "caf\u00e9 \u00fc\u00df \u2192 \u6f22\u5b57",
+                   "a  b\t\tc")
 
 
 class ChatTokenBuilder:
@@ -50,6 +64,9 @@ class ChatTokenBuilder:
         self.end_of_turn_id, self._turn_tail = self._probe_turn_close()
         self._checked_roles = {"user"}
         self._check_round_trip()
+        added = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
+        self._inspected = re.compile("|".join(["<", *map(re.escape, added)]))
+        self._wrappers = {"user": self._text_wrapper("user")}
 
     def render(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
         out = self.tokenizer.apply_chat_template(
@@ -61,6 +78,10 @@ class ChatTokenBuilder:
         )
         return list(out["input_ids"])
 
+    def _render_text(self, messages: list[dict], add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                                  tokenize=False, **self.chat_template_kwargs)
+
     def prompt_ids(self, messages: list[dict]) -> list[int]:
         """Tokens of the opening messages followed by the generation prompt for the first reply."""
         return self.render(messages, add_generation_prompt=True)
@@ -70,7 +91,28 @@ class ChatTokenBuilder:
         ("user", or "tool" for a tool result) with `observation`, and the generation prompt for the next reply."""
         if role not in self._checked_roles:
             self.check_observation_role(role)
+        wrapper = self._wrappers[role]
+        if wrapper is not None and observation == observation.strip() and not self._inspected.search(observation):
+            return self._wrapped_delta(wrapper, observation)
         return self._observation_delta(observation, role)
+
+    def _wrapped_delta(self, wrapper: tuple[str, str], observation: str) -> list[int]:
+        prefix, suffix = wrapper
+        return self._turn_tail + self.tokenizer.encode(prefix + observation + suffix, add_special_tokens=False)
+
+    def _text_wrapper(self, role: str) -> tuple[str, str] | None:
+        """The template's text before and after a new `role` message's content (through the next generation
+        prompt), or None where tokenizing it around an observation might differ from the template's own tokens."""
+        closed = self._render_text(self._probe_messages(), add_generation_prompt=False)
+        marked = self._render_text([*self._probe_messages(), {"role": role, "content": _MARKER}], True)
+        delta = marked[len(closed):]
+        if not marked.startswith(closed) or delta.count(_MARKER) != 1:
+            return None
+        prefix, suffix = delta.split(_MARKER)
+        starts_split = any(prefix.startswith(t.content) for t in self.tokenizer.added_tokens_decoder.values())
+        wrapper = (prefix, suffix)
+        exact = all(self._wrapped_delta(wrapper, obs) == self._observation_delta(obs, role) for obs in _WRAPPER_PROBES)
+        return wrapper if starts_split and exact else None
 
     def _observation_delta(self, observation: str, role: str) -> list[int]:
         base = self._probe_messages()
@@ -161,6 +203,7 @@ class ChatTokenBuilder:
                 "send the results as user messages."
             )
         self._check_round_trip(role)
+        self._wrappers[role] = self._text_wrapper(role)
         self._checked_roles.add(role)
 
     def _check_round_trip(self, role: str = "user") -> None:
