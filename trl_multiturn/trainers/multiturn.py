@@ -392,9 +392,19 @@ class MultiTurnMixin(RunFilesMixin):
                                streams=2 if self.args.rollout_overlap else 1)
 
     def _cached_replies(self, contexts: list[list[int]], max_new_tokens: int):
-        """Replies from the episode-history cache, with the model unwrapped for generation as TRL does it."""
+        """Replies from the episode-history cache, whose model `_generation_model` unwrapped for this rollout."""
+        return self._history_cache(contexts, max_new_tokens)
+
+    @contextmanager
+    def _generation_model(self):
+        """Around a whole rollout, the model unwrapped for the episode-history cache as TRL unwraps it for one
+        `generate` call (gradient checkpointing off, ZeRO-3 parameters gathered, FSDP parameters summoned): once per
+        rollout rather than once per turn, since switching gradient checkpointing off and on walks every module."""
         from trl.models import unwrap_model_for_generation
 
+        if self._history_cache is None:
+            yield
+            return
         with (
             unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                         gather_deepspeed3_params=self.args.ds3_gather_for_generation,
@@ -403,7 +413,7 @@ class MultiTurnMixin(RunFilesMixin):
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
             self._history_cache.model = unwrapped
-            return self._history_cache(contexts, max_new_tokens)
+            yield
 
     def _sample_replies(self, contexts: list[list[int]]):
         """`(completions, logprobs | None)`: one reply per context from the parent's single-turn generation."""
@@ -417,7 +427,8 @@ class MultiTurnMixin(RunFilesMixin):
         if self._history_cache is not None:
             self._history_cache.reset()  # the weights changed since the last rollout
         try:
-            episodes = self.episode_runner(inputs)
+            with self._generation_model():
+                episodes = self.episode_runner(inputs)
         finally:
             if self._history_cache is not None:
                 self._history_cache.reset()  # free the caches between rollouts

@@ -143,7 +143,7 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint(TRAINER, "_clip_grad_norm", ("model",), "overridden by PPO: clips the critic too", exact=True),
     # TRL helpers, called with these parameters by name
     TouchPoint("trl.models.utils", "unwrap_model_for_generation", ("model", "accelerator"),
-               "called: the KV-cached episode generation (MultiTurnMixin._cached_replies)",
+               "called: the KV-cached episode generation (MultiTurnMixin._generation_model)",
                keywords=("gather_deepspeed3_params", "gradient_checkpointing_kwargs"), shared=True),
     TouchPoint("trl.models.utils", "disable_gradient_checkpointing", ("model", "gradient_checkpointing_kwargs"),
                "called: no-grad scoring (RLOO, PPO)", shared=True),
