@@ -371,7 +371,7 @@ class MultiTurnMixin(RunFilesMixin):
         dummy = not contexts and not self.use_vllm
         batch = [[self._tokenizer.pad_token_id]] if dummy else contexts
         if self._history_cache is not None:
-            completions, logprobs = self._cached_replies(batch, max_new_tokens)
+            completions, logprobs = self._history_cache(batch, max_new_tokens)  # its model: `_generation_model`
         else:
             with self._reply_cap(max_new_tokens):
                 completions, logprobs = self._sample_replies(batch)
@@ -390,10 +390,6 @@ class MultiTurnMixin(RunFilesMixin):
         return CachedGenerator(self.accelerator.unwrap_model(self.model), self._tokenizer, self.eos_token_ids,
                                temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
                                streams=2 if self.args.rollout_overlap else 1)
-
-    def _cached_replies(self, contexts: list[list[int]], max_new_tokens: int):
-        """Replies from the episode-history cache, whose model `_generation_model` unwrapped for this rollout."""
-        return self._history_cache(contexts, max_new_tokens)
 
     @contextmanager
     def _generation_model(self):
