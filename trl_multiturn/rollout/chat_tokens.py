@@ -64,8 +64,8 @@ class ChatTokenBuilder:
         self.end_of_turn_id, self._turn_tail = self._probe_turn_close()
         self._checked_roles = {"user"}
         self._check_round_trip()
-        added = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
-        self._inspected = re.compile("|".join(["<", *map(re.escape, added)]))
+        self._added_texts = sorted((t.content for t in tokenizer.added_tokens_decoder.values()), key=len, reverse=True)
+        self._inspected = re.compile("|".join(["<", *map(re.escape, self._added_texts)]))
         self._wrappers = {"user": self._text_wrapper("user")}
 
     def render(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
@@ -108,11 +108,11 @@ class ChatTokenBuilder:
         delta = marked[len(closed):]
         if not marked.startswith(closed) or delta.count(_MARKER) != 1:
             return None
-        prefix, suffix = delta.split(_MARKER)
-        starts_split = any(prefix.startswith(t.content) for t in self.tokenizer.added_tokens_decoder.values())
-        wrapper = (prefix, suffix)
+        wrapper = tuple(delta.split(_MARKER))
+        if not wrapper[0].startswith(tuple(self._added_texts)):
+            return None
         exact = all(self._wrapped_delta(wrapper, obs) == self._observation_delta(obs, role) for obs in _WRAPPER_PROBES)
-        return wrapper if starts_split and exact else None
+        return wrapper if exact else None
 
     def _observation_delta(self, observation: str, role: str) -> list[int]:
         base = self._probe_messages()
