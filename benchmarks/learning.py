@@ -64,6 +64,7 @@ class Setting:
     sft_games: int = 40
     rl_games: int = 128
     eval_games: int = 100
+    eval_first_game: int = 0  # the evaluation games' first test-split game: another value gives a fresh held-out set
     max_turns: int = 8
     max_reply_tokens: int = 12
     max_episode_tokens: int = 1024
@@ -133,7 +134,7 @@ def game_sets(setting: Setting, games_dir: Path) -> dict:
     sets = {
         "sft": dict(split="train", num_games=setting.sft_games, first_game=0),
         "rl": dict(split="train", num_games=setting.rl_games, first_game=RL_FIRST_SEED),
-        "eval": dict(split="test", num_games=setting.eval_games, first_game=0),
+        "eval": dict(split="test", num_games=setting.eval_games, first_game=setting.eval_first_game),
     }
     return {name: textworld_tasks(*setting.shape, games_dir=games_dir, **kwargs) for name, kwargs in sets.items()}
 
@@ -266,7 +267,7 @@ def evaluate_model(model_path: str, setting: Setting, tasks, games_dir: Path) ->
     return {
         "successes": result.successes, "n": result.n, "failed": result.failed, "ci_low": result.ci_low,
         "ci_high": result.ci_high, "mean_turns": result.mean_turns, "seconds": time.perf_counter() - clock,
-        "outcomes": outcomes,
+        "model": model_path, "outcomes": outcomes,
     }
 
 
@@ -282,29 +283,36 @@ def comparison(results: Results, arm: str, baseline: str):
     return paired_test(evals[arm]["outcomes"], evals[baseline]["outcomes"])
 
 
+def training_text(arm: str, trained: dict) -> str:
+    """The report's "training" cell for one of the benchmark's own arms."""
+    if arm == "sft":
+        if "from" in trained:
+            return f"SFT checkpoint {trained['from']}"
+        return f"SFT, {trained.get('examples')} walkthroughs x {trained.get('epochs')} epochs"
+    if arm == "sft_more":
+        return f"+ SFT, {trained.get('epochs', 0):.1f} more epochs"
+    return f"+ {arm.upper()}, {trained.get('episodes')} episodes"
+
+
 def report(results: Results, curves_path: Path) -> str:
     evals = results.data.get("eval", {})
     setting = results.data.get("setting", {})
     lines = [
         f"TextWorld w{setting.get('world_size')}-o{setting.get('nb_objects')}-q{setting.get('quest_length')}, "
         f"offline SmolLM2-135M-Instruct, greedy success on {setting.get('eval_games')} held-out games "
-        f"(max {setting.get('max_turns')} turns). p: exact McNemar test on the paired per-game outcomes.",
+        f"(test-split games from {setting.get('eval_first_game', 0)}, at most {setting.get('max_turns')} turns). p: exact McNemar test on the paired per-game outcomes.",
         "",
         "| arm | training | wall time | CPU time | held-out success (95% CI) | vs SFT start: +/- games, p | "
         "vs SFT control: +/- games, p |",
         "|---|---|---|---|---|---|---|",
     ]
-    for arm in ("sft", "sft_more", *RL_ARMS):
-        if arm not in evals:
-            continue
-        ev = evals[arm]
-        trained = results.data.get(arm, {})
-        what = {"sft": f"SFT checkpoint {trained['from']}" if "from" in trained else
-                f"SFT, {trained.get('examples')} walkthroughs x {trained.get('epochs')} epochs",
-                "sft_more": f"+ SFT, {trained.get('epochs', 0):.1f} more epochs"}.get(
-            arm, f"+ {arm.upper()}, {trained.get('episodes')} episodes")
-        cpu = trained.get("cpu_seconds")
-        cells = [arm, what, f"{trained.get('seconds', 0) / 60:.0f} min", "" if cpu is None else f"{cpu / 60:.0f} min",
+    named = ("sft", "sft_more", *RL_ARMS)
+    others = [name for name in evals if name not in named and "@" not in name]  # --eval-model's models
+    for arm in [name for name in named if name in evals] + others:
+        ev, trained = evals[arm], results.data.get(arm, {})
+        seconds, cpu = trained.get("seconds"), trained.get("cpu_seconds")
+        cells = [arm, f"model {ev.get('model')}" if arm in others else training_text(arm, trained),
+                 "" if seconds is None else f"{seconds / 60:.0f} min", "" if cpu is None else f"{cpu / 60:.0f} min",
                  f"{ev['successes']}/{ev['n']} = {ev['successes'] / max(1, ev['n']):.0%} "
                  f"({ev['ci_low']:.0%}-{ev['ci_high']:.0%})"]
         for baseline in ("sft", "sft_more"):
@@ -377,6 +385,9 @@ def parse_args():
     parser.add_argument("--control-cpu-budget", type=float, default=None, metavar="SECONDS",
                         help="the control's CPU budget, so that it can run in parallel with the RL arms (default: "
                         "the CPU time of the longest RL arm already trained); the report shows both")
+    parser.add_argument("--eval-model", action="append", default=[], metavar="NAME=PATH",
+                        help="evaluate one more model (e.g. an earlier run's arm) in the eval stage, reported beside "
+                        "the arms and compared with the SFT start and control")
     parser.add_argument("--arm-option", action="append", default=[], metavar="ARM.FIELD=VALUE",
                         help="override one config field of an RL arm, e.g. ppo.kl_coef=0.0 (YAML value)")
     for name, default in asdict(Setting()).items():
@@ -443,6 +454,11 @@ def main() -> None:
             for ck in run.get("checkpoints", []):
                 if ck["step"] != run["steps"]:  # the last checkpoint is the final model
                     models[f"{arm}@{ck['step']}"] = Path(ck["path"])
+        for option in args.eval_model:
+            name, _, path = option.partition("=")
+            if not (Path(path) / "config.json").exists():
+                raise SystemExit(f"--eval-model {option!r}: no model at {path!r}; give NAME=PATH to a saved model")
+            models[name] = Path(path)
         for name, path in models.items():
             if (args.force or name not in evals) and (path / "config.json").exists():
                 evals[name] = evaluate_model(str(path), setting, tasks["eval"], games_dir)
