@@ -300,7 +300,8 @@ def report(results: Results, curves_path: Path) -> str:
     lines = [
         f"TextWorld w{setting.get('world_size')}-o{setting.get('nb_objects')}-q{setting.get('quest_length')}, "
         f"offline SmolLM2-135M-Instruct, greedy success on {setting.get('eval_games')} held-out games "
-        f"(test-split games from {setting.get('eval_first_game', 0)}, at most {setting.get('max_turns')} turns). p: exact McNemar test on the paired per-game outcomes.",
+        f"(test-split games from {setting.get('eval_first_game', 0)}, at most {setting.get('max_turns')} turns). "
+        "p: exact McNemar test on the paired per-game outcomes.",
         "",
         "| arm | training | wall time | CPU time | held-out success (95% CI) | vs SFT start: +/- games, p | "
         "vs SFT control: +/- games, p |",
@@ -311,7 +312,7 @@ def report(results: Results, curves_path: Path) -> str:
     for arm in [name for name in named if name in evals] + others:
         ev, trained = evals[arm], results.data.get(arm, {})
         seconds, cpu = trained.get("seconds"), trained.get("cpu_seconds")
-        cells = [arm, f"model {ev.get('model')}" if arm in others else training_text(arm, trained),
+        cells = [arm, training_text(arm, trained) if trained else f"model {ev.get('model')}",
                  "" if seconds is None else f"{seconds / 60:.0f} min", "" if cpu is None else f"{cpu / 60:.0f} min",
                  f"{ev['successes']}/{ev['n']} = {ev['successes'] / max(1, ev['n']):.0%} "
                  f"({ev['ci_low']:.0%}-{ev['ci_high']:.0%})"]
@@ -319,7 +320,8 @@ def report(results: Results, curves_path: Path) -> str:
             c = comparison(results, arm, baseline) if arm != baseline else None
             cells.append("" if c is None else f"+{c.only_a}/-{c.only_b}, p={c.p_value:.3g}")
         lines.append("| " + " | ".join(cells) + " |")
-    plot_curves(results, curves_path)
+    if any(results.has(arm) for arm in RL_ARMS):  # a file of --eval-model results only has no curves
+        plot_curves(results, curves_path)
     return "\n".join(lines)
 
 
