@@ -22,8 +22,9 @@ Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG
               until it has used the CPU time of the longest RL arm trained before it (CPU time, not wall time:
               other jobs on a shared machine slow the arms unequally), or `--control-cpu-budget` seconds, so that it
               can run in a parallel process (stages in parallel processes share one results file safely)
-    eval      greedy success of every trained model (and of each RL arm's intermediate checkpoints) on the
-              evaluation games
+    eval      greedy success of every trained model (and of each RL arm's intermediate checkpoints, and of any model
+              named by `--eval-model NAME=PATH`) on the evaluation games; `--eval-first-game N` plays a fresh held-out
+              set (test-split games from N) to confirm a result found on the first one
     report    the table (Wilson 95% intervals, exact McNemar p-values) and the learning curves
 
 Everything about an episode (system prompt, action parser, turn and token caps) is the same in SFT, RL and
