@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import fcntl
 import functools
@@ -336,10 +337,12 @@ def _check_fields(section: str, values: dict, *classes) -> None:
 
 
 def _apply(base: dict, changes: dict) -> dict:
-    """`base` with dotted-path `changes` applied: {"rl.max_turns": 6} sets base["rl"]["max_turns"]; a section
-    name alone ({"sft": None}) replaces the whole section."""
-    out = json.loads(json.dumps(base))
-    for path, value in changes.items():
+    """A copy of `base` with dotted-path `changes` applied: {"rl.max_turns": 6} sets base["rl"]["max_turns"]; a
+    section name alone ({"sft": None}) replaces the whole section. Nothing of `base` or `changes` is shared with the
+    result: a YAML anchor hands one dict object to every run that names it, and a later dotted change must not
+    reach the other runs through it."""
+    out = copy.deepcopy(base)
+    for path, value in copy.deepcopy(changes).items():
         *parents, leaf = path.split(".")
         target = out
         for key in parents:
@@ -442,7 +445,7 @@ def load_study(path: str | Path) -> Study:
         if not resolved["model"]:
             raise ValueError(f"{where}: name the starting `model`")
         runs.append(StudyRun(run_name, resolved["model"], data, resolved["sft"], algorithm, resolved["rl"],
-                             StudyEval(**resolved["eval"]), _changed(base, changes), expected))
+                             StudyEval(**resolved["eval"]), _changed(base, copy.deepcopy(changes)), expected))
     output_dir = Path(spec.get("output_dir") or "outputs/paper")
     results = Path(spec.get("results") or f"benchmarks/results/paper/{name}")
     return Study(name, runs, output_dir, results, spec.get("paper") or "", spec.get("hardware") or "",
@@ -687,14 +690,51 @@ def _run_one(study: Study, run: StudyRun, record: dict, results: Results, log) -
 # -- report ---------------------------------------------------------------------------------------------------------
 
 
-def table_rows(study: Study, results: Results) -> list[dict]:
-    """One row per finished run, in the study's order: success with its Wilson 95% interval, the paper's number,
-    wall time, the starting policy's held-out success where it was played, and exact McNemar tests against the
-    starting policy and against the first run, where both played the same games."""
-    rows, first = [], None
+def _as_json(value):
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def stale_runs(study: Study, results: Results) -> dict[str, str]:
+    """The finished runs whose records no longer describe what the study file resolves to, with the reason: the
+    run's recorded settings, or the recorded inputs of the SFT or RL stage it used, differ from the run's as it
+    resolves now (the file changed, or the results were written while one run's changes leaked into another's)."""
+    stale = {}
     for run in study.runs:
         record = results.data["runs"].get(run.name)
         if not record or "eval" not in record:
+            continue
+        checks = [("its settings", record.get("settings"), run.settings())]
+        if record.get("sft"):
+            checks.append(("its SFT stage", results.data["sft"].get(record["sft"], {}).get("inputs"),
+                           run.sft_inputs()))
+        if "rl" in record:
+            checks.append(("its RL stage", record["rl"].get("inputs"), run.rl_inputs()))
+        differ = [what for what, recorded, now in checks if _as_json(recorded) != _as_json(now)]
+        if differ:
+            stale[run.name] = f"{' and '.join(differ)} differ from the study file's"
+    return stale
+
+
+def withdraw_stale(study: Study, results: Results) -> dict[str, str]:
+    """Move the stale runs' records (`stale_runs`) to the results' `withdrawn` section, with the reason, so that
+    the file keeps what was measured but no table shows it; returns what was withdrawn."""
+    stale = stale_runs(study, results)
+    for name, reason in stale.items():
+        results.data.setdefault("withdrawn", {})[name] = {**results.data["runs"].pop(name), "withdrawn": reason}
+    results.save()
+    return stale
+
+
+def table_rows(study: Study, results: Results) -> list[dict]:
+    """One row per finished run, in the study's order: success with its Wilson 95% interval, the paper's number,
+    wall time, the starting policy's held-out success where it was played, and exact McNemar tests against the
+    starting policy and against the first run, where both played the same games. Stale runs (`stale_runs`) are
+    left out."""
+    rows, first = [], None
+    stale = stale_runs(study, results)
+    for run in study.runs:
+        record = results.data["runs"].get(run.name)
+        if not record or "eval" not in record or run.name in stale:
             continue
         ev = record["eval"]
         sft = results.data["sft"].get(record.get("sft") or "", {})
@@ -827,8 +867,17 @@ def _study_command(args: argparse.Namespace) -> int:
     if args.check:
         print(f"{args.study}: {len(study.runs)} runs, fields valid: {', '.join(run.name for run in study.runs)}")
         return 0
-    if args.report:
-        print(write_report(study, Results(study.results.with_suffix(".json"), study.name)))
+    if args.report or args.withdraw_stale:
+        results = Results(study.results.with_suffix(".json"), study.name)
+        if args.withdraw_stale:
+            for name, reason in withdraw_stale(study, results).items():
+                print(f"withdrawn: {name}: {reason}")
+        stale = stale_runs(study, results)
+        if stale:
+            runs = "; ".join(f"{name}: {reason}" for name, reason in stale.items())
+            raise SystemExit(f"{results.path}: results that are not what {args.study} now runs ({runs}). Run them "
+                             f"again (--runs {' '.join(stale)}) or move them aside with --withdraw-stale")
+        print(write_report(study, results))
         return 0
     unknown = sorted(set(args.runs or []) - {run.name for run in study.runs})
     if unknown:
@@ -847,5 +896,10 @@ def add_study_parser(subparsers) -> None:
     parser.add_argument("study", type=Path, help="The study file.")
     parser.add_argument("--runs", nargs="+", help="Only these runs (default: all, in order).")
     parser.add_argument("--check", action="store_true", help="Validate the study file and exit.")
-    parser.add_argument("--report", action="store_true", help="Rewrite the table and figure from the results.")
+    parser.add_argument("--report", action="store_true",
+                        help="Rewrite the table and figure from the results; refused while any recorded run is "
+                             "not what the study file now resolves to.")
+    parser.add_argument("--withdraw-stale", action="store_true",
+                        help="Move the records of runs that are not what the study file now resolves to into the "
+                             "results' `withdrawn` section (kept, never shown), then rewrite the report.")
     parser.set_defaults(func=_study_command)
