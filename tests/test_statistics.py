@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from trl_multiturn.evaluation import EvalResult, mcnemar_exact, paired_test, wilson_interval
+from trl_multiturn.evaluation import EvalResult, holm, mcnemar_exact, paired_test, wilson_interval
 from trl_multiturn.rollout import Episode
 
 
@@ -48,3 +48,10 @@ def test_eval_result_won_by_task_pairs_episodes_by_task_and_skip_failed_ones():
     outcomes = result.won_by_task()
     assert sorted(outcomes.values()) == [False, True] and len(outcomes) == 2
     assert outcomes['{"game": "g", "seed": 1}'] is True
+
+
+def test_holm_multiplies_the_ith_smallest_p_by_m_minus_i_plus_one_and_keeps_the_order_monotone():
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> raised to 0.06 (step-down)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert holm([0.02]) == [0.02] and holm([]) == []

@@ -111,15 +111,21 @@ def test_the_grpo_result_recorded_under_the_aliasing_bug_is_withdrawn_with_its_r
     assert "grpo" not in data["runs"] and all(row["run"] != "grpo" for row in data["table"])
 
 
-def _recorded(study_path: Path) -> Path:
-    """A results file recording every run of the study as finished, as `run_study` writes it (no training)."""
+def _recorded(study_path: Path, outcomes: dict[str, dict] | None = None) -> Path:
+    """A results file recording every run of the study as finished, as `run_study` writes it (no training): each
+    run's held-out outcomes from `outcomes` (default: one game won of two), and one shared start that won nothing."""
     study = load_study(study_path)
     results = Results(study.results.with_suffix(".json"), study.name)
-    outcome = {"successes": 1, "n": 2, "failed": 0, "ci_low": 0.1, "ci_high": 0.9, "seconds": 1.0,
-               "outcomes": {"a": True, "b": False}, "key": "k"}
+    games = {"a": True, "b": False}
+    start = {"successes": 0, "n": 2, "ci_low": 0.0, "ci_high": 0.5, "seconds": 1.0, "key": "s",
+             "outcomes": dict.fromkeys((outcomes or {"": games})[next(iter(outcomes or {"": games}))], False)}
+    results.data["start"] = {"s": start}
     for run in study.runs:
+        won = (outcomes or {}).get(run.name, games)
+        outcome = {"successes": sum(won.values()), "n": len(won), "failed": 0, "ci_low": 0.1, "ci_high": 0.9,
+                   "seconds": 1.0, "outcomes": won, "key": "k"}
         results.data["runs"][run.name] = {"fingerprint": run.fingerprint(), "settings": run.settings(),
-                                          "changed": run.changed, "expected": None, "eval": outcome,
+                                          "changed": run.changed, "expected": None, "eval": outcome, "start": "s",
                                           "rl": {"inputs": run.rl_inputs(), "seconds": 1.0, "episodes": 2}}
     results.save()
     return results.path
@@ -147,3 +153,51 @@ def test_report_refuses_results_whose_stages_the_file_no_longer_resolves_to(tmp_
     data = json.loads(results_path.read_text())
     assert set(data["runs"]) == {"a"} and data["withdrawn"]["b"]["settings"]["rl"]["max_steps"] == 3
     assert [row["run"] for row in data["table"]] == ["a"]
+
+
+def _two_run_study(tmp_path, **extra) -> Path:
+    spec = {"name": "tiny", "output_dir": str(tmp_path / "out"), "results": str(tmp_path / "results" / "tiny"),
+            "model": "some-model", "data": {"num_sft_games": 0}, "algorithm": "grpo", "rl": {"max_steps": 2},
+            "runs": [{"name": "a"}, {"name": "b", "set": {"rl.max_steps": 3}}, {"name": "c"}], **extra}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_the_report_adjusts_only_the_pre_registered_comparisons_by_holm(tmp_path):
+    from trl_multiturn.evaluation import mcnemar_exact
+    from trl_multiturn.study import write_report
+
+    primary = [{"run": "a", "versus": "start"}, {"run": "a", "versus": "b"}, {"run": "c", "versus": "start"}]
+    path = _two_run_study(tmp_path, primary=primary)
+    games = [f"g{i}" for i in range(20)]
+    won = {"a": {g: i < 12 for i, g in enumerate(games)}, "b": {g: i < 4 for i, g in enumerate(games)}}
+    _recorded(path, won)
+    study = load_study(path)
+    results = Results(study.results.with_suffix(".json"), study.name)
+    del results.data["runs"]["c"]  # c has not run: its comparison counts with p = 1
+    table = write_report(study, results)
+    found = {(c["run"], c["versus"]): c for c in results.data["primary"]}
+    p_start, p_b = mcnemar_exact(12, 0), mcnemar_exact(8, 0)
+    assert found["a", "start"]["p_value"] == pytest.approx(p_start)
+    assert found["a", "start"]["holm_p"] == pytest.approx(3 * p_start)  # the smallest of 3, times 3
+    assert found["a", "b"]["holm_p"] == pytest.approx(2 * p_b)
+    assert found["c", "start"]["p_value"] is None and found["c", "start"]["holm_p"] is None
+    assert "over all 3" in table and "c vs start | not run yet" in table and "exploratory" in table
+
+
+def test_a_study_without_primary_comparisons_says_every_p_value_is_exploratory(tmp_path):
+    from trl_multiturn.study import write_report
+
+    path = _two_run_study(tmp_path)
+    _recorded(path)
+    study = load_study(path)
+    assert "every p-value above is exploratory" in write_report(study, Results(study.results.with_suffix(".json"),
+                                                                                study.name))
+
+
+@pytest.mark.parametrize("primary", [[{"run": "a", "versus": "nope"}], [{"run": "a"}], [{"run": "a", "versus": "a"}],
+                                     [{"run": "a", "versus": "start"}] * 2, ["a"]])
+def test_a_primary_comparison_must_name_runs_of_the_study(tmp_path, primary):
+    with pytest.raises(ValueError, match="primary"):
+        load_study(_two_run_study(tmp_path, primary=primary))

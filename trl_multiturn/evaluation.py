@@ -206,6 +206,25 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
 
 
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment of m p-values for multiple comparisons (family-wise error rate).
+
+    With the p-values sorted ascending, p_(1) <= ... <= p_(m), the adjusted value of the i-th smallest is
+
+        q_(i) = min(1, max_{j <= i} (m - j + 1) * p_(j))
+
+    returned in the order given. Rejecting every hypothesis with q < alpha keeps the chance of any false rejection
+    at most alpha, whatever the dependence between the tests.
+    """
+    m = len(p_values)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
 @dataclass(frozen=True)
 class PairedTest:
     """Two models on the same tasks: how many tasks only A won, only B won, and the exact McNemar p-value."""

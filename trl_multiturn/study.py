@@ -20,6 +20,8 @@ A study file names a base pipeline and the runs that change it:
     runs:                                    # ... runs listed one by one (both may be given; sweep runs first)
       - {name: sparse, set: {rl.reward_mode: sparse}, expected: 0.5}
       - {name: rloo, set: {algorithm: rloo, rl: *rloo}}   # a whole section replaced (anchor in a "_" key)
+    primary:                                 # optional: the comparisons the study is for, named before it runs
+      - {run: sparse, versus: start}         # a run against its own SFT start, or against another run
 
 Each run trains an SFT warm start (when `sft` is set), then RL from it on the training games, then plays the held-
 out games once with its starting policy and once with the trained one, recording each game's outcome. Every
@@ -30,6 +32,10 @@ likewise (`<output_dir>/evals/<key>.json`). The results JSON is rewritten after 
 skips what is recorded (a finished run, or the SFT and RL stages of a run that stopped during evaluation) as long as
 the run's settings are unchanged. A study that needs a stage another study is training waits for it (a lock file
 beside the checkpoint; not under `accelerate launch`).
+
+The report adjusts the `primary` comparisons' p-values by Holm's method over all of them (one not yet run counts
+with p = 1) and marks every other p-value exploratory: a comparison added after looking at the results is not one
+the study was for.
 """
 
 from __future__ import annotations
@@ -312,6 +318,7 @@ class Study:
     paper: str = ""
     hardware: str = ""
     description: str = ""
+    primary: list[tuple[str, str]] = field(default_factory=list)  # (run, "start" or another run), pre-registered
 
 
 def _digest(value) -> str:
@@ -399,7 +406,7 @@ def _short(value) -> str:
 
 BASE_KEYS = ("model", "data", "sft", "algorithm", "rl", "eval")
 STUDY_KEYS = (*BASE_KEYS, "name", "description", "paper", "hardware", "scale", "output_dir", "results", "sweep",
-              "expected", "names", "runs")
+              "expected", "names", "runs", "primary")
 
 
 def load_study(path: str | Path) -> Study:
@@ -449,7 +456,25 @@ def load_study(path: str | Path) -> Study:
     output_dir = Path(spec.get("output_dir") or "outputs/paper")
     results = Path(spec.get("results") or f"benchmarks/results/paper/{name}")
     return Study(name, runs, output_dir, results, spec.get("paper") or "", spec.get("hardware") or "",
-                 spec.get("description") or "")
+                 spec.get("description") or "", _primary(path, spec.get("primary") or [], [run.name for run in runs]))
+
+
+def _primary(path, entries: list, names: list[str]) -> list[tuple[str, str]]:
+    """The study's pre-registered comparisons as (run, versus) pairs, each naming runs of the study."""
+    pairs = []
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) != {"run", "versus"}:
+            raise ValueError(f"{path}: primary: each comparison is {{run: NAME, versus: start or NAME}}, got "
+                             f"{entry!r}")
+        run, versus = str(entry["run"]), str(entry["versus"])
+        unknown = [name for name in (run, versus) if name not in names and not (name == versus == "start")]
+        if unknown or run == versus:
+            raise ValueError(f"{path}: primary: {entry!r} must name two different runs of the study (or versus: "
+                             f"start); its runs are {names}")
+        pairs.append((run, versus))
+    if len(set(pairs)) != len(pairs):
+        raise ValueError(f"{path}: primary: a comparison is listed twice: {pairs}")
+    return pairs
 
 
 def sft_format(rl: dict) -> dict:
@@ -769,6 +794,49 @@ def _paired(outcomes: dict, other: dict, name: str) -> dict | None:
             "p_value": mcnemar_exact(only_this, only_other)}
 
 
+def primary_comparisons(study: Study, results: Results) -> list[dict]:
+    """The study's pre-registered comparisons (`Study.primary`), each with its discordant games, exact McNemar p and
+    Holm-adjusted p over all of them (`evaluation.holm`); a comparison whose runs have not both finished (or are
+    stale) has no test and counts with p = 1, so adding runs later cannot make the others look stronger."""
+    from .evaluation import holm
+
+    stale = stale_runs(study, results)
+
+    def outcomes(name: str, of_start: bool = False) -> dict | None:
+        record = results.data["runs"].get(name)
+        if not record or "eval" not in record or name in stale:
+            return None
+        if of_start:
+            start = results.data.get("start", {}).get(record.get("start") or "")
+            return start and start["outcomes"]
+        return record["eval"]["outcomes"]
+
+    found = []
+    for run, versus in study.primary:
+        this = outcomes(run)
+        other = outcomes(run, of_start=True) if versus == "start" else outcomes(versus)
+        paired = _paired(this, other, versus) if this is not None and other is not None else None
+        found.append({**(paired or {"p_value": None}), "run": run, "versus": versus})
+    adjusted = holm([1.0 if c["p_value"] is None else c["p_value"] for c in found])
+    return [{**c, "holm_p": q if c["p_value"] is not None else None} for c, q in zip(found, adjusted)]
+
+
+def _primary_lines(primary: list[dict]) -> list[str]:
+    if not primary:
+        return ["No comparison was named in advance (`primary`): every p-value above is exploratory."]
+    lines = [f"Primary comparisons, named in the study file before it ran; p adjusted by Holm's method over all "
+             f"{len(primary)} (the p-values in the table above are exploratory, uncorrected):", "",
+             "| comparison | +/- | p | Holm p |", "|---|---|---:|---:|"]
+    for c in primary:
+        name = f"{c['run']} vs {c['versus']}"
+        if c["p_value"] is None:
+            lines.append(f"| {name} | not run yet (counts as p = 1) | | |")
+        else:
+            lines.append(f"| {name} | +{c['only_this']}/-{c['only_other']} | {c['p_value']:.3g} | "
+                         f"{c['holm_p']:.3g} |")
+    return lines
+
+
 def _percent(value) -> str:
     return f"{value:.0%}" if isinstance(value, (int, float)) else ("" if value is None else str(value))
 
@@ -781,7 +849,7 @@ def _versus(paired: dict | None) -> str:
     return f"+{paired['only_this']}/-{paired['only_other']}, p={paired['p_value']:.3g}" if paired else ""
 
 
-def markdown_table(study: Study, rows: list[dict]) -> str:
+def markdown_table(study: Study, rows: list[dict], primary: list[dict]) -> str:
     lines = [f"**{study.name}**" + (f": {study.description}" if study.description else ""), ""]
     if study.paper:
         lines += [f"Paper: {study.paper}", ""]
@@ -804,6 +872,7 @@ def markdown_table(study: Study, rows: list[dict]) -> str:
                  _versus(row.get("vs_start")), _percent(row["expected"]), _versus(row.get("vs_first")),
                  f"{row['seconds'] / 60:.1f} min"]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", *_primary_lines(primary)]
     return "\n".join(lines) + "\n"
 
 
@@ -848,8 +917,10 @@ def plot(study: Study, rows: list[dict], path: Path) -> None:
 def write_report(study: Study, results: Results) -> str:
     """Write `<results>.md` (the table), the table into `<results>.json` and the figure `<results>.png`."""
     rows = table_rows(study, results)
-    table = markdown_table(study, rows)
+    primary = primary_comparisons(study, results)
+    table = markdown_table(study, rows, primary)
     results.data["table"] = rows
+    results.data["primary"] = primary
     results.save()
     if int(os.environ.get("RANK", "0")) != 0:
         return table
@@ -883,7 +954,7 @@ def _study_command(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"--runs: {unknown} are not runs of {study.name}")
     results = run_study(study, args.runs)
-    print(markdown_table(study, results.data["table"]))
+    print(markdown_table(study, results.data["table"], results.data["primary"]))
     return 0
 
 
