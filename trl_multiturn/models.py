@@ -9,7 +9,9 @@ trainer, example and `evaluate` accept like a Hub id. Install the weights with
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shutil
 from pathlib import Path
 
 from .cache import cache_dir
@@ -18,6 +20,13 @@ OFFLINE_DEFAULT_MODEL = "offline:smollm2-135m-instruct"
 OFFLINE_DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 """The Hub model the offline default's weights are (model cards name it as the base model)."""
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SPECIAL_TOKENS = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|im_end|>"}
+"""The Hub model's special tokens. Set explicitly: transformers' GGUF tokenizer loader does not agree with itself
+across releases (5.17 reads the end of sequence as `<|im_start|>`, 5.24 as `<|im_end|>`), and an assistant turn
+must end with a token the model samples."""
+CONVERSION = 2
+"""Version of the conversion below, recorded in the checkpoint's `conversion.json`; a cached checkpoint made by
+another version is converted again (version 1 could record `<|im_start|>` as the end of sequence)."""
 
 
 def _gguf_path() -> Path:
@@ -38,7 +47,7 @@ def offline_default_dir() -> Path:
 def offline_default_model() -> str:
     """Path to a `transformers` checkpoint of SmolLM2-135M-Instruct, converted from GGUF on first use."""
     out = offline_default_dir()
-    if (out / "config.json").exists() and any(out.glob("*.safetensors")):
+    if _conversion(out) == CONVERSION and any(out.glob("*.safetensors")):
         return str(out)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -51,14 +60,29 @@ def offline_default_model() -> str:
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(quantized.state_dict())
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    if len(tokenizer) != config.vocab_size:
+        raise RuntimeError(f"The offline default's special tokens {SPECIAL_TOKENS} are not all in its vocabulary")
+    for name in ("bos", "eos", "pad"):
+        token_id = getattr(tokenizer, f"{name}_token_id")
+        setattr(model.config, f"{name}_token_id", token_id)
+        setattr(model.generation_config, f"{name}_token_id", token_id)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    if not out.exists():
-        tmp.replace(out)
+    (tmp / "conversion.json").write_text(json.dumps({"conversion": CONVERSION}))
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.replace(out)
     return str(out)
+
+
+def _conversion(checkpoint: Path) -> int | None:
+    """The conversion version a cached checkpoint records (None: not converted, or before versions were recorded)."""
+    try:
+        return json.loads((checkpoint / "conversion.json").read_text())["conversion"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def resolve_model(name_or_path: str) -> str:
