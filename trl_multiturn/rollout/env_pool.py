@@ -27,6 +27,7 @@ import functools
 import logging
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import threading
 import time
@@ -90,7 +91,7 @@ def resolve_env_mode(mode: str, factory: Callable[[], Environment]) -> str:
     return declared_execution(factory) if mode == "auto" else mode
 
 
-def _describe(cmd: str, exc: Exception) -> str:
+def _describe(cmd: str, exc: BaseException) -> str:
     if isinstance(exc, ContractError):
         return f"{cmd} broke the environment contract: {exc}"
     return f"{cmd} raised {type(exc).__name__}: {exc}"
@@ -118,8 +119,8 @@ class _SlotEnvironment:
                 result = self.env.finish()
                 return None if result is None else checked_step_result(result)
             raise ValueError(f"unknown command {cmd!r}")
-        except Exception as exc:  # noqa: BLE001 - any environment error fails its episode, not the run
-            self.close()
+        except BaseException as exc:  # noqa: BLE001 - even SystemExit or KeyboardInterrupt raised by the
+            self.close()  # environment's code fails its episode only (a user's Ctrl-C: see `_user_interrupts`)
             return EnvFailure(_describe(cmd, exc))
 
     def close(self) -> None:
@@ -127,8 +128,30 @@ class _SlotEnvironment:
         if env is not None:
             try:
                 env.close()
-            except Exception:  # noqa: BLE001 - closing a broken environment must not fail the run
+            except BaseException:  # noqa: BLE001 - closing a broken environment must not fail the run
                 pass
+
+
+class _user_interrupts:
+    """Around an inline call in the main thread: a SIGINT that arrives meanwhile (the user's Ctrl-C) is recorded, so
+    that the KeyboardInterrupt it raises is told apart from one the environment's code raises and stops the run."""
+
+    def __enter__(self):
+        self.received, self.previous = False, None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.received = True
+        handler = self.previous if callable(self.previous) else signal.default_int_handler
+        handler(signum, frame)
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        if self.received:
+            raise KeyboardInterrupt
 
 
 class _InlineRunner:
@@ -141,7 +164,8 @@ class _InlineRunner:
         self._result = None
 
     def start(self, cmd: str, arg: Any) -> None:
-        self._result = self.slot_env.call(cmd, arg)
+        with _user_interrupts():
+            self._result = self.slot_env.call(cmd, arg)
 
     def wait(self, deadline: float | None):
         return self._result
@@ -159,7 +183,7 @@ class _ThreadCall:
         threading.Thread(target=self._run, args=(cmd, arg), daemon=True, name=f"env-{cmd}").start()
 
     def _run(self, cmd: str, arg: Any) -> None:
-        result = self.slot_env.call(cmd, arg)
+        result = self.slot_env.call(cmd, arg)  # never raises: a user's Ctrl-C goes to the main thread, not here
         with self.lock:
             self.result = result
             self.done.set()
@@ -250,6 +274,16 @@ def _libc_prctl():
         return None
 
 
+def _unpickled(message: bytes):
+    """A worker's result, or its episode's failure when it pickled in the worker but does not unpickle here (e.g.
+    an exception in `info` whose `__init__` takes other arguments than it stores)."""
+    try:
+        return pickle.loads(message)
+    except Exception as exc:  # noqa: BLE001 - whatever the unpickling code raises is the result's fault
+        return EnvFailure(f"the environment's result could not be read back from its worker ({type(exc).__name__}: "
+                          f"{exc}); keep StepResult.info to plain data")
+
+
 class _ProcessRunner:
     """The slot's environment in a worker process of its own."""
 
@@ -287,7 +321,7 @@ class _ProcessRunner:
             return self._unsent
         try:
             if self.conn.poll(None if deadline is None else max(0.0, deadline - time.monotonic())):
-                return self.conn.recv()
+                return _unpickled(self.conn.recv_bytes())
             reason = f"environment call timed out after {self.timeout}s (its worker was killed)"
         except (EOFError, OSError):
             self.kill()  # reaches what the dead worker left running in its process group
