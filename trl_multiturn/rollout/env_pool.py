@@ -26,11 +26,13 @@ import ctypes
 import functools
 import logging
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import pickle
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -336,8 +338,10 @@ class _ProcessRunner:
             pass
 
     def join_or_kill(self, deadline: float) -> None:
-        self.proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        self.kill()  # a no-op for a worker that exited and was reaped by the join
+        # Wait for the exit without reaping: the worker's pid, hence its process group's id, stays ours, so the kill
+        # reaches the children its environment started and its close() left running.
+        mp.connection.wait([self.proc.sentinel], timeout=max(0.0, deadline - time.monotonic()))
+        self.kill()
 
     def close(self) -> None:
         self.request_close()
@@ -362,6 +366,29 @@ class _ProcessRunner:
             return True
         except ChildProcessError:  # reaped, or not our child ("forkserver"): ask multiprocessing
             return self.proc.exitcode is None
+
+
+@contextmanager
+def sigterm_stops_the_run():
+    """Within the block (in the main thread, where SIGTERM has its default action): the first SIGTERM raises
+    SystemExit(143) instead of ending the process at once, so that `finally` blocks close the environments, stop the
+    workers and kill their process groups; a SIGTERM during that shutdown is ignored. SIGINT needs nothing: its
+    KeyboardInterrupt unwinds the same way (the workers ignore it, and run in process groups of their own)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    stopping = []
+
+    def stop(signum, frame):
+        if not stopping:
+            stopping.append(signum)
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class PendingCalls:

@@ -25,7 +25,7 @@ from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_tok
 from ..credit.rewards import REWARD_MODES
 from ..rollout import Episode, EpisodeRunner
 from ..rollout.batch import RolloutBatch
-from ..rollout.env_pool import check_env_settings
+from ..rollout.env_pool import check_env_settings, sigterm_stops_the_run
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
 from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
@@ -334,11 +334,12 @@ class MultiTurnMixin(RunFilesMixin):
         self.close()
 
     def train(self, *args, **kwargs):
-        """TRL's `train()`; the environments are released when it returns or raises (Ctrl-C included)."""
-        try:
-            return super().train(*args, **kwargs)
-        finally:
-            self.close()
+        """TRL's `train()`; the environments are released when it returns or raises (Ctrl-C and SIGTERM included)."""
+        with sigterm_stops_the_run():
+            try:
+                return super().train(*args, **kwargs)
+            finally:
+                self.close()
 
     # -- generation ---------------------------------------------------------------------------------------------------
 
