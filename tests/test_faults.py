@@ -9,7 +9,7 @@ import torch
 from conftest import tiny_rl_args
 from datasets import Dataset
 from test_env_pool import alive
-from toy_envs import CountingEnv
+from toy_envs import CountingEnv, HugeObservationEnv
 from transformers import TrainerCallback
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRLOOConfig, MultiTurnRLOOTrainer
@@ -91,6 +91,27 @@ def test_a_first_observation_over_the_episode_budget_fails_its_episode_and_never
     failed = [ep for ep in trainer.last_rollout.episodes if ep.failed]
     assert len(failed) == 2 and "leaving no room for a reply within max_episode_tokens=120" in failed[0].failure
     assert len(failed[0].prompt_ids) > 1000 and max(longest) <= 120
+
+
+def test_a_huge_later_observation_truncates_its_episode_under_the_default_settings(tiny_chatml_model, tmp_path):
+    """Before, with the default max_episode_tokens=None, a 1 MB observation went whole into the next forward pass
+    (234 GB asked for); now `max_observation_tokens` (default 8192) ends the episode as truncated, with the reason."""
+    rows = [{"target": 3, "huge_bytes": 2**20}, {"target": 3}]
+    trainer = make_trainer(tiny_chatml_model, tmp_path, rows, env_factory=HugeObservationEnv, max_steps=1,
+                           per_device_train_batch_size=4)  # each row twice
+    assert trainer.args.max_episode_tokens is None and trainer.args.max_observation_tokens == 8192
+
+    def refuse_long_inputs(module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        assert ids is None or ids.shape[1] < 10_000, f"a forward pass over {ids.shape[1]} tokens"
+
+    trainer.model.register_forward_pre_hook(refuse_long_inputs, with_kwargs=True)
+    result = trainer.train()
+    assert math.isfinite(result.training_loss) and train_logs(trainer)[0]["episodes/failed"] == 0
+    huge = [ep for ep in trainer.last_rollout.episodes if ep.task.get("huge_bytes")]
+    assert len(huge) == 2 and all(ep.truncated and ep.num_turns == 1 for ep in huge)
+    assert all("exceeds max_observation_tokens=8192" in ep.infos[-1]["truncation"] for ep in huge)
+    assert all(ep.num_turns == 3 and ep.won for ep in trainer.last_rollout.episodes if not ep.task.get("huge_bytes"))
 
 
 def test_the_trainer_releases_its_workers_and_starts_them_again(tiny_chatml_model, tmp_path):

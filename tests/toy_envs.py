@@ -87,3 +87,17 @@ class CounterTools:
     def peek(self) -> str:
         """Look at the counter."""
         return f"The counter is at {self.count}."
+
+
+class HugeObservationEnv(CountingEnv):
+    """Answers its first step with a 1 MB observation (a whole file listing, say) when the task asks for it."""
+
+    def step(self, action):
+        result = super().step(action)
+        if self.turn == 1 and isinstance(self.task_huge, int) and not result.done:
+            result.observation = "look " * (self.task_huge // 5)
+        return result
+
+    def reset(self, task):
+        self.task_huge = task.get("huge_bytes")
+        return super().reset(task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -36,13 +37,16 @@ class EpisodeRunner:
     chat template's token delta for a new message (never re-tokenising history): a user turn, or a tool message for
     environments whose `observation_role` is "tool" (the request for an action after an unreadable reply stays a user
     turn). An episode stops when its
-    environment says done, at `max_turns`, or when the next observation would exceed `max_episode_tokens` (prompt
-    included).
+    environment says done, at `max_turns`, when the next observation would exceed `max_episode_tokens` (prompt
+    included), or when one observation's message is longer than `max_observation_tokens` (its last info's
+    "truncation" says why): under no episode budget, one huge observation would otherwise go whole through every
+    forward pass.
 
     An episode fails (it is dropped from the baseline and the loss, and its `failure` says why) when its environment
     raises, hangs past `env_timeout`, loses its worker or returns what breaks the contract (see
     `trl_multiturn.envs.base.checked_step_result`), and when its first observation leaves no room for a reply within
-    `max_episode_tokens`: cutting the observation would train on a task the environment never stated.
+    `max_episode_tokens` or is longer than `max_observation_tokens`: cutting the observation would train on a task
+    the environment never stated.
 
     A reply cut at `max_reply_tokens` has no sampled end-of-turn token. The documented choice here: the turn is
     closed with the template's end-of-turn token under mask 0 (the model is not trained to have emitted it) and the
@@ -55,6 +59,8 @@ class EpisodeRunner:
         max_turns: the most replies per episode.
         max_reply_tokens: the cap on one reply (TRL's `max_completion_length`).
         max_episode_tokens: the cap on the whole conversation, prompt included; None for no cap.
+        max_observation_tokens: the cap on one observation's message (chat template tokens included); None for no
+            cap.
         action_parser: a parser name from `ACTION_PARSERS`, a `"module:function"` path, or a callable.
         system_prompt: an optional system message before the first observation.
         eos_token_ids: token ids that end a reply; defaults to the tokenizer's eos.
@@ -76,6 +82,7 @@ class EpisodeRunner:
         max_turns: int,
         max_reply_tokens: int,
         max_episode_tokens: int | None = None,
+        max_observation_tokens: int | None = None,
         action_parser: str | ActionParser = "first_line",
         system_prompt: str | None = None,
         eos_token_ids: Sequence[int] | None = None,
@@ -96,6 +103,10 @@ class EpisodeRunner:
         self.max_turns = max_turns
         self.max_reply_tokens = max_reply_tokens
         self.max_episode_tokens = max_episode_tokens
+        if max_observation_tokens is not None and not max_observation_tokens >= 1:
+            raise ValueError(f"max_observation_tokens={max_observation_tokens}: give a positive number of tokens "
+                             "(e.g. 8192), or None for no cap")
+        self.max_observation_tokens = max_observation_tokens
         self.action_parser = get_action_parser(action_parser, tokenizer)
         self.system_prompt = system_prompt
         self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs)
@@ -154,9 +165,21 @@ class EpisodeRunner:
                     ep.failed, ep.failure = True, (
                         f"the first observation makes a prompt of {len(ep.prompt_ids)} tokens, leaving no room for a "
                         f"reply within max_episode_tokens={self.max_episode_tokens}")
+                elif reason := self._over_observation_cap(len(ep.prompt_ids) - self._empty_prompt_tokens):
+                    ep.failed, ep.failure = True, f"the first observation: {reason}"
             episodes.append(ep)
         self._warn_if_most_over_budget(episodes)
         return episodes
+
+    @functools.cached_property
+    def _empty_prompt_tokens(self) -> int:
+        return len(self.tokens.prompt_ids(self.opening_messages("")))
+
+    def _over_observation_cap(self, tokens: int) -> str | None:
+        """Why an observation of `tokens` tokens ends its episode, or None when it fits `max_observation_tokens`."""
+        if self.max_observation_tokens is None or tokens <= self.max_observation_tokens:
+            return None
+        return f"an observation of {tokens} tokens exceeds max_observation_tokens={self.max_observation_tokens}"
 
     def _warn_if_most_over_budget(self, episodes: list[Episode]) -> None:
         over = [len(ep.prompt_ids) for ep in episodes if ep.failed and ep.prompt_ids]  # reset failures have none
@@ -249,7 +272,13 @@ class EpisodeRunner:
             return
         start, end = ep.turn_spans[-1]
         appended = self.tokens.close_ids(ep.completion_ids[start:end])
-        appended += self.tokens.observation_ids(result.observation, role)
+        observation_ids = self.tokens.observation_ids(result.observation, role)
+        appended += observation_ids
+        reason = self._over_observation_cap(len(observation_ids))
+        if reason is not None:
+            ep.done = ep.truncated = True
+            ep.infos[-1] = {**ep.infos[-1], "truncation": reason}
+            return
         if self.max_episode_tokens is not None and ep.num_tokens + len(appended) >= self.max_episode_tokens:
             ep.done = ep.truncated = True  # no room left for the observation and a reply after it
             return

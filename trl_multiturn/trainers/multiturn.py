@@ -56,6 +56,13 @@ class MultiTurnArguments:
         metadata={"help": "Cap on a whole episode's tokens (prompt, replies and observations). An episode that "
                           "would exceed it ends as truncated. `max_completion_length` caps one reply."},
     )
+    max_observation_tokens: int | None = field(
+        default=8192,
+        metadata={"help": "Cap on one observation's tokens. A later observation longer than this ends its episode "
+                          "as truncated (its last info's 'truncation' says why); a longer first observation fails "
+                          "the episode. Without it, one huge observation (a 1 MB file listing) would go whole through "
+                          "every forward pass. None for no cap."},
+    )
     reward_mode: str = field(
         default="sparse",
         metadata={"help": "How per-turn rewards are formed: 'sparse' (success_reward on the final turn of a won "
@@ -305,6 +312,7 @@ class MultiTurnMixin(RunFilesMixin):
             max_turns=self.args.max_turns,
             max_reply_tokens=self.args.max_completion_length,
             max_episode_tokens=self.args.max_episode_tokens,
+            max_observation_tokens=self.args.max_observation_tokens,
             action_parser=self.args.action_parser,
             system_prompt=self.args.system_prompt,
             eos_token_ids=self.eos_token_ids,
