@@ -60,7 +60,7 @@ def test_reward_funcs_none_nan_or_inf_add_nothing_and_advantages_stay_finite(tin
         return [None, float("nan"), float("inf"), 2.0, -float("inf"), 0.0, 2.0, 0.0]
 
     def run(reward_funcs):
-        trainer = make_trainer(tiny_chatml_model, tmp_path, [{}] * 8, env_factory=CountingEnv,
+        trainer = make_trainer(tiny_chatml_model, tmp_path, [{"target": 1}] * 8, env_factory=CountingEnv,
                                reward_funcs=reward_funcs, per_device_train_batch_size=8, num_generations=4)
         trainer.model.train()
         trainer.current_gradient_accumulation_steps = 1
@@ -112,6 +112,19 @@ def test_a_huge_later_observation_truncates_its_episode_under_the_default_settin
     assert len(huge) == 2 and all(ep.truncated and ep.num_turns == 1 for ep in huge)
     assert all("exceeds max_observation_tokens=8192" in ep.infos[-1]["truncation"] for ep in huge)
     assert all(ep.num_turns == 3 and ep.won for ep in trainer.last_rollout.episodes if not ep.task.get("huge_bytes"))
+
+
+@pytest.mark.parametrize("column", ["completions", "prompts", "completion_ids", "trainer_state", "won"])
+def test_a_dataset_column_the_trainer_reserves_is_refused_at_construction(tiny_chatml_model, tmp_path, column):
+    """Before, a `completions` column crashed the first step ("got multiple values for keyword argument")."""
+    with pytest.raises(ValueError, match=f"train_dataset has a column named '{column}'.*rename_column"):
+        make_trainer(tiny_chatml_model, tmp_path, [{"target": 1, column: 0}], env_factory=CountingEnv)
+
+
+def test_an_empty_train_dataset_is_refused_at_construction(tiny_chatml_model, tmp_path):
+    """Before, train() returned silently after 0 steps."""
+    with pytest.raises(ValueError, match="train_dataset has no rows"):
+        make_trainer(tiny_chatml_model, tmp_path, [], env_factory=CountingEnv)
 
 
 def test_the_trainer_releases_its_workers_and_starts_them_again(tiny_chatml_model, tmp_path):
