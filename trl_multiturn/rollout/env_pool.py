@@ -140,14 +140,13 @@ class _user_interrupts:
 
     def __enter__(self):
         self.received, self.previous = False, None
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handle)
+        if threading.current_thread() is threading.main_thread() and callable(signal.getsignal(signal.SIGINT)):
+            self.previous = signal.signal(signal.SIGINT, self._handle)  # (an ignored SIGINT stays ignored)
         return self
 
     def _handle(self, signum, frame):
         self.received = True
-        handler = self.previous if callable(self.previous) else signal.default_int_handler
-        handler(signum, frame)
+        self.previous(signum, frame)
 
     def __exit__(self, *exc) -> None:
         if self.previous is not None:
