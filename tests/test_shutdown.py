@@ -71,6 +71,16 @@ def test_closing_the_pool_reaps_the_children_an_environment_left_running(tmp_pat
     assert list(tmp_path.glob("sandbox-*")) == []
 
 
+def test_closing_the_pool_closes_an_environment_whose_call_hangs(tmp_path):
+    """Before, a worker busy in a hung call was killed after 5 s without closing its environment: its folder stayed."""
+    with EnvPool(lambda: ChildStartingEnv(str(tmp_path), step_seconds=600), mode="process") as pool:
+        pool.reset([{}])
+        pids = recorded_pids(tmp_path)
+        pool.start_step([0], ["go"])
+    assert list(tmp_path.glob("sandbox-*")) == []
+    assert wait_until(lambda: not any(alive(p) for p in pids), timeout=30)
+
+
 _TRAINER = """
 import sys
 from datasets import Dataset

@@ -241,6 +241,12 @@ def _die_with_parent(parent_pid: int, use_pdeathsig: bool) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watchdog").start()
 
 
+def _exit_call(signum, frame):
+    """In a worker, during an environment call: SIGTERM (from `join_or_kill`) ends the call as a failure, so that
+    the environment is still closed (its folders removed) before the worker exits."""
+    raise SystemExit(128 + signum)
+
+
 def _worker_main(conn, factory, parent_pid: int, use_pdeathsig: bool) -> None:
     _die_with_parent(parent_pid, use_pdeathsig)
     os.setpgid(0, 0)  # a process group of its own: a kill reaches what the environment started
@@ -253,7 +259,9 @@ def _worker_main(conn, factory, parent_pid: int, use_pdeathsig: bool) -> None:
             break
         if cmd == "close":
             break
+        signal.signal(signal.SIGTERM, _exit_call)
         result = slot_env.call(cmd, arg)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         try:
             conn.send(result)
         except (BrokenPipeError, OSError):
@@ -339,7 +347,9 @@ class _ProcessRunner:
     def join_or_kill(self, deadline: float) -> None:
         # Wait for the exit without reaping: the worker's pid, hence its process group's id, stays ours, so the kill
         # reaches the children its environment started and its close() left running.
-        mp.connection.wait([self.proc.sentinel], timeout=max(0.0, deadline - time.monotonic()))
+        if not mp.connection.wait([self.proc.sentinel], timeout=max(0.0, deadline - time.monotonic())):
+            os.kill(self.pid, signal.SIGTERM)  # a call that hangs: ends as a failure, the environment is closed
+            mp.connection.wait([self.proc.sentinel], timeout=5.0)
         self.kill()
 
     def close(self) -> None:
