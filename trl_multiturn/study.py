@@ -930,6 +930,43 @@ def write_report(study: Study, results: Results) -> str:
     return table
 
 
+def observed_discordance(results: Results) -> list[float]:
+    """The share of held-out games exactly one policy won, for every paired comparison the results' table holds."""
+    rows = results.data.get("table") or []
+    return [(pair["only_this"] + pair["only_other"]) / row["n"] for row in rows
+            for pair in (row.get("vs_start"), row.get("vs_first")) if pair and row["n"]]
+
+
+def power_report(study: Study, results: Results, discordance: float | None = None, effects=(0.05, 0.10, 0.15, 0.20),
+                 power: float = 0.8, alpha: float = 0.05) -> str:
+    """A table of the paired held-out games each effect needs (exact McNemar, `power.games_for_power`) and the power
+    the study's own game count gives, at the discordance stated or else the mean one its results saw. The level is
+    alpha / m for the m pre-registered comparisons (Holm's first step; alpha when none is named)."""
+    from .power import games_for_power, mcnemar_power
+
+    if discordance is None:
+        seen = observed_discordance(results)
+        if not seen:
+            raise SystemExit(f"{results.path}: no paired results to take the discordance from; give --discordance "
+                             "(the share of games exactly one of two policies wins, e.g. 0.25)")
+        discordance, source = sum(seen) / len(seen), f"mean of {len(seen)} comparisons in {results.path}"
+    else:
+        source = "stated"
+    comparisons = max(1, len(study.primary))
+    games = max((run.data.num_eval_games or 0) for run in study.runs)
+    lines = [f"{study.name}: exact McNemar, alpha {alpha} / {comparisons} comparison(s), discordance "
+             f"{discordance:.2f} ({source}), target power {power:.0%}", "",
+             f"| effect (points) | games needed | power at the study's {games} games |", "|---|---|---|"]
+    for effect in effects:
+        if effect > discordance:
+            lines.append(f"| {effect * 100:.0f} | impossible: above the discordance | |")
+            continue
+        needed = games_for_power(discordance, effect, power, alpha, comparisons)
+        at_study = f"{mcnemar_power(games, discordance, effect, alpha, comparisons):.0%}" if games else ""
+        lines.append(f"| {effect * 100:.0f} | {needed if needed is not None else '> 20000'} | {at_study} |")
+    return "\n".join(lines)
+
+
 # -- command line ---------------------------------------------------------------------------------------------------
 
 
@@ -937,6 +974,10 @@ def _study_command(args: argparse.Namespace) -> int:
     study = load_study(args.study)
     if args.check:
         print(f"{args.study}: {len(study.runs)} runs, fields valid: {', '.join(run.name for run in study.runs)}")
+        return 0
+    if args.power:
+        results = Results(study.results.with_suffix(".json"), study.name)
+        print(power_report(study, results, args.discordance, power=args.target_power))
         return 0
     if args.report or args.withdraw_stale:
         results = Results(study.results.with_suffix(".json"), study.name)
@@ -973,4 +1014,18 @@ def add_study_parser(subparsers) -> None:
     parser.add_argument("--withdraw-stale", action="store_true",
                         help="Move the records of runs that are not what the study file now resolves to into the "
                              "results' `withdrawn` section (kept, never shown), then rewrite the report.")
+    parser.add_argument("--power", action="store_true",
+                        help="Print the paired held-out games needed to detect 5-20 point effects (exact McNemar, "
+                             "corrected for the file's primary comparisons) and the power of the study's own count.")
+    parser.add_argument("--discordance", type=_unit_interval,
+                        help="With --power: the share of games exactly one of two policies wins (default: the mean "
+                             "its results saw).")
+    parser.add_argument("--target-power", type=_unit_interval, default=0.8, help="With --power: default 0.8.")
     parser.set_defaults(func=_study_command)
+
+
+def _unit_interval(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number strictly between 0 and 1")
+    return value
