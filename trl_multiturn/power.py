@@ -24,7 +24,8 @@ def _log_pmf(n: int, k: int, p: float) -> float:
     """log P(Binomial(n, p) = k)."""
     if p in (0.0, 1.0):
         return 0.0 if k == (n if p == 1.0 else 0) else -math.inf
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * math.log(p) + (n - k) * math.log1p(-p)
+    log_choose = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+    return log_choose + k * math.log(p) + (n - k) * math.log1p(-p)
 
 
 def _cdf(n: int, k: int, p: float) -> float:
