@@ -72,6 +72,26 @@ def test_eval_evaluates_the_model_the_recipe_trained(tiny_chatml_model, tmp_path
     assert config_model_dir(["--output_dir", str(tmp_path)], []) is None  # nothing saved there
 
 
+def test_an_input_error_is_one_line_naming_the_flag_and_debug_shows_the_traceback(tmp_path, capsys):
+    missing = str(tmp_path / "no_model")
+    assert main(["eval", "--model_name_or_path", missing, "--num_eval_games", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("trl-multiturn eval: error: --model_name_or_path") and missing in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        main(["eval", "--model_name_or_path", missing, "--num_eval_games", "1", "--debug"])
+
+
+def test_version_names_the_package_and_what_it_runs_on(capsys):
+    from trl_multiturn import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"trl-multiturn {__version__} (trl 1.") and "transformers" in printed
+
+
 def test_eval_refuses_unknown_command_line_options(tiny_chatml_model):
     with pytest.raises(SystemExit):
         main(["eval", "--model_name_or_path", tiny_chatml_model, "--bogus", "1"])

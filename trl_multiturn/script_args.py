@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,19 @@ class ModelArguments:
 
     @property
     def model_path(self) -> str:
-        return resolve_model(self.model_name_or_path)
+        """The checkpoint to load. A name that can only be a local path (it starts with `.`, `/` or `~`, or has more
+        than one `/`), or any name while `HF_HUB_OFFLINE` is set, must be a folder: refused naming the flag, where
+        transformers would answer "Repo id must be in the form ..." or try the Hub."""
+        path = resolve_model(self.model_name_or_path)
+        if not Path(path).expanduser().is_dir():
+            local = path.startswith((".", "/", "~")) or path.count("/") > 1
+            if local or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+                why = "" if local else " (HF_HUB_OFFLINE is set: no Hub)"
+                raise FileNotFoundError(
+                    f"--model_name_or_path {path!r}: no such folder{why}. Give a checkpoint folder, a Hub id, or "
+                    f"{OFFLINE_DEFAULT_MODEL!r} (a config's model must exist first: the README's step 1 makes "
+                    "outputs/quickstart_sft)")
+        return path
 
 
 def side_by_side(before, after, start: str, trainer_name: str) -> str:
