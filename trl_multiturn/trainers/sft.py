@@ -9,6 +9,7 @@ import datasets
 from trl import SFTConfig, SFTTrainer
 from trl.data_utils import get_dataset_column_names
 
+from ..config_checks import check_fields
 from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
@@ -54,6 +55,7 @@ class MultiTurnSFTConfig(SFTConfig):
     )
 
     def __post_init__(self):
+        check_fields(self)  # before TRL's own checks
         bf16_only_where_supported(self)
         super().__post_init__()
         if self.assistant_only_loss:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from ...config_checks import Range
 from ...script_args import ModelArguments, evaluation_options, train_and_evaluate
 
 
@@ -46,6 +47,12 @@ class TextWorldScriptArguments(ModelArguments):
                           "the RL recipe that starts from it disjoint ranges (e.g. SFT from 500000) so that SFT "
                           "demonstrations never come from the games RL plays."},
     )
+
+    _RANGES = {
+        "world_size": Range(ge=1), "nb_objects": Range(ge=0), "quest_length": Range(ge=1),
+        "num_train_games": Range(ge=1), "num_eval_games": Range(ge=0), "eval_max_turns": Range(ge=1),
+        "eval_temperature": Range(ge=0), "first_train_game": Range(ge=0),
+    }
 
     def tasks(self, split: str, num_games: int, progress: bool = True):
         """The task `Dataset` of `num_games` games of `split`, generated on first use (with a progress bar; training
