@@ -1,8 +1,9 @@
 """Type and range checks of every config field, derived from the dataclass annotations.
 
 A config class of the package calls `check_fields(self)` first thing in its `__post_init__`. Each field that a
-class of `trl_multiturn` declares (inherited TRL and transformers fields are theirs to check) is checked against its
-annotation (`int`, `float`, `bool`, `str`, `dict`, `list[X]`, `Literal[...]`, `X | None`, unions of these) and, when
+class of `trl_multiturn` declares, and each inherited TRL or transformers field that such a class names in its
+`_RANGES` (the parents' fields our maths depends on, e.g. `learning_rate`; the others are TRL's to check), is
+checked against its annotation (`int`, `float`, `bool`, `str`, `dict`, `list[X]`, `Literal[...]`, `X | None`, unions of these) and, when
 numeric, against the `Range` stated for it in the `_RANGES` table of the class that declares it (a subclass's
 table extends its parents'). A float must be finite; a bool is not a number; an int field takes no float; a `str`
 field whose metadata has `choices` (argparse's key, so the command line refuses the same values) takes one of them.
@@ -111,22 +112,24 @@ def check_value(name: str, value, annotation, range: Range | None = None) -> Non
 
 @functools.cache
 def field_checks(cls: type) -> tuple[FieldCheck, ...]:
-    """The checks of the fields that classes of this package declare in `cls` (its own and its bases'), in field
-    order: each with its resolved annotation, its `_RANGES` entry and its `metadata["choices"]`."""
+    """The checks of the fields of `cls` that classes of this package declare or name in a `_RANGES` table (its
+    own and its bases'), in field order: each with its resolved annotation, its `_RANGES` entry and its
+    `metadata["choices"]`."""
     ranges: dict[str, Range] = {}
     annotations: dict[str, Any] = {}
     for base in reversed(cls.__mro__):
-        if base.__module__.split(".")[0] != PACKAGE:
-            continue
-        ranges.update(vars(base).get("_RANGES", {}))
-        namespace = vars(sys.modules[base.__module__])
-        for name, annotation in vars(base).get("__annotations__", {}).items():
-            annotations[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation
+        annotations.update({name: (base, annotation) for name, annotation in vars(base).get("__annotations__",
+                                                                                            {}).items()})
+        if base.__module__.split(".")[0] == PACKAGE:
+            ranges.update(vars(base).get("_RANGES", {}))
     checks = []
     for f in dataclasses.fields(cls):
-        if f.name in annotations:
+        declared_by, annotation = annotations[f.name]
+        if declared_by.__module__.split(".")[0] == PACKAGE or f.name in ranges:
+            if isinstance(annotation, str):
+                annotation = eval(annotation, vars(sys.modules[declared_by.__module__]))
             choices = f.metadata.get("choices")
-            checks.append(FieldCheck(f.name, annotations[f.name], ranges.get(f.name),
+            checks.append(FieldCheck(f.name, annotation, ranges.get(f.name),
                                      tuple(choices) if choices else None))
     return tuple(checks)
 

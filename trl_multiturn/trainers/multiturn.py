@@ -37,6 +37,10 @@ from .trl_compat import check_trl_attributes, single_turn_replies
 logger = logging.getLogger(__name__)
 
 
+# The optimiser's step size (a TRL field of every trainer's config): 0 is allowed, the study's no-training control.
+LEARNING_RATE = Range(ge=0, text="a number >= 0 (0 leaves the weights as they are)")
+
+
 def mask_truncated_field():
     """`mask_truncated_completions` of the multi-turn configs: TRL's field, with its multi-turn meaning."""
     return field(
@@ -155,6 +159,15 @@ class MultiTurnArguments:
         "turn_gamma": Range(ge=0, le=1),
         "env_timeout": Range(gt=0, text="a number of seconds > 0, or None for no deadline"),
         "env_max_memory_mb": Range(gt=0, text="a number of MiB > 0, or None for no limit"),
+        # Fields of the TRL config these are mixed into that the maths divides by or multiplies with: TRL checks
+        # their other constraints (GRPO's num_generations >= 2) but lets 0, NaN or a negative value through.
+        "learning_rate": LEARNING_RATE,
+        "num_generations": Range(ge=1, text="an integer >= 1 (episodes per task), or None"),
+        "num_iterations": Range(ge=1),
+        "temperature": Range(gt=0, text="a number > 0 (the logits are divided by it)"),
+        "top_p": Range(gt=0, le=1),
+        "beta": Range(ge=0),
+        "epsilon": Range(gt=0),
     }
 
     def __post_init__(self):

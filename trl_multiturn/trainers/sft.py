@@ -14,7 +14,7 @@ from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
 from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
-from .multiturn import bf16_only_where_supported, default_args
+from .multiturn import LEARNING_RATE, bf16_only_where_supported, default_args
 from .run_files import RunFilesMixin
 from .trl_compat import check_trl_compat
 
@@ -53,6 +53,8 @@ class MultiTurnSFTConfig(SFTConfig):
         metadata={"help": "When building expert episodes from task rows: leave out tasks whose expert solution does "
                           "not win (logged) instead of raising."},
     )
+
+    _RANGES = {"learning_rate": LEARNING_RATE}
 
     def __post_init__(self):
         check_fields(self)  # before TRL's own checks
