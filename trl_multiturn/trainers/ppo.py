@@ -45,7 +45,7 @@ from transformers import TrainerCallback, set_seed
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model
 
-from ..config_checks import Range
+from ..config_checks import Range, check_fields
 from ..credit.gae import ValueBatch, get_value_estimator, masked_moments, masked_whiten
 from ..rollout.batch import RolloutBatch
 from . import critic_engine
@@ -121,6 +121,7 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
     }
 
     def __post_init__(self):
+        check_fields(self)  # before the swap below, which would take num_generations=True for 1
         single = self.num_generations == 1
         if single:
             self.num_generations = _GroupOfOne(1)
