@@ -3,11 +3,11 @@
 A config class of the package calls `check_fields(self)` first thing in its `__post_init__`. Each field that a
 class of `trl_multiturn` declares, and each inherited TRL or transformers field that such a class names in its
 `_RANGES` (the parents' fields our maths depends on, e.g. `learning_rate`; the others are TRL's to check), is
-checked against its annotation (`int`, `float`, `bool`, `str`, `dict`, `list[X]`, `Literal[...]`, `X | None`, unions of these) and, when
-numeric, against the `Range` stated for it in the `_RANGES` table of the class that declares it (a subclass's
-table extends its parents'). A float must be finite; a bool is not a number; an int field takes no float; a `str`
-field whose metadata has `choices` (argparse's key, so the command line refuses the same values) takes one of them.
-Field metadata cannot carry the ranges: `HfArgumentParser` passes every metadata key on to argparse.
+checked against its annotation (`int`, `float`, `bool`, `str`, `dict`, `list[X]`, `Literal[...]`, `X | None`,
+unions of these) and, when numeric, against its `Range` in the `_RANGES` tables of the package's classes in the
+MRO (a subclass's table extends its parents'). A float must be finite; a bool is not a number; an int field takes
+no float; a `str` field whose metadata has `choices` (argparse's key, so the command line refuses the same values)
+takes one of them. Field metadata cannot carry the ranges: `HfArgumentParser` passes every metadata key on to argparse.
 
     _RANGES = {"max_turns": Range(ge=1), "turn_gamma": Range(ge=0, le=1), "success_reward": Range()}
 
@@ -83,7 +83,7 @@ class FieldCheck:
         return _describe_type(tp)
 
     def problem(self, value) -> str | None:
-        """None when `value` is allowed, else `name=value: give ...` (with the type given, when it is the wrong one)."""
+        """None when `value` is allowed, else `name=value: give ...` (with the type given when it is the wrong one)."""
         if not _matches(value, self.annotation):
             return f"{self.name}={value!r}: give {self.describe()} (got {type(value).__name__})"
         if _is_number(value) and self.range is not None and value not in self.range:

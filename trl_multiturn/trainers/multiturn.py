@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import torch
 from accelerate.utils import gather_object
 
-from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..config_checks import Range, check_fields, check_value
+from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
 from ..rollout import Episode, EpisodeRunner
 from ..rollout.batch import RolloutBatch

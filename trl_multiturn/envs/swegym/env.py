@@ -57,8 +57,8 @@ class SWEGymConfig(SandboxConfig):
     )
     eval_timeout: float = field(default=300.0, metadata={"help": "Wall-clock seconds the grading test run may take."})
 
-    _RANGES = {"submit_after_turns": Range(ge=1), "max_observation_chars": Range(ge=200), "view_max_lines": Range(ge=1),
-               "eval_timeout": Range(gt=0)}
+    _RANGES = {"submit_after_turns": Range(ge=1), "max_observation_chars": Range(ge=200),
+               "view_max_lines": Range(ge=1), "eval_timeout": Range(gt=0)}
 
     def __post_init__(self):
         super().__post_init__()  # checks every field's type and range, the sandbox's and these
