@@ -22,7 +22,11 @@ class TextWorldScriptArguments(ModelArguments):
     )
     challenge_rewards: str = field(default="dense", metadata={"help": "tw-simple rewards: dense, balanced, sparse."})
     challenge_goal: str = field(default="detailed", metadata={"help": "tw-simple goal: detailed, brief, none."})
-    num_train_games: int = field(default=16, metadata={"help": "Training games (seeds of the train split)."})
+    num_train_games: int | None = field(
+        default=16,
+        metadata={"help": "Training games (seeds of the train split). None only where evaluation reads a recipe "
+                          "shared with ALFWorld's example (there: every game); TextWorld training needs a number."},
+    )
     num_eval_games: int = field(default=10, metadata={"help": "Held-out games (seeds of the test split)."})
     games_dir: str | None = field(default=None, metadata={"help": "Game cache folder (default: TextWorldEnv's)."})
     admissible_commands: bool = field(
@@ -97,6 +101,8 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
     `model_args` (a `ModelSetup`: dtype, LoRA, 4/8-bit) is passed on as TRL's scripts do. Returns the trainer."""
     from ...model_setup import model_setup_kwargs
 
+    if script_args.num_train_games is None:
+        raise ValueError("num_train_games=None: give the number of TextWorld training games (an integer >= 1)")
     trainer_kwargs = {**model_setup_kwargs(model_args, training_args), **trainer_kwargs}
     trainer = trainer_cls(
         model=script_args.model_path,
