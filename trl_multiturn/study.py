@@ -56,6 +56,8 @@ from types import SimpleNamespace
 
 import yaml
 
+from .config_checks import Range, check_fields
+
 ALGORITHMS = {
     "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
     "rloo": ("MultiTurnRLOOTrainer", "MultiTurnRLOOConfig"),
@@ -147,6 +149,14 @@ class StudyData:
         default=False, metadata={"help": "List the valid commands in every observation."}
     )
 
+    _RANGES = {"num_train_games": Range(ge=1), "num_eval_games": Range(ge=0), "num_sft_games": Range(ge=0),
+               "sft_first_game": Range(ge=0),
+               "held_out_fraction": Range(gt=0, lt=1, text="a number between 0 and 1 (exclusive), the share of the "
+                                                          "tasks held out for evaluation")}
+
+    def __post_init__(self):
+        check_fields(self)
+
     def check(self) -> None:
         from .envs.textworld.tasks import parse_shape
 
@@ -179,9 +189,6 @@ class StudyData:
         unknown = sorted((set(self.tiers or ()) | set(self.eval_tiers or ())) - set(TIERS))
         if unknown:
             raise ValueError(f"data.tiers / data.eval_tiers: {unknown} are not SWE-Gym tiers; choose from {TIERS}")
-        if not 0 < self.held_out_fraction < 1:
-            raise ValueError(f"data.held_out_fraction={self.held_out_fraction}: use a number between 0 and 1 "
-                             "(exclusive), the share of the tasks held out for evaluation")
 
     def tasks(self, part: str):
         """The task rows of `part`: "train" (RL), "sft" or "eval"."""
@@ -251,6 +258,11 @@ class StudyEval:
                           "model itself without SFT), so the table shows what RL added, with a paired test. Runs "
                           "whose start and held-out episodes are equal share one such evaluation."},
     )
+
+    _RANGES = {"temperature": Range(ge=0), "max_turns": Range(ge=1), "batch_size": Range(ge=1)}
+
+    def __post_init__(self):
+        check_fields(self)
 
 
 @dataclass
@@ -442,9 +454,10 @@ def load_study(path: str | Path) -> Study:
             raise ValueError(f"{where}: no SFT and algorithm 'none' trains nothing; set one of them")
         _check_fields(f"{where}: data", resolved["data"], StudyData)
         _check_fields(f"{where}: eval", resolved["eval"], StudyEval)
-        data = StudyData(**resolved["data"])
         try:
+            data = StudyData(**resolved["data"])
             data.check()
+            study_eval = StudyEval(**resolved["eval"])
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
         if resolved["sft"] is not None and data.num_sft_games == 0:
@@ -452,7 +465,7 @@ def load_study(path: str | Path) -> Study:
         if not resolved["model"]:
             raise ValueError(f"{where}: name the starting `model`")
         runs.append(StudyRun(run_name, resolved["model"], data, resolved["sft"], algorithm, resolved["rl"],
-                             StudyEval(**resolved["eval"]), _changed(base, copy.deepcopy(changes)), expected))
+                             study_eval, _changed(base, copy.deepcopy(changes)), expected))
     output_dir = Path(spec.get("output_dir") or "outputs/paper")
     results = Path(spec.get("results") or f"benchmarks/results/paper/{name}")
     return Study(name, runs, output_dir, results, spec.get("paper") or "", spec.get("hardware") or "",

@@ -6,6 +6,8 @@ import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from ....config_checks import Range, check_fields
+
 SANDBOXES = ("local", "docker")
 NOBODY = 65534  # owner of write-only scratch files
 ISOLATIONS = ("bwrap", "none")
@@ -96,15 +98,18 @@ class SandboxConfig:
     docker_cpus: float = field(default=1.0, metadata={"help": "CPUs each container may use."})
     docker_network: bool = field(default=False, metadata={"help": "Give containers network access."})
 
+    _RANGES = {
+        "command_timeout": Range(gt=0), "cpu_seconds": Range(ge=1), "memory_mb": Range(ge=1),
+        "max_processes": Range(ge=1), "max_file_mb": Range(ge=1), "max_output_bytes": Range(ge=1),
+        "uid_base": Range(ge=0), "uid_count": Range(ge=1), "docker_cpus": Range(gt=0),
+    }
+
     def __post_init__(self):
+        check_fields(self)
         if self.sandbox not in SANDBOXES:
             raise ValueError(f"sandbox={self.sandbox!r}: choose one of {SANDBOXES}")
         if self.isolation not in ISOLATIONS:
             raise ValueError(f"isolation={self.isolation!r}: choose one of {ISOLATIONS}")
-        for name in ("command_timeout", "cpu_seconds", "memory_mb", "max_processes", "max_file_mb",
-                     "max_output_bytes"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be positive")
         if self.run_as_uid not in ("auto", "none") and not str(self.run_as_uid).isdigit():
             raise ValueError(f"run_as_uid={self.run_as_uid!r}: use 'auto', 'none' or a numeric uid")
         if self.isolation == "none" and str(self.run_as_uid).isdigit():
