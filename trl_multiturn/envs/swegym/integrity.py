@@ -18,11 +18,15 @@ import ast
 import json
 import random
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 CONFIG_FILES = {"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml"}
 STARTUP_HOOKS = {"sitecustomize.py", "usercustomize.py"}
+# What the test run imports before or besides the code under test: a module of that name at the repository root
+# (first on sys.path) would stand in for it.
+HARNESS_MODULES = {"pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "swebench"}
 TEST_FOLDERS = {"test", "tests", "testing"}
 
 
@@ -48,6 +52,9 @@ def protected_reason(path: str, test_files: frozenset[str] | set[str] = frozense
         return "a test module"
     if path == "__init__.py":
         return "a package marker at the repository root (it renames the test modules)"
+    top = parts[0].removesuffix(".py") if parts else ""
+    if (len(parts) > 1 or parts[0].endswith(".py")) and (top in HARNESS_MODULES or top in sys.stdlib_module_names):
+        return "a module at the repository root named like one of pytest's or Python's own (it would shadow it)"
     return None
 
 

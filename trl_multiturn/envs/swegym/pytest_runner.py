@@ -38,8 +38,9 @@ def main() -> int:
         token = f.read().strip()
     os.unlink(token_path)
     fd = os.open(report_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    import pytest  # before the working folder is on sys.path: a `pytest.py` of the repository cannot stand in
+
     sys.path[0] = os.getcwd()  # the working folder first, as `python -m pytest` has it (not this file's folder)
-    import pytest
 
     def write(record: dict) -> None:
         os.write(fd, f"{token} {json.dumps(record)}\n".encode())
