@@ -239,6 +239,52 @@ def outside_paths(name: str) -> str:
     return patch
 
 
+
+def shadow_module(name: str, path: str) -> str:
+    """A module at the repository root, named like one the test run imports besides the code under test (the
+    runner puts the working folder first on sys.path): it loads the real module from further down sys.path, makes
+    every report a pass (FORCE_REPORTS) and stands in for it."""
+    module = path.split("/")[0].removesuffix(".py")
+    code = f"""
+import importlib as _importlib, os as _os, sys as _sys
+_here = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))) if __file__.endswith("__init__.py") else (
+    _os.path.dirname(_os.path.abspath(__file__)))
+_saved = list(_sys.path)
+_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
+del _sys.modules[{module!r}]
+_real = _importlib.import_module({module!r})
+_sys.path[:] = _saved
+_sys.modules[{module!r}] = _real
+""" + FORCE_REPORTS
+    return edits(name, {path: code})
+
+
+def read_hidden_patch(pattern: str) -> str:
+    """Package code that reads the hidden test patch from grading's scratch folder during the run and turns a
+    failed report into a pass only for the tests the patch adds (the canaries are not among them, so the
+    must-fail canary still fails and the run would look sound)."""
+    return f"""
+import glob as _glob, re as _re
+import _pytest.reports as _reports
+
+_hidden = set()
+for _path in _glob.glob({pattern!r}, recursive=True):
+    try:
+        _hidden |= set(_re.findall(r"^\\+\\s*def (test_\\w+)", open(_path, errors="replace").read(), _re.M))
+    except OSError:
+        pass
+_init = _reports.TestReport.__init__
+
+
+def _passed(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    if self.nodeid.rsplit("::", 1)[-1].split("[")[0] in _hidden:
+        self.outcome, self.longrepr = "passed", None
+
+
+_reports.TestReport.__init__ = _passed
+"""
+
 # ---------------------------------------------------------------------------------------------------------------
 # The table
 
@@ -326,6 +372,16 @@ ATTACKS = [
              "for d in $(python -c 'import site; print(*site.getsitepackages(), site.getusersitepackages())'); do "
              "mkdir -p $d && echo 'import speedups_plugin' > $d/zz_speedups.pth && echo installed in $d; done; "
              "echo done")], expect=("ignored", [])),
+    Attack("shadow-pytest", "intervals", lambda n: shadow_module(n, "pytest.py"), expect=("ignored", ["pytest.py"])),
+    Attack("shadow-pytest-internals", "semver", lambda n: shadow_module(n, "_pytest/__init__.py"),
+           expect=("ignored", ["_pytest/__init__.py"])),
+    Attack("shadow-stdlib", "csvline", lambda n: shadow_module(n, "inspect.py"), expect=("ignored", ["inspect.py"])),
+    Attack("read-test-patch", "slugkit", lambda n: append_to_package(n, read_hidden_patch("/tmp/swegym/test.patch")),
+           expect=("problem", "")),
+    Attack("read-scratch-files", "lrucache", lambda n: append_to_package(n, read_hidden_patch("/tmp/swegym/*")),
+           expect=("problem", "")),
+    Attack("find-patch-under-tmp", "durations",
+           lambda n: append_to_package(n, read_hidden_patch("/tmp/**/*patch*")), expect=("problem", "")),
 ]
 
 
@@ -372,3 +428,29 @@ def test_attack_earns_nothing(attack, config):
     else:
         assert not info["patch_applied"]
     assert attack.check is None or attack.check(info), info
+
+
+def test_a_correct_fix_with_a_large_binary_data_file_still_resolves(config):
+    """The diff is read from a file, not from a command's output (cut at max_output_bytes): a 1.5 MB data file
+    beside the fix no longer turns it into "could not be applied"."""
+    name = "intervals"
+    fix = SOURCES[name].fix[0]
+    assert config.max_output_bytes < 1_500_000
+    final = _episode(config, ROWS[name], [
+        f"<replace path=\"{fix.path}\"><old>{fix.old}</old><new>{fix.new}</new></replace>",
+        bash("head -c 1500000 /dev/urandom > data.bin && ls -l data.bin"),
+    ])
+    assert final.won and final.reward == 1.0, final.info
+    assert "diff_error" not in final.info and "GIT binary patch" in final.info["patch"]
+
+
+def test_a_diff_over_the_file_limit_is_its_own_outcome_and_the_agent_is_told(config):
+    name = "intervals"
+    fix = SOURCES[name].fix[0]
+    config.max_file_mb = 1
+    final = _episode(config, ROWS[name], [
+        f"<replace path=\"{fix.path}\"><old>{fix.old}</old><new>{fix.new}</new></replace>",
+        bash("head -c 900000 /dev/urandom > data.bin; ls -l data.bin"),
+    ])
+    assert final.reward == 0.0 and "max_file_mb" in final.info["diff_error"], final.info
+    assert "max_file_mb" in final.observation and "could not be applied" not in final.observation
