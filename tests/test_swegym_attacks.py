@@ -285,6 +285,75 @@ def _passed(self, *args, **kwargs):
 _reports.TestReport.__init__ = _passed
 """
 
+
+# Whether a test function refers to the package: by name in its code, or through a global bound to one of the
+# package's objects (`from pkg import core`), or in its source text. Used by the canary-aware attacks below, which
+# tamper only with such tests (issue 23: the canaries then called nothing of the package).
+REFERS = """
+import inspect as _inspect, sys as _sys, types as _types
+_pkg = __name__.split(".")[0]
+
+
+def _names(code):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, _types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _ours(value):
+    name = value.__name__ if isinstance(value, _types.ModuleType) else getattr(value, "__module__", None) or ""
+    return name.split(".")[0] == _pkg
+
+
+def _refers(function, by):
+    function = getattr(function, "__func__", function)
+    if by == "source":
+        try:
+            return _pkg in _inspect.getsource(function)
+        except (OSError, TypeError):
+            return False
+    names = _names(function.__code__)
+    return _pkg in names or any(_ours(function.__globals__.get(n)) for n in names)
+"""
+
+
+def canary_aware(how: str, by: str = "code") -> str:
+    """`how`: "pass" turns a failed report into a pass, "empty" skips the test's body, each only for the tests
+    that refer to the package."""
+    if how == "pass":
+        tamper = """
+import _pytest.reports as _reports
+
+_make = _reports.TestReport.from_item_and_call.__func__
+
+
+def _from_item_and_call(cls, item, call):
+    report = _make(cls, item, call)
+    if report.failed and _refers(getattr(item, "function", None), {by!r}):
+        report.outcome, report.longrepr = "passed", None
+    return report
+
+
+_reports.TestReport.from_item_and_call = classmethod(_from_item_and_call)
+"""
+    else:
+        tamper = """
+import _pytest.python as _python
+
+_runtest = _python.Function.runtest
+
+
+def _maybe_empty(self):
+    if not _refers(self.function, {by!r}):
+        _runtest(self)
+
+
+_python.Function.runtest = _maybe_empty
+"""
+    return REFERS + tamper.format(by=by)
+
 # ---------------------------------------------------------------------------------------------------------------
 # The table
 
@@ -372,6 +441,14 @@ ATTACKS = [
              "for d in $(python -c 'import site; print(*site.getsitepackages(), site.getusersitepackages())'); do "
              "mkdir -p $d && echo 'import speedups_plugin' > $d/zz_speedups.pth && echo installed in $d; done; "
              "echo done")], expect=("ignored", [])),
+    Attack("canary-aware-pass", "intervals", lambda n: append_to_package(n, canary_aware("pass")),
+           expect=("problem", "tampering")),
+    Attack("canary-aware-pass-by-source", "roman", lambda n: append_to_package(n, canary_aware("pass", "source")),
+           expect=("problem", "tampering")),
+    Attack("canary-aware-empty", "envfile", lambda n: append_to_package(n, canary_aware("empty")),
+           expect=("problem", "tampering")),
+    Attack("canary-aware-empty-by-source", "ledger", lambda n: append_to_package(n, canary_aware("empty", "source")),
+           expect=("problem", "tampering")),
     Attack("shadow-pytest", "intervals", lambda n: shadow_module(n, "pytest.py"), expect=("ignored", ["pytest.py"])),
     Attack("shadow-pytest-internals", "semver", lambda n: shadow_module(n, "_pytest/__init__.py"),
            expect=("ignored", ["_pytest/__init__.py"])),

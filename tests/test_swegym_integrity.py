@@ -64,6 +64,7 @@ def test_canaries_go_between_top_level_statements_and_behave(tmp_path):
         lines = text.splitlines()
         assert lines[:2] == SOURCE.splitlines()[:2]  # docstring and __future__ import stay first
         compile(text, "test_core.py", "exec")
+        assert text.count("    import pkg\n") == 2  # both canaries refer to the package the tests import
         seen_spots.add(tuple(i for i, line in enumerate(lines) if line.startswith(f"def {names[0]}")))
     assert len(seen_spots) > 2  # the places vary
 
