@@ -242,8 +242,8 @@ def outside_paths(name: str) -> str:
 
 def shadow_module(name: str, path: str) -> str:
     """A module at the repository root, named like one the test run imports besides the code under test (the
-    runner puts the working folder first on sys.path): it loads the real module from further down sys.path, makes
-    every report a pass (FORCE_REPORTS) and stands in for it."""
+    runner puts the working folder first on sys.path): it loads the real module from further down sys.path, passes
+    the failed reports of the tests that refer to the package (`canary_aware`) and stands in for it."""
     module = path.split("/")[0].removesuffix(".py")
     code = f"""
 import importlib as _importlib, os as _os, sys as _sys
@@ -255,7 +255,7 @@ del _sys.modules[{module!r}]
 _real = _importlib.import_module({module!r})
 _sys.path[:] = _saved
 _sys.modules[{module!r}] = _real
-""" + FORCE_REPORTS
+""" + canary_aware("pass").replace('__name__.split(".")[0]', repr(package(name)))
     return edits(name, {path: code})
 
 
