@@ -4,9 +4,10 @@
    than the code under test (tests, pytest configuration, conftest.py, start-up hooks, package metadata).
    Grading restores them to the base commit, or removes them when the patch added them, before the tests run.
 2. Canary tests (`plant_canaries`): each test file of the run gets, at random top-level places, a test that
-   must pass and one that must fail, named like the file's own tests and referring to the package under test. Agent code that tampers with the test run
-   from inside it (a hook that marks every test passed, an import hook that empties test functions, a patched
-   pytest) makes the failing canary pass, and the whole run then scores 0.
+   must pass and one that must fail, named like the file's own tests and importing the package under test.
+   Agent code that tampers with the test run from inside it (a hook that marks every test passed, an import hook
+   that empties test functions, a patched pytest, even when only for tests that refer to the package) makes the
+   failing canary pass, and the whole run then scores 0.
 3. The report (`read_report`, `judge`): outcomes come only from the token-signed records of `pytest_runner.py`,
    never from the text the tests print; a report with lines the runner did not write, or that did not reach its
    end record, counts as failed.
