@@ -261,6 +261,8 @@ class SWEGymEnv(Environment):
         reason = {"agent": "Submitted", "turn_limit": "Turn limit reached: submitted the current diff",
                   "truncated": "Episode cut: submitted the current diff"}[by]
         info = {"action": "submit", "submitted_by": by, "patch": patch, **grade.info()}
+        summary = grade.summary()
         if diff_error:
             info["diff_error"] = diff_error
-        return StepResult(f"{reason}. {grade.summary()}", reward=reward, done=True, won=grade.resolved, info=info)
+            summary = f"Your changes could not be taken: {diff_error}."
+        return StepResult(f"{reason}. {summary}", reward=reward, done=True, won=grade.resolved, info=info)

@@ -195,18 +195,26 @@ class Sandbox(ABC):
         """The checkout's changes against `base_commit` as a git diff, new files included, caches left out.
 
         External diff drivers and textconv filters are switched off, so the repository's own git config cannot
-        rewrite the diff; what the diff may contain is checked again when it is graded.
+        rewrite the diff; what the diff may contain is checked again when it is graded. The diff goes to a scratch
+        file and is read from there, so a diff longer than a command's output (`max_output_bytes`: a data file
+        of a correct fix) is whole; one over `max_file_mb` raises DiffError saying so.
         """
+        out = shlex.quote(f"{self.scratch_dir}/agent.diff")
         result = self.run(
+            f"mkdir -p {shlex.quote(self.scratch_dir)} && rm -f {out} && "
             "git add -A -- . ':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.pyc' "
             "':(exclude,glob)**/.pytest_cache/**' >/dev/null 2>&1; "
             "git -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv --binary "
-            f"{shlex.quote(base_commit)}",
+            f"{shlex.quote(base_commit)} > {out}; code=$?; wc -c < {out}; exit $code",
             timeout=max(self.config.command_timeout, 60),
         )
+        words, limit = result.output.split(), self.config.max_file_mb * 1024 * 1024
+        if words and words[-1].isdigit() and int(words[-1]) >= limit:  # at the limit, RLIMIT_FSIZE cut it
+            raise DiffError(f"the diff reaches the {self.config.max_file_mb} MB a file may have (max_file_mb): "
+                            "nothing was graded; keep large data files out of the fix")
         if result.exit_code != 0:
             raise DiffError(f"git diff failed in the checkout: {result.output[-2000:]}")
-        return result.output
+        return self.read_scratch("agent.diff") or ""
 
     def __enter__(self):
         return self
