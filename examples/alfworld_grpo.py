@@ -38,7 +38,7 @@ from trl_multiturn.envs.alfworld import alfworld_tasks as alfworld_task_rows
 from trl_multiturn.envs.alfworld.generator import ALFWorldGenConfig
 from trl_multiturn.evaluation import evaluate
 from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
-from trl_multiturn.script_args import ModelArguments, evaluation_options, train_and_evaluate
+from trl_multiturn.script_args import ModelArguments, checkpoint_to_resume, evaluation_options, train_and_evaluate
 
 # Without `--config`, the three-stage demonstration sized for a CPU; a YAML recipe or the command line overrides any
 # of these (a recipe must set the fields it does not want from here: recipes/alfworld_grpo.yaml does).
@@ -189,7 +189,10 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
     environment_factory = functools.partial(ALFWorldEnv, env_args)
     games = game_sets(script_args, env_args, gen_args, training_args.seed)
     model, start = script_args.model_path, script_args.model_name_or_path
-    if script_args.num_sft_games:
+    # Resuming the GRPO stage: its warm start is already saved, and training it again would change nothing it uses.
+    sft_done = bool(checkpoint_to_resume(training_args) and script_args.warm_start_path
+                    and Path(script_args.warm_start_path, "config.json").is_file())
+    if script_args.num_sft_games and not sft_done:
         model = start = sft_warm_start(script_args, training_args, environment_factory, games["sft"], model_args)
     elif script_args.warm_start_path:
         if not Path(script_args.warm_start_path, "config.json").is_file():

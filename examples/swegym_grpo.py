@@ -21,7 +21,7 @@ from trl import TrlParser
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs.swegym import SWEGymConfig, SWEGymEnv, load_tasks
 from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
-from trl_multiturn.script_args import finish_run
+from trl_multiturn.script_args import checkpoint_to_resume, finish_run
 
 
 @dataclass
@@ -53,7 +53,7 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
         train_dataset=dataset,
         **model_setup_kwargs(model_args, training_args),
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint_to_resume(training_args))
     finish_run(trainer, training_args, dataset_name=script_args.dataset_name or "trl-multiturn/swegym-offline")
 
 

@@ -46,6 +46,12 @@ def test_train_and_eval_help_list_their_choices_and_fields(capsys):
     assert "--output" in _help(["plot"], capsys)
 
 
+def _eval_record(folder: Path) -> dict:
+    """The one `trl-multiturn eval` result in `folder`."""
+    (path,) = folder.glob("eval_results_*.json")
+    return json.loads(path.read_text())
+
+
 def test_eval_takes_a_training_recipe(tiny_chatml_model, textworld_games_dir, tmp_path, capsys):
     """The quickstart recipe's episode fields are used, its training-only fields ignored with a note."""
     code = main(["eval", "--config", str(ROOT / "recipes" / "quickstart.yaml"), "--model_name_or_path",
@@ -55,7 +61,7 @@ def test_eval_takes_a_training_recipe(tiny_chatml_model, textworld_games_dir, tm
     printed = capsys.readouterr().out
     note = next(line for line in printed.splitlines() if line.startswith("note: ignoring"))
     assert "num_generations" in note and "learning_rate" in note and "system_prompt" not in note
-    record = json.loads((tmp_path / "eval_results.json").read_text())
+    record = _eval_record(tmp_path)
     recipe = (ROOT / "recipes" / "quickstart.yaml").read_text()
     assert record["settings"]["system_prompt"] in recipe and record["settings"]["system_prompt"].startswith("You")
     assert record["settings"]["max_turns"] == 1  # the command line wins over the recipe's 4
@@ -70,6 +76,26 @@ def test_eval_evaluates_the_model_the_recipe_trained(tiny_chatml_model, tmp_path
     assert config_model_dir(["--output_dir", tiny_chatml_model], []) == tiny_chatml_model
     assert config_model_dir(["--output_dir", tiny_chatml_model], ["--model_name_or_path", "x"]) is None
     assert config_model_dir(["--output_dir", str(tmp_path)], []) is None  # nothing saved there
+
+
+def test_an_input_error_is_one_line_naming_the_flag_and_debug_shows_the_traceback(tmp_path, capsys):
+    missing = str(tmp_path / "no_model")
+    assert main(["eval", "--model_name_or_path", missing, "--num_eval_games", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("trl-multiturn eval: error: --model_name_or_path") and missing in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        main(["eval", "--model_name_or_path", missing, "--num_eval_games", "1", "--debug"])
+
+
+def test_version_names_the_package_and_what_it_runs_on(capsys):
+    from trl_multiturn import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"trl-multiturn {__version__} (trl 1.") and "transformers" in printed
 
 
 def test_eval_refuses_unknown_command_line_options(tiny_chatml_model):
@@ -107,7 +133,7 @@ def test_eval_plays_alfworld_games_it_generates(tiny_chatml_model, tmp_path):
                  "--max_turns", "1", "--max_completion_length", "4", "--results_dir", str(tmp_path),
                  "--no_progress"])
     assert code == 0
-    record = json.loads((tmp_path / "eval_results.json").read_text())
+    record = _eval_record(tmp_path)
     assert record["env"] == "alfworld" and record["summary"]["n"] == 1
     assert record["summary"]["by_task_type"]["pick_and_place_simple"]["n"] == 1
     assert "/valid_unseen/pick_and_place_simple" in record["outcomes"][0]["task"]["game_file"]
@@ -121,7 +147,8 @@ def test_eval_picks_swegym_tasks():
     assert len(tasks) == 3 and {"instance_id", "FAIL_TO_PASS", "repo"} <= set(tasks.column_names)
 
 
-def test_train_then_eval_from_the_command_line_plays_as_trained(tiny_chatml_model, textworld_games_dir, tmp_path):
+def test_train_then_eval_from_the_command_line_plays_as_trained(tiny_chatml_model, textworld_games_dir, tmp_path,
+                                                                capsys):
     """`train sft` with a recipe saves its episode settings; `eval` of the saved folder plays with them."""
     out = tmp_path / "sft"
     assert main(["train", "sft", "--config", str(ROOT / "recipes" / "quickstart_sft.yaml"), "--model_name_or_path",
@@ -132,15 +159,39 @@ def test_train_then_eval_from_the_command_line_plays_as_trained(tiny_chatml_mode
     assert saved["environment"]["name"] == "textworld"
     assert "trained with multi-turn SFT" in (out / "README.md").read_text()
     assert "## Evaluation" not in (out / "README.md").read_text()  # the recipe evaluates nothing
-    assert main(["eval", "--model_name_or_path", str(out), "--num_eval_games", "1", "--world_size", "1",
-                 "--nb_objects", "2", "--quest_length", "2", "--max_turns", "2", "--no_progress"]) == 0
-    record = json.loads((out / "eval_results.json").read_text())  # beside the model
+    assert saved["tasks"] == {"num_tasks": 2, "shapes": [{"world_size": 1, "nb_objects": 2, "quest_length": 2}]}
+    # No shape given: the training games' shape (w1-o2-q2), not the default w2-o3-q4.
+    assert main(["eval", "--model_name_or_path", str(out), "--num_eval_games", "1", "--max_turns", "2",
+                 "--no_progress"]) == 0
+    assert "note: playing w1-o2-q2 games, the shape the model was trained on" in capsys.readouterr().out
+    record = _eval_record(out)  # beside the model
     assert record["settings"]["system_prompt"] == saved["system_prompt"] and record["settings"]["max_turns"] == 2
     assert record["settings"]["environment"]["settings"]["games_dir"] == str(textworld_games_dir)
     assert record["outcomes"][0]["task"]["game_file"].startswith(str(textworld_games_dir))
-    card = (out / "README.md").read_text()  # the card now shows the evaluation
-    assert card.count("## Evaluation\n") == 1 and card.count("## Evaluate it") == 1
-    assert "Held-out tasks (test split), played greedily with at most 2 turns" in card and "| all | " in card
+    assert record["outcomes"][0]["task"]["world_size"] == 1 and record["outcomes"][0]["task"]["nb_objects"] == 2
+    # A shape that differs from training is played as asked and said; the first result is kept beside the second.
+    assert main(["eval", "--model_name_or_path", str(out), "--num_eval_games", "1", "--world_size", "2",
+                 "--nb_objects", "3", "--quest_length", "4", "--max_turns", "2", "--no_progress"]) == 0
+    assert "the model was trained on w1-o2-q2" in capsys.readouterr().out
+    results = sorted(out.glob("eval_results_*.json"))
+    assert len(results) == 2 and {json.loads(p.read_text())["outcomes"][0]["task"]["world_size"]
+                                  for p in results} == {1, 2}
+    card = (out / "README.md").read_text()  # the card lists both evaluations, each with its file
+    assert card.count("## Evaluation\n") == 1 and card.count("## Evaluate it") == 1 and card.count("| all | ") == 2
+    assert "Held-out tasks (textworld, test, w1-o2-q2, 1 tasks), played greedily with at most 2 turns" in card
+    assert "(textworld, test, w2-o3-q4, 1 tasks)" in card and all(f"`{p.name}`" in card for p in results)
+
+
+def test_eval_refuses_a_model_trained_on_an_environment_it_cannot_build(tiny_chatml_model, tmp_path):
+    """A user's own environment is not replaced by TextWorld: refused, unless --env says which to play (noted)."""
+    import shutil
+
+    model = shutil.copytree(tiny_chatml_model, tmp_path / "model")
+    (model / "episode_settings.json").write_text(json.dumps(
+        {"max_turns": 2, "environment": {"name": "MazeEnv", "class": "my_envs.maze:MazeEnv", "settings": {}}}))
+    with pytest.raises(ValueError, match=r"trained on 'my_envs.maze:MazeEnv'.*give --env"):
+        main(["eval", "--model_name_or_path", str(model), "--num_eval_games", "1", "--debug"])
+    assert main(["eval", "--model_name_or_path", str(model), "--num_eval_games", "1"]) == 2  # one error line
 
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")))

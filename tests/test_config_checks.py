@@ -99,3 +99,25 @@ def test_a_warning_when_most_episodes_fail_before_their_first_reply(tiny_chatml_
         episodes = runner([{"fault": "huge_observation"}] * 3 + [{}])
     assert [ep.failed for ep in episodes] == [True, True, True, False]
     assert "3 of 4 episodes failed before their first reply" in caplog.text and "max_episode_tokens=100" in caplog.text
+
+
+@pytest.mark.parametrize("trainer_cls", ["MultiTurnGRPOTrainer", "MultiTurnRLOOTrainer"])
+@pytest.mark.parametrize("train_rows,eval_rows,message", [
+    ([{"target": 1, "completions": "x"}] * 4, None,
+     r"train_dataset has the columns \['completions'\], names the trainer gives its reward functions itself; "
+     r"rename them"),
+    ([{"target": 1, "trainer_state": 0, "won": 1}] * 4, None, r"columns \['trainer_state', 'won'\]"),
+    ([], None, r"train_dataset is empty \(0 rows\)"),
+    ([{"target": 1}] * 4, [], r"eval_dataset is empty \(0 rows\)"),
+])
+def test_a_dataset_that_is_empty_or_uses_a_reserved_column_is_refused_at_construction(
+        tiny_chatml_model, tmp_path, trainer_cls, train_rows, eval_rows, message):
+    import trl_multiturn
+
+    config_cls = MultiTurnRLOOConfig if trainer_cls == "MultiTurnRLOOTrainer" else MultiTurnGRPOConfig
+    args = tiny_rl_args(config_cls, tmp_path, eval_strategy="no")
+    train = Dataset.from_list(train_rows) if train_rows else Dataset.from_dict({"target": []})
+    evaluation = None if eval_rows is None else Dataset.from_dict({"target": []})
+    with pytest.raises(ValueError, match=message):
+        getattr(trl_multiturn, trainer_cls)(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                                            train_dataset=train, eval_dataset=evaluation)

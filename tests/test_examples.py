@@ -63,6 +63,47 @@ def test_the_main_job_trains_and_reports_held_out_success(tiny_chatml_model, tmp
     assert "recipes/quickstart.yaml" in card and "## Evaluation" in card
 
 
+def test_an_interrupted_run_resumes_at_its_step_with_its_learning_rate_and_checkpoints(
+        tiny_chatml_model, tmp_path, textworld_games_dir):
+    """`--resume_from_checkpoint latest` continues the run where its last checkpoint left it: a 4-step run is cut back
+    to its checkpoint-2 (as if killed after it), resumed, and ends at step 4 with the uninterrupted run's learning
+    rates for steps 3 and 4 and checkpoint-1 and -2 untouched. Ignoring the flag restarts at step 1 with a fresh
+    schedule and overwrites them."""
+    import shutil
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRL_EXPERIMENTAL_SILENCE="1")
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "examples" / "textworld_grpo.py"),
+           "--config", str(ROOT / "recipes/quickstart.yaml"), "--model_name_or_path", tiny_chatml_model,
+           "--output_dir", str(out), "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "1",
+           "--lr_scheduler_type", "linear", "--eval_start_model", "false", "--num_train_games", "2",
+           "--num_eval_games", "1", "--games_dir", str(textworld_games_dir)]
+
+    def run(*extra):
+        done = subprocess.run([*cmd, *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    def learning_rates(state_file):
+        return {e["step"]: e["learning_rate"] for e in json.loads(state_file.read_text())["log_history"]
+                if "learning_rate" in e}
+
+    run()
+    uninterrupted = learning_rates(out / "trainer_state.json")
+    assert sorted(uninterrupted) == [1, 2, 3, 4] and uninterrupted[3] != uninterrupted[1]
+    for name in ("checkpoint-3", "checkpoint-4"):
+        shutil.rmtree(out / name)
+    (out / "trainer_state.json").unlink()
+    kept = {name: (out / name / "trainer_state.json").stat().st_mtime_ns for name in ("checkpoint-1", "checkpoint-2")}
+    run("--resume_from_checkpoint", "latest")
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    assert learning_rates(out / "checkpoint-4" / "trainer_state.json") == uninterrupted
+    assert {name: (out / name / "trainer_state.json").stat().st_mtime_ns for name in kept} == kept
+    with pytest.raises(AssertionError, match="holds no checkpoint-N"):
+        cmd[cmd.index("--output_dir") + 1] = str(tmp_path / "empty")
+        run("--resume_from_checkpoint", "latest")
+
+
 def test_cli_eval_reports_greedy_success(tiny_chatml_model, textworld_games_dir, capsys, tmp_path):
     from trl_multiturn.cli import main
 

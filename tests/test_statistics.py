@@ -1,11 +1,14 @@
 """The statistics every evaluation report uses: Wilson intervals and the exact McNemar test."""
 
+import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
 from trl_multiturn.evaluation import EvalResult, holm, mcnemar_exact, paired_test, wilson_interval
 from trl_multiturn.rollout import Episode
+from trl_multiturn.study import load_study
 
 
 def test_wilson_interval_matches_hand_computed_values():
@@ -55,3 +58,52 @@ def test_holm_multiplies_the_ith_smallest_p_by_m_minus_i_plus_one_and_keeps_the_
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
     assert holm([0.02]) == [0.02] and holm([]) == []
+
+
+def test_mcnemar_power_is_what_simulated_studies_of_the_exact_test_reject():
+    """`mcnemar_power` against a simulation of the very test it describes: paired games, each discordant with
+    probability d, the better policy winning a discordant one with probability 1/2 + delta / (2 d)."""
+    import random
+
+    from trl_multiturn.evaluation import mcnemar_exact
+    from trl_multiturn.power import mcnemar_power
+
+    rng = random.Random(0)
+    for games, discordance, effect, comparisons in ((100, 0.25, 0.10, 1), (60, 0.3, 0.15, 4), (150, 0.14, 0.0, 1)):
+        pi = 0.5 + effect / (2 * discordance)
+        trials, rejected = 3000, 0
+        for _ in range(trials):
+            discordant = sum(rng.random() < discordance for _ in range(games))
+            only_a = sum(rng.random() < pi for _ in range(discordant))
+            rejected += mcnemar_exact(only_a, discordant - only_a) <= 0.05 / comparisons
+        exact = mcnemar_power(games, discordance, effect, comparisons=comparisons)
+        assert abs(rejected / trials - exact) < 4 * (exact * (1 - exact) / trials) ** 0.5 + 0.005
+    assert mcnemar_power(150, 0.14, 0.0) <= 0.05  # no effect: the exact test's size, never above alpha
+
+
+def test_games_needed_grow_with_corrections_and_shrink_with_the_effect():
+    from trl_multiturn.power import games_for_power, mcnemar_power
+
+    # The issue's own sizing: a 10-point effect at 25% discordance under Holm over 4 comparisons needs ~290 games.
+    needed = games_for_power(0.25, 0.10, comparisons=4)
+    assert 270 <= needed <= 310
+    assert mcnemar_power(needed, 0.25, 0.10, comparisons=4) >= 0.8
+    assert games_for_power(0.25, 0.10) < needed < games_for_power(0.25, 0.05, comparisons=4)
+    with pytest.raises(ValueError, match="effect=0.3"):
+        mcnemar_power(100, 0.25, 0.3)
+
+
+def test_power_report_takes_the_discordance_from_the_results_and_corrects_for_the_primaries(tmp_path):
+    from trl_multiturn.study import Results, observed_discordance, power_report
+
+    study = load_study(Path("recipes/paper/algorithms_cpu.yaml"))
+    results = Results(Path("benchmarks/results/paper/algorithms_cpu.json"), study.name)
+    seen = observed_discordance(results)
+    assert seen and all(0 < d < 1 for d in seen)
+    report = power_report(study, results)
+    assert f"discordance {sum(seen) / len(seen):.2f}" in report and "/ 1 comparison" in report
+    stated = power_report(dataclasses.replace(study, primary=[("ppo", "start")] * 3), results, discordance=0.25)
+    assert "/ 3 comparison" in stated and "(stated)" in stated
+    empty = Results(tmp_path / "none.json", study.name)
+    with pytest.raises(SystemExit, match="--discordance"):
+        power_report(study, empty)

@@ -4,9 +4,11 @@ runner's report is read and judged. (The attacks themselves, in sandboxes: test_
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from trl_multiturn.envs.swegym import grading
 from trl_multiturn.envs.swegym.grading import split_test_cmd
 from trl_multiturn.envs.swegym.integrity import Canary, judge, plant_canaries, protected_reason, read_report
 
@@ -16,7 +18,8 @@ from trl_multiturn.envs.swegym.integrity import Canary, judge, plant_canaries, p
     ["conftest.py", "pkg/sub/conftest.py", "pytest.ini", "sub/tox.ini", "setup.cfg", "pyproject.toml", "pytest.toml",
      "sitecustomize.py", "pkg/usercustomize.py", "x.pth", "pkg.egg-info/entry_points.txt", "a.dist-info/METADATA",
      "tests", "tests/helpers.py", "src/testing/x.py", "pkg/test_util.py", "pkg/util_test.py", "__init__.py",
-     ".git/config", "docs/the_test_patch_file.txt"],
+     ".git/config", "docs/the_test_patch_file.txt", "pytest.py", "_pytest/__init__.py", "pluggy.py", "py.py",
+     "inspect.py", "json/__init__.py"],
 )
 def test_protected_paths(path):
     assert protected_reason(path, {"docs/the_test_patch_file.txt"})
@@ -61,6 +64,7 @@ def test_canaries_go_between_top_level_statements_and_behave(tmp_path):
         lines = text.splitlines()
         assert lines[:2] == SOURCE.splitlines()[:2]  # docstring and __future__ import stay first
         compile(text, "test_core.py", "exec")
+        assert text.count("    import pkg\n") == 2  # both canaries refer to the package the tests import
         seen_spots.add(tuple(i for i, line in enumerate(lines) if line.startswith(f"def {names[0]}")))
     assert len(seen_spots) > 2  # the places vary
 
@@ -134,3 +138,17 @@ def test_test_commands_split_into_pytest_arguments(cmd, split):
 def test_other_test_commands_are_refused_with_the_form_to_use(cmd):
     with pytest.raises(ValueError, match="test_cmd=.*python -m pytest ARGS"):
         split_test_cmd(cmd)
+
+
+def test_the_runner_imports_the_real_pytest_before_the_working_folder_is_on_sys_path(tmp_path):
+    """A `pytest.py` in the folder the tests run in must not stand in for pytest (it would forge the records)."""
+    (tmp_path / "pytest.py").write_text("import os\nos._exit(7)\n")
+    (tmp_path / "test_a.py").write_text("def test_a():\n    assert True\n")
+    (tmp_path / "token").write_text("tok")
+    (tmp_path / "report").write_text("")
+    runner = Path(grading.__file__).with_name("pytest_runner.py")
+    run = subprocess.run([sys.executable, "-s", str(runner), "token", "report", "-p", "no:cacheprovider", "test_a.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = read_report((tmp_path / "report").read_text(), "tok")
+    assert report.outcomes == {"test_a.py::test_a": "PASSED"} and report.exit_code == 0

@@ -271,11 +271,34 @@ def _add_plot(subparsers) -> None:
 SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_study, _add_plot]
 
 
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError)
+"""What the package raises for bad input (a config field, a path, a study file): printed as one `error:` line."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import __version__
+
+    def installed(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"trl-multiturn {__version__} (trl {installed('trl')}, transformers {installed('transformers')}, " \
+           f"torch {installed('torch')})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trl-multiturn", description="Multi-turn agent training on top of TRL.")
+    parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in SUBCOMMANDS:
         add(subparsers)
+    for command in subparsers.choices.values():
+        command.add_argument("--debug", action="store_true",
+                             help="Show the full traceback of an input error instead of one `error:` line.")
     return parser
 
 
@@ -286,7 +309,13 @@ def main(argv: list[str] | None = None) -> int:
         args.options = rest  # `--config FILE` and field overrides, parsed by TrlParser
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except USER_ERRORS as error:
+        if args.debug:
+            raise
+        print(f"trl-multiturn {args.command}: error: {error} (--debug shows the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

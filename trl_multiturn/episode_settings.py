@@ -5,7 +5,10 @@ Each saved model folder (`save_model`, every `checkpoint-N`) holds `episode_sett
     {"max_turns": 4, "max_completion_length": 12, "max_episode_tokens": 1024, "system_prompt": "...",
      "action_parser": "first_line", "chat_template_kwargs": null,
      "environment": {"name": "textworld", "class": "trl_multiturn.envs.textworld:TextWorldEnv",
-                     "settings": {"games_dir": "...", ...}}}
+                     "settings": {"games_dir": "...", ...}},
+     "tasks": {"num_tasks": 8, "shapes": [{"world_size": 1, "nb_objects": 2, "quest_length": 2}]}}
+
+`tasks` is the training distribution (`task_distribution`), which `trl-multiturn eval` plays unless told otherwise.
 
 `trl-multiturn eval` and `evaluation.evaluate(..., episode_settings="auto")` read it back; explicit arguments win.
 """
@@ -74,10 +77,34 @@ def environment_spec(environment_factory) -> dict | None:
     return spec
 
 
-def episode_settings(args, environment_factory=None) -> dict:
-    """The episode fields of a trainer config (those it has) and the environment's spec."""
+SHAPE_COLUMNS = ("world_size", "nb_objects", "quest_length", "challenge", "task_type", "tier")
+"""Task-row columns that say what kind of task a row is (TextWorld's game shape, ALFWorld's task type, SWE-Gym's
+tier): the training distribution is the set of their distinct combinations."""
+MAX_SHAPES = 32
+
+
+def task_distribution(dataset) -> dict | None:
+    """`{"num_tasks": n, "shapes": [...]}`: the distinct combinations of the `SHAPE_COLUMNS` a task dataset has (at
+    most `MAX_SHAPES`, in first-seen order; none when it has none of them). None for no dataset or an iterable one."""
+    if dataset is None or not hasattr(dataset, "column_names") or not hasattr(dataset, "__len__"):
+        return None
+    columns = [c for c in SHAPE_COLUMNS if c in dataset.column_names]
+    shapes: list[dict] = []
+    for row in zip(*(dataset[c] for c in columns)) if columns else ():
+        shape = dict(zip(columns, row))
+        if shape not in shapes:
+            shapes.append(shape)
+        if len(shapes) == MAX_SHAPES:
+            break
+    return {"num_tasks": len(dataset), "shapes": shapes}
+
+
+def episode_settings(args, environment_factory=None, tasks: dict | None = None) -> dict:
+    """The episode fields of a trainer config (those it has), the environment's spec and the training tasks'
+    distribution (`task_distribution`)."""
     settings = {name: getattr(args, name) for name in EPISODE_FIELDS if hasattr(args, name)}
     settings["environment"] = environment_spec(environment_factory)
+    settings["tasks"] = tasks
     return settings
 
 

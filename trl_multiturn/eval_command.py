@@ -1,23 +1,30 @@
 """`trl-multiturn eval`: greedy success of a saved model on held-out tasks of TextWorld, ALFWorld or SWE-Gym.
 
 Episode settings and the environment come from the model's `episode_settings.json` (what it was trained with);
-every argument given (command line or `--config` YAML) wins over them. A training recipe works as `--config`: its
-training-only fields are ignored with a note, and when it names an `output_dir` holding a saved model (and no
-`--model_name_or_path` is given on the command line), that trained model is evaluated. Results are written to
-`eval_results.json` in the model's folder (or `--results_dir`).
+every argument given (command line or `--config` YAML) wins over them, and one that differs from training is printed
+as such. TextWorld plays the game shape the model was trained on unless a shape is given. A model trained on an
+environment this command cannot build (a user's own) is refused rather than played on another. A training recipe works
+as `--config`: its training-only fields are ignored with a note, and when it names an `output_dir` holding a saved
+model (and no `--model_name_or_path` is given on the command line), that trained model is evaluated. Each evaluation
+is written to its own `eval_results_<env>_<split>_<tasks>_<digest>.json` in the model's folder (or `--results_dir`;
+the digest is of the episode settings played), never over another, and the model card lists them all.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config_checks import Range, check_fields
 from .envs.textworld.script_args import TextWorldScriptArguments
 
 ENVS = ("textworld", "alfworld", "swegym")
+SHAPE_FIELDS = ("world_size", "nb_objects", "quest_length")
+"""TextWorld's game shape: `TextWorldScriptArguments` fields and task-row columns alike."""
 
 
 @dataclass
@@ -69,6 +76,12 @@ class EvalArguments:
     )
     dataset_split: str = field(default="train", metadata={"help": "SWE-Gym: split of dataset_name."})
 
+    _RANGES = {"max_turns": Range(ge=1), "max_completion_length": Range(ge=1), "max_episode_tokens": Range(ge=1),
+               "batch_size": Range(ge=1)}
+
+    def __post_init__(self):
+        check_fields(self)
+
 
 def _alfworld_tasks(script_args, eval_args, settings: dict):
     from .data import split_seeds
@@ -117,6 +130,63 @@ def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | 
     return output_dir if Path(output_dir, "config.json").is_file() else None
 
 
+def given_fields(argv: list[str]) -> set[str]:
+    """The fields `argv` sets itself: `--name` options and the keys of its `--config` YAML."""
+    import yaml
+
+    names = {arg[2:].split("=")[0] for arg in argv if arg.startswith("--")}
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        names |= set(yaml.safe_load(Path(argv[argv.index("--config") + 1]).read_text()) or {})
+    return names
+
+
+def shape_name(shape: dict) -> str:
+    return "w{world_size}-o{nb_objects}-q{quest_length}".format(**shape)
+
+
+def choose_env(requested: str | None, trained_on: dict, model: str) -> str:
+    """The environment to play: `--env`, else the one the model was trained on. A model trained on an environment
+    this command cannot build is refused unless `--env` names one; an `--env` other than training's is printed."""
+    trained = trained_on.get("name")
+    if requested is None:
+        if trained_on and trained not in ENVS:
+            raise ValueError(f"{model} was trained on {trained_on.get('class') or trained!r}, which trl-multiturn "
+                             f"eval cannot build (it plays {', '.join(ENVS)}): evaluate it with "
+                             "trl_multiturn.evaluate(model, environment_factory, tasks), or give --env to play one of "
+                             "those anyway")
+        return trained or "textworld"
+    if trained and requested != trained:
+        print(f"note: --env {requested} differs from the environment the model was trained on ({trained})")
+    return requested
+
+
+def choose_textworld_shape(script_args, trained_tasks: dict | None, given: set[str]) -> None:
+    """Play the training games' shape unless the arguments give one (then a shape other than training's is
+    printed). Training on several shapes needs an explicit one."""
+    shapes = [{k: shape[k] for k in SHAPE_FIELDS} for shape in (trained_tasks or {}).get("shapes", [])
+              if all(k in shape for k in SHAPE_FIELDS)]
+    if not shapes or script_args.challenge:
+        return
+    named = "/".join(shape_name(shape) for shape in shapes)
+    if given & set(SHAPE_FIELDS):
+        chosen = {k: getattr(script_args, k) for k in SHAPE_FIELDS}
+        if chosen not in shapes:
+            print(f"note: playing {shape_name(chosen)} games; the model was trained on {named}")
+        return
+    if len(shapes) > 1:
+        raise ValueError(f"the model was trained on several TextWorld shapes ({named}): give the one to play with "
+                         "--world_size, --nb_objects and --quest_length")
+    for key, value in shapes[0].items():
+        setattr(script_args, key, value)
+    print(f"note: playing {named} games, the shape the model was trained on")
+
+
+def results_name(env: str, split: str, tasks: str, settings: dict) -> str:
+    """`eval_results_<env>_<split>_<tasks>_<digest>.json`: one file per distinct evaluation."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"eval_results_{env}_{split}_{tasks}_{digest}.json"
+
+
 def run_eval(parser, argv: list[str]) -> int:
     """Parse `argv` with `parser` (a `TrlParser` of `TextWorldScriptArguments` and `EvalArguments`), evaluate,
     print and save the result; exit code 0 when at least one episode was scored."""
@@ -139,9 +209,11 @@ def run_eval(parser, argv: list[str]) -> int:
     model_path = script_args.model_path
     saved = load_episode_settings(model_path)
     spec = saved.get("environment") or {}
-    env = eval_args.env or (spec.get("name") if spec.get("name") in ENVS else "textworld")
-    if env not in ENVS:
-        parser.error(f"--env {env}: choose one of {', '.join(ENVS)}")
+    if eval_args.env is not None and eval_args.env not in ENVS:
+        parser.error(f"--env {eval_args.env}: choose one of {', '.join(ENVS)}")
+    env = choose_env(eval_args.env, spec, model_path)
+    if env == "textworld":
+        choose_textworld_shape(script_args, saved.get("tasks"), given_fields(argv))
     overrides = json.loads(eval_args.env_settings) if eval_args.env_settings else {}
     if env == "textworld" and script_args.games_dir:
         overrides.setdefault("games_dir", script_args.games_dir)
@@ -167,8 +239,14 @@ def run_eval(parser, argv: list[str]) -> int:
     if results_dir:
         split = {"alfworld": eval_args.eval_split, "swegym": eval_args.dataset_split if eval_args.dataset_name
                  else "shipped"}.get(env, "test")
-        path = result.save(results_dir, env=env, model=script_args.model_name_or_path, split=split)
+        textworld_shape = env == "textworld" and not script_args.challenge
+        shape = (shape_name({k: getattr(script_args, k) for k in SHAPE_FIELDS}) if textworld_shape
+                 else script_args.challenge or {"alfworld": "+".join(eval_args.task_types or ["all-types"])}.get(env,
+                                                                                                        env))
+        name = results_name(env, split, f"{shape}-n{len(tasks)}", result.settings)
+        path = result.save(results_dir, name, env=env, model=script_args.model_name_or_path, split=split,
+                           tasks=f"{shape}, {len(tasks)} tasks")
         print(f"results: {path}")
-        if update_card_evaluation(results_dir, json.loads(path.read_text())):
+        if update_card_evaluation(results_dir):
             print(f"model card updated: {Path(results_dir, 'README.md')}")
     return 0 if result.n else 1

@@ -90,18 +90,22 @@ class EvalResult:
 
         return episodes_to_dataset(self.episodes)
 
-    def save(self, output_dir: str | os.PathLike, **extra) -> Path:
-        """Write `eval_results.json` (summary, episode settings, per-task outcomes, `extra`) to `output_dir`."""
-        path = Path(output_dir) / EVAL_RESULTS_FILE
+    def save(self, output_dir: str | os.PathLike, name: str = EVAL_RESULTS_FILE, **extra) -> Path:
+        """Write `name` (default `eval_results.json`: summary, episode settings, per-task outcomes, `extra`) to
+        `output_dir`."""
+        path = Path(output_dir) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         record = {"summary": self.summary(), "settings": self.settings, **extra, "outcomes": self.outcomes()}
         path.write_text(json.dumps(record, indent=2, default=str) + "\n")
         return path
 
 
-def load_eval_results(output_dir: str | os.PathLike) -> dict | None:
-    path = Path(output_dir) / EVAL_RESULTS_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+def load_eval_results(output_dir: str | os.PathLike) -> list[dict]:
+    """Every evaluation kept in a model folder: the training run's `eval_results.json` first, then each
+    `trl-multiturn eval` result (`eval_results_<key>.json`) in name order."""
+    folder = Path(output_dir)
+    paths = [folder / EVAL_RESULTS_FILE, *sorted(folder.glob(f"{Path(EVAL_RESULTS_FILE).stem}_*.json"))]
+    return [{**json.loads(path.read_text()), "file": path.name} for path in paths if path.is_file()]
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -85,18 +85,26 @@ def evaluation_table(summary: dict) -> str:
          f"{s['mean_turns']:.2f}", f"{s['mean_return']:.3f}", s["failed"]) for name, s in rows])
 
 
-def evaluation_section(eval_results: dict) -> str:
-    """The card's "## Evaluation" section for the contents of an `eval_results.json`."""
-    played = eval_results.get("settings") or {}
-    how = "greedily" if not played.get("temperature") else f"at temperature {played['temperature']}"
-    split = f" ({eval_results['split']} split)" if eval_results.get("split") else ""
-    return (f"## Evaluation\n\nHeld-out tasks{split}, played {how} with at most {played.get('max_turns', '?')} "
-            "turns (`eval_results.json` holds every task's outcome).\n\n" + evaluation_table(eval_results["summary"]))
+def evaluation_section(eval_results: list[dict]) -> str:
+    """The card's "## Evaluation" section: one paragraph and table per kept evaluation (`load_eval_results`)."""
+    parts = ["## Evaluation"]
+    for record in eval_results:
+        played = record.get("settings") or {}
+        how = "greedily" if not played.get("temperature") else f"at temperature {played['temperature']}"
+        where = ", ".join(str(record[key]) for key in ("env", "split", "tasks") if record.get(key))
+        source = record.get("file", "eval_results.json")
+        parts.append(f"Held-out tasks{f' ({where})' if where else ''}, played {how} with at most "
+                     f"{played.get('max_turns', '?')} turns (`{source}` holds every task's outcome).\n\n"
+                     + evaluation_table(record["summary"]))
+    return "\n\n".join(parts)
 
 
-def update_card_evaluation(folder: str | os.PathLike, eval_results: dict) -> bool:
-    """Put `eval_results` in the evaluation section of the trl-multiturn model card in `folder` (replaced, or added
-    before "## Evaluate it"); False, and nothing written, when the folder has no such card."""
+def update_card_evaluation(folder: str | os.PathLike) -> bool:
+    """Rewrite the evaluation section of the trl-multiturn model card in `folder` from every evaluation kept there
+    (replaced, or added before "## Evaluate it"); False, and nothing written, when the folder has no such card."""
+    from .evaluation import load_eval_results
+
+    eval_results = load_eval_results(folder)
     readme = Path(folder) / "README.md"
     if not readme.is_file():
         return False
@@ -111,7 +119,7 @@ def update_card_evaluation(folder: str | os.PathLike, eval_results: dict) -> boo
 
 def build_model_card(*, model_name: str, trainer_name: str, base_model: str | None, local_base: str | None,
                      args, settings: dict, global_step: int, recipe: str | None = None,
-                     eval_results: dict | None = None, hub_model_id: str | None = None,
+                     eval_results: list[dict] | None = None, hub_model_id: str | None = None,
                      dataset_name: str | None = None, tags: list[str] | None = None,
                      folder: str | None = None) -> ModelCard:
     """The card's text and metadata; see the module docstring."""

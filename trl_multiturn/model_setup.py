@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from trl import ModelConfig
 
+from .config_checks import check_fields
+
 
 @dataclass
 class ModelSetup(ModelConfig):
@@ -30,6 +32,7 @@ class ModelSetup(ModelConfig):
     )
 
     def __post_init__(self):
+        check_fields(self)
         super().__post_init__()
         if self.torch_dtype is not None:
             self.dtype = self.torch_dtype

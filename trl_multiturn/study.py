@@ -56,6 +56,8 @@ from types import SimpleNamespace
 
 import yaml
 
+from .config_checks import Range, check_fields
+
 ALGORITHMS = {
     "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
     "rloo": ("MultiTurnRLOOTrainer", "MultiTurnRLOOConfig"),
@@ -147,6 +149,14 @@ class StudyData:
         default=False, metadata={"help": "List the valid commands in every observation."}
     )
 
+    _RANGES = {"num_train_games": Range(ge=1), "num_eval_games": Range(ge=0), "num_sft_games": Range(ge=0),
+               "sft_first_game": Range(ge=0),
+               "held_out_fraction": Range(gt=0, lt=1, text="a number between 0 and 1 (exclusive), the share of the "
+                                                          "tasks held out for evaluation")}
+
+    def __post_init__(self):
+        check_fields(self)
+
     def check(self) -> None:
         from .envs.textworld.tasks import parse_shape
 
@@ -179,9 +189,6 @@ class StudyData:
         unknown = sorted((set(self.tiers or ()) | set(self.eval_tiers or ())) - set(TIERS))
         if unknown:
             raise ValueError(f"data.tiers / data.eval_tiers: {unknown} are not SWE-Gym tiers; choose from {TIERS}")
-        if not 0 < self.held_out_fraction < 1:
-            raise ValueError(f"data.held_out_fraction={self.held_out_fraction}: use a number between 0 and 1 "
-                             "(exclusive), the share of the tasks held out for evaluation")
 
     def tasks(self, part: str):
         """The task rows of `part`: "train" (RL), "sft" or "eval"."""
@@ -251,6 +258,11 @@ class StudyEval:
                           "model itself without SFT), so the table shows what RL added, with a paired test. Runs "
                           "whose start and held-out episodes are equal share one such evaluation."},
     )
+
+    _RANGES = {"temperature": Range(ge=0), "max_turns": Range(ge=1), "batch_size": Range(ge=1)}
+
+    def __post_init__(self):
+        check_fields(self)
 
 
 @dataclass
@@ -442,9 +454,10 @@ def load_study(path: str | Path) -> Study:
             raise ValueError(f"{where}: no SFT and algorithm 'none' trains nothing; set one of them")
         _check_fields(f"{where}: data", resolved["data"], StudyData)
         _check_fields(f"{where}: eval", resolved["eval"], StudyEval)
-        data = StudyData(**resolved["data"])
         try:
+            data = StudyData(**resolved["data"])
             data.check()
+            study_eval = StudyEval(**resolved["eval"])
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
         if resolved["sft"] is not None and data.num_sft_games == 0:
@@ -452,7 +465,7 @@ def load_study(path: str | Path) -> Study:
         if not resolved["model"]:
             raise ValueError(f"{where}: name the starting `model`")
         runs.append(StudyRun(run_name, resolved["model"], data, resolved["sft"], algorithm, resolved["rl"],
-                             StudyEval(**resolved["eval"]), _changed(base, copy.deepcopy(changes)), expected))
+                             study_eval, _changed(base, copy.deepcopy(changes)), expected))
     output_dir = Path(spec.get("output_dir") or "outputs/paper")
     results = Path(spec.get("results") or f"benchmarks/results/paper/{name}")
     return Study(name, runs, output_dir, results, spec.get("paper") or "", spec.get("hardware") or "",
@@ -930,6 +943,43 @@ def write_report(study: Study, results: Results) -> str:
     return table
 
 
+def observed_discordance(results: Results) -> list[float]:
+    """The share of held-out games exactly one policy won, for every paired comparison the results' table holds."""
+    rows = results.data.get("table") or []
+    return [(pair["only_this"] + pair["only_other"]) / row["n"] for row in rows
+            for pair in (row.get("vs_start"), row.get("vs_first")) if pair and row["n"]]
+
+
+def power_report(study: Study, results: Results, discordance: float | None = None, effects=(0.05, 0.10, 0.15, 0.20),
+                 power: float = 0.8, alpha: float = 0.05) -> str:
+    """A table of the paired held-out games each effect needs (exact McNemar, `power.games_for_power`) and the power
+    the study's own game count gives, at the discordance stated or else the mean one its results saw. The level is
+    alpha / m for the m pre-registered comparisons (Holm's first step; alpha when none is named)."""
+    from .power import games_for_power, mcnemar_power
+
+    if discordance is None:
+        seen = observed_discordance(results)
+        if not seen:
+            raise SystemExit(f"{results.path}: no paired results to take the discordance from; give --discordance "
+                             "(the share of games exactly one of two policies wins, e.g. 0.25)")
+        discordance, source = sum(seen) / len(seen), f"mean of {len(seen)} comparisons in {results.path}"
+    else:
+        source = "stated"
+    comparisons = max(1, len(study.primary))
+    games = max((run.data.num_eval_games or 0) for run in study.runs)
+    lines = [f"{study.name}: exact McNemar, alpha {alpha} / {comparisons} comparison(s), discordance "
+             f"{discordance:.2f} ({source}), target power {power:.0%}", "",
+             f"| effect (points) | games needed | power at the study's {games} games |", "|---|---|---|"]
+    for effect in effects:
+        if effect > discordance:
+            lines.append(f"| {effect * 100:.0f} | impossible: above the discordance | |")
+            continue
+        needed = games_for_power(discordance, effect, power, alpha, comparisons)
+        at_study = f"{mcnemar_power(games, discordance, effect, alpha, comparisons):.0%}" if games else ""
+        lines.append(f"| {effect * 100:.0f} | {needed if needed is not None else '> 20000'} | {at_study} |")
+    return "\n".join(lines)
+
+
 # -- command line ---------------------------------------------------------------------------------------------------
 
 
@@ -937,6 +987,10 @@ def _study_command(args: argparse.Namespace) -> int:
     study = load_study(args.study)
     if args.check:
         print(f"{args.study}: {len(study.runs)} runs, fields valid: {', '.join(run.name for run in study.runs)}")
+        return 0
+    if args.power:
+        results = Results(study.results.with_suffix(".json"), study.name)
+        print(power_report(study, results, args.discordance, power=args.target_power))
         return 0
     if args.report or args.withdraw_stale:
         results = Results(study.results.with_suffix(".json"), study.name)
@@ -973,4 +1027,18 @@ def add_study_parser(subparsers) -> None:
     parser.add_argument("--withdraw-stale", action="store_true",
                         help="Move the records of runs that are not what the study file now resolves to into the "
                              "results' `withdrawn` section (kept, never shown), then rewrite the report.")
+    parser.add_argument("--power", action="store_true",
+                        help="Print the paired held-out games needed to detect 5-20 point effects (exact McNemar, "
+                             "corrected for the file's primary comparisons) and the power of the study's own count.")
+    parser.add_argument("--discordance", type=_unit_interval,
+                        help="With --power: the share of games exactly one of two policies wins (default: the mean "
+                             "its results saw).")
+    parser.add_argument("--target-power", type=_unit_interval, default=0.8, help="With --power: default 0.8.")
     parser.set_defaults(func=_study_command)
+
+
+def _unit_interval(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number strictly between 0 and 1")
+    return value

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import trl.trainer.grpo_trainer as trl_grpo
 from trl import GRPOConfig, GRPOTrainer
 
+from ..config_checks import check_fields
 from ..rollout.batch import RolloutBatch
 from .multiturn import (
     MultiTurnArguments,
@@ -30,6 +31,7 @@ class MultiTurnGRPOConfig(GRPOConfig, MultiTurnArguments):
     mask_truncated_completions: bool = mask_truncated_field()
 
     def __post_init__(self):
+        check_fields(self)  # before TRL's own checks
         bf16_only_where_supported(self)
         super().__post_init__()
         self.check_multiturn_args()

@@ -15,12 +15,14 @@ import inspect
 import json
 import logging
 import math
+import typing
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from accelerate.utils import gather_object
 
+from ..config_checks import Range, check_fields, check_value
 from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
 from ..rollout import Episode, EpisodeRunner
@@ -33,6 +35,10 @@ from .run_files import RunFilesMixin
 from .trl_compat import check_trl_attributes, single_turn_replies
 
 logger = logging.getLogger(__name__)
+
+
+# The optimiser's step size (a TRL field of every trainer's config): 0 is allowed, the study's no-training control.
+LEARNING_RATE = Range(ge=0, text="a number >= 0 (0 leaves the weights as they are)")
 
 
 def mask_truncated_field():
@@ -149,23 +155,44 @@ class MultiTurnArguments:
                           "batching, min_p, repetition_penalty or generation_kwargs, TRL's own generation is used."},
     )
 
+    # The allowed values of the numeric fields (`trl_multiturn.config_checks`; the types come from the annotations).
+    _RANGES = {
+        "max_turns": Range(ge=1, text="an integer >= 1 (an episode needs at least one turn)"),
+        "max_episode_tokens": Range(ge=1, text="a positive number of tokens for the whole episode (an integer), or "
+                                                "None for no cap"),
+        "success_reward": Range(),
+        "format_penalty": Range(ge=0, text="a number >= 0 (it is subtracted from the reward of a turn whose reply "
+                                           "the action parser cannot read)"),
+        "turn_gamma": Range(ge=0, le=1),
+        "env_timeout": Range(gt=0, text="a number of seconds > 0, or None for no deadline"),
+        "env_max_memory_mb": Range(gt=0, text="a number of MiB > 0, or None for no limit"),
+        # Fields of the TRL config these are mixed into that the maths divides by or multiplies with: TRL checks
+        # their other constraints (GRPO's num_generations >= 2) but lets 0, NaN or a negative value through.
+        "learning_rate": LEARNING_RATE,
+        "num_generations": Range(ge=1, text="an integer >= 1 (episodes per task), or None"),
+        "num_iterations": Range(ge=1),
+        "temperature": Range(gt=0, text="a number > 0 (the logits are divided by it)"),
+        "top_p": Range(gt=0, le=1),
+        "beta": Range(ge=0),
+        "epsilon": Range(gt=0),
+    }
+
+    def __post_init__(self):
+        self.check_multiturn_args()
+
     def check_multiturn_args(self) -> None:
         """Refuse values that cannot work, naming the field and the fix (values that need the tokenizer or the
         environment are checked by the trainer's constructor)."""
+        check_fields(self)
         self.estimator_kwargs = parse_estimator_kwargs(self.estimator_kwargs)
         refuse_unused_fields(self, self.unused_fields())
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns={self.max_turns}: an episode needs at least one turn")
         max_completion_length = getattr(self, "max_completion_length", 1)
         if max_completion_length is None or max_completion_length < 1:
             raise ValueError(f"max_completion_length={max_completion_length}: it caps each reply and must be a "
                              "positive number of tokens (e.g. 64)")
-        if self.max_episode_tokens is not None and self.max_episode_tokens < 1:
-            raise ValueError(f"max_episode_tokens={self.max_episode_tokens}: give a positive number of tokens for "
-                             "the whole episode, or None for no cap")
         get_action_parser(self.action_parser)
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
 
@@ -206,13 +233,28 @@ def parse_estimator_kwargs(value: dict | str | None) -> dict | None:
     return value
 
 
+# The ranges of estimator options whose meaning is fixed across estimators (other numbers: any finite value).
+ESTIMATOR_OPTION_RANGES = {"gamma": MultiTurnArguments._RANGES["turn_gamma"], "eps": Range(gt=0)}
+
+
 def check_estimator_kwargs(name: str, estimator, kwargs: dict | None) -> None:
-    """Raise if `kwargs` names options that `estimator` does not take."""
-    accepted = set(inspect.signature(estimator).parameters) - {"batch"}
+    """Raise if `kwargs` names options that `estimator` does not take, or gives one a value of another type than
+    its annotation (or, unannotated, its default) says, or a number outside `ESTIMATOR_OPTION_RANGES`."""
+    parameters = inspect.signature(estimator).parameters
+    accepted = set(parameters) - {"batch"}
     unknown = sorted(set(kwargs or {}) - accepted)
     if unknown:
         raise ValueError(f"estimator_kwargs {unknown} are not options of advantage_estimator={name!r}; it takes "
                          f"{sorted(accepted)}.")
+    try:
+        hints = typing.get_type_hints(estimator)
+    except (NameError, TypeError):  # an annotation that does not resolve: fall back to the defaults' types
+        hints = {}
+    for option, value in (kwargs or {}).items():
+        default = parameters[option].default
+        annotation = hints.get(option, type(default) if default is not inspect.Parameter.empty else typing.Any)
+        check_value(f"estimator_kwargs[{option!r}]", value, annotation,
+                    ESTIMATOR_OPTION_RANGES.get(option, Range()))
 
 
 @contextmanager
@@ -285,6 +327,33 @@ def default_args(config_cls, model):
     return config_cls(output_dir=f"{str(name).split('/')[-1]}-{config_cls.__name__.removesuffix('Config')}")
 
 
+# Column names a task dataset may not use: the keyword arguments TRL's reward call passes itself
+# (`GRPOTrainer._calculate_rewards`, RLOO's alike: a column of the same name is a second value for `prompts`,
+# `completions` or `completion_ids`, and is replaced for the others) and the fields `_rollout` writes into every row.
+RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                    "environments", "episode_return", "won", "num_turns")
+
+
+def check_datasets(train_dataset, eval_dataset) -> None:
+    """Refuse a task dataset that is empty or has a column named in `RESERVED_COLUMNS` (`eval_dataset` may be a dict
+    of datasets; None is skipped; an iterable dataset's length is not known and not checked)."""
+    named = {"train_dataset": train_dataset}
+    if isinstance(eval_dataset, dict):
+        named.update({f"eval_dataset[{key!r}]": dataset for key, dataset in eval_dataset.items()})
+    else:
+        named["eval_dataset"] = eval_dataset
+    for name, dataset in named.items():
+        if dataset is None:
+            continue
+        reserved = [column for column in getattr(dataset, "column_names", None) or () if column in RESERVED_COLUMNS]
+        if reserved:
+            raise ValueError(f"{name} has the columns {reserved}, names the trainer gives its reward functions "
+                             f"itself; rename them, e.g. dataset.rename_column({reserved[0]!r}, "
+                             f"'task_{reserved[0]}')")
+        if hasattr(dataset, "__len__") and len(dataset) == 0:
+            raise ValueError(f"{name} is empty (0 rows): give it at least one task row")
+
+
 def environment_return(episode_return, **kwargs):
     """The environment's trajectory return under the configured reward mode (None for a failed episode)."""
     return list(episode_return)
@@ -322,6 +391,7 @@ class MultiTurnMixin(RunFilesMixin):
             raise ValueError("environment_factory is required: pass a callable that returns a fresh Environment "
                              "(e.g. `TextWorldEnv` or `lambda: MyEnv(...)`).")
         self.args.check_multiturn_args()
+        check_datasets(self.train_dataset, self.eval_dataset)
         check_trl_attributes(self)
         # TRL's parents would mask by "the completion's last token is not end-of-sequence"; `_trained_mask` masks
         # truncated episodes instead.

@@ -45,6 +45,7 @@ from transformers import TrainerCallback, set_seed
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model
 
+from ..config_checks import Range, check_fields
 from ..credit.gae import ValueBatch, get_value_estimator, masked_moments, masked_whiten
 from ..rollout.batch import RolloutBatch
 from . import critic_engine
@@ -109,7 +110,18 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
         default=None, metadata={"help": "Learning rate of the critic's parameters. None: `learning_rate`."}
     )
 
+    _RANGES = {
+        "num_generations": Range(ge=1, text="an integer >= 1 (episodes per task; PPO allows 1), or None"),
+        "gamma": Range(ge=0, le=1),
+        "lam": Range(ge=0, le=1),
+        "kl_coef": Range(ge=0),
+        "vf_coef": Range(ge=0),
+        "cliprange_value": Range(gt=0),
+        "critic_learning_rate": Range(gt=0, text="a number > 0, or None for `learning_rate`"),
+    }
+
     def __post_init__(self):
+        check_fields(self)  # before the swap below, which would take num_generations=True for 1
         single = self.num_generations == 1
         if single:
             self.num_generations = _GroupOfOne(1)
@@ -118,10 +130,6 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
         finally:
             if single:
                 self.num_generations = 1
-        if self.cliprange_value <= 0:
-            raise ValueError(f"cliprange_value={self.cliprange_value}: it must be > 0")
-        if not (0.0 <= self.gamma <= 1.0 and 0.0 <= self.lam <= 1.0):
-            raise ValueError(f"gamma={self.gamma}, lam={self.lam}: both must lie in [0, 1]")
 
     def check_advantage_estimator(self) -> None:
         get_value_estimator(self.advantage_estimator)

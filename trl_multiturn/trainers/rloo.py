@@ -19,6 +19,7 @@ from trl import RLOOConfig, RLOOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd, pad
 
+from ..config_checks import check_fields
 from ..credit.gae import turn_index
 from ..rollout.batch import RolloutBatch
 from .multiturn import (
@@ -58,6 +59,7 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
     mask_truncated_completions: bool = mask_truncated_field()
 
     def __post_init__(self):
+        check_fields(self)  # before TRL's own checks
         bf16_only_where_supported(self)
         super().__post_init__()
         self.check_multiturn_args()

@@ -6,7 +6,7 @@
 - `README.md`: trl-multiturn's model card instead of TRL's generic one (`create_model_card`, which TRL calls on every
   checkpoint and `push_to_hub` before uploading);
 - `eval_results.json` (`record_evaluation`): a held-out evaluation, also logged through `report_to` and put in the
-  card.
+  card (beside it, `trl-multiturn eval` keeps each later evaluation in its own `eval_results_<key>.json`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,21 @@ from pathlib import Path
 
 from transformers.trainer import TRAINER_STATE_NAME
 
-from ..episode_settings import episode_settings, save_episode_settings
+from ..episode_settings import episode_settings, save_episode_settings, task_distribution
 from ..evaluation import load_eval_results
 
 
 class RunFilesMixin:
     """Mixed into a TRL trainer before the TRL class."""
 
+    def __init__(self, *args, **kwargs):
+        # The task rows as given: the SFT parent replaces its train_dataset with tokenized episodes.
+        self._training_tasks = task_distribution(kwargs.get("train_dataset"))
+        super().__init__(*args, **kwargs)
+
     def episode_settings(self) -> dict:
-        return episode_settings(self.args, getattr(self, "environment_factory", None))
+        return episode_settings(self.args, getattr(self, "environment_factory", None),
+                                getattr(self, "_training_tasks", None))
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         """TRL's `save_model`, plus `episode_settings.json` and `trainer_state.json`; a save the user asks for (not

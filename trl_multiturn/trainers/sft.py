@@ -9,11 +9,12 @@ import datasets
 from trl import SFTConfig, SFTTrainer
 from trl.data_utils import get_dataset_column_names
 
+from ..config_checks import check_fields
 from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
 from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
-from .multiturn import bf16_only_where_supported, default_args
+from .multiturn import LEARNING_RATE, bf16_only_where_supported, default_args
 from .run_files import RunFilesMixin
 from .trl_compat import check_trl_compat
 
@@ -53,7 +54,10 @@ class MultiTurnSFTConfig(SFTConfig):
                           "not win (logged) instead of raising."},
     )
 
+    _RANGES = {"learning_rate": LEARNING_RATE}
+
     def __post_init__(self):
+        check_fields(self)  # before TRL's own checks
         bf16_only_where_supported(self)
         super().__post_init__()
         if self.assistant_only_loss:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from ...config_checks import Range, check_fields
 from ..base import Environment, StepResult, TaskError
 from .engine import EXPERT_TYPES, ExpertFailed, make_engine, play_expert
 from .tasks import TRAJ_FILE, read_game, resolve_game_file
@@ -40,11 +41,12 @@ class ALFWorldConfig:
         default=200, metadata={"help": "Step budget of the hand-coded expert before it counts as failed."}
     )
 
+    _RANGES = {"expert_max_steps": Range(ge=1)}
+
     def __post_init__(self):
+        check_fields(self)
         if self.expert_type not in EXPERT_TYPES:
             raise ValueError(f"ALFWorldConfig.expert_type={self.expert_type!r}: use one of {EXPERT_TYPES}.")
-        if self.expert_max_steps < 1:
-            raise ValueError(f"ALFWorldConfig.expert_max_steps={self.expert_max_steps}: must be at least 1.")
 
 
 class ALFWorldEnv(Environment):

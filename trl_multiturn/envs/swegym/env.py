@@ -6,6 +6,7 @@ import dataclasses
 import shlex
 from dataclasses import dataclass, field
 
+from ...config_checks import Range
 from ..base import Environment, StepResult, TaskError
 from .actions import (
     COMMAND_REFERENCE,
@@ -56,14 +57,13 @@ class SWEGymConfig(SandboxConfig):
     )
     eval_timeout: float = field(default=300.0, metadata={"help": "Wall-clock seconds the grading test run may take."})
 
+    _RANGES = {"submit_after_turns": Range(ge=1), "max_observation_chars": Range(ge=200),
+               "view_max_lines": Range(ge=1), "eval_timeout": Range(gt=0)}
+
     def __post_init__(self):
-        super().__post_init__()
+        super().__post_init__()  # checks every field's type and range, the sandbox's and these
         if self.reward not in REWARD_MODES:
             raise ValueError(f"reward={self.reward!r}: choose one of {REWARD_MODES}")
-        if self.submit_after_turns is not None and self.submit_after_turns < 1:
-            raise ValueError(f"submit_after_turns={self.submit_after_turns}: use a positive number or None")
-        if self.max_observation_chars < 200:
-            raise ValueError(f"max_observation_chars={self.max_observation_chars}: use at least 200")
 
 
 def _numbered(lines: list[str], first: int) -> str:
@@ -261,6 +261,8 @@ class SWEGymEnv(Environment):
         reason = {"agent": "Submitted", "turn_limit": "Turn limit reached: submitted the current diff",
                   "truncated": "Episode cut: submitted the current diff"}[by]
         info = {"action": "submit", "submitted_by": by, "patch": patch, **grade.info()}
+        summary = grade.summary()
         if diff_error:
             info["diff_error"] = diff_error
-        return StepResult(f"{reason}. {grade.summary()}", reward=reward, done=True, won=grade.resolved, info=info)
+            summary = f"Your changes could not be taken: {diff_error}."
+        return StepResult(f"{reason}. {summary}", reward=reward, done=True, won=grade.resolved, info=info)

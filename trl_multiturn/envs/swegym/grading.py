@@ -8,8 +8,9 @@
    resetting the tree between attempts; if none works the log gets swebench's APPLY_PATCH_FAIL marker;
 3. restores every file the patch may not touch (`integrity.protected_reason`: tests, pytest configuration,
    conftest.py, start-up hooks, package metadata) and removes those it added;
-4. resets the test files to the base commit and applies `test_patch`, as swebench's eval script does, then
-   plants canary tests in each test file (`integrity.plant_canaries`);
+4. resets the test files to the base commit and applies `test_patch`, as swebench's eval script does, deletes
+   both patches from the scratch folder (the tests' code cannot read the hidden tests from there), then plants
+   canary tests in each test file (`integrity.plant_canaries`);
 5. runs the tests through `pytest_runner.py` (the row's `test_cmd` says which pytest options), ends every
    process of the sandbox, and reads the outcomes from the runner's token-signed report only;
 6. judges the run by its canaries (`integrity.judge`) and grades the trusted outcomes with
@@ -231,6 +232,11 @@ class _Grading:
         result = self.run(f"{restore + '; ' if restore else ''}git apply --verbose {path}")
         if result.exit_code != 0:
             raise _TrustedStepFailed(f"the test patch does not apply: {result.output[-500:]}")
+        # the patches are no business of the test run: the hidden tests' text is only where pytest runs it
+        scratch = shlex.quote(self.sandbox.scratch_dir)
+        result = self.run(f"rm -f -- {scratch}/test.patch {scratch}/model.patch")
+        if result.exit_code != 0:
+            raise _TrustedStepFailed(f"removing the patches from scratch: {result.output[-500:]}")
 
 
 class _TrustedStepFailed(RuntimeError):

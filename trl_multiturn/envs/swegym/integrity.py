@@ -4,9 +4,10 @@
    than the code under test (tests, pytest configuration, conftest.py, start-up hooks, package metadata).
    Grading restores them to the base commit, or removes them when the patch added them, before the tests run.
 2. Canary tests (`plant_canaries`): each test file of the run gets, at random top-level places, a test that
-   must pass and one that must fail, named like the file's own tests. Agent code that tampers with the test run
-   from inside it (a hook that marks every test passed, an import hook that empties test functions, a patched
-   pytest) makes the failing canary pass, and the whole run then scores 0.
+   must pass and one that must fail, named like the file's own tests and importing the package under test.
+   Agent code that tampers with the test run from inside it (a hook that marks every test passed, an import hook
+   that empties test functions, a patched pytest, even when only for tests that refer to the package) makes the
+   failing canary pass, and the whole run then scores 0.
 3. The report (`read_report`, `judge`): outcomes come only from the token-signed records of `pytest_runner.py`,
    never from the text the tests print; a report with lines the runner did not write, or that did not reach its
    end record, counts as failed.
@@ -18,11 +19,15 @@ import ast
 import json
 import random
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 CONFIG_FILES = {"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml"}
 STARTUP_HOOKS = {"sitecustomize.py", "usercustomize.py"}
+# What the test run imports before or besides the code under test: a module of that name at the repository root
+# (first on sys.path) would stand in for it.
+HARNESS_MODULES = {"pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "swebench"}
 TEST_FOLDERS = {"test", "tests", "testing"}
 
 
@@ -48,6 +53,9 @@ def protected_reason(path: str, test_files: frozenset[str] | set[str] = frozense
         return "a test module"
     if path == "__init__.py":
         return "a package marker at the repository root (it renames the test modules)"
+    top = parts[0].removesuffix(".py") if parts else ""
+    if (len(parts) > 1 or parts[0].endswith(".py")) and (top in HARNESS_MODULES or top in sys.stdlib_module_names):
+        return "a module at the repository root named like one of pytest's or Python's own (it would shadow it)"
     return None
 
 
@@ -79,8 +87,22 @@ def _insertion_lines(tree: ast.Module) -> list[int]:
     return lines
 
 
+def imported_packages(tree: ast.Module) -> list[str]:
+    """The top-level modules `tree` imports (absolutely) that are neither the standard library nor pytest's."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return sorted(n for n in names if n not in sys.stdlib_module_names and n not in HARNESS_MODULES)
+
+
 def plant_canaries(path: str, source: str, rng: random.Random) -> tuple[str, list[Canary]]:
-    """`source` (test module `path`) with a must-pass and a must-fail canary test inserted; the canaries."""
+    """`source` (test module `path`) with a must-pass and a must-fail canary test inserted; the canaries.
+
+    Each canary imports one of the packages the file's tests import, so that agent code which tampers only with
+    the tests that refer to its package tampers with the canaries too."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -92,6 +114,7 @@ def plant_canaries(path: str, source: str, rng: random.Random) -> tuple[str, lis
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
     spots = [*_insertion_lines(tree), len(lines)]
+    packages = imported_packages(tree)
     canaries, inserts = [], []
     for must_pass in (True, False):
         name = ""
@@ -101,7 +124,11 @@ def plant_canaries(path: str, source: str, rng: random.Random) -> tuple[str, lis
         names.add(name)
         a, b = rng.randrange(2, 99), rng.randrange(2, 99)
         expected = a + b if must_pass else a + b + rng.randrange(1, 9)
-        inserts.append((rng.choice(spots), f"\n\ndef {name}():\n    assert {a} + {b} == {expected}\n\n\n"))
+        body = f"    assert {a} + {b} == {expected}\n"
+        if packages:  # the canary refers to the code under test, as the file's own tests do
+            package = rng.choice(packages)
+            body = f"    import {package}\n\n    assert {package}.__name__ == {package!r}\n{body}"
+        inserts.append((rng.choice(spots), f"\n\ndef {name}():\n{body}\n\n"))
         canaries.append(Canary(f"{path}::{name}", must_pass))
     for spot, text in sorted(inserts, key=lambda item: item[0], reverse=True):
         lines.insert(spot, text)

@@ -7,7 +7,8 @@ trl_multiturn. Each record is one line `TOKEN JSON` appended to REPORT_PATH: `{"
 with S as pytest's short summary names it (PASSED, FAILED, ERROR, SKIPPED, XFAIL, XPASS), and a last
 `{"exit": code}` once pytest returns. The token is read from TOKEN_PATH, which is deleted before pytest (and so
 any of the agent's code) starts: it is in no file, argument or environment variable the tests can read. The
-report file is write-only for the sandbox, so the records cannot be read back for their token either. Grading
+report file is write-only for the sandbox, so the records cannot be read back for their token either. pytest is
+imported before the working folder goes on sys.path, so no module of the repository can stand in for it. Grading
 reads nothing else the test run prints or writes.
 """
 
@@ -38,8 +39,9 @@ def main() -> int:
         token = f.read().strip()
     os.unlink(token_path)
     fd = os.open(report_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    import pytest  # before the working folder is on sys.path: a `pytest.py` of the repository cannot stand in
+
     sys.path[0] = os.getcwd()  # the working folder first, as `python -m pytest` has it (not this file's folder)
-    import pytest
 
     def write(record: dict) -> None:
         os.write(fd, f"{token} {json.dumps(record)}\n".encode())

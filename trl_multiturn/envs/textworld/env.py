@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import textworld
 
 from ...cache import cache_dir
+from ...config_checks import check_fields
 from ..base import Environment, StepResult, TaskError
 from .commands import normalize_action, refused_word
 from .games import GameGenerationError, generate_game, is_complete, spec_from_task, walkthrough
@@ -53,6 +54,9 @@ class TextWorldConfig:
         metadata={"help": "Folder where games generated from task rows are cached. Default: "
                           "$TRL_MULTITURN_CACHE/textworld_games, else ~/.cache/trl_multiturn/textworld_games."},
     )
+
+    def __post_init__(self):
+        check_fields(self)
 
 
 # The banner printed at the start of a story: lines drawn only with these characters.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from ...config_checks import Range
 from ...script_args import ModelArguments, evaluation_options, train_and_evaluate
 
 
@@ -21,7 +22,11 @@ class TextWorldScriptArguments(ModelArguments):
     )
     challenge_rewards: str = field(default="dense", metadata={"help": "tw-simple rewards: dense, balanced, sparse."})
     challenge_goal: str = field(default="detailed", metadata={"help": "tw-simple goal: detailed, brief, none."})
-    num_train_games: int = field(default=16, metadata={"help": "Training games (seeds of the train split)."})
+    num_train_games: int | None = field(
+        default=16,
+        metadata={"help": "Training games (seeds of the train split). None only where evaluation reads a recipe "
+                          "shared with ALFWorld's example (there: every game); TextWorld training needs a number."},
+    )
     num_eval_games: int = field(default=10, metadata={"help": "Held-out games (seeds of the test split)."})
     games_dir: str | None = field(default=None, metadata={"help": "Game cache folder (default: TextWorldEnv's)."})
     admissible_commands: bool = field(
@@ -46,6 +51,12 @@ class TextWorldScriptArguments(ModelArguments):
                           "the RL recipe that starts from it disjoint ranges (e.g. SFT from 500000) so that SFT "
                           "demonstrations never come from the games RL plays."},
     )
+
+    _RANGES = {
+        "world_size": Range(ge=1), "nb_objects": Range(ge=0), "quest_length": Range(ge=1),
+        "num_train_games": Range(ge=1), "num_eval_games": Range(ge=0), "eval_max_turns": Range(ge=1),
+        "eval_temperature": Range(ge=0), "first_train_game": Range(ge=0),
+    }
 
     def tasks(self, split: str, num_games: int, progress: bool = True):
         """The task `Dataset` of `num_games` games of `split`, generated on first use (with a progress bar; training
@@ -90,6 +101,8 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
     `model_args` (a `ModelSetup`: dtype, LoRA, 4/8-bit) is passed on as TRL's scripts do. Returns the trainer."""
     from ...model_setup import model_setup_kwargs
 
+    if script_args.num_train_games is None:
+        raise ValueError("num_train_games=None: give the number of TextWorld training games (an integer >= 1)")
     trainer_kwargs = {**model_setup_kwargs(model_args, training_args), **trainer_kwargs}
     trainer = trainer_cls(
         model=script_args.model_path,

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ....config_checks import Range, check_fields
 from ..engine import ExpertFailed, logic_files, play_expert, seeded_random
 from ..tasks import DATASET_DIR, GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE
 from . import problem
@@ -48,12 +49,11 @@ class ALFWorldGenConfig:
         default=20, metadata={"help": "Rooms sampled per game before giving up when the expert cannot solve them."}
     )
 
+    _RANGES = {"num_receptacles": Range(ge=0), "num_distractors": Range(ge=0), "num_closed": Range(ge=0),
+               "max_attempts": Range(ge=1)}
+
     def __post_init__(self):
-        for name in ("num_receptacles", "num_distractors", "num_closed"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"ALFWorldGenConfig.{name}={getattr(self, name)}: must be 0 or more.")
-        if self.max_attempts < 1:
-            raise ValueError(f"ALFWorldGenConfig.max_attempts={self.max_attempts}: must be at least 1.")
+        check_fields(self)
 
 
 class GenerationError(RuntimeError):

@@ -6,6 +6,8 @@ import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from ....config_checks import Range, check_fields
+
 SANDBOXES = ("local", "docker")
 NOBODY = 65534  # owner of write-only scratch files
 ISOLATIONS = ("bwrap", "none")
@@ -96,15 +98,18 @@ class SandboxConfig:
     docker_cpus: float = field(default=1.0, metadata={"help": "CPUs each container may use."})
     docker_network: bool = field(default=False, metadata={"help": "Give containers network access."})
 
+    _RANGES = {
+        "command_timeout": Range(gt=0), "cpu_seconds": Range(ge=1), "memory_mb": Range(ge=1),
+        "max_processes": Range(ge=1), "max_file_mb": Range(ge=1), "max_output_bytes": Range(ge=1),
+        "uid_base": Range(ge=0), "uid_count": Range(ge=1), "docker_cpus": Range(gt=0),
+    }
+
     def __post_init__(self):
+        check_fields(self)
         if self.sandbox not in SANDBOXES:
             raise ValueError(f"sandbox={self.sandbox!r}: choose one of {SANDBOXES}")
         if self.isolation not in ISOLATIONS:
             raise ValueError(f"isolation={self.isolation!r}: choose one of {ISOLATIONS}")
-        for name in ("command_timeout", "cpu_seconds", "memory_mb", "max_processes", "max_file_mb",
-                     "max_output_bytes"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be positive")
         if self.run_as_uid not in ("auto", "none") and not str(self.run_as_uid).isdigit():
             raise ValueError(f"run_as_uid={self.run_as_uid!r}: use 'auto', 'none' or a numeric uid")
         if self.isolation == "none" and str(self.run_as_uid).isdigit():
@@ -190,18 +195,26 @@ class Sandbox(ABC):
         """The checkout's changes against `base_commit` as a git diff, new files included, caches left out.
 
         External diff drivers and textconv filters are switched off, so the repository's own git config cannot
-        rewrite the diff; what the diff may contain is checked again when it is graded.
+        rewrite the diff; what the diff may contain is checked again when it is graded. The diff goes to a scratch
+        file and is read from there, so a diff longer than a command's output (`max_output_bytes`: a data file
+        of a correct fix) is whole; one over `max_file_mb` raises DiffError saying so.
         """
+        out = shlex.quote(f"{self.scratch_dir}/agent.diff")
         result = self.run(
+            f"mkdir -p {shlex.quote(self.scratch_dir)} && rm -f {out} && "
             "git add -A -- . ':(exclude,glob)**/__pycache__/**' ':(exclude,glob)**/*.pyc' "
             "':(exclude,glob)**/.pytest_cache/**' >/dev/null 2>&1; "
             "git -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv --binary "
-            f"{shlex.quote(base_commit)}",
+            f"{shlex.quote(base_commit)} > {out}; code=$?; wc -c < {out}; exit $code",
             timeout=max(self.config.command_timeout, 60),
         )
+        words, limit = result.output.split(), self.config.max_file_mb * 1024 * 1024
+        if words and words[-1].isdigit() and int(words[-1]) >= limit:  # at the limit, RLIMIT_FSIZE cut it
+            raise DiffError(f"the diff reaches the {self.config.max_file_mb} MB a file may have (max_file_mb): "
+                            "nothing was graded; keep large data files out of the fix")
         if result.exit_code != 0:
             raise DiffError(f"git diff failed in the checkout: {result.output[-2000:]}")
-        return result.output
+        return self.read_scratch("agent.diff") or ""
 
     def __enter__(self):
         return self
