@@ -114,19 +114,6 @@ def test_a_huge_later_observation_truncates_its_episode_under_the_default_settin
     assert all(ep.num_turns == 3 and ep.won for ep in trainer.last_rollout.episodes if not ep.task.get("huge_bytes"))
 
 
-@pytest.mark.parametrize("column", ["completions", "prompts", "completion_ids", "trainer_state", "won"])
-def test_a_dataset_column_the_trainer_reserves_is_refused_at_construction(tiny_chatml_model, tmp_path, column):
-    """Before, a `completions` column crashed the first step ("got multiple values for keyword argument")."""
-    with pytest.raises(ValueError, match=f"train_dataset has a column named '{column}'.*rename_column"):
-        make_trainer(tiny_chatml_model, tmp_path, [{"target": 1, column: 0}], env_factory=CountingEnv)
-
-
-def test_an_empty_train_dataset_is_refused_at_construction(tiny_chatml_model, tmp_path):
-    """Before, train() returned silently after 0 steps."""
-    with pytest.raises(ValueError, match="train_dataset has no rows"):
-        make_trainer(tiny_chatml_model, tmp_path, [], env_factory=CountingEnv)
-
-
 def test_the_trainer_releases_its_workers_and_starts_them_again(tiny_chatml_model, tmp_path):
     rows = [{"target": 1}] * 4
     trainer = make_trainer(tiny_chatml_model, tmp_path, rows, max_steps=1, per_device_train_batch_size=4,

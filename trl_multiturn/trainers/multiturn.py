@@ -160,6 +160,8 @@ class MultiTurnArguments:
         "max_turns": Range(ge=1, text="an integer >= 1 (an episode needs at least one turn)"),
         "max_episode_tokens": Range(ge=1, text="a positive number of tokens for the whole episode (an integer), or "
                                                 "None for no cap"),
+        "max_observation_tokens": Range(ge=1, text="a positive number of tokens for one observation (an integer), "
+                                                    "or None for no cap"),
         "success_reward": Range(),
         "format_penalty": Range(ge=0, text="a number >= 0 (it is subtracted from the reward of a turn whose reply "
                                            "the action parser cannot read)"),
@@ -287,29 +289,6 @@ def reference_from_policy(trl_trainer_module, model, needed: bool, peft_config=N
         trl_trainer_module.create_model_from_path = loader
 
 
-RESERVED_COLUMNS = {
-    **dict.fromkeys(("prompts", "completions", "completion_ids"), "TRL passes it to every reward function"),
-    **dict.fromkeys(("trainer_state", "log_extra", "log_metric", "environments"), "TRL sets it for reward functions"),
-    **dict.fromkeys(("episode_return", "won", "num_turns"), "the trainer sets it on every row from the episode"),
-}
-"""Dataset columns the trainers cannot pass through to reward functions unchanged, each with who takes the name."""
-
-
-def check_task_dataset(dataset, name: str = "train_dataset") -> None:
-    """Refuse, at construction, a dataset with no rows (training would end silently after 0 steps) or a column
-    whose name is a keyword of the reward functions' call (the first step would fail, or the value be replaced)."""
-    if dataset is None:
-        return
-    if hasattr(dataset, "__len__") and len(dataset) == 0:
-        raise ValueError(f"{name} has no rows: give at least one task row (a dataset of empty dicts has none: give "
-                         "each row a column, e.g. {'task': i})")
-    for column in getattr(dataset, "column_names", None) or []:
-        if column in RESERVED_COLUMNS:
-            raise ValueError(f"{name} has a column named {column!r}, a name the trainer reserves "
-                             f"({RESERVED_COLUMNS[column]}): rename it, e.g. dataset.rename_column({column!r}, "
-                             f"'task_{column}')")
-
-
 def bf16_only_where_supported(config) -> None:
     """TRL's configs turn bf16 on by default, which `TrainingArguments` then refuses on a machine without bf16
     hardware unless `use_cpu=True` is set. Left unset (None), bf16 here means "where the hardware has it": on such a
@@ -386,7 +365,6 @@ class MultiTurnMixin(RunFilesMixin):
         return [environment_return, *user_funcs], reward_processing_classes
 
     def _init_multiturn(self, environment_factory) -> None:
-        check_task_dataset(self.train_dataset)
         if environment_factory is None:
             raise ValueError("environment_factory is required: pass a callable that returns a fresh Environment "
                              "(e.g. `TextWorldEnv` or `lambda: MyEnv(...)`).")
