@@ -101,3 +101,17 @@ class HugeObservationEnv(CountingEnv):
     def reset(self, task):
         self.task_huge = task.get("huge_bytes")
         return super().reset(task)
+
+
+class ReplyScoringEnv(Environment):
+    """Each turn's reward is a function of the reply's text (its share of distinct characters), so two runs that
+    sample different replies earn different returns; the episode ends after `task["turns"]` turns."""
+
+    def reset(self, task):
+        self.turn, self.turns = 0, task["turns"]
+        return "Write something varied."
+
+    def step(self, action):
+        self.turn += 1
+        reward = len(set(action)) / max(1, len(action))
+        return StepResult(f"Reply {self.turn} scored.", reward=reward, done=self.turn >= self.turns)
