@@ -32,6 +32,18 @@ class SandboxConfig:
         metadata={"help": "Largest file a command may write, output included (RLIMIT_FSIZE), MiB; also the size of "
                   "the local sandbox's private /dev/shm."},
     )
+    disk_mb: int = field(
+        default=4096,
+        metadata={"help": "Local, as root: size of the tmpfs that holds the sandbox's writable folders (the checkout "
+                  "and its /tmp), MiB; writing past it fails with ENOSPC and nothing reaches the host disk. Not root: "
+                  "no quota (logged once). Docker: not applied (see the SWE-Gym README, 'Containment')."},
+    )
+    total_memory_mb: int = field(
+        default=8192,
+        metadata={"help": "Local: memory of all the sandbox's processes together (tmpfs files they write included), "
+                  "MiB, as a cgroup's limit, where a memory cgroup can be made (root, cgroup v1 or v2); elsewhere "
+                  "only the per-process limits hold (logged once). Docker: memory_mb is the container's total."},
+    )
     max_output_bytes: int = field(
         default=1_000_000,
         metadata={"help": "Bytes of a command's output read back (its head and tail); the middle is dropped."},
@@ -101,8 +113,8 @@ class SandboxConfig:
             raise ValueError(f"sandbox={self.sandbox!r}: choose one of {SANDBOXES}")
         if self.isolation not in ISOLATIONS:
             raise ValueError(f"isolation={self.isolation!r}: choose one of {ISOLATIONS}")
-        for name in ("command_timeout", "cpu_seconds", "memory_mb", "max_processes", "max_file_mb",
-                     "max_output_bytes"):
+        for name in ("command_timeout", "cpu_seconds", "memory_mb", "max_processes", "max_file_mb", "disk_mb",
+                     "total_memory_mb", "max_output_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be positive")
         if self.run_as_uid not in ("auto", "none") and not str(self.run_as_uid).isdigit():
@@ -111,9 +123,18 @@ class SandboxConfig:
             raise ValueError(f"run_as_uid={self.run_as_uid}: switching user needs isolation='bwrap'")
 
 
+TIMEOUT_EXIT_CODE = 124  # as coreutils' `timeout` reports a command it cut
+
+
+def timeout_note(seconds: float) -> str:
+    """The last line of the output of a command cut at its wall-clock limit (its exit code is TIMEOUT_EXIT_CODE)."""
+    return f"[command timed out after {seconds:g} s]"
+
+
 @dataclass
 class CommandResult:
-    """A finished command: its output (stdout and stderr interleaved), exit code and whether it timed out."""
+    """A finished command: its output (stdout and stderr interleaved), exit code and whether it timed out. A
+    command cut at its limit ends its output with `timeout_note` and exits with TIMEOUT_EXIT_CODE."""
 
     output: str
     exit_code: int
