@@ -278,9 +278,9 @@ def test_fallback_modes_still_time_out_and_clean_up(config, mode):
     with LocalSandbox(dataclasses.replace(config, command_timeout=1, **mode)) as sandbox:
         sandbox.start(ROWS["roman"])
         slow = sandbox.run("sleep 1000")
-        assert slow.timed_out and slow.exit_code == 137
+        assert slow.timed_out and slow.exit_code == 124 and slow.output.endswith("[command timed out after 1 s]\n")
         sandbox.run(f"{sleeper} >/dev/null &")
-        deadline = time.monotonic() + 5  # SIGKILL was sent; give the dying process a moment to be scheduled
+        deadline = time.monotonic() + 60  # SIGKILL was sent; give the dying process time to be scheduled
         while _running(sleeper) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _running(sleeper)

@@ -20,6 +20,7 @@ ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
 # library's own tests): finding one anywhere means the answer key is readable.
 HIDDEN = sorted({name for row in ROWS.values() for test in row["FAIL_TO_PASS"]
                  if len((name := test.split("::")[-1]).split("_")) >= 4})
+SEARCH_TIMEOUT_S = 600  # a `find /` takes seconds; under load, many times that, never this
 
 
 @pytest.fixture(params=["local", "docker"])
@@ -44,13 +45,16 @@ def test_the_hidden_tests_exist_only_in_the_task_rows():
 def test_the_answer_key_is_out_of_reach(sandbox):
     imported = sandbox.run("python -c 'import trl_multiturn'")
     assert imported.exit_code != 0 and "No module named 'trl_multiturn'" in imported.output
+    # whole-filesystem searches: a limit no loaded machine reaches, and a cut search fails loudly, never vacuously
     found = sandbox.run(
         "find / \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o \\( -name 'trl_multiturn*' -o -path "
-        "'*/envs/swegym/tasks*' -o -name '*.egg-link' \\) -print 2>/dev/null; echo end"
+        "'*/envs/swegym/tasks*' -o -name '*.egg-link' \\) -print 2>/dev/null; echo end", timeout=SEARCH_TIMEOUT_S
     )
+    assert not found.timed_out, f"find / ran past {SEARCH_TIMEOUT_S} s: {found.output[-300:]}"
     assert found.output == "end\n"
     places = "$(python -c 'import sys; print(*[p for p in sys.path if p])') \"$HOME\" /tmp /testbed"
-    grep = sandbox.run(f"grep -rlsE '{'|'.join(HIDDEN)}' {places}; echo end")
+    grep = sandbox.run(f"grep -rlsE '{'|'.join(HIDDEN)}' {places}; echo end", timeout=SEARCH_TIMEOUT_S)
+    assert not grep.timed_out, f"grep ran past {SEARCH_TIMEOUT_S} s: {grep.output[-300:]}"
     assert grep.output == "end\n"
     environment = sandbox.run("env; cat /proc/1/environ /proc/1/cmdline 2>/dev/null | tr '\\0' '\\n'").output
     assert os.environ["PYTEST_CURRENT_TEST"]  # set in this (the trainer's) process, and kept out of the sandbox

@@ -34,6 +34,18 @@ class SandboxConfig:
         metadata={"help": "Largest file a command may write, output included (RLIMIT_FSIZE), MiB; also the size of "
                   "the local sandbox's private /dev/shm."},
     )
+    disk_mb: int = field(
+        default=4096,
+        metadata={"help": "Local, as root: size of the tmpfs that holds the sandbox's writable folders (the checkout "
+                  "and its /tmp), MiB; writing past it fails with ENOSPC and nothing reaches the host disk. Not root: "
+                  "no quota (logged once). Docker: not applied (see the SWE-Gym README, 'Containment')."},
+    )
+    total_memory_mb: int = field(
+        default=8192,
+        metadata={"help": "Local: memory of all the sandbox's processes together (tmpfs files they write included), "
+                  "MiB, as a cgroup's limit, where a memory cgroup can be made (root, cgroup v1 or v2); elsewhere "
+                  "only the per-process limits hold (logged once). Docker: memory_mb is the container's total."},
+    )
     max_output_bytes: int = field(
         default=1_000_000,
         metadata={"help": "Bytes of a command's output read back (its head and tail); the middle is dropped."},
@@ -101,7 +113,8 @@ class SandboxConfig:
     _RANGES = {
         "command_timeout": Range(gt=0), "cpu_seconds": Range(ge=1), "memory_mb": Range(ge=1),
         "max_processes": Range(ge=1), "max_file_mb": Range(ge=1), "max_output_bytes": Range(ge=1),
-        "uid_base": Range(ge=0), "uid_count": Range(ge=1), "docker_cpus": Range(gt=0),
+        "disk_mb": Range(ge=1), "total_memory_mb": Range(ge=1), "uid_base": Range(ge=0),
+        "uid_count": Range(ge=1), "docker_cpus": Range(gt=0),
     }
 
     def __post_init__(self):
@@ -116,9 +129,18 @@ class SandboxConfig:
             raise ValueError(f"run_as_uid={self.run_as_uid}: switching user needs isolation='bwrap'")
 
 
+TIMEOUT_EXIT_CODE = 124  # as coreutils' `timeout` reports a command it cut
+
+
+def timeout_note(seconds: float) -> str:
+    """The last line of the output of a command cut at its wall-clock limit (its exit code is TIMEOUT_EXIT_CODE)."""
+    return f"[command timed out after {seconds:g} s]"
+
+
 @dataclass
 class CommandResult:
-    """A finished command: its output (stdout and stderr interleaved), exit code and whether it timed out."""
+    """A finished command: its output (stdout and stderr interleaved), exit code and whether it timed out. A
+    command cut at its limit ends its output with `timeout_note` and exits with TIMEOUT_EXIT_CODE."""
 
     output: str
     exit_code: int

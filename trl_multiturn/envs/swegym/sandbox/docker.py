@@ -13,7 +13,16 @@ import shlex
 import tarfile
 from typing import Any
 
-from .base import NOBODY, CommandResult, Sandbox, SandboxConfig, SandboxError, SandboxPathError
+from .base import (
+    NOBODY,
+    TIMEOUT_EXIT_CODE,
+    CommandResult,
+    Sandbox,
+    SandboxConfig,
+    SandboxError,
+    SandboxPathError,
+    timeout_note,
+)
 
 
 def docker_image_name(instance_id: str, config: SandboxConfig | None = None) -> str:
@@ -80,7 +89,7 @@ class DockerSandbox(Sandbox):
     def exec_command(self, command: str, timeout: float | None = None) -> list[str]:
         """The argv `docker exec` runs for `command`: the env's init line, CPU, file-size and address-space limits
         (as the local sandbox sets them; the container's memory limit holds besides), a wall-clock
-        `timeout` (exit code 124 when it fires) and the output cut to `max_output_bytes`.
+        `timeout` (exit code 124 and a last line saying so when it fires) and the output cut to `max_output_bytes`.
 
         Every process the command leaves behind is killed when it ends (`kill -9 -1` spares only the caller and
         PID 1), as in the local sandbox. The output goes to a fresh file, not to the exec's stream, so that no
@@ -96,7 +105,8 @@ class DockerSandbox(Sandbox):
         outer = (
             f"out=$(mktemp {self.scratch_dir}/out.XXXXXXXXXX) || exit 1; "
             f'timeout -k 5 {timeout:g} /bin/bash -c {shlex.quote(inner)} </dev/null >"$out" 2>&1; code=$?; '
-            f'kill -9 -1 2>/dev/null; head -c {cfg.max_output_bytes} -- "$out"; rm -f -- "$out"; exit $code'
+            f'kill -9 -1 2>/dev/null; head -c {cfg.max_output_bytes} -- "$out"; rm -f -- "$out"; '
+            f'[ $code -ne {TIMEOUT_EXIT_CODE} ] || echo {shlex.quote(timeout_note(timeout))}; exit $code'
         )
         return ["/bin/bash", "-c", outer]
 

@@ -27,8 +27,19 @@ from pathlib import Path
 from ...base import TaskError
 from ..tasks import default_cache_dir, shipped_repo
 from ..tasks.source import git
-from .base import NOBODY, CommandResult, Sandbox, SandboxConfig, SandboxError, SandboxPathError
+from .base import (
+    NOBODY,
+    TIMEOUT_EXIT_CODE,
+    CommandResult,
+    Sandbox,
+    SandboxConfig,
+    SandboxError,
+    SandboxPathError,
+    timeout_note,
+)
 from .bwrap import bwrap_argv
+from .containment import MemoryCgroup, mount_quota, unmount
+from .hostfiles import open_folder, read_regular, write_regular
 from .pyenv import ensure_task_python
 
 
@@ -97,6 +108,7 @@ class LocalSandbox(Sandbox):
         self._tmp: Path | None = None
         self._lease: _UidLease | None = None
         self._prefix: list[str] = []
+        self._cgroup: MemoryCgroup | None = None
         self.uid: int | None = None
 
     @property
@@ -116,8 +128,10 @@ class LocalSandbox(Sandbox):
         self.close()
         source = self._source_repo(task)
         self._tmp = Path(tempfile.mkdtemp(prefix="swegym-"))
+        quota = mount_quota(self._tmp, self.config.disk_mb)
+        self._cgroup = MemoryCgroup.create(self.config.total_memory_mb)
         # removes the folder even if close() is never called (an exception unwinding the program, a lost object)
-        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self._tmp), True)
+        self._cleanup = weakref.finalize(self, _remove, self._tmp, quota, self._cgroup)
         try:
             self._tmp.chmod(0o711)
             checkout, own_tmp = self._tmp / "repo", self._tmp / "tmp"
@@ -173,7 +187,7 @@ class LocalSandbox(Sandbox):
         self.uid = None
         if self._tmp is not None:
             self._cleanup()
-            self._tmp = None
+            self._tmp, self._cgroup = None, None
         self.workdir, self._prefix = "", []
 
     def _source_repo(self, task: dict) -> Path:
@@ -225,9 +239,11 @@ class LocalSandbox(Sandbox):
         return mine + self.config.max_processes
 
     def _limits(self):
-        cfg, nproc, mib = self.config, self._nproc_limit(), 1024 * 1024
+        cfg, nproc, mib, cgroup = self.config, self._nproc_limit(), 1024 * 1024, self._cgroup
 
         def limit() -> None:  # runs in the child, after fork and setsid, before exec
+            if cgroup is not None:
+                cgroup.enter()
             resource.setrlimit(resource.RLIMIT_CPU, (cfg.cpu_seconds, cfg.cpu_seconds + 1))
             resource.setrlimit(resource.RLIMIT_AS, (cfg.memory_mb * mib, cfg.memory_mb * mib))
             resource.setrlimit(resource.RLIMIT_FSIZE, (cfg.max_file_mb * mib, cfg.max_file_mb * mib))
@@ -242,7 +258,7 @@ class LocalSandbox(Sandbox):
         timeout = timeout or self.config.command_timeout
         info_read, info_write = os.pipe() if self.isolated else (None, None)
         argv = [self._prefix[0], "--info-fd", str(info_write), *self._prefix[1:]] if self.isolated else []
-        with tempfile.TemporaryFile(dir=self._tmp) as out:
+        with tempfile.TemporaryFile() as out:  # outside the quota: a full sandbox still gets its error message
             try:
                 proc = subprocess.Popen(
                     [*argv, "/bin/bash", "-c", command],
@@ -267,9 +283,11 @@ class LocalSandbox(Sandbox):
             if init is not None:  # bubblewrap may report before the kernel has emptied the namespace: wait for it
                 _wait_fd(init, 10)
                 os.close(init)
-            code = proc.returncode
-            return CommandResult(_read_capped(out, self.config.max_output_bytes), 128 - code if code < 0 else code,
-                                 timed_out)
+            output, code = _read_capped(out, self.config.max_output_bytes), proc.returncode
+            if timed_out:
+                end = "\n" if output and not output.endswith("\n") else ""
+                return CommandResult(f"{output}{end}{timeout_note(timeout)}\n", TIMEOUT_EXIT_CODE, True)
+            return CommandResult(output, 128 - code if code < 0 else code)
 
     # -- files -------------------------------------------------------------------------------------------------
 
@@ -286,12 +304,7 @@ class LocalSandbox(Sandbox):
         return Path(full)
 
     def read_file(self, path: str) -> str:
-        host = self._host_path(path)
-        if not host.is_file():
-            raise SandboxPathError(f"{path}: no such file")
-        if host.stat().st_size > self.config.max_file_mb * 1024 * 1024:
-            raise SandboxPathError(f"{path}: larger than max_file_mb={self.config.max_file_mb}")
-        data = host.read_bytes()
+        data = read_regular(str(self._host_path(path)), self.config.max_file_mb * 1024 * 1024, shown=path)
         if b"\0" in data[:8192]:
             raise SandboxPathError(f"{path}: a binary file")
         return data.decode("utf-8", errors="replace")
@@ -302,33 +315,56 @@ class LocalSandbox(Sandbox):
             raise SandboxPathError(f"{path}: is a folder")
         missing = [p for p in [host.parent, *host.parent.parents] if not p.exists()]
         host.parent.mkdir(parents=True, exist_ok=True)
-        host.write_text(text, encoding="utf-8")
         if self.uid is not None:
-            for p in [host, *missing]:
+            for p in missing:
                 os.lchown(p, self.uid, self.uid)
+        write_regular(str(host), text.encode("utf-8"), owner=self.uid)
 
-    def _scratch_host(self, name: str) -> Path:
+    def _scratch_folder(self) -> int:
+        """A descriptor of the scratch folder, refused if the sandbox has put anything else in its place."""
         if self._tmp is None:
             raise SandboxError("the sandbox is not started: call start(task) first")
-        return self._tmp / "tmp" / "swegym" / Path(name).name
+        own_tmp = open_folder(str(self._tmp / "tmp"))  # its parent is the trainer's: it cannot be replaced
+        try:
+            return open_folder("swegym", dir_fd=own_tmp)
+        finally:
+            os.close(own_tmp)
 
     def write_scratch(self, name: str, text: str, write_only: bool = False) -> str:
-        path = self._scratch_host(name)
-        path.unlink(missing_ok=True)  # the sandbox may have left a link there
-        path.write_text(text, encoding="utf-8")
-        if write_only:
-            os.chown(path, NOBODY, NOBODY)
-        path.chmod(0o622 if write_only else 0o644)
-        return f"{self.scratch_dir}/{path.name}"
+        name = Path(name).name
+        folder = self._scratch_folder()
+        try:
+            try:
+                os.unlink(name, dir_fd=folder)  # whatever the sandbox left there: a link, a FIFO, an old file
+            except FileNotFoundError:
+                pass
+            write_regular(name, text.encode("utf-8"), dir_fd=folder, exclusive=True,
+                          owner=NOBODY if write_only else None, mode=0o622 if write_only else 0o644)
+        finally:
+            os.close(folder)
+        return f"{self.scratch_dir}/{name}"
 
     def read_scratch(self, name: str) -> str | None:
-        path = self._scratch_host(name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
+            folder = self._scratch_folder()
+        except SandboxPathError:
             return None
-        with os.fdopen(fd, "rb") as f:
-            return f.read(self.config.max_file_mb * 1024 * 1024).decode("utf-8", errors="replace")
+        try:
+            data = read_regular(Path(name).name, self.config.max_file_mb * 1024 * 1024, dir_fd=folder)
+        except SandboxPathError:
+            return None
+        finally:
+            os.close(folder)
+        return data.decode("utf-8", errors="replace")
+
+
+def _remove(folder: Path, quota: bool, cgroup: MemoryCgroup | None) -> None:
+    """Remove a sandbox's host folder (its quota tmpfs first, if it has one) and its cgroup."""
+    if quota:
+        unmount(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    if cgroup is not None:
+        cgroup.remove()
 
 
 def _wait(proc: subprocess.Popen, timeout: float) -> bool:
