@@ -56,6 +56,26 @@ def test_a_crash_or_hang_fails_only_its_own_episode(mode):
         assert all(r.won for r in play_one_step(pool, [{"target": 1}] * len(tasks)))
 
 
+class BoundedFaultyEnv(FaultyEnv):
+    call_timeout = 2.0
+
+
+def test_an_environment_declared_deadline_fails_a_hung_call_when_the_trainer_sets_none():
+    """SWE-Gym's default: env_timeout None, yet a hung call fails its episode at the environment's `call_timeout`."""
+    from trl_multiturn.envs.swegym import SWEGymEnv
+
+    assert SWEGymEnv.call_timeout is not None and SWEGymEnv.call_timeout > 0
+    with EnvPool(BoundedFaultyEnv, mode="thread") as pool:
+        assert pool.timeout == 2.0
+        results = play_one_step(pool, [{"target": 1, "fault": "hang"}, {"target": 1}])
+        assert isinstance(results[0], EnvFailure) and "timed out after 2.0s" in results[0].reason
+        assert results[1].won
+    with EnvPool(BoundedFaultyEnv, mode="thread", timeout=7.0) as pool:
+        assert pool.timeout == 7.0  # the trainer's value wins
+    with EnvPool(BoundedFaultyEnv, mode="inline") as pool:
+        assert pool.timeout is None  # an inline call cannot be interrupted
+
+
 class ContractBreakingEnv(Environment):
     """Returns, at its first step, what `task["bad"]` names."""
 

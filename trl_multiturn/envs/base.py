@@ -38,6 +38,11 @@ class Environment:
     leak stays in that process) or "thread" (each call on its own thread of the trainer process: for environments
     whose work waits on I/O or subprocesses)."""
 
+    call_timeout: ClassVar[float | None] = None
+    """Seconds one `reset`/`step`/`finish` call may take before its episode fails, when the trainer's `env_timeout`
+    is None (the trainer's value wins; not applied under `env_mode="inline"`, which cannot interrupt a call). None:
+    no deadline. An environment whose calls run other programs should declare a generous bound."""
+
     observation_role: ClassVar[str] = "user"
     """The chat role each step's observation reaches the model in: "user" (the default: the environment speaks as
     the user), or "tool" (tool results, as TRL's tool loop sends them: the chat template's tool-message rendering,

@@ -420,7 +420,8 @@ class EnvPool:
     Args:
         factory: callable returning a fresh `Environment`. Process workers are forked, so any callable works.
         mode: "auto", "process", "thread" or "inline".
-        timeout: seconds one call may take before its episode fails (None: no deadline; not with "inline").
+        timeout: seconds one call may take before its episode fails (None: the environment's declared
+            `call_timeout`, else no deadline; not with "inline").
         max_memory_mb: restart a worker between episodes when its private memory exceeds this ("process" only).
         start_method: multiprocessing start method of the workers ("spawn"/"forkserver" need a picklable factory).
     """
@@ -430,6 +431,8 @@ class EnvPool:
         self.factory = factory
         self.mode = resolve_env_mode(mode, factory)
         check_env_settings(self.mode, timeout, max_memory_mb)  # "auto" resolved: e.g. threads refuse a memory cap
+        if timeout is None and self.mode != "inline":
+            timeout = declared(factory, "call_timeout", None)
         self.timeout = timeout
         self.max_memory_mb = max_memory_mb
         self.restarts = 0  # workers restarted for exceeding max_memory_mb

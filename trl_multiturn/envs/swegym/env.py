@@ -85,6 +85,9 @@ class SWEGymEnv(Environment):
     """
 
     execution = "thread"  # its steps wait on sandbox subprocesses: threads overlap them without a process each
+    # Every sandbox call is bounded by itself (command_timeout, eval_timeout, non-blocking file operations); this is
+    # the backstop for a call that still hangs (the repository's setup, a wedged container), when env_timeout is None.
+    call_timeout = 3600.0
 
     def __init__(self, config: SWEGymConfig | None = None, **overrides):
         config = config or SWEGymConfig()
