@@ -103,8 +103,11 @@ def test_a_signal_to_the_trainer_leaves_no_process_and_no_folder_behind(tiny_cha
     """Before, SIGTERM ended the trainer at once: the workers died (parent-death signal) but their children were
     reparented to init, and every environment's folder stayed on disk."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}
+    # SIGINT as in a terminal: a job a non-interactive shell starts in the background (CI's, often) inherits it
+    # ignored, and Python then never raises KeyboardInterrupt.
     trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_TRAINER), tiny_chatml_model, str(tmp_path),
-                                mode], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                mode], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert wait_until(lambda: len(list(tmp_path.glob("pid-*"))) == 4 or trainer.poll() is not None)
         assert trainer.poll() is None, trainer.stderr.read()
