@@ -134,8 +134,8 @@ def test_base_model_is_named_for_the_offline_default_and_for_our_checkpoints(tra
     card = (trained_run["out"] / "README.md").read_text()
     warm_start = tmp_path / "warm_start"
     warm_start.mkdir()
-    (warm_start / "README.md").write_text(card.replace("model_name:", "base_model: HuggingFaceTB/SmolLM2-135M-"
-                                                                      "Instruct\nmodel_name:", 1))
+    (warm_start / "README.md").write_text(card.replace("library_name:", "base_model: HuggingFaceTB/SmolLM2-135M-"
+                                                                        "Instruct\nlibrary_name:", 1))
     assert base_model_name(str(warm_start)) == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert base_model_name(trained_run["base"]) is None  # a bare local folder says nothing
     # The card of a trainer that loads the offline default from its local folder names SmolLM2 on the Hub.
@@ -197,3 +197,37 @@ def test_plot_draws_the_logged_curves_of_several_runs(trained_run, tmp_path):
     assert (tmp_path / "cli.png").stat().st_size > 10_000
     with pytest.raises(FileNotFoundError, match="trainer_state.json"):
         plot_runs([tmp_path / "empty"], tmp_path / "x.png")
+
+
+def test_card_names_the_lineage_an_adapter_and_the_model_index(trained_run, tmp_path, monkeypatch):
+    """A model trained from a trl-multiturn checkpoint names that stage (and the stages before it) in its card's
+    text and `lineage` metadata; a folder holding a LoRA adapter says `library_name: peft`; the held-out results
+    are the `model-index`; paths inside the cache are written relative to it."""
+    from huggingface_hub import ModelCard
+
+    from trl_multiturn.model_card import build_model_card
+
+    trainer, parent = trained_run["trainer"], trained_run["out"]
+    parent_card = ModelCard.load(parent / "README.md")
+    summary = trained_run["result"].summary()
+    [index] = parent_card.data.eval_results
+    assert (index.metric_type, index.metric_value) == ("success_rate", pytest.approx(summary["success_rate"]))
+    assert (index.dataset_type, index.dataset_split) == ("textworld", "train")
+    assert parent_card.data.lineage == [{"model": parent.name, "algorithm": "GRPO", "steps": 2}]
+    assert parent_card.data.library_name == "transformers"
+
+    monkeypatch.setenv("TRL_MULTITURN_CACHE", str(tmp_path / "cache"))
+    child = tmp_path / "child"
+    child.mkdir()
+    (child / "adapter_config.json").write_text("{}")
+    settings = {**trainer.episode_settings(),
+                "environment": {"name": "textworld", "settings": {"games_dir": str(tmp_path / "cache" / "games")}}}
+    card = build_model_card(model_name="child", trainer_name="MultiTurnRLOOTrainer", base_model=None,
+                            local_base=str(parent), args=trainer.args, settings=settings, global_step=5,
+                            folder=str(child))
+    assert card.data.library_name == "peft"
+    assert card.data.lineage == [{"model": parent.name, "algorithm": "GRPO", "steps": 2},
+                                 {"model": "child", "algorithm": "RLOO", "steps": 5}]
+    assert f"through GRPO (`{parent.name}`, 2 steps), trained with multi-turn RLOO as a LoRA adapter" in card.text
+    assert "'games_dir': '<cache>/games'" in card.text and str(tmp_path) not in card.text
+    assert card.data.eval_results is None  # nothing evaluated in the child's folder yet
