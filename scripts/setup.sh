@@ -5,12 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # SWE-Gym's sandboxes: bubblewrap (the local sandbox), Docker and mmdebstrap (the Docker sandbox and the images of
-# the shipped tasks, built on this machine). Installed from the Debian archive when running as root; otherwise
-# say what is missing (the local sandbox then fails with that error, or runs with isolation='none').
+# the shipped tasks, built on this machine); Chromium for the episode page's browser test. Installed from the Debian
+# archive when running as root; otherwise say what is missing (the local sandbox then fails with that error, or runs
+# with isolation='none').
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq

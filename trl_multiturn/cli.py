@@ -268,7 +268,13 @@ def _add_plot(subparsers) -> None:
     parser.set_defaults(func=_plot)
 
 
-SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_study, _add_plot]
+def _add_episodes(subparsers) -> None:
+    from .episodes_page import add_episodes_parser  # the HTML page of played episodes
+
+    add_episodes_parser(subparsers)
+
+
+SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_study, _add_plot, _add_episodes]
 
 
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError)

@@ -77,10 +77,12 @@ class EvalResult:
         return out
 
     def outcomes(self) -> list[dict]:
-        """One record per played task: its row's JSON-able fields and how the episode went."""
+        """One record per played task: its row's JSON-able fields, how the episode went, each turn's reward, and
+        the conversation as the model saw it (what `trl-multiturn episodes` shows)."""
         return [{"task": {k: v for k, v in ep.task.items() if isinstance(v, (str, int, float, bool))},
                  "won": ep.won, "failed": ep.failed, "failure": ep.failure, "truncated": ep.truncated,
-                 "num_turns": ep.num_turns, "return": sum(ep.turn_rewards), "actions": list(ep.actions)}
+                 "num_turns": ep.num_turns, "return": sum(ep.turn_rewards), "actions": list(ep.actions),
+                 "turn_rewards": list(ep.turn_rewards), "messages": ep.messages()}
                 for ep in self.episodes]
 
     def to_dataset(self):
