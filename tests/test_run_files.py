@@ -189,9 +189,20 @@ def test_plot_draws_the_logged_curves_of_several_runs(trained_run, tmp_path):
     shutil.copy(out / "trainer_state.json", second / "checkpoint-2" / "trainer_state.json")
     fig = plot_runs([out, second], tmp_path / "curves.png")
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["success rate", "mean return", "mean turns", "KL", "entropy"]
-    kl_lines = fig.axes[3].get_lines()
+    assert titles == ["loss", "success rate", "mean return", "mean turns", "KL", "entropy"]
+    kl_lines = fig.axes[4].get_lines()
     assert len(kl_lines) == 2 and list(kl_lines[0].get_ydata()) == curves["kl"][1]
+    # The held-out evaluation kept in `out` is a star at the last step; `second` keeps none.
+    summary = trained_run["result"].summary()
+    stars = [line for line in fig.axes[1].get_lines() if line.get_marker() == "*"]
+    assert len(stars) == 1 and list(stars[0].get_ydata()) == [summary["success_rate"]]
+    assert list(stars[0].get_xdata()) == [max(rec["step"] for rec in history if "step" in rec)]
+    # A run that never logged KL (beta 0) or success (SFT) gets no such panel.
+    third = tmp_path / "sft-like"
+    third.mkdir()
+    (third / "trainer_state.json").write_text(json.dumps({"log_history": [
+        {"step": 1, "loss": 2.0, "entropy": 1.5}, {"step": 2, "loss": 1.0, "entropy": 1.4}]}))
+    assert [ax.get_title() for ax in plot_runs([third], tmp_path / "sft.png").axes] == ["loss", "entropy"]
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["plot", str(out), str(second), "-o", str(tmp_path / "cli.png")]) == 0
     assert (tmp_path / "cli.png").stat().st_size > 10_000

@@ -259,7 +259,8 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _add_plot(subparsers) -> None:
     parser = subparsers.add_parser(
-        "plot", help="Learning curves (success, return, turns, KL, entropy) of one or more runs in one figure.",
+        "plot", help="Learning curves (loss, success with held-out points, return, turns, KL, entropy) of one or more "
+                     "runs in one figure; panels nothing was logged for are left out.",
         description="Reads trainer_state.json of each run folder (or of its latest checkpoint-N) and draws its "
                     "logged history against the step. Needs matplotlib (the `plot` extra).")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="Trainer output folders.")

@@ -2,7 +2,10 @@
 
 A run folder's `trainer_state.json` (written by `save_model` and with every checkpoint) holds TRL's `log_history`:
 one record per logging step. The newest record set is used: the folder's own file, else its latest
-`checkpoint-N/`'s. Every run is drawn on the same panels, one colour per run.
+`checkpoint-N/`'s. Every run is drawn on the same panels, one colour per run; a panel nothing was logged for (KL at
+beta 0, success in an SFT run) is left out. Held-out success rates are drawn as stars on the success panel: the
+`heldout/success_rate` records of the log, and each evaluation kept in the folder (`eval_results*.json`, of the
+model the folder holds: drawn at the run's last step).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 from pathlib import Path
 
 CURVES = {
+    "loss": "loss",
     "success rate": "episodes/success_rate",
     "mean return": "episodes/mean_return",
     "mean turns": "episodes/mean_turns",
@@ -50,6 +54,23 @@ def log_curves(log_history: list[dict]) -> dict[str, tuple[list[int], list[float
     return curves
 
 
+HELDOUT_KEY = "heldout/success_rate"
+
+
+def heldout_points(run_dir: str | os.PathLike, log_history: list[dict]) -> tuple[list[int], list[float]]:
+    """(steps, held-out success rates) of a run: the log's `heldout/success_rate` records, then each evaluation
+    kept in the folder at the run's last logged step (where the log has none there already)."""
+    from .evaluation import load_eval_results
+
+    points = {rec["step"]: rec[HELDOUT_KEY] for rec in log_history if HELDOUT_KEY in rec and "step" in rec}
+    last = max((rec["step"] for rec in log_history if "step" in rec), default=0)
+    kept = [record["summary"]["success_rate"] for record in load_eval_results(run_dir)
+            if record.get("summary", {}).get("success_rate") is not None]
+    steps = sorted(points) + [last] * (0 if last in points else len(kept))
+    values = [points[step] for step in sorted(points)] + ([] if last in points else kept)
+    return steps, values
+
+
 def plot_runs(run_dirs: list[str | os.PathLike], output: str | os.PathLike, labels: list[str] | None = None):
     """Draw each run's curves on one figure of `CURVES` panels against the training step and save it to `output`
     (the format follows the suffix: .png, .pdf, .svg). Returns the matplotlib figure."""
@@ -65,30 +86,32 @@ def plot_runs(run_dirs: list[str | os.PathLike], output: str | os.PathLike, labe
     labels = labels or [Path(d).resolve().name for d in run_dirs]
     if len(labels) != len(run_dirs):
         raise ValueError(f"{len(labels)} labels for {len(run_dirs)} runs: give one label per run")
-    fig, axes = plt.subplots(1, len(CURVES), figsize=(4 * len(CURVES), 3.4), squeeze=False)
-    drawn = 0
-    for index, (run_dir, label) in enumerate(zip(run_dirs, labels)):
+    runs = []
+    for run_dir in run_dirs:
         history = json.loads(find_trainer_state(run_dir).read_text())["log_history"]
-        curves = log_curves(history)
+        runs.append((log_curves(history), heldout_points(run_dir, history)))
+    panels = {title: key for title, key in CURVES.items()
+              if any(key in curves or f"eval_{key}" in curves for curves, _ in runs)
+              or (title == "success rate" and any(steps for _, (steps, _) in runs))}
+    if not panels:
+        raise ValueError(f"no curve to draw: none of {sorted(CURVES.values())} is logged in "
+                         f"{[str(d) for d in run_dirs]}")
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
+    for index, ((curves, (held_steps, held_values)), label) in enumerate(zip(runs, labels)):
         colour = f"C{index}"
-        for ax, (title, key) in zip(axes[0], CURVES.items()):
+        for ax, (title, key) in zip(axes[0], panels.items()):
             for name, style in ((key, "-"), (f"eval_{key}", "--")):
                 if name in curves:
                     steps, values = curves[name]
                     ax.plot(steps, values, style, color=colour, marker=".",
                             label=label if name == key else f"{label} (eval)")
-                    drawn += 1
-    if not drawn:
-        raise ValueError(f"no curve to draw: none of {sorted(CURVES.values())} is logged in "
-                         f"{[str(d) for d in run_dirs]}")
-    for ax, title in zip(axes[0], CURVES):
+            if title == "success rate" and held_steps:
+                ax.plot(held_steps, held_values, "*", color=colour, markersize=12, label=f"{label} (held-out)")
+    for ax, title in zip(axes[0], panels):
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        if not ax.get_lines():
-            ax.text(0.5, 0.5, f"not logged\n({CURVES[title]!r})", ha="center", va="center",
-                    transform=ax.transAxes, color="grey")
     axes[0][0].legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(output, dpi=120)
