@@ -25,6 +25,7 @@ from trl_multiturn.testing import FaultyEnv
     ({"env_timeout": -5.0}, r"env_timeout=-5.0: give a number of seconds > 0"),
     ({"env_mode": "inline", "env_timeout": 10}, r"env_timeout needs env_mode"),
     ({"env_mode": "parallel"}, r"env_mode='parallel': choose one of"),
+    ({"advantage_estimator": "turn_grop"}, r"advantage_estimator='turn_grop': .*; did you mean 'turn_grpo'\?"),
     ({"env_max_memory_mb": -1}, r"env_max_memory_mb=-1"),
     ({"env_mode": "thread", "env_max_memory_mb": 512}, r"env_max_memory_mb needs worker processes"),
     ({"max_episode_tokens": 0}, r"max_episode_tokens=0: give a positive number"),

@@ -22,8 +22,10 @@ def test_register_adds_by_decorator_and_lookup_names_every_choice():
     assert double(3) == 6  # the decorator returns the function unchanged
     assert registry.lookup("double") is double and registry["half"] is half
     assert sorted(registry) == ["double", "half"] and len(registry) == 2 and "half" in registry
-    with pytest.raises(ValueError, match=r"my_field='triple': choose one of \['double', 'half'\]"):
-        registry.lookup("triple")
+    with pytest.raises(ValueError, match=r"my_field='triple': choose one of \['double', 'half'\]$"):
+        registry.lookup("triple")  # nothing close: no suggestion
+    with pytest.raises(ValueError, match=r"my_field='dubble': .*; did you mean 'double'\?"):
+        registry.lookup("dubble")
 
 
 def test_a_taken_name_is_refused_and_the_first_entry_kept():

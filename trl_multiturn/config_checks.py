@@ -18,6 +18,7 @@ bad field.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import numbers
@@ -91,8 +92,14 @@ class FieldCheck:
         if isinstance(value, float) and not math.isfinite(value):
             return f"{self.name}={value!r}: give {self.describe()}"
         if isinstance(value, str) and self.choices and value not in self.choices:
-            return f"{self.name}={value!r}: give {self.describe()}"
+            return f"{self.name}={value!r}: give {self.describe()}{did_you_mean(value, self.choices)}"
         return None
+
+
+def did_you_mean(value: str, choices) -> str:
+    """"; did you mean 'x'?" for the choice closest to a misspelt `value` (difflib's ratio >= 0.6), else ""."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def check_fields(config) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
+from .config_checks import did_you_mean
+
 T = TypeVar("T")
 
 
@@ -45,7 +47,8 @@ class Registry(Mapping[str, T], Generic[T]):
     def lookup(self, name: str) -> T:
         """The entry registered under `name`; a ValueError naming the field and the registered names otherwise."""
         if name not in self._entries:
-            raise ValueError(f"{self.field}={name!r}: {self.takes} {sorted(self._entries)}")
+            raise ValueError(f"{self.field}={name!r}: {self.takes} {sorted(self._entries)}"
+                             f"{did_you_mean(name, self._entries)}")
         return self._entries[name]
 
     def __getitem__(self, name: str) -> T:
