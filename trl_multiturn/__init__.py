@@ -1,6 +1,7 @@
 """trl-multiturn: multi-turn agentic RL (GRPO, RLOO, PPO, SFT) on top of Hugging Face TRL."""
 
 from .lazy import lazy_getattr
+from .quiet import filter_known_warnings
 
 __version__ = "0.1.0"
 
@@ -21,6 +22,8 @@ _PUBLIC = {
 }
 
 __all__ = list(_PUBLIC)
+
+filter_known_warnings()
 
 # Lazy, so that `import trl_multiturn` stays cheap and environments work without importing TRL.
 __getattr__ = lazy_getattr(__name__, _PUBLIC)
