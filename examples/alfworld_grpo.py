@@ -16,7 +16,7 @@ the offline default model (SmolLM2-135M-Instruct), which untrained wins no game:
   3. greedy held-out evaluation on `num_eval_games` valid_unseen games (ALFRED's held-out rooms), played by the SFT
      start before GRPO and by the trained model after it, printed side by side with an exact McNemar test.
 The SFT, RL and held-out games are disjoint (`game_sets` checks it). Time: sized for about 10 minutes on 2 free CPU
-cores, not yet measured (see the README's ALFWorld section).
+cores, not yet measured (see docs/alfworld.md).
 
 Games come from `data_path` (or `$ALFWORLD_DATA` when `alfworld-download` has filled it); with neither, they are
 generated offline (`trl-multiturn make-games --env alfworld` does the same). Every field of `ScriptArguments`,
