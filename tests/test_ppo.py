@@ -250,6 +250,11 @@ def test_config_allows_one_episode_per_task_and_names_bad_fields(tmp_path):
         tiny_rl_args(MultiTurnPPOConfig, tmp_path, advantage_estimator="grpo")
     with pytest.raises(ValueError, match="cliprange_value"):
         tiny_rl_args(MultiTurnPPOConfig, tmp_path, cliprange_value=0.0)
+    with pytest.raises(ValueError, match=r"loss_type='bnpo' \(PPO's loss is its own"):  # TRL's GRPO loss variants
+        tiny_rl_args(MultiTurnPPOConfig, tmp_path, loss_type="bnpo")
+    with pytest.raises(ValueError, match="load_best_model_at_end=True .*resume from that checkpoint"):
+        tiny_rl_args(MultiTurnPPOConfig, tmp_path, load_best_model_at_end=True, eval_strategy="steps",
+                     save_strategy="steps", eval_steps=1, save_steps=1)
 
 
 def test_the_critic_gradient_is_cleared_before_each_optimizer_step(tiny_chatml_model, tmp_path):
