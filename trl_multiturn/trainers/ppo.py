@@ -148,8 +148,8 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
             "turn_gamma": "PPO discounts with its value estimator's gamma and lam: set gamma",
             "estimator_kwargs": "PPO's value estimators take gamma and lam: set those fields",
             "scale_rewards": "PPO normalises its advantages with whiten_advantages",
-            "load_best_model_at_end": "transformers would load the best checkpoint's policy into the policy-and-critic "
-                                      "module; resume from that checkpoint instead",
+            "load_best_model_at_end": "transformers would load the best checkpoint's policy into the "
+                                      "policy-and-critic module; resume from that checkpoint instead",
             **{name: "PPO's loss is its own: the clipped surrogate (epsilon, epsilon_high) and the clipped value "
                      "loss, each a mean over a mini-batch's sampled tokens" for name in PPO_LOSS_UNUSED},
         }
