@@ -89,12 +89,12 @@ def test_the_ppo_critic_trains_sharded_by_fsdp2_as_it_does_under_ddp(tiny_chatml
 
 
 @pytest.mark.parametrize("stage", [2, 3])
-def test_the_ppo_critic_trains_as_its_own_deepspeed_engine_as_it_does_under_ddp(tiny_chatml_model, tmp_path,
-                                                                                 ddp_ppo_run, stage):
-    """Two CPU processes, DeepSpeed's CPU accelerator (gloo): under ZeRO-2 and ZeRO-3 the critic is a second engine
-    (its own optimizer and scheduler) and trains as under DDP; its engine's checkpoint resumes it."""
+def test_the_ppo_critic_trains_in_one_deepspeed_engine_with_the_policy_as_under_ddp(tiny_chatml_model, tmp_path,
+                                                                                   ddp_ppo_run, stage):
+    """Two CPU processes, DeepSpeed's CPU accelerator (gloo): under ZeRO-2 and ZeRO-3 one engine holds policy and
+    critic (one optimizer) and trains the critic as DDP does; that engine's checkpoint resumes it."""
     pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (scripts/setup.sh installs it)")
     run = run_ppo_two_ranks(tiny_chatml_model, tmp_path / f"zero{stage}", f"zero{stage}")
     assert run["deepspeed"] and not run["sharded"]
-    assert (tmp_path / f"zero{stage}" / "straight" / "checkpoint-1" / "critic_deepspeed" / "latest").is_file()
+    assert (tmp_path / f"zero{stage}" / "straight" / "checkpoint-1" / "latest").is_file()
     assert_trains_the_critic_ddp_does(run, tmp_path / f"zero{stage}", ddp_ppo_run)

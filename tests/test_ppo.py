@@ -14,9 +14,10 @@ from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnPPOConfig, MultiTurnPPOTrainer
 from trl_multiturn.credit.gae import ValueBatch, gae, turn_gae
 from trl_multiturn.envs import TextWorldEnv
-from trl_multiturn.trainers.ppo import clipped_value_loss
+from trl_multiturn.trainers.ppo import clipped_surrogate, clipped_value_loss
 from trl_multiturn.trainers.value_model import (
     CRITIC_DIR,
+    PolicyAndValueModel,
     base_weights_of_adapted,
     load_value_model_weights,
     save_value_model,
@@ -137,6 +138,17 @@ def test_the_value_loss_is_clipped():
     assert values.grad[0] == 0 and values.grad[1] != 0
 
 
+def test_the_policy_surrogate_is_clipped_on_the_side_the_advantage_pushes():
+    ratio = torch.tensor([1.5, 1.5, 0.5, 0.5, 1.1], requires_grad=True)
+    advantages = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0])
+    loss, active = clipped_surrogate(ratio, advantages, epsilon_low=0.2, epsilon_high=0.3)
+    # -min(rho A, clip(rho) A): 1.5 -> 1.3 for A > 0 (clipped); for A < 0 the unclipped 1.5 is the worse case.
+    assert torch.allclose(loss.detach(), torch.tensor([-1.3, 1.5, -0.5, 0.8, -1.1]))
+    assert active.tolist() == [True, False, False, True, False]
+    loss.sum().backward()
+    assert ratio.grad.tolist() == pytest.approx([0.0, 1.0, -1.0, 0.0, -1.0])  # no gradient where the clip holds
+
+
 def test_rewards_sit_on_each_turns_last_token_and_returns_skip_observations(tiny_chatml_model, tmp_path):
     # Turn k (1-based) earns reward k; with gamma = lam = 1 and no KL, R_t = the rewards of turn(t) and later turns.
     trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 3}] * 2, reward_mode="dense",
@@ -238,6 +250,11 @@ def test_config_allows_one_episode_per_task_and_names_bad_fields(tmp_path):
         tiny_rl_args(MultiTurnPPOConfig, tmp_path, advantage_estimator="grpo")
     with pytest.raises(ValueError, match="cliprange_value"):
         tiny_rl_args(MultiTurnPPOConfig, tmp_path, cliprange_value=0.0)
+    with pytest.raises(ValueError, match=r"loss_type='bnpo' \(PPO's loss is its own"):  # TRL's GRPO loss variants
+        tiny_rl_args(MultiTurnPPOConfig, tmp_path, loss_type="bnpo")
+    with pytest.raises(ValueError, match="load_best_model_at_end=True .*resume from that checkpoint"):
+        tiny_rl_args(MultiTurnPPOConfig, tmp_path, load_best_model_at_end=True, eval_strategy="steps",
+                     save_strategy="steps", eval_steps=1, save_steps=1)
 
 
 def test_the_critic_gradient_is_cleared_before_each_optimizer_step(tiny_chatml_model, tmp_path):
@@ -305,3 +322,24 @@ def test_a_new_value_head_starts_at_zero_and_a_saved_one_is_kept(tiny_chatml_mod
     save_value_model(from_path, str(tmp_path))
     saved = create_value_model(tiny_chatml_model, str(tmp_path / CRITIC_DIR))
     assert torch.equal(saved.score.weight, from_path.score.weight)
+
+
+def test_policy_and_critic_are_one_module_with_one_optimizer_at_their_learning_rates(tiny_chatml_model, tmp_path):
+    # The trainer's model holds both; Trainer's one optimizer covers every trainable parameter of both exactly once,
+    # the critic's at critic_learning_rate; a training step moves both through that optimizer.
+    trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 2}] * 2, reward_mode="dense",
+                           action_parser=ANY_REPLY, per_device_train_batch_size=2, max_steps=1, learning_rate=1e-3,
+                           critic_learning_rate=5e-2)
+    assert isinstance(trainer.model, PolicyAndValueModel) and trainer.model.critic is trainer.unwrapped_critic
+    assert trainer.model.config is trainer.model.policy.config  # TRL sees the policy's attributes
+    optimizer = trainer.create_optimizer()
+    grouped = [(id(p), group["lr"]) for group in optimizer.param_groups for p in group["params"]]
+    critic = {id(p) for p in trainer.model.critic.parameters() if p.requires_grad}
+    policy = {id(p) for p in trainer.model.policy.parameters() if p.requires_grad}
+    assert len(grouped) == len({i for i, _ in grouped}) == len(critic | policy)
+    assert {lr for i, lr in grouped if i in critic} == {5e-2} and {lr for i, lr in grouped if i in policy} == {1e-3}
+    trainer.optimizer = None
+    before = critic_state(trainer), {k: v.clone() for k, v in trainer.model.policy.state_dict().items()}
+    trainer.train()
+    assert not same_weights(critic_state(trainer), before[0])
+    assert not same_weights(trainer.model.policy.state_dict(), before[1])

@@ -1,8 +1,8 @@
 """`MultiTurnPPOTrainer`: PPO with a critic over multi-turn episodes, built on TRL's GRPO machinery.
 
-TRL 1.16 has no PPO trainer. This one reuses `MultiTurnGRPOTrainer` end to end (rollouts through the trainer's
-generation backend, vLLM included; TRL's clipped surrogate on (B, T) advantages masked by env_mask; multiple PPO
-epochs through `num_iterations` and mini-batches through `steps_per_generation`) and adds:
+TRL 1.16 has no PPO trainer. This one reuses `MultiTurnGRPOTrainer`'s rollout and scoring (the trainer's generation
+backend, vLLM included; old and reference log-probs; multiple PPO epochs through `num_iterations` and mini-batches
+through `steps_per_generation`) and adds:
 
 - a critic (`value_model.py`): its own backbone with a scalar head (a new head starts at zero), initialised from
   the policy or a given path, optionally with a PEFT adapter;
@@ -11,47 +11,50 @@ epochs through `num_iterations` and mini-batches through `steps_per_generation`)
   KL as a loss term if set;
 - advantages and value targets from a value estimator of `credit.gae` (GAE over the sampled tokens by default,
   observation tokens skipped), whitened over the batch's sampled tokens;
-- the clipped value loss, weighted by `vf_coef`, added to the policy loss.
+- its own loss: the clipped surrogate on those (B, T) advantages plus `vf_coef` times the clipped value loss, each a
+  mean over a mini-batch's sampled tokens (TRL's GRPO loss variants are refused: `PPO_LOSS_UNUSED`).
 
 Design choices:
 
-- One optimizer. The critic's parameters are extra parameter groups of the trainer's optimizer (learning rate
-  `critic_learning_rate`, default `learning_rate`), so TRL's scheduler, gradient accumulation and optimizer
-  checkpointing cover it with no second loop. Its gradients are clipped to `max_grad_norm` on their own, and
-  cleared wherever the training loop clears the policy's (`_ClearCriticGradients`).
-- Checkpoints: every checkpoint (and the final `save_model`) holds the policy as TRL writes it plus the critic in
-  a `critic/` sub-folder (`save_pretrained` layout); `resume_from_checkpoint` loads it back into the critic, and the
-  critic's optimizer state comes back with the trainer's `optimizer.pt`.
+- One model. The policy and the critic are one module (`value_model.PolicyAndValueModel`, as TRL's former
+  `PolicyAndValueWrapper`): the trainer's `model`, so transformers' one optimizer (the critic's groups at
+  `critic_learning_rate`), gradient accumulation, clipping (one norm over both), scheduler, DDP / FSDP2 / DeepSpeed
+  preparation and checkpoints of optimizer state cover the critic with no second loop or engine.
+- The algorithm reads top to bottom: the rollout (the mixin), `_loss_advantages` (per-token rewards, the critic's
+  values, `credit.gae`'s estimator, whitening), then `_compute_loss` (one forward of policy and critic; the
+  clipped surrogate plus `vf_coef` times the clipped value loss).
+- Checkpoints: every checkpoint (and the final `save_model`) holds the policy as TRL writes it plus the critic in a
+  `critic/` sub-folder (`save_pretrained` layout); the optimizer's and DeepSpeed's / FSDP's resume state are
+  transformers' own, over both models.
 - The critic's dropout is always off: value targets and value clipping assume the critic is deterministic.
-- Scaling out: the critic is prepared as the policy is: DDP, or sharded by FSDP2 before the optimizer exists, its
-  groups then joining the optimizer after accelerate has swapped in the policy's shards (tested on 2 CPU processes);
-  FSDP1 goes through `prepare_model` and is untested (accelerate's FSDP1 plugin refuses CPU). Under DeepSpeed
-  (ZeRO-2/3) the critic is a second engine with its own optimizer and scheduler (`critic_engine.py`): a ZeRO
-  engine's optimizer covers its own model's parameters only. Tested on 2 CPU processes with DeepSpeed's CPU
-  accelerator (DeepSpeed 0.19.8, torch 2.13.0+cpu, accelerate 1.15.0, gloo, `use_cpu=True`: without it, on a
-  machine with no accelerator, accelerate's state finds no backend and counts one process while DeepSpeed's group
-  spans all ranks).
+- Scaling out: DDP, FSDP2 and DeepSpeed ZeRO-2/3 prepare the one module (tests/distributed/ppo_sharded.py, 2 CPU
+  processes). FSDP2 takes as its root the first sharded module to run a forward, so every forward goes through
+  the one module: the loss, the values and the episode-history cache's generation do; TRL's own `generate` path
+  (`cache_episode_history=False`, or min_p, ...) calls the policy directly and is refused under FSDP2. FSDP1 is
+  untested (accelerate's FSDP1 plugin refuses CPU).
+- Kept as they were, for TRL's config and constructor rather than for the critic: `_GroupOfOne` (GRPOConfig refuses
+  groups of one) and `beta` set while TRL's `__init__` runs (TRL builds a reference model only for beta != 0).
 """
 
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+import os
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from transformers import TrainerCallback, set_seed
+from transformers import set_seed
+from transformers.trainer import TRAINING_ARGS_NAME
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model
 
 from ..config_checks import Range, check_fields
 from ..credit.gae import ValueBatch, get_value_estimator, masked_moments, masked_whiten
 from ..rollout.batch import RolloutBatch
-from . import critic_engine
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from .multiturn import default_args
-from .value_model import create_value_model, load_value_model_weights, save_value_model, token_values
+from .value_model import PolicyAndValueModel, create_value_model, load_value_model_weights, save_value_model
 
 
 class _GroupOfOne(int):
@@ -60,6 +63,11 @@ class _GroupOfOne(int):
 
     def __lt__(self, other):
         return False
+
+
+PPO_LOSS_UNUSED = ("loss_type", "importance_sampling_level", "top_entropy_quantile", "entropy_coef",
+                   "use_adaptive_entropy", "off_policy_mask_threshold", "delta")
+"""GRPOConfig fields of TRL's GRPO loss that PPO's loss (`MultiTurnPPOTrainer._compute_loss`) does not have."""
 
 
 @dataclass
@@ -140,7 +148,23 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
             "turn_gamma": "PPO discounts with its value estimator's gamma and lam: set gamma",
             "estimator_kwargs": "PPO's value estimators take gamma and lam: set those fields",
             "scale_rewards": "PPO normalises its advantages with whiten_advantages",
+            "load_best_model_at_end": "transformers would load the best checkpoint's policy into the "
+                                      "policy-and-critic module; resume from that checkpoint instead",
+            **{name: "PPO's loss is its own: the clipped surrogate (epsilon, epsilon_high) and the clipped value "
+                     "loss, each a mean over a mini-batch's sampled tokens" for name in PPO_LOSS_UNUSED},
         }
+
+
+def clipped_surrogate(ratio, advantages, epsilon_low: float, epsilon_high: float):
+    """PPO's clipped surrogate per token, to minimise, with rho_t = pi(a_t | s_t) / pi_old(a_t | s_t):
+
+        L_t = -min(rho_t A_t, clamp(rho_t, 1 - eps_low, 1 + eps_high) A_t)
+
+    Returns (L_t, where the clip is active: the ratio is outside the range on the side the advantage pushes)."""
+    clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
+    active = ((ratio < 1 - epsilon_low) & (advantages < 0)) | ((ratio > 1 + epsilon_high) & (advantages > 0))
+    return loss, active
 
 
 def clipped_value_loss(values, old_values, returns, mask, cliprange_value: float):
@@ -160,13 +184,10 @@ def clipped_value_loss(values, old_values, returns, mask, cliprange_value: float
     return loss, clip_fraction
 
 
-def shard_with_fsdp2(accelerator, critic: nn.Module) -> nn.Module:
-    """The critic sharded as accelerate shards the policy under FSDP2 (its plugin's wrap policy and settings),
-    before any optimizer holds its parameters."""
-    from accelerate.utils.fsdp_utils import fsdp2_prepare_model
-
-    accelerator.state.fsdp_plugin.set_auto_wrap_policy(critic)
-    return fsdp2_prepare_model(accelerator, critic)
+def masked_mean(values, mask):
+    """mean of `values` over the positions where `mask` is True (0 where there are none)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def active_peft_config(model):
@@ -174,24 +195,6 @@ def active_peft_config(model):
     from accelerate.utils import is_peft_model
 
     return model.peft_config[model.active_adapter] if isinstance(model, nn.Module) and is_peft_model(model) else None
-
-
-class _ClearCriticGradients(TrainerCallback):
-    """Clears the critic's gradients wherever the training loop clears the policy's.
-
-    The loop calls `model.zero_grad()` on the policy only: when training begins and after each optimizer step. The
-    critic's parameters are in the same optimizer, so without this each step would apply the sum of every critic
-    gradient since training began. `on_optimizer_step` runs once per optimizer step, after `optimizer.step()` and
-    before the next step's first backward, so the micro-batches of one step still accumulate."""
-
-    def __init__(self, critic: nn.Module):
-        self.critic = critic
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.critic.zero_grad(set_to_none=True)
-
-    def on_optimizer_step(self, args, state, control, **kwargs):
-        self.critic.zero_grad(set_to_none=True)
 
 
 class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
@@ -203,6 +206,8 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         value_peft_config: a `peft.PeftConfig` for the critic; defaults to `peft_config`, or to the adapter's config
             of a `PeftModel` policy (a LoRA policy gets a LoRA critic). A `PeftModel` policy's critic starts from
             its base model's weights.
+
+    After construction `self.model` is the `PolicyAndValueModel` of the policy and the critic.
     """
 
     _tag_names = ["trl", "ppo", "trl-multiturn"]
@@ -238,8 +243,9 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                               if c is not None), None),
             model_init_kwargs=args.model_init_kwargs,
         )
-        # TRL builds a reference model only for beta != 0 (from the policy object: `MultiTurnGRPOTrainer`); PPO also
-        # needs one for the KL folded into the reward.
+        # TRL builds (and prepares) a reference model only for beta != 0; PPO also needs one for the KL folded into
+        # the reward, so beta is non-zero while TRL's __init__ runs (a reference of TRL's making: a copy of a policy
+        # object, or the adapter switched off under PEFT) and the loss's own beta afterwards.
         loss_beta = args.beta
         needs_reference = args.kl_coef != 0.0 or loss_beta != 0.0
         args.beta = loss_beta if loss_beta != 0.0 or not needs_reference else 1.0
@@ -261,107 +267,38 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         finally:
             args.beta = loss_beta
         self.beta = loss_beta
-        self._critic_loss = None  # under DeepSpeed: the value loss awaiting its backward on the critic's engine
-        self._init_critic(critic)
-
-    def _init_critic(self, critic: nn.Module) -> None:
+        fsdp2 = self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) == 2
+        if fsdp2 and self._history_cache is None and not self.use_vllm:
+            raise ValueError("MultiTurnPPOTrainer under FSDP2 generates through the policy-and-critic module (its "
+                             "root), which TRL's own generate path bypasses: keep cache_episode_history=True with "
+                             "plain sampling, or use vLLM")
         disable_dropout_in_model(critic)  # value targets and value clipping assume deterministic values
-        if self.args.gradient_checkpointing:
-            kwargs = self.args.gradient_checkpointing_kwargs or {"use_reentrant": False}
-            critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        if self.is_deepspeed_enabled:
-            self.critic = critic  # becomes its own engine once the training steps are known (`create_scheduler`)
-            return
-        if self._fsdp2:
-            self.critic = shard_with_fsdp2(self.accelerator, critic)
-        else:
-            self.critic = self.accelerator.prepare_model(critic)  # DDP, FSDP1 or one device, as the policy
-        self.add_callback(_ClearCriticGradients(self.critic))
-
-    @property
-    def _fsdp2(self) -> bool:
-        return self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) == 2
+        if self.place_model_on_device:
+            critic.to(self.args.device)
+        # From here on the trainer's model is policy and critic; transformers prepares, optimizes and saves it.
+        self.model = self.model_wrapped = PolicyAndValueModel(self.model, critic)
 
     @property
     def unwrapped_critic(self) -> nn.Module:
-        return self.accelerator.unwrap_model(self.critic)
+        return self.accelerator.unwrap_model(self.model).critic
 
     # -- optimisation -------------------------------------------------------------------------------------------------
 
     def create_optimizer(self, model=None):
-        """The trainer's optimizer, with the critic's parameters as extra groups (decay / no decay). Under FSDP2
-        the groups are added in `create_scheduler` instead: accelerate swaps every parameter of the optimizer it
-        prepares for the policy's sharded ones, and would not find the critic's. Under DeepSpeed the critic has an
-        optimizer of its own."""
+        """Trainer's optimizer over policy and critic, the critic's parameters in groups of their own at
+        `critic_learning_rate` (Trainer has no per-module learning rate). Runs before any step, under DeepSpeed
+        too (transformers passes it to the engine)."""
         optimizer = super().create_optimizer(model)
-        if not (self._fsdp2 or self.is_deepspeed_enabled):
-            self._add_critic_param_groups(optimizer)
+        if self.args.critic_learning_rate is None or any(group.get("critic") for group in optimizer.param_groups):
+            return optimizer
+        critic = {id(p) for p in self.unwrapped_critic.parameters()}
+        for group in list(optimizer.param_groups):
+            params = [p for p in group["params"] if id(p) in critic]
+            group["params"] = [p for p in group["params"] if id(p) not in critic]
+            if params:
+                optimizer.add_param_group({"params": params, "lr": self.args.critic_learning_rate,
+                                           "weight_decay": group["weight_decay"], "critic": True})
         return optimizer
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        """TRL's scheduler over every group; runs right after the optimizer is prepared (and before a checkpoint's
-        optimizer state is loaded), so under FSDP2 the critic's groups join the optimizer here, and under DeepSpeed
-        the critic becomes its own engine here (in the call after accelerate has prepared the policy's engine: the
-        one without `optimizer`; transformers' `deepspeed_init` may call this earlier, on a copy of the trainer)."""
-        if self.is_deepspeed_enabled:
-            if optimizer is None:
-                self._start_critic_engine(num_training_steps)
-        else:
-            self._add_critic_param_groups(optimizer if optimizer is not None else self.optimizer)
-        return super().create_scheduler(num_training_steps, optimizer)
-
-    def _critic_param_groups(self, critic: nn.Module) -> list[dict]:
-        """The critic's trainable parameters in two groups (weight decay / none) at `critic_learning_rate`."""
-        lr = self.args.critic_learning_rate if self.args.critic_learning_rate is not None else self.args.learning_rate
-        decay = set(self.get_decay_parameter_names(critic))
-        named = [(n, p) for n, p in critic.named_parameters() if p.requires_grad]
-        groups = (([p for n, p in named if n in decay], self.args.weight_decay),
-                  ([p for n, p in named if n not in decay], 0.0))
-        return [{"params": params, "lr": lr, "weight_decay": wd} for params, wd in groups if params]
-
-    def _add_critic_param_groups(self, optimizer) -> None:
-        critic = self.unwrapped_critic
-        ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        if any(id(p) in ids for p in critic.parameters()):
-            return
-        for group in self._critic_param_groups(critic):
-            optimizer.add_param_group(group)
-
-    def _start_critic_engine(self, num_training_steps: int) -> None:
-        """The critic as a DeepSpeed engine of its own (`critic_engine.py`): the optimizer `optim` names, over
-        `_critic_param_groups`, and the trainer's `lr_scheduler_type` schedule over `num_training_steps`."""
-        if critic_engine.is_engine(self.critic):
-            return
-        from transformers import Trainer, get_scheduler
-
-        optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(self.args, self.critic)
-        optimizer = optimizer_cls(self._critic_param_groups(self.critic), **optimizer_kwargs)
-        scheduler = get_scheduler(self.args.lr_scheduler_type, optimizer=optimizer,
-                                  num_warmup_steps=self.args.get_warmup_steps(num_training_steps),
-                                  num_training_steps=num_training_steps,
-                                  scheduler_specific_kwargs=self.args.lr_scheduler_kwargs)
-        self.critic = critic_engine.start_critic_engine(self.critic, optimizer, scheduler,
-                                                        self.accelerator.state.deepspeed_plugin.deepspeed_config)
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        """TRL's step (the policy's backward, and its engine's step under DeepSpeed); under DeepSpeed, then the
-        value loss's backward and step on the critic's engine."""
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if self._critic_loss is not None:
-            critic_loss, self._critic_loss = self._critic_loss, None
-            critic_engine.engine_backward(self.critic, critic_loss, self.accelerator.sync_gradients)
-        return loss
-
-    def _clip_grad_norm(self, model):
-        norm = super()._clip_grad_norm(model)  # also unscales every group's gradients under fp16
-        if self.is_deepspeed_enabled:  # its engine clipped it when it stepped, in `training_step`
-            critic_norm = self.critic.get_global_grad_norm()
-        else:  # accelerate's clipping takes the norm over all shards under FSDP (a sum of local norms would not)
-            critic_norm = self.accelerator.clip_grad_norm_(self.critic.parameters(), self.args.max_grad_norm)
-        if hasattr(critic_norm, "full_tensor"):  # a DTensor under FSDP2
-            critic_norm = critic_norm.full_tensor()
-        self._metrics["train"]["critic/grad_norm"].append(float(critic_norm))
-        return norm
 
     # -- credit -------------------------------------------------------------------------------------------------------
 
@@ -397,7 +334,8 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         rewards = self._token_rewards(batch, length, completion_ids.device)
         with torch.no_grad(), self.accelerator.autocast():
             values = torch.cat([
-                token_values(self.critic, input_ids[i: i + batch_size], attention_mask[i: i + batch_size], length)
+                self.model(input_ids=input_ids[i: i + batch_size], attention_mask=attention_mask[i: i + batch_size],
+                           output="values")[:, -length - 1:-1]  # V(s_t) from the head at t - 1: before token t
                 for i in range(0, input_ids.size(0), batch_size)
             ]) * mask
             if self.args.kl_coef != 0.0:
@@ -458,76 +396,75 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     # -- loss ---------------------------------------------------------------------------------------------------------
 
     def _compute_loss(self, model, inputs):
-        policy_loss = super()._compute_loss(model, inputs)
+        """PPO's loss on one mini-batch, from one forward of policy and critic:
+
+            L = mean_t [ L_clip_t * w_t + beta * KL_t ] + vf_coef * L_V
+
+        over the sampled tokens t (completion_mask * tool_mask): `clipped_surrogate` on the advantages,
+        `clipped_value_loss` on the value targets, w_t vLLM's importance weights where TRL computed them, KL_t TRL's
+        k3 estimate against the reference (only for beta > 0); divided by the gradient accumulation steps."""
         mode = "train" if self.model.training else "eval"
-        self.critic.train(self.model.training)
-        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        completion_ids = inputs["completion_ids"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        length = completion_ids.size(1)
+        mask = inputs["completion_mask"] * inputs["tool_mask"]
+        labels = input_ids.masked_fill(attention_mask == 0, -100)  # TRL's fused LM head scores these tokens
+        labels[:, :-length] = -100
         with self.accelerator.autocast():
-            values = token_values(self.critic, input_ids, attention_mask, inputs["completion_ids"].size(1))
-        value_loss, clip_fraction = clipped_value_loss(values, inputs["old_values"], inputs["returns"],
+            policy_out, values = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
+                                       fused_lm_head=True, output="both")
+        logps = policy_out.log_probs[:, -length:]
+        values = values[:, -length - 1:-1]
+        old_logps = inputs.get("old_per_token_logps")  # None when the batch is trained on once: pi_old = pi
+        old_logps = logps.detach() if old_logps is None else old_logps
+
+        ratio = torch.exp(logps - old_logps)
+        per_token, clipped = clipped_surrogate(ratio, inputs["advantages"], self.epsilon_low, self.epsilon_high)
+        if "importance_sampling_ratio" in inputs:
+            per_token = per_token * inputs["importance_sampling_ratio"]
+        if self.beta != 0.0:
+            ref_logps = inputs["ref_per_token_logps"]
+            kl = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
+            if self.args.use_bias_correction_kl:
+                kl = kl * ratio
+            per_token = per_token + self.beta * kl
+            self._log_masked_mean(mode, "kl", kl, mask)
+        policy_loss = masked_mean(per_token, mask)
+        value_loss, value_clipped = clipped_value_loss(values, inputs["old_values"], inputs["returns"],
                                                        inputs["value_mask"], self.args.cliprange_value)
-        reported = self.accelerator.reduce(torch.stack([value_loss, clip_fraction]).detach(), reduction="mean")
-        self._metrics[mode]["critic/value_loss"].append(reported[0].item())
-        self._metrics[mode]["critic/clip_fraction"].append(reported[1].item())
-        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        critic_loss = self.args.vf_coef * value_loss / normalizer
-        if self.is_deepspeed_enabled and mode == "train" and critic_loss.requires_grad:
-            self._critic_loss = critic_loss  # `training_step` takes its backward on the critic's engine
-            critic_loss = critic_loss.detach()
-        return policy_loss + critic_loss
+        loss = policy_loss + self.args.vf_coef * value_loss
+
+        self._log_masked_mean(mode, "entropy", policy_out.entropy[:, -length:], mask)
+        self._log_masked_mean(mode, "clip_ratio/region_mean", clipped.to(logps.dtype), mask)
+        reported = self.accelerator.reduce(torch.stack([policy_loss, value_loss, value_clipped]).detach(),
+                                           reduction="mean")
+        for name, value in zip(("policy_loss", "critic/value_loss", "critic/clip_fraction"), reported.tolist()):
+            self._metrics[mode][name].append(value)
+        return loss / (self.current_gradient_accumulation_steps if mode == "train" else 1.0)
 
     # -- checkpoints --------------------------------------------------------------------------------------------------
 
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """TRL's `save_model` (every checkpoint goes through it), then the critic in `critic/`. Under FSDP and
-        DeepSpeed every process takes part in gathering the critic's full weights; the main process writes them."""
-        super().save_model(output_dir, _internal_call)
-        gather = self.is_fsdp_enabled or (self.is_deepspeed_enabled and critic_engine.is_engine(self.critic))
-        state_dict = self.accelerator.get_state_dict(self.critic) if gather else None
-        if self.args.should_save:
-            save_value_model(self.unwrapped_critic, output_dir if output_dir is not None else self.args.output_dir,
-                             state_dict=state_dict)
-
-    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        with self._fsdp_optimizer_over_policy_and_critic():
-            super()._save_optimizer_and_scheduler(output_dir)
-        if self.is_deepspeed_enabled:
-            critic_engine.save_engine_state(self.critic, output_dir)
-
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        with self._fsdp_optimizer_over_policy_and_critic():
-            super()._load_optimizer_and_scheduler(checkpoint)
-        if self.is_deepspeed_enabled and checkpoint is not None:  # the critic's weights, optimizer and scheduler
-            critic_engine.load_engine_state(self.critic, checkpoint)
-
-    @contextmanager
-    def _fsdp_optimizer_over_policy_and_critic(self):
-        """Under FSDP, Trainer saves and loads the optimizer's state through torch's `get/set_optimizer_state_dict`
-        on the policy, which names each parameter by its place in that model and cannot name the critic's. For the
-        duration of the block, the model those helpers see is one container of both (`policy.*`, `critic.*`)."""
-        import transformers.trainer as hf_trainer
-
-        if not self.is_fsdp_enabled:
-            yield
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Where transformers writes its model (every backend's `save_model` ends here, with the whole weights
+        gathered under FSDP and DeepSpeed): the policy as TRL writes it, the critic in `critic/`."""
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if not self.args.should_save:
             return
-        both = nn.ModuleDict({"policy": self.model, "critic": self.critic})
-        saved = {name: getattr(hf_trainer, name) for name in ("save_fsdp_optimizer", "load_fsdp_optimizer")}
-
-        def over_both(helper):
-            def call(fsdp_plugin, accelerator, optimizer, model, *args, **kwargs):
-                return helper(fsdp_plugin, accelerator, optimizer, both, *args, **kwargs)
-            return call
-
-        for name, helper in saved.items():
-            setattr(hf_trainer, name, over_both(helper))
-        try:
-            yield
-        finally:
-            for name, helper in saved.items():
-                setattr(hf_trainer, name, helper)
+        os.makedirs(output_dir, exist_ok=True)
+        model = self.accelerator.unwrap_model(self.model)
+        policy_state, critic_state = model.split_state_dict(state_dict) if state_dict is not None else (None, None)
+        model.policy.save_pretrained(output_dir, state_dict=policy_state)
+        save_value_model(model.critic, output_dir, state_dict=critic_state)
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(output_dir)
+        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
-        super()._load_from_checkpoint(resume_from_checkpoint, model)
-        load_value_model_weights(self.unwrapped_critic if not self.is_fsdp_enabled else self.critic,
-                                 resume_from_checkpoint, sharded=self.is_fsdp_enabled)
+        """The weights `_save` wrote: the policy through transformers, the critic from `critic/`. Under FSDP
+        transformers loads its own sharded checkpoint of the whole model instead (and DeepSpeed its engine's)."""
+        if self.is_fsdp_enabled:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        both = self.accelerator.unwrap_model(self.model)
+        super()._load_from_checkpoint(resume_from_checkpoint, both.policy)
+        load_value_model_weights(both.critic, resume_from_checkpoint)

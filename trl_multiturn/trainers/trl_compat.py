@@ -91,7 +91,9 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
                exact=True),
     TouchPoint(GRPO, "_calculate_rewards", ("inputs", "prompts", "completions", "completion_ids_list"),
                "overridden: records the per-function rewards on the step's RolloutBatch", exact=True),
-    TouchPoint(GRPO, "_compute_loss", ("model", "inputs"), "overridden by PPO: adds the value loss", exact=True),
+    TouchPoint(GRPO, "_compute_loss", ("model", "inputs"),
+               "overridden by PPO: its whole loss (clipped surrogate + vf_coef * clipped value loss) from one forward "
+               "of policy and critic", exact=True),
     TouchPoint(GRPO, "_generate_single_turn", ("prompt_ids", "images", "multimodal_fields", "num_generations"),
                "called per turn: one reply per episode (single_turn_replies)"),
     TouchPoint(GRPO, "_get_per_token_logps_and_entropies", _LOGPS, "called: reference and old log-probs",
@@ -118,29 +120,17 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint(SFT, "_prepare_dataset", ("dataset", "processing_class", "args", "packing", "formatting_func",
                                          "dataset_name"), "overridden: episodes tokenised by the rollout's builder",
                exact=True),
-    # transformers' Trainer (PPO's critic)
-    TouchPoint(TRAINER, "save_model", ("output_dir", "_internal_call"),
-               "overridden by PPO: saves the critic (its whole weights gathered under FSDP, DeepSpeed)", exact=True),
-    TouchPoint(TRAINER, "create_scheduler", ("num_training_steps", "optimizer"),
-               "overridden by PPO: under FSDP2 the critic's groups join the prepared optimizer here; under "
-               "DeepSpeed the critic becomes its own engine here", exact=True),
-    TouchPoint(GRPO, "training_step", ("model", "inputs", "num_items_in_batch"),
-               "overridden by PPO: under DeepSpeed the value loss's backward and step on the critic's engine follow",
+    # transformers' Trainer (PPO: its model is policy and critic in one module, `PolicyAndValueModel`)
+    TouchPoint(TRAINER, "create_optimizer", ("model",),
+               "overridden by PPO: the critic's parameters in groups of their own at critic_learning_rate",
                exact=True),
-    TouchPoint(TRAINER, "_save_optimizer_and_scheduler", ("output_dir",),
-               "overridden by PPO: under FSDP the optimizer's state is saved over policy and critic; under "
-               "DeepSpeed the critic's engine saves its own", exact=True),
-    TouchPoint(GRPO, "_load_optimizer_and_scheduler", ("checkpoint",),
-               "overridden by PPO: under FSDP the optimizer's state is loaded over policy and critic; under "
-               "DeepSpeed the critic's engine loads its own", exact=True),
-    *(TouchPoint("transformers.trainer", name, ("fsdp_plugin", "accelerator", "optimizer", "model", *rest),
-                 "swapped while PPO saves or loads the optimizer under FSDP: the model is policy and critic",
-                 exact=True)
-      for name, rest in (("save_fsdp_optimizer", ("output_dir", "optimizer_index", "use_dcp")),
-                         ("load_fsdp_optimizer", ("input_dir", "optimizer_index", "adapter_only", "use_dcp")))),
+    TouchPoint(TRAINER, "_save", ("output_dir", "state_dict"),
+               "overridden by PPO: the policy as TRL saves it, the critic in critic/ (the state dict of both, "
+               "gathered by save_model under FSDP, DeepSpeed)", exact=True),
     TouchPoint(TRAINER, "_load_from_checkpoint", ("resume_from_checkpoint", "model"),
-               "overridden by PPO: loads the critic", exact=True),
-    TouchPoint(TRAINER, "_clip_grad_norm", ("model",), "overridden by PPO: clips the critic too", exact=True),
+               "overridden by PPO: what _save wrote, into the policy and the critic (not under FSDP, whose own "
+               "checkpoint covers both)", exact=True),
+    TouchPoint("transformers.trainer", "TRAINING_ARGS_NAME", None, "read by PPO's _save: the args file's name"),
     # TRL helpers, called with these parameters by name
     TouchPoint("trl.models.utils", "unwrap_model_for_generation", ("model", "accelerator"),
                "called: the KV-cached episode generation (MultiTurnMixin._generation_model)",
@@ -152,6 +142,9 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint("trl.trainer.utils", "pad", ("tensors",), "called: RLOO's episode tensors",
                keywords=("padding_value", "padding_side", "pad_to_multiple_of"), shared=True),
     TouchPoint("trl.trainer.utils", "disable_dropout_in_model", ("model",), "called: PPO's critic", shared=True),
+    TouchPoint("trl.trainer.utils", "add_fused_lm_head", ("model",),
+               "called by GRPO's __init__ on the policy; PPO's loss calls it with fused_lm_head=True and reads "
+               "`log_probs` and `entropy`", keywords=("outputs",), shared=True),
     # vLLM colocated on CPU (vllm_cpu.py)
     TouchPoint("trl.generation.vllm_generation", "LLM", None, "swapped during __init__: the engine's dtype",
                shared=True, needs="vllm"),

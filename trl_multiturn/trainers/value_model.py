@@ -16,6 +16,7 @@ towards the mean return.
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 
 import torch
 from torch import nn
@@ -69,8 +70,6 @@ def _from_pretrained(path: str, model_init_kwargs: dict | None) -> PreTrainedMod
 def _zero_new_head(critic: PreTrainedModel, new: set[str] | None = None) -> None:
     """Zero the head's parameters (those outside the backbone) that are newly initialised: the names in `new`, or
     all of them when `new` is None."""
-    from .critic_engine import gathered
-
     backbone = {id(p) for p in critic.base_model.parameters()}
     head = [p for name, p in critic.named_parameters() if id(p) not in backbone and (new is None or name in new)]
     with torch.no_grad(), gathered(head):  # whole under ZeRO-3, where from_pretrained partitions at load
@@ -132,20 +131,67 @@ def token_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     return out.logits[:, -logits_to_keep - 1:-1, 0].float()
 
 
+class PolicyAndValueModel(nn.Module):
+    """The policy and its critic as one module: the model `MultiTurnPPOTrainer` trains, prepares (DDP, FSDP,
+    DeepSpeed), optimizes and checkpoints, so that one optimizer, one backward and one checkpoint cover both.
+
+    TRL and transformers use the trainer's model as the policy (generation, its config, adapters, log-probs):
+    every attribute this module does not define is the policy's, and `forward` is the policy's unless asked for
+    values. Under FSDP2 every forward must go through this module (the root), so the values have one too:
+
+        forward(..., output="policy")  -> the policy's output (TRL's keywords passed through)
+        forward(input_ids, attention_mask, output="values") -> (B, L) the critic's head at every position
+        forward(..., output="both")    -> (policy output, values) from one call: the PPO loss's
+    """
+
+    def __init__(self, policy: nn.Module, critic: nn.Module):
+        super().__init__()
+        self.policy = policy
+        self.critic = critic
+
+    def forward(self, *args, output: str = "policy", **kwargs):
+        if output == "policy":
+            return self.policy(*args, **kwargs)
+        values = self.critic(input_ids=kwargs["input_ids"], attention_mask=kwargs["attention_mask"]).logits[..., 0]
+        if output == "values":
+            return values.float()
+        return self.policy(*args, **kwargs), values.float()
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["policy"], name)
+
+    # Both models follow the trainer's activation checkpointing (transformers and TRL switch it through these).
+    def activation_checkpointing_enable(self, **kwargs):
+        for model in (self.policy, self.critic):
+            model.activation_checkpointing_enable(**kwargs)
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None, **kwargs):
+        for model in (self.policy, self.critic):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs, **kwargs)
+
+    def gradient_checkpointing_disable(self):
+        for model in (self.policy, self.critic):
+            model.gradient_checkpointing_disable()
+
+    @staticmethod
+    def split_state_dict(state_dict: dict) -> tuple[dict, dict]:
+        """This module's state dict (e.g. gathered whole from its shards) as (the policy's, the critic's)."""
+        return tuple({name.removeprefix(prefix): tensor for name, tensor in state_dict.items()
+                      if name.startswith(prefix)} for prefix in ("policy.", "critic."))
+
+
 def save_value_model(critic, output_dir: str, state_dict: dict | None = None) -> None:
     """Save the critic (full weights, or the adapter and head of a PEFT critic) to `output_dir/critic`;
     `state_dict`: its full weights when they are sharded across processes (gathered by the caller)."""
     critic.save_pretrained(os.path.join(output_dir, CRITIC_DIR), state_dict=state_dict)
 
 
-def load_value_model_weights(critic, checkpoint_dir: str, sharded: bool = False) -> None:
-    """Load the weights saved by `save_value_model` into `critic`, in place (the optimizer keeps its parameters).
-    `sharded`: `critic` is the FSDP-wrapped module; every process reads the full weights and keeps its shard."""
+def load_value_model_weights(critic, checkpoint_dir: str) -> None:
+    """Load the weights saved by `save_value_model` into `critic`, in place (the optimizer keeps its parameters)."""
     from accelerate.utils import is_peft_model
-
-    if sharded:
-        _load_sharded(critic, os.path.join(checkpoint_dir, CRITIC_DIR))
-        return
 
     folder = os.path.join(checkpoint_dir, CRITIC_DIR)
     if not os.path.isdir(folder):
@@ -162,12 +208,12 @@ def load_value_model_weights(critic, checkpoint_dir: str, sharded: bool = False)
         critic.load_state_dict(saved.state_dict())
 
 
-def _load_sharded(critic, folder: str) -> None:
-    from accelerate.utils import is_peft_model
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+def gathered(params):
+    """Under ZeRO-3 (parameters partitioned at load: `ds_id` set), a context in which `params` are whole, modified
+    on rank 0 and partitioned again on exit; otherwise a context that does nothing."""
+    params = list(params)
+    if not any(hasattr(p, "ds_id") for p in params):
+        return nullcontext()
+    import deepspeed
 
-    if is_peft_model(critic):
-        raise NotImplementedError("resuming a PEFT critic under FSDP is not supported: start its adapter afresh "
-                                  "(value_peft_config) or resume without FSDP")
-    saved = AutoModelForTokenClassification.from_pretrained(folder).state_dict()
-    set_model_state_dict(critic, saved, options=StateDictOptions(full_state_dict=True))
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=0)
