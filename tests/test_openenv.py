@@ -132,6 +132,22 @@ def test_a_server_killed_mid_episode_fails_its_episodes_only(textworld_games_dir
                 assert all(r.done and r.won for r in results)
 
 
+def test_closing_a_server_leaves_no_process_behind(textworld_games_dir):
+    """The server and its sessions' environment workers end with `close()` (SIGTERM), even with a session open."""
+    import psutil
+
+    server = LocalServer("textworld", {"games_dir": str(textworld_games_dir)}).start()
+    remote = OpenEnvEnvironment(base_url=server.url)
+    assert remote.reset(TASKS[0])
+    processes = [psutil.Process(server.process.pid), *psutil.Process(server.process.pid).children(recursive=True)]
+    assert len(processes) >= 2  # the server and the session's worker
+    server.close()
+    gone, alive = psutil.wait_procs(processes, timeout=120)
+    assert not alive, alive
+    with pytest.raises(OpenEnvError, match="step failed"):
+        remote.step("go south")
+
+
 def test_a_stopped_server_fails_the_reset_after_connect_timeout(textworld_games_dir):
     """A real server frozen (SIGSTOP): the kernel still accepts the connection, nothing answers the handshake."""
     with LocalServer("textworld", {"games_dir": str(textworld_games_dir)}) as stopped:
