@@ -20,6 +20,7 @@ import trl_multiturn
 from trl_multiturn.config_checks import field_checks, is_numeric
 from trl_multiturn.envs.alfworld.env import ALFWorldConfig
 from trl_multiturn.envs.alfworld.generator.generate import ALFWorldGenConfig
+from trl_multiturn.envs.openenv import OpenEnvConfig
 from trl_multiturn.envs.swegym.env import SWEGymConfig
 from trl_multiturn.envs.swegym.sandbox.base import SandboxConfig
 from trl_multiturn.envs.textworld.env import TextWorldConfig
@@ -37,7 +38,7 @@ from trl_multiturn.trainers.sft import MultiTurnSFTConfig
 TRAINER_CONFIGS = (MultiTurnGRPOConfig, MultiTurnRLOOConfig, MultiTurnPPOConfig, MultiTurnSFTConfig)
 CONFIG_CLASSES = (*TRAINER_CONFIGS, MultiTurnArguments, ModelSetup, ModelArguments, TextWorldScriptArguments,
                   EvalArguments, TextWorldConfig, ALFWorldConfig, ALFWorldGenConfig, SandboxConfig, SWEGymConfig,
-                  StudyData, StudyEval)
+                  StudyData, StudyEval, OpenEnvConfig)
 
 # Fields that take any value of any type, each with the reason (none today).
 FREE_FORM: dict[tuple[str, str], str] = {}

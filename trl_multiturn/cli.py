@@ -275,7 +275,14 @@ def _add_episodes(subparsers) -> None:
     add_episodes_parser(subparsers)
 
 
-SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_study, _add_plot, _add_episodes]
+def _add_serve(subparsers) -> None:
+    from .serve import add_serve_parser  # an environment as an OpenEnv server: trl_multiturn/serve.py
+
+    add_serve_parser(subparsers)
+
+
+SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_study, _add_plot, _add_episodes,
+                               _add_serve]
 
 
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError)

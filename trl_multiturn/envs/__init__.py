@@ -1,4 +1,4 @@
-"""Environments: the protocol and the adapters for TextWorld, ALFWorld and SWE-Gym.
+"""Environments: the protocol and the adapters for TextWorld, ALFWorld, SWE-Gym and OpenEnv servers.
 
 The adapters import their engines lazily, so `import trl_multiturn.envs` works without the optional extras.
 """
@@ -11,6 +11,7 @@ _LAZY = {
     "TextWorldEnv": ".textworld",
     "ALFWorldEnv": ".alfworld",
     "SWEGymEnv": ".swegym",
+    "OpenEnvEnvironment": ".openenv",
 }
 
 __all__ = ["Environment", "EnvironmentCheckError", "EnvironmentFactory", "StepResult", "TaskError",
