@@ -295,4 +295,4 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         self._logs["completion"].extend(gather_object(completions))
         for i, name in enumerate(self.reward_func_names):
             self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
-        self._log_trained_advantages(batch, advantages, env_mask, replace=False)
+        self._log_trained_advantages(batch, advantages, env_mask)
