@@ -20,11 +20,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import gather_object, is_peft_model
+from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+from trl.models.utils import unwrap_model_for_generation
+from trl.trainer.utils import use_adapter
 
 from ..config_checks import Range, check_fields, check_value
 from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
+from ..episode_data import save_episodes
 from ..rollout import Episode, EpisodeRunner
 from ..rollout.batch import RolloutBatch
 from ..rollout.env_pool import check_env_settings, sigterm_stops_the_run
@@ -270,8 +274,6 @@ def reference_from_policy(trl_trainer_module, model, needed: bool, peft_config=N
     for one returning a copy of the policy taken before TRL touches it. Everything else TRL does to the reference
     (dropout, fused head, device placement, DeepSpeed/FSDP preparation, `sync_ref_model`) is unchanged.
     """
-    from accelerate.utils import is_peft_model
-
     if isinstance(model, str) or not needed or peft_config is not None or is_peft_model(model):
         yield
         return
@@ -293,8 +295,6 @@ def bf16_only_where_supported(config) -> None:
     """TRL's configs turn bf16 on by default, which `TrainingArguments` then refuses on a machine without bf16
     hardware unless `use_cpu=True` is set. Left unset (None), bf16 here means "where the hardware has it": on such a
     machine it becomes False, so the same config runs on a laptop and on GPUs. An explicit bf16=True is kept."""
-    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-
     if config.bf16 is None and not config.fp16 and not config.use_cpu:
         if not is_torch_bf16_gpu_available() and not is_torch_xla_available():
             config.bf16 = False
@@ -481,8 +481,6 @@ class MultiTurnMixin(RunFilesMixin):
         """Around a whole rollout, the model unwrapped for the episode-history cache as TRL unwraps it for one
         `generate` call (gradient checkpointing off, ZeRO-3 parameters gathered, FSDP parameters summoned): once per
         rollout rather than once per turn, since switching gradient checkpointing off and on walks every module."""
-        from trl.models.utils import unwrap_model_for_generation
-
         if self._history_cache is None:
             yield
             return
@@ -543,8 +541,6 @@ class MultiTurnMixin(RunFilesMixin):
 
     def _save_rollout_episodes(self, episodes: list[Episode]) -> None:
         """This rank's episodes of the rollout just played, to `output_dir/episodes/` (`save_episodes`)."""
-        from ..episode_data import save_episodes
-
         mode = "train" if self.model.training else "eval"
         save_episodes(episodes, self.args.output_dir,
                       f"{mode}-step-{self.state.global_step}-rank{self.accelerator.process_index}")
@@ -583,8 +579,6 @@ class MultiTurnMixin(RunFilesMixin):
         """Per-token log-probabilities of the completion under the reference policy: the reference model, or with
         PEFT the policy with its adapter disabled (or switched to the frozen "ref" adapter TRL adds for a pretrained
         one)."""
-        from trl.trainer.utils import use_adapter
-
         if self.ref_model is not None:
             return self._get_per_token_logps_and_entropies(
                 self.ref_model, input_ids, attention_mask, logits_to_keep, batch_size)[0]

@@ -59,6 +59,9 @@ import inspect
 import textwrap
 from dataclasses import dataclass
 
+import trl
+from trl import GRPOTrainer, RLOOTrainer
+
 SUPPORTED_TRL = "1.16.x"
 """The TRL releases whose private API matches `TOUCH_POINTS` (pyproject.toml: trl==1.16.*)."""
 
@@ -289,8 +292,6 @@ def single_turn_replies(trainer, contexts: list[list[int]]):
     """`(completion_ids, logprobs | None)`: one reply per context (an episode's whole history) from the TRL parent's
     `_generate_single_turn`. GRPO's takes `num_generations` and returns log-probs too; RLOO's returns the completions
     alone and asks vLLM for `trainer.num_generations` replies per prompt, so that count is 1 while it runs."""
-    from trl import RLOOTrainer
-
     if not isinstance(trainer, RLOOTrainer):
         return trainer._generate_single_turn(prompt_ids=contexts, images=None, multimodal_fields={}, num_generations=1)
     saved = trainer.num_generations, trainer.num_generations_eval
@@ -341,8 +342,6 @@ def _class_problems(trainer_cls: type) -> list[str]:
 def generate_tuple_problems() -> list[str]:
     """Differences between `GENERATE_FIELDS` and TRL's unpacking of `_generate`, a `_compute_loss` that no longer
     reads `tool_mask`, and `OUTPUT_KEYS` missing from `_generate_and_score_completions`."""
-    from trl import GRPOTrainer
-
     problems = []
     unpacked = _unpacked_names(GRPOTrainer._generate_and_score_completions, "_generate")
     if unpacked != GENERATE_FIELDS:
@@ -412,8 +411,6 @@ def _assigned_attributes(cls: type) -> frozenset[str]:
 
 
 def _message(problems: list[str]) -> str:
-    import trl
-
     lines = "\n".join(f"  - {problem}" for problem in problems)
     return (f"trl-multiturn supports TRL {SUPPORTED_TRL}; the installed TRL {trl.__version__} differs in the private "
             f"API the trainers rely on (trl_multiturn/trainers/trl_compat.py):\n{lines}\n"
