@@ -20,7 +20,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd, pad
 
 from ..config_checks import check_fields
-from ..credit.gae import turn_index
+from ..credit.tokens import turn_index
 from ..rollout.batch import RolloutBatch
 from .multiturn import (
     MultiTurnArguments,
