@@ -1,12 +1,9 @@
-"""One cache-folder rule (`trl_multiturn.cache`): one variable, one folder name, old folders and the old variable
-still found."""
+"""One cache-folder rule (`trl_multiturn.cache`): one variable, one folder name."""
 
 import json
-import logging
 
 import pytest
 
-from trl_multiturn import cache
 from trl_multiturn.cache import cache_dir
 from trl_multiturn.envs.swegym.tasks import default_cache_dir
 from trl_multiturn.envs.textworld.env import default_games_dir
@@ -15,10 +12,9 @@ from trl_multiturn.envs.textworld.env import default_games_dir
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A fresh home with none of the variables set."""
-    for name in ("TRL_MULTITURN_CACHE", "TRL_MULTITURN_GAMES_DIR", "XDG_CACHE_HOME"):
+    for name in ("TRL_MULTITURN_CACHE", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr(cache, "_warned", set())
     return tmp_path
 
 
@@ -46,37 +42,10 @@ def test_the_model_folder_is_found_through_the_rule(home, monkeypatch):
     assert offline_default_model() == str(done)
 
 
-def test_an_old_hyphenated_folder_is_used_with_a_warning_until_the_new_one_exists(home, caplog):
-    old = home / ".cache" / "trl-multiturn" / "smollm2-135m-instruct"
-    old.mkdir(parents=True)
-    with caplog.at_level(logging.WARNING, logger="trl_multiturn.cache"):
-        assert cache_dir("smollm2-135m-instruct") == old
-        assert cache_dir("smollm2-135m-instruct") == old
-    assert len(caplog.records) == 1 and "move it to" in caplog.records[0].getMessage()
-    new = home / ".cache" / "trl_multiturn" / "smollm2-135m-instruct"
-    new.mkdir(parents=True)
-    assert cache_dir("smollm2-135m-instruct") == new
-
-
-def test_the_old_folder_is_not_used_when_the_variable_is_set(home, monkeypatch):
+def test_a_folder_of_another_name_is_not_searched(home):
+    """No fallback to the folders of earlier versions: the rule is the only place."""
     (home / ".cache" / "trl-multiturn" / "swegym").mkdir(parents=True)
-    monkeypatch.setenv("TRL_MULTITURN_CACHE", str(home / "mine"))
-    assert default_cache_dir() == home / "mine" / "swegym"
-
-
-def test_swegym_folder_under_home_is_still_found_with_xdg_set(home, monkeypatch):
-    old = home / ".cache" / "trl_multiturn" / "swegym"
-    old.mkdir(parents=True)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "xdg"))
-    assert default_cache_dir() == old
-
-
-def test_the_old_games_variable_still_works_with_a_future_warning(home, monkeypatch):
-    monkeypatch.setenv("TRL_MULTITURN_GAMES_DIR", str(home / "games"))
-    monkeypatch.setenv("TRL_MULTITURN_CACHE", str(home / "mine"))
-    with pytest.warns(FutureWarning, match=r"TRL_MULTITURN_GAMES_DIR is deprecated: set \$TRL_MULTITURN_CACHE"):
-        assert default_games_dir() == home / "games"
-    assert default_cache_dir() == home / "mine" / "swegym"  # it names the games folder only
+    assert default_cache_dir() == home / ".cache" / "trl_multiturn" / "swegym"
 
 
 def test_the_offline_default_is_converted_with_the_hub_special_tokens_and_again_when_its_conversion_is_old(

@@ -1,23 +1,19 @@
-"""The package layout: one package per environment, and the old public names the README documents still resolve
-to the moved objects (the rollout loop's deprecated class name warns)."""
+"""The package layout: one package per environment, the public names the README documents resolve to their
+objects, and the names of earlier layouts are gone (version 0.1.0 keeps no deprecation shims)."""
 
 import importlib
+import importlib.util
 import subprocess
 import sys
-import warnings
-
-import pytest
 
 
 def test_readme_import_paths_resolve_to_the_moved_objects():
     from trl_multiturn.data import textworld_tasks
     from trl_multiturn.envs import TextWorldEnv
-    from trl_multiturn.envs.alfworld.generator import generate_games
-    from trl_multiturn.envs.alfworld_gen import generate_games as old_generate_games
     from trl_multiturn.envs.textworld.env import TextWorldEnv as moved_env
     from trl_multiturn.envs.textworld.tasks import textworld_tasks as moved_tasks
 
-    assert textworld_tasks is moved_tasks and TextWorldEnv is moved_env and old_generate_games is generate_games
+    assert textworld_tasks is moved_tasks and TextWorldEnv is moved_env
 
 
 def test_saved_episode_settings_still_name_the_textworld_class():
@@ -35,19 +31,11 @@ def test_textworld_script_arguments_do_not_import_the_engine():
     assert out.stdout.strip() == "False"
 
 
-def test_the_deprecated_rollout_class_name_warns_and_is_the_episode_runner(tiny_chatml_model):
-    from toy_envs import CountingEnv
-    from transformers import AutoTokenizer
+def test_the_names_of_earlier_layouts_are_gone():
+    import trl_multiturn
+    import trl_multiturn.rollout
 
-    from trl_multiturn import EpisodeRunner, MultiTurnRolloutCollator
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
-    with pytest.warns(DeprecationWarning, match="EpisodeRunner"):
-        old = MultiTurnRolloutCollator(CountingEnv, tokenizer, lambda contexts, n: ([[]] * len(contexts), None),
-                                       max_turns=1, max_reply_tokens=2)
-    assert isinstance(old, EpisodeRunner)
-    old.close()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        EpisodeRunner(CountingEnv, tokenizer, lambda contexts, n: ([[]] * len(contexts), None), max_turns=1,
-                      max_reply_tokens=2).close()
+    assert importlib.util.find_spec("trl_multiturn.envs.alfworld_gen") is None
+    assert importlib.util.find_spec("trl_multiturn.envs.alfworld.generator") is not None
+    for package in (trl_multiturn, trl_multiturn.rollout):
+        assert not hasattr(package, "MultiTurnRolloutCollator") and package.EpisodeRunner

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny_rl_args
 from datasets import Dataset
-from toy_envs import CountingEnv
+from toy_envs import CountingEnv, reply_characters
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_multiturn import Environment, MultiTurnRLOOConfig, MultiTurnRLOOTrainer, StepResult
@@ -36,10 +36,10 @@ class FixedReturnEnv(Environment):
         return StepResult("Done.", reward=self.value, done=True, won=True)
 
 
-def make_trainer(model, tmp_path, env_factory, rows, processing_class=None, **overrides):
+def make_trainer(model, tmp_path, env_factory, rows, processing_class=None, reward_funcs=None, **overrides):
     args = tiny_rl_args(MultiTurnRLOOConfig, tmp_path, **overrides)
     return MultiTurnRLOOTrainer(model, args=args, environment_factory=env_factory, processing_class=processing_class,
-                                train_dataset=Dataset.from_list(list(rows)))
+                                train_dataset=Dataset.from_list(list(rows)), reward_funcs=reward_funcs)
 
 
 def scored(trainer, rows):
@@ -50,7 +50,7 @@ def scored(trainer, rows):
 def test_trains_on_generated_textworld_games(tiny_chatml_model, tmp_path, textworld_train_tasks, textworld_games_dir):
     # TRL's default beta=0.05: the reference model is built and the KL penalty enters the rewards.
     trainer = make_trainer(tiny_chatml_model, tmp_path, lambda: TextWorldEnv(games_dir=str(textworld_games_dir)),
-                           textworld_train_tasks, reward_mode="dense")
+                           textworld_train_tasks, reward_funcs=[reply_characters], reward_mode="dense")
     assert trainer.beta == 0.05 and trainer.ref_model is not None
     before = [p.detach().clone() for p in trainer.model.parameters()]
     result = trainer.train()
@@ -58,8 +58,8 @@ def test_trains_on_generated_textworld_games(tiny_chatml_model, tmp_path, textwo
     logged = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
     assert len(logged) == 2 and all(log["episodes/failed"] == 0 for log in logged)
     assert all(0 < log["episodes/trained_token_fraction"] < 1 and math.isfinite(log["kl"]) for log in logged)
-    changed = any(not torch.equal(b, a) for b, a in zip(before, trainer.model.parameters()))
-    assert changed or all(log["credit/zero_advantage_groups"] == 1 for log in logged)
+    assert any(log["credit/zero_advantage_groups"] < 1 for log in logged)  # some group carried signal...
+    assert any(not torch.equal(b, a) for b, a in zip(before, trainer.model.parameters()))  # ...and it was learned
 
 
 def test_leave_one_out_advantages_on_a_hand_made_group():

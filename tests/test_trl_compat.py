@@ -38,7 +38,7 @@ def test_the_installed_trl_is_a_supported_one_and_matches_every_touch_point():
 
 
 def test_generate_result_is_the_tuple_trl_unpacks():
-    result = generate_result(prompt_ids=[[1]], completion_ids=[[2]], tool_mask=[[1]], completions=[["c"]],
+    result = generate_result(prompt_ids=[[1]], completion_ids=[[2]], env_mask=[[1]], completions=[["c"]],
                              logprobs=None)
     named = dict(zip(GENERATE_FIELDS, result))
     assert named["prompt_ids_list"] == [[1]] and named["tool_mask_list"] == [[1]]

@@ -115,3 +115,9 @@ class ReplyScoringEnv(Environment):
         self.turn += 1
         reward = len(set(action)) / max(1, len(action))
         return StepResult(f"Reply {self.turn} scored.", reward=reward, done=self.turn >= self.turns)
+
+
+def reply_characters(completions, **kwargs):
+    """A trajectory reward that differs between any two episodes whose replies differ: a group of sampled episodes
+    then carries signal, so that a training step must change the weights."""
+    return [float(sum(len(m["content"]) for m in c if m["role"] == "assistant")) for c in completions]

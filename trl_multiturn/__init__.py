@@ -9,7 +9,6 @@ _PUBLIC = {
     "Environment": ".envs.base",
     "StepResult": ".envs.base",
     "EpisodeRunner": ".rollout.runner",
-    "MultiTurnRolloutCollator": ".rollout.runner",  # deprecated name of EpisodeRunner
     "Episode": ".rollout.episode",
     "MultiTurnGRPOTrainer": ".trainers.grpo",
     "MultiTurnGRPOConfig": ".trainers.grpo",

@@ -26,6 +26,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from ..registry import Registry
+from .tokens import turn_index, turn_starts
 
 
 @dataclass
@@ -111,20 +112,6 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, moments: torch.Tenso
     mean = total / count.clamp(min=1.0)
     var = (total_sq - count * mean ** 2) / (count - 1).clamp(min=1.0)
     return (values - mean) * torch.rsqrt(var.clamp(min=0.0) + eps) * mask
-
-
-def turn_starts(mask: torch.Tensor) -> torch.Tensor:
-    """True on the first sampled token of each turn. A turn is a maximal run of sampled tokens: consecutive replies
-    are always separated by the chat template's tokens for the observation, which are never sampled."""
-    mask = mask.bool()
-    before = torch.nn.functional.pad(mask[:, :-1], (1, 0), value=False)
-    return mask & ~before
-
-
-def turn_index(mask: torch.Tensor) -> torch.Tensor:
-    """(B, T) long: k on the tokens of turn k (0-based), -1 where `mask` is False."""
-    index = torch.cumsum(turn_starts(mask).long(), dim=1) - 1
-    return torch.where(mask.bool(), index, -1)
 
 
 @register_value_estimator("gae")

@@ -1,4 +1,5 @@
-"""From per-turn advantages to the (B, T) per-token tensor that TRL's loss takes."""
+"""Per-turn values and per-token tensors: the turns of a (B, T) sampled-token mask, and per-turn advantages
+broadcast to the (B, T) tensor that TRL's loss takes (used by the estimators, GAE and RLOO's loss alike)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,17 @@ def turn_to_token_advantages(turn_advantages: torch.Tensor, turn_spans: list[lis
         for k, (start, end) in enumerate(spans):
             out[i, start:end] = turn_advantages[i, k]
     return out
+
+
+def turn_starts(mask: torch.Tensor) -> torch.Tensor:
+    """True on the first sampled token of each turn. A turn is a maximal run of sampled tokens: consecutive replies
+    are always separated by the chat template's tokens for the observation, which are never sampled."""
+    mask = mask.bool()
+    before = torch.nn.functional.pad(mask[:, :-1], (1, 0), value=False)
+    return mask & ~before
+
+
+def turn_index(mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) long: k on the tokens of turn k (0-based), -1 where `mask` is False."""
+    index = torch.cumsum(turn_starts(mask).long(), dim=1) - 1
+    return torch.where(mask.bool(), index, -1)

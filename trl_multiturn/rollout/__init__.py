@@ -1,12 +1,12 @@
 """Rollouts: episodes, token-exact chat deltas, environment pools, action parsing, and the episode runner
-(`EpisodeRunner`, which plays rows of tasks into `Episode`s; `MultiTurnRolloutCollator` is its deprecated name)."""
+(`EpisodeRunner`, which plays rows of tasks into `Episode`s)."""
 
 from .batch import RolloutBatch
 from .chat_tokens import ChatTemplateError, ChatTokenBuilder
 from .env_pool import EnvFailure, EnvPool
 from .episode import Episode
 from .parsing import ACTION_PARSERS, get_action_parser
-from .runner import EpisodeRunner, MultiTurnRolloutCollator
+from .runner import EpisodeRunner
 
 __all__ = [
     "ACTION_PARSERS",
@@ -16,7 +16,6 @@ __all__ = [
     "EnvPool",
     "Episode",
     "EpisodeRunner",
-    "MultiTurnRolloutCollator",
     "RolloutBatch",
     "get_action_parser",
 ]

@@ -6,7 +6,6 @@ import functools
 import itertools
 import logging
 import math
-import warnings
 from typing import Callable, Sequence
 
 from ..envs.base import EnvironmentFactory, StepResult
@@ -301,11 +300,3 @@ class EpisodeRunner:
                     ep.turn_rewards[-1] += float(result.reward)
                 ep.won = bool(result.won)
 
-
-class MultiTurnRolloutCollator(EpisodeRunner):
-    """Deprecated name of `EpisodeRunner` (it plays episodes; it never collated a batch). Use `EpisodeRunner`."""
-
-    def __init__(self, *args, **kwargs):
-        warnings.warn("MultiTurnRolloutCollator is deprecated: use trl_multiturn.rollout.EpisodeRunner (same "
-                      "arguments).", DeprecationWarning, stacklevel=2)
-        super().__init__(*args, **kwargs)

@@ -1,6 +1,6 @@
 """The multi-turn trainers, one trainer and its config per module, as TRL does."""
 
-from importlib import import_module
+from ..lazy import lazy_getattr
 
 _MODULES = {
     "MultiTurnGRPOTrainer": ".grpo", "MultiTurnGRPOConfig": ".grpo",
@@ -10,8 +10,5 @@ _MODULES = {
 }
 __all__ = list(_MODULES)
 
-
-def __getattr__(name):
-    if name in _MODULES:
-        return getattr(import_module(_MODULES[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Lazy, so that importing one trainer does not import the others (PPO's critic, SFT's dataset code).
+__getattr__ = lazy_getattr(__name__, _MODULES)

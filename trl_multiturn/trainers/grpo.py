@@ -105,9 +105,10 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         with self._trl_call(batch):
             output = super()._generate_and_score_completions(rows)
             batch = self._batch_in_trl_call
+        trl_advantages = self.accelerator.gather(output["advantages"])  # what TRL just logged, replaced below
         output["advantages"] = self._loss_advantages(output, batch)
         self._log_trained_advantages(batch, output["advantages"], output["completion_mask"] * output["tool_mask"],
-                                     replace=True)
+                                     trl_logged=trl_advantages)
         self._log_episode_metrics(batch)
         self.last_rollout = batch
         return output
@@ -137,5 +138,5 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         env_mask = [m for _, _, m, _ in token_lists]
         self._log_generation_lengths(prompt_ids, env_mask)
         return generate_result(prompt_ids=prompt_ids, completion_ids=completion_ids,
-                               tool_mask=self._trained_mask(batch, env_mask), completions=batch.completions(),
+                               env_mask=self._trained_mask(batch, env_mask), completions=batch.completions(),
                                logprobs=self._episode_logprobs(token_lists))

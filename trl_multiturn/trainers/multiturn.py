@@ -20,11 +20,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import gather_object, is_peft_model
+from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+from trl.models.utils import unwrap_model_for_generation
+from trl.trainer.utils import use_adapter
 
 from ..config_checks import Range, check_fields, check_value
 from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
+from ..episode_data import save_episodes
 from ..rollout import Episode, EpisodeRunner
 from ..rollout.batch import RolloutBatch
 from ..rollout.env_pool import check_env_settings, sigterm_stops_the_run
@@ -32,7 +36,7 @@ from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
 from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
 from .run_files import RunFilesMixin
-from .trl_compat import check_trl_attributes, single_turn_replies
+from .trl_compat import SUPPORTED_TRL, TRLCompatibilityError, check_trl_attributes, single_turn_replies
 
 logger = logging.getLogger(__name__)
 
@@ -270,8 +274,6 @@ def reference_from_policy(trl_trainer_module, model, needed: bool, peft_config=N
     for one returning a copy of the policy taken before TRL touches it. Everything else TRL does to the reference
     (dropout, fused head, device placement, DeepSpeed/FSDP preparation, `sync_ref_model`) is unchanged.
     """
-    from accelerate.utils import is_peft_model
-
     if isinstance(model, str) or not needed or peft_config is not None or is_peft_model(model):
         yield
         return
@@ -293,8 +295,6 @@ def bf16_only_where_supported(config) -> None:
     """TRL's configs turn bf16 on by default, which `TrainingArguments` then refuses on a machine without bf16
     hardware unless `use_cpu=True` is set. Left unset (None), bf16 here means "where the hardware has it": on such a
     machine it becomes False, so the same config runs on a laptop and on GPUs. An explicit bf16=True is kept."""
-    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-
     if config.bf16 is None and not config.fp16 and not config.use_cpu:
         if not is_torch_bf16_gpu_available() and not is_torch_xla_available():
             config.bf16 = False
@@ -432,17 +432,21 @@ class MultiTurnMixin(RunFilesMixin):
 
     @contextmanager
     def _reply_cap(self, max_new_tokens: int):
-        """Temporarily cap one reply at what is left of the tightest live episode's budget."""
+        """Temporarily cap one reply at what is left of the tightest live episode's budget: TRL's single-turn
+        generation takes no cap as an argument, it reads the one of the path in use."""
         if self.use_vllm:
-            target, attr = self.vllm_generation, "max_completion_length"
+            old = self.vllm_generation.max_completion_length
+            self.vllm_generation.max_completion_length = max(1, min(old, max_new_tokens))
         else:
-            target, attr = self.generation_config, "max_new_tokens"
-        old = getattr(target, attr)
-        setattr(target, attr, max(1, min(old, max_new_tokens)))
+            old = self.generation_config.max_new_tokens
+            self.generation_config.max_new_tokens = max(1, min(old, max_new_tokens))
         try:
             yield
         finally:
-            setattr(target, attr, old)
+            if self.use_vllm:
+                self.vllm_generation.max_completion_length = old
+            else:
+                self.generation_config.max_new_tokens = old
 
     def _generate_turn(self, contexts: list[list[int]], max_new_tokens: int):
         """One reply per context through the parent's backend. A rank with no live episode still takes part (with
@@ -477,8 +481,6 @@ class MultiTurnMixin(RunFilesMixin):
         """Around a whole rollout, the model unwrapped for the episode-history cache as TRL unwraps it for one
         `generate` call (gradient checkpointing off, ZeRO-3 parameters gathered, FSDP parameters summoned): once per
         rollout rather than once per turn, since switching gradient checkpointing off and on walks every module."""
-        from trl.models import unwrap_model_for_generation
-
         if self._history_cache is None:
             yield
             return
@@ -539,8 +541,6 @@ class MultiTurnMixin(RunFilesMixin):
 
     def _save_rollout_episodes(self, episodes: list[Episode]) -> None:
         """This rank's episodes of the rollout just played, to `output_dir/episodes/` (`save_episodes`)."""
-        from ..episode_data import save_episodes
-
         mode = "train" if self.model.training else "eval"
         save_episodes(episodes, self.args.output_dir,
                       f"{mode}-step-{self.state.global_step}-rank{self.accelerator.process_index}")
@@ -579,8 +579,6 @@ class MultiTurnMixin(RunFilesMixin):
         """Per-token log-probabilities of the completion under the reference policy: the reference model, or with
         PEFT the policy with its adapter disabled (or switched to the frozen "ref" adapter TRL adds for a pretrained
         one)."""
-        from trl.trainer.utils import use_adapter
-
         if self.ref_model is not None:
             return self._get_per_token_logps_and_entropies(
                 self.ref_model, input_ids, attention_mask, logits_to_keep, batch_size)[0]
@@ -657,7 +655,7 @@ class MultiTurnMixin(RunFilesMixin):
         mode = batch.mode
         stats = gather_object([
             (ep.won, ep.failed, ep.truncated, ep.num_turns, ep.num_tokens, sum(ep.env_mask), len(ep.completion_ids),
-             self._episode_return(ep))
+             self._episode_return(ep), float(sum(ep.turn_rewards)))
             for ep in batch.episodes
         ])
         valid = [s for s in stats if not s[1]]
@@ -670,7 +668,8 @@ class MultiTurnMixin(RunFilesMixin):
         metrics["episodes/truncated"].append(float(sum(s[2] for s in valid)))
         metrics["episodes/mean_turns"].append(sum(s[3] for s in valid) / n)
         metrics["episodes/mean_tokens"].append(sum(s[4] for s in valid) / n)
-        metrics["episodes/mean_return"].append(sum(s[7] for s in valid) / n)
+        metrics["episodes/mean_shaped_return"].append(sum(s[7] for s in valid) / n)  # under reward_mode
+        metrics["episodes/mean_return"].append(sum(s[8] for s in valid) / n)  # the environment's, as evaluate's
         metrics["episodes/trained_token_fraction"].append(sum(s[5] for s in valid) / max(1, sum(s[6] for s in valid)))
 
     def _log_generation_lengths(self, prompt_ids, env_mask) -> None:
@@ -685,15 +684,15 @@ class MultiTurnMixin(RunFilesMixin):
         self._metrics[mode]["completions/mean_length"].append(model_tokens.float().mean().item())
 
     def _log_trained_advantages(self, batch: RolloutBatch, advantages: torch.Tensor, loss_mask: torch.Tensor,
-                                replace: bool) -> None:
+                                trl_logged: torch.Tensor | None = None) -> None:
         """Put the advantages the loss uses in the completion logs (terminal table, parquet, `report_to`).
 
         Per episode: `advantage` is the mean of its (B, T) `advantages` over the tokens `loss_mask` trains on (NaN
         when it trains on none: a failed episode, or one masked as truncated), and the extra column
         `turn_advantages` the same mean per turn, in turn order. Trajectory-level estimators give every turn one
         value; turn-level ones each turn its own; PPO's token-level GAE varies within a turn, so its per-turn values
-        are means. `replace` drops the per-episode entries TRL's parent just logged for this batch (its own
-        trajectory-level advantage) first.
+        are means. `trl_logged`: the (gathered) per-sequence advantages TRL's parent computed for this batch, which
+        it has just appended to the same log; they are taken off it first, checked to be those values.
         """
         mask = loss_mask.bool()
         counts = mask.sum(dim=1)
@@ -701,9 +700,13 @@ class MultiTurnMixin(RunFilesMixin):
         per_turn = [[round((advantages[i, s:e] * mask[i, s:e]).sum().item() / mask[i, s:e].sum().item(), 4)
                      for s, e in ep.turn_spans if mask[i, s:e].any()] for i, ep in enumerate(batch.episodes)]
         per_episode = self.accelerator.gather(per_episode).tolist()
-        if replace:
-            for _ in per_episode:
-                self._logs["advantages"].pop()
+        if trl_logged is not None:
+            expected = trl_logged.tolist()
+            logged = [self._logs["advantages"].pop() for _ in expected][::-1]
+            if not torch.allclose(torch.tensor(logged), torch.tensor(expected), equal_nan=True):
+                raise TRLCompatibilityError(f"TRL's completion log no longer ends with the advantages it computed for "
+                                            f"this batch ({logged[:4]}... != {expected[:4]}...); "
+                                            f"trl-multiturn supports TRL {SUPPORTED_TRL}")
         self._logs["advantages"].extend(per_episode)
         self._logs["extra"]["turn_advantages"].extend(gather_object(per_turn))
 

@@ -20,7 +20,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import nanstd, pad
 
 from ..config_checks import check_fields
-from ..credit.gae import turn_index
+from ..credit.tokens import turn_index
 from ..rollout.batch import RolloutBatch
 from .multiturn import (
     MultiTurnArguments,
@@ -295,4 +295,4 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         self._logs["completion"].extend(gather_object(completions))
         for i, name in enumerate(self.reward_func_names):
             self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
-        self._log_trained_advantages(batch, advantages, env_mask, replace=False)
+        self._log_trained_advantages(batch, advantages, env_mask)

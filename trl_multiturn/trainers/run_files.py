@@ -18,6 +18,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 
 from ..episode_settings import episode_settings, save_episode_settings, task_distribution
 from ..evaluation import load_eval_results
+from ..model_card import base_model_name, build_model_card, recipe_from_argv
 
 
 class RunFilesMixin:
@@ -51,8 +52,6 @@ class RunFilesMixin:
 
     def _write_model_card(self, folder: str, model_name: str | None = None, dataset_name: str | None = None,
                           tags: str | list[str] | None = None) -> None:
-        from ..model_card import base_model_name, build_model_card, recipe_from_argv
-
         if not self.is_world_process_zero():
             return
         name_or_path = getattr(self.model.config, "_name_or_path", None) or None

@@ -161,7 +161,7 @@ class PolicyAndValueModel(nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            return getattr(self._modules["policy"], name)
+            return getattr(super().__getattr__("policy"), name)
 
     # Both models follow the trainer's activation checkpointing (transformers and TRL switch it through these).
     def activation_checkpointing_enable(self, **kwargs):

@@ -16,23 +16,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...data import equal_parts, interleave, split_seeds
 from ..base import TaskError
+from .generator import generate_games
+from .layout import DATASET_DIR, GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
-SPLITS = ("train", "valid_seen", "valid_unseen")
-DATASET_DIR = "json_2.1.1"
-GAME_FILE = "game.tw-pddl"
-TRAJ_FILE = "traj_data.json"
 
 _GOAL = re.compile(r"Your task is to: (.*?)\.?\"")
 _FIX = (
@@ -178,14 +169,11 @@ def alfworld_tasks(
 
     from datasets import Dataset
 
-    from ...data import equal_parts, interleave, split_seeds
     types = list(task_types or TASK_TYPES)
     root = dataset_root(data_path)
     if data_path is not None or (root / split).is_dir():
         tasks = list_tasks(root, split, types)
     else:
-        from .generator import generate_games
-
         per_type = math.ceil((num_games or generated_games) / len(types))
         seed_split = "train" if split == "train" else "test"  # seed ranges never overlap across splits
         wanted = {str(p) for p in generate_games(games_dir, split_seeds(seed_split, per_type, first_game), types,

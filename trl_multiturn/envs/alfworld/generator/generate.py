@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ....config_checks import Range, check_fields
 from ..engine import ExpertFailed, logic_files, play_expert, seeded_random
-from ..tasks import DATASET_DIR, GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE
+from ..layout import DATASET_DIR, GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE
 from . import problem
 from .sampling import Knobs, sample_room
 
