@@ -214,7 +214,7 @@ def judge_twins(real: dict[str, str], twin: dict[str, str], twinned: list[str], 
     passed = [t for t in twinned if real.get(t) in PASSING]
     both = [t for t in passed if twin.get(t) in PASSING]
     if both:
-        return f"tampering: {len(both)} tests passed and so did their twins, written to fail ({both[0]})"
+        return f"tampering: the twins of {len(both)} passing tests, written to fail, passed too ({both[0]})"
     if passed and twin_problem:
         return f"the twin run did not run properly: {twin_problem}"
     unchecked = [t for t in passed if twin.get(t) not in ("FAILED", "ERROR")]
