@@ -40,7 +40,7 @@ from typing import Any
 from .integrity import PASSING, judge, judge_twins, plant_canaries, protected_reason, read_report, test_files_of
 from .patches import patch_paths
 from .sandbox import Sandbox, SandboxConfig, make_sandbox, task_image, truncate_middle
-from .twins import make_twins, test_name
+from .twins import make_twins, function_name
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
 REWARD_MODES = ("resolved", "dense")
@@ -289,11 +289,11 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             rng = random.Random(secrets.randbits(64))
             canaries = []
             for path in files:
-                names = [test_name(t) for t in f2p if t.split("::")[0] == path]
+                names = [function_name(t) for t in f2p if t.split("::")[0] == path]
                 twins = make_twins(sandbox.read_file(path), names, rng)
-                run.twinned += [t for t in f2p if t.split("::")[0] == path and test_name(t) in twins.twinned]
-                run.untwinned |= {t: twins.untwinned[test_name(t)] for t in f2p
-                                  if t.split("::")[0] == path and test_name(t) in twins.untwinned}
+                run.twinned += [t for t in f2p if t.split("::")[0] == path and function_name(t) in twins.twinned]
+                run.untwinned |= {t: twins.untwinned[function_name(t)] for t in f2p
+                                  if t.split("::")[0] == path and function_name(t) in twins.untwinned}
                 text, planted = plant_canaries(path, twins.twin if twin else twins.real, rng)
                 sandbox.write_file(path, text)
                 canaries += planted

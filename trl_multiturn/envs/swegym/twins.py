@@ -231,7 +231,7 @@ def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctio
     return found
 
 
-def test_name(nodeid: str) -> str:
+def function_name(nodeid: str) -> str:
     """`path::Class::f[param]` -> `Class::f`: the function a node id runs, without its parameters."""
     return nodeid.split("::", 1)[1].split("[", 1)[0] if "::" in nodeid else ""
 
