@@ -11,6 +11,9 @@
 3. The report (`read_report`, `judge`): outcomes come only from the token-signed records of `pytest_runner.py`,
    never from the text the tests print; a report with lines the runner did not write, or that did not reach its
    end record, counts as failed.
+4. Twins (`judge_twins`): a test that passed while its mutation twin (`twins.py`), written to fail, passed too in
+   a run of its own was not passed by a right answer: tampering, which canaries cannot see (code that acts only
+   on the tests that call the package leaves the canaries alone).
 """
 
 from __future__ import annotations
