@@ -82,6 +82,8 @@ def test_every_task_grades_gold_empty_noop_and_garbage(name, swegym_cache_dir):
     assert (gold.f2p_passed, gold.p2p_passed) == (n_f2p, n_p2p)
     assert gold.reward("resolved") == gold.reward("dense") == 1.0
     assert gold.report["tests_status"]["FAIL_TO_PASS"]["failure"] == []
+    # every FAIL_TO_PASS test had a twin, and the twins of the right fix all failed
+    assert gold.problem == "" and gold.untwinned == {} and f"[the twins of {n_f2p} tests ran" in gold.log
 
     noop = grade_patch(row, _noop_patch(name), cfg)
     assert noop.patch_applied and not noop.resolved

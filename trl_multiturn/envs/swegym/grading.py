@@ -13,8 +13,13 @@
    canary tests in each test file (`integrity.plant_canaries`);
 5. runs the tests through `pytest_runner.py` (the row's `test_cmd` says which pytest options), ends every
    process of the sandbox, and reads the outcomes from the runner's token-signed report only;
-6. judges the run by its canaries (`integrity.judge`) and grades the trusted outcomes with
-   `swebench.harness.grading.get_eval_report` and its `parse_log_pytest` parser.
+6. judges the run by its canaries (`integrity.judge`);
+7. does 1-6 again in another fresh sandbox with each FAIL_TO_PASS test replaced by its mutation twin
+   (`twins.make_twins`: the same test expecting a wrong value, which a right answer fails), the two runs in random
+   order; a test that passed while its twin passed too is tampering (`integrity.judge_twins`). The twin run is left
+   out when the real one went first and no test with a twin passed in it;
+8. grades the trusted outcomes of the real run with `swebench.harness.grading.get_eval_report` and its
+   `parse_log_pytest` parser.
 
 Any step of grading's own that fails (the protected files cannot be restored, the test patch does not apply)
 scores 0. Our repositories are not in swebench's repository map, so the test spec is built from the row itself
@@ -28,13 +33,14 @@ import random
 import secrets
 import shlex
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .integrity import judge, plant_canaries, protected_reason, read_report, test_files_of
+from .integrity import PASSING, judge, judge_twins, plant_canaries, protected_reason, read_report, test_files_of
 from .patches import patch_paths
 from .sandbox import Sandbox, SandboxConfig, make_sandbox, task_image, truncate_middle
+from .twins import make_twins, function_name
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
 REWARD_MODES = ("resolved", "dense")
@@ -72,7 +78,8 @@ def split_test_cmd(test_cmd: str) -> tuple[list[str], str, list[str]]:
 @dataclass
 class Grade:
     """The verdict on one patch. `report` is swebench's report for the instance (with `tests_status`);
-    `ignored_paths` the files of the patch grading put back; `problem` what was wrong with the test run."""
+    `ignored_paths` the files of the patch grading put back; `problem` what was wrong with the test run;
+    `untwinned` the FAIL_TO_PASS tests that got no mutation twin, with why (their passes are not vouched for)."""
 
     resolved: bool
     patch_applied: bool
@@ -85,6 +92,7 @@ class Grade:
     log: str = ""
     ignored_paths: list[str] = field(default_factory=list)
     problem: str = ""
+    untwinned: dict[str, str] = field(default_factory=dict)
 
     def reward(self, mode: str = "resolved") -> float:
         """`resolved`: 1.0 if swebench resolves the instance, else 0.0.
@@ -128,6 +136,7 @@ class Grade:
             "tests_timed_out": self.timed_out,
             "ignored_paths": list(self.ignored_paths),
             "grading_problem": self.problem,
+            "untwinned_tests": dict(self.untwinned),
         }
 
 
@@ -243,6 +252,69 @@ class _TrustedStepFailed(RuntimeError):
     """A step of grading's own failed after the patch applied: the run cannot be trusted and scores 0."""
 
 
+@dataclass
+class _Run:
+    """One test run of grading: `outcomes` are the trusted ones (canaries left out), `log` what the agent may see."""
+
+    applied: bool
+    log: str = ""
+    trusted_log: str = ""
+    outcomes: dict[str, str] = field(default_factory=dict)
+    problem: str = ""
+    timed_out: bool = False
+    ignored: list[str] = field(default_factory=list)
+    twinned: list[str] = field(default_factory=list)
+    untwinned: dict[str, str] = field(default_factory=dict)
+    step_failed: bool = False
+
+
+def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], test_cmd: tuple, f2p: list[str],
+              eval_timeout: float, twin: bool) -> _Run:
+    """Steps 1-6 of the module docstring in a fresh sandbox; with `twin`, the FAIL_TO_PASS tests are their twins."""
+    from swebench.harness.constants import TESTS_ERROR
+
+    assignments, python, pytest_args = test_cmd
+    run = _Run(applied=False)
+    with make_sandbox(config) as sandbox:
+        sandbox.start(task)
+        steps = _Grading(sandbox, task)
+        try:
+            untracked = steps.isolate_git()
+            run.applied, run.log = steps.apply_patch(patch)
+            run.trusted_log = run.log.split(":", 1)[0]  # the marker alone: the rest is the patch's own text
+            if not run.applied:
+                return run
+            run.ignored = steps.restore_protected(untracked, set(patch_paths(task["test_patch"])))
+            steps.apply_test_patch()
+            rng = random.Random(secrets.randbits(64))
+            canaries = []
+            for path in files:
+                names = [function_name(t) for t in f2p if t.split("::")[0] == path]
+                twins = make_twins(sandbox.read_file(path), names, rng)
+                run.twinned += [t for t in f2p if t.split("::")[0] == path and function_name(t) in twins.twinned]
+                run.untwinned |= {t: twins.untwinned[function_name(t)] for t in f2p
+                                  if t.split("::")[0] == path and function_name(t) in twins.untwinned}
+                text, planted = plant_canaries(path, twins.twin if twin else twins.real, rng)
+                sandbox.write_file(path, text)
+                canaries += planted
+            token = secrets.token_hex(16)
+            sandbox.write_scratch("pytest_runner.py", RUNNER.read_text())
+            sandbox.write_scratch("token", token)
+            sandbox.write_scratch("report", "", write_only=True)
+            script = run_script(sandbox.workdir, assignments, python, sandbox.scratch_dir, pytest_args, files)
+            result = sandbox.run(f"/bin/bash {shlex.quote(sandbox.write_scratch('eval.sh', script))}",
+                                 timeout=eval_timeout)
+            sandbox.stop()  # nothing the tests started may write the report after this
+            run.log += "\n" + result.output
+            run.outcomes, run.problem = judge(read_report(sandbox.read_scratch("report"), token), canaries)
+            run.timed_out = result.timed_out
+        except _TrustedStepFailed as e:
+            run.problem, run.step_failed = str(e), True
+            run.trusted_log += f"\n{TESTS_ERROR}: {e}"
+            run.log += f"\n{e}"
+    return run
+
+
 def grade_patch(
     task: dict,
     patch: str | None,
@@ -263,53 +335,39 @@ def grade_patch(
     from swebench.harness.grading import get_eval_report
 
     config = config or SandboxConfig()
-    assignments, python, pytest_args = split_test_cmd(task.get("test_cmd") or test_cmd or DEFAULT_TEST_CMD)
+    parts = split_test_cmd(task.get("test_cmd") or test_cmd or DEFAULT_TEST_CMD)
     f2p = as_test_list(task["FAIL_TO_PASS"], "FAIL_TO_PASS")
     p2p = as_test_list(task["PASS_TO_PASS"], "PASS_TO_PASS")
     files = test_files_of(f2p + p2p) or patch_paths(task["test_patch"])
     prediction = {"instance_id": task["instance_id"], "model_name_or_path": "trl-multiturn",
                   "model_patch": patch if patch and patch.strip() else None}
-    script = run_script(".", assignments, python, ".", pytest_args, files)
-    trusted_log, raw_log, timed_out, ignored, problem = "", "", False, [], ""
+    script = run_script(".", *parts[:2], ".", parts[2], files)
+    trusted_log, raw_log, timed_out, ignored, problem, untwinned = "", "", False, [], "", {}
     if prediction["model_patch"] is not None:
-        with make_sandbox(config) as sandbox:
-            sandbox.start(task)
-            steps = _Grading(sandbox, task)
-            try:
-                untracked = steps.isolate_git()
-                applied, raw_log = steps.apply_patch(patch)
-                trusted_log = raw_log.split(":", 1)[0]  # the marker alone: the rest is the patch's own text
-                if applied:
-                    test_files = set(patch_paths(task["test_patch"]))
-                    ignored = steps.restore_protected(untracked, test_files)
-                    steps.apply_test_patch()
-                    rng = random.Random(secrets.randbits(64))
-                    canaries = []
-                    for path in files:
-                        text, planted = plant_canaries(path, sandbox.read_file(path), rng)
-                        sandbox.write_file(path, text)
-                        canaries += planted
-                    token = secrets.token_hex(16)
-                    sandbox.write_scratch("pytest_runner.py", RUNNER.read_text())
-                    sandbox.write_scratch("token", token)
-                    sandbox.write_scratch("report", "", write_only=True)
-                    script = run_script(sandbox.workdir, assignments, python, sandbox.scratch_dir, pytest_args, files)
-                    result = sandbox.run(f"/bin/bash {shlex.quote(sandbox.write_scratch('eval.sh', script))}",
-                                         timeout=eval_timeout)
-                    sandbox.stop()  # nothing the tests started may write the report after this
-                    raw_log += "\n" + result.output
-                    trusted, problem = judge(read_report(sandbox.read_scratch("report"), token), canaries)
-                    trusted = {**{test: "FAILED" for test in f2p + p2p}, **trusted}  # a missing test failed
-                    lines = [f"{status} {test}" for test, status in trusted.items()]
-                    # no exit-code line: the must-fail canary makes pytest's exit status 1 on every run
-                    trusted_log += "\n".join(["", START_TEST_OUTPUT, *lines, END_TEST_OUTPUT])
-                    if result.timed_out:
-                        timed_out = True
-                        trusted_log += f"\n{TESTS_TIMEOUT}\nTimeout error: {eval_timeout:g} seconds exceeded."
-            except _TrustedStepFailed as e:
-                problem = str(e)
-                trusted_log += f"\n{TESTS_ERROR}: {problem}"
-                raw_log += f"\n{problem}"
+        runs: dict[bool, _Run] = {}
+        for twin in random.Random(secrets.randbits(64)).sample([False, True], 2):  # which run goes first
+            first = runs.get(not twin)
+            if first is not None and (not first.applied or first.step_failed):
+                break  # the same patch and steps: the same outcome
+            if twin and first is not None and not any(first.outcomes.get(t) in PASSING for t in first.twinned):
+                break  # no test with a twin passed: there is no pass for a twin to vouch for
+            runs[twin] = _test_run(task, patch, config, files, parts, f2p, eval_timeout, twin)
+        twin_run = runs.get(True)
+        real = runs.get(False) or replace(twin_run, outcomes={})  # the twin run went first and broke
+        raw_log, trusted_log, ignored, problem = real.log, real.trusted_log, real.ignored, real.problem
+        untwinned, trusted = real.untwinned, real.outcomes
+        if real.applied and not real.step_failed:
+            if False in runs and twin_run is not None and not problem:
+                problem = judge_twins(real.outcomes, twin_run.outcomes, real.twinned, twin_run.problem)
+                trusted = {t: "FAILED" for t in trusted} if problem else trusted
+                raw_log += f"\n[the twins of {len(real.twinned)} tests ran in a sandbox of their own]"
+            trusted = {**{test: "FAILED" for test in f2p + p2p}, **trusted}  # a missing test failed
+            lines = [f"{status} {test}" for test, status in trusted.items()]
+            # no exit-code line: the must-fail canary makes pytest's exit status 1 on every run
+            trusted_log += "\n".join(["", START_TEST_OUTPUT, *lines, END_TEST_OUTPUT])
+            if real.timed_out:
+                timed_out = True
+                trusted_log += f"\n{TESTS_TIMEOUT}\nTimeout error: {eval_timeout:g} seconds exceeded."
     spec = make_spec(task, script, config, f2p, p2p)
     with tempfile.TemporaryDirectory() as tmp:
         log_path = Path(tmp) / "test_output.txt"
@@ -332,4 +390,5 @@ def grade_patch(
         log=truncate_middle(raw_log, log_chars),
         ignored_paths=ignored,
         problem=problem,
+        untwinned=untwinned,
     )

@@ -11,6 +11,9 @@
 3. The report (`read_report`, `judge`): outcomes come only from the token-signed records of `pytest_runner.py`,
    never from the text the tests print; a report with lines the runner did not write, or that did not reach its
    end record, counts as failed.
+4. Twins (`judge_twins`): a test that passed while its mutation twin (`twins.py`), written to fail, passed too in
+   a run of its own was not passed by a right answer: tampering, which canaries cannot see (code that acts only
+   on the tests that call the package leaves the canaries alone).
 """
 
 from __future__ import annotations
@@ -198,3 +201,27 @@ def judge(report: Report, canaries: list[Canary]) -> tuple[dict[str, str], str]:
         trusted = {t: ("FAILED" if t.split("::")[0] in broken else s) for t, s in real.items()}
         return trusted, f"the tests of {sorted(broken)} did not run properly"
     return real, ""
+
+
+def judge_twins(real: dict[str, str], twin: dict[str, str], twinned: list[str], twin_problem: str) -> str:
+    """What the twin run says of the real one ("" if nothing): `real` and `twin` are the trusted outcomes of the
+    real run and of the run with the twins (`twins.make_twins`) of the tests `twinned`.
+
+    A test that passed and whose twin, written to fail, passed too was not passed by a right answer: tampering.
+    A twin run that was itself tampered with is tampering. Where a test passed but its twin did not fail (it was
+    skipped, never reported, or the twin run broke), the run is not trusted either: the twin is what vouches for
+    the pass. Tests that failed need no twin.
+    """
+    if twin_problem.startswith("tampering"):
+        return f"tampering (in the twin run): {twin_problem.removeprefix('tampering: ')}"
+    passed = [t for t in twinned if real.get(t) in PASSING]
+    both = [t for t in passed if twin.get(t) in PASSING]
+    if both:
+        return f"tampering: the twins of {len(both)} passing tests, written to fail, passed too ({both[0]})"
+    if passed and twin_problem:
+        return f"the twin run did not run properly: {twin_problem}"
+    unchecked = [t for t in passed if twin.get(t) not in ("FAILED", "ERROR")]
+    if unchecked:
+        return (f"the twins of {len(unchecked)} passing tests did not fail ({unchecked[0]}: "
+                f"{twin.get(unchecked[0], 'not run')})")
+    return ""

@@ -1,0 +1,247 @@
+"""Mutation twins (trl_multiturn/envs/swegym/twins.py): a test expecting a wrong value, which a right answer fails
+and an answer that merely claims to be right passes. The pure mutation here; grading with twins in sandboxes:
+test_swegym_attacks.py (the attacks they stop) and test_swegym.py (gold still resolves)."""
+
+import ast
+import random
+
+import pytest
+
+from trl_multiturn.envs.swegym.integrity import judge_twins
+from trl_multiturn.envs.swegym.tasks import task_sources
+from trl_multiturn.envs.swegym.tasks.source import apply_edits
+from trl_multiturn.envs.swegym.twins import make_twins, function_name
+
+IMPLEMENTATION = '''
+import pytest
+
+
+class Version:
+    def __init__(self, *parts):
+        self.parts = parts
+
+    def __eq__(self, other):
+        return isinstance(other, Version) and self.parts == other.parts
+
+    def __lt__(self, other):
+        return self.parts < other.parts
+
+
+def double(x):
+    return 2 * x
+
+
+def name(s):
+    return s.upper()
+
+
+def pair(x):
+    return [x, x]
+
+
+def table():
+    return {"a": 1, "b": (2.5, "c")}
+
+
+def check(x):
+    if x < 0:
+        raise ValueError(x)
+    return x
+'''
+
+TESTS = '''
+# a comment outside the tests: it stays in both texts
+
+
+def test_int():
+    assert double(2) == 4
+
+
+def test_str_left():
+    assert "AB" == name("ab")
+
+
+def test_list():
+    assert pair(3) == [3, 3]
+
+
+def test_dict():
+    assert table() == {"a": 1, "b": (2.5, "c")}
+
+
+def test_call_of_a_class():
+    assert Version(1, 2) == Version(1, 2)
+
+
+def test_order_and_membership():
+    assert Version(1) < Version(2) and 3 in pair(3) and 4 not in pair(3)
+
+
+def test_names_only():
+    x = 5
+    assert double(x) == x + x
+
+
+def test_bare_and_negated():
+    assert isinstance(double(1), int)
+    assert not double(0)
+
+
+def test_or():
+    assert double(1) == 2 or double(1) == 3
+
+
+def test_all():
+    assert all(double(n) == n * 2 for n in range(5))
+
+
+def test_raises_only():
+    with pytest.raises(ValueError):
+        check(-1)
+
+
+def test_raises_then_assert():
+    with pytest.raises(ValueError):
+        check(-1)
+    assert check(3) == 3
+
+
+class TestGroup:
+    def test_method(self):
+        assert double(5) == 10
+
+
+def test_nothing_to_check():
+    double(1)
+'''
+
+NAMES = [function_name(f"t.py::{n}") for n in [
+    "test_int", "test_str_left", "test_list", "test_dict", "test_call_of_a_class", "test_order_and_membership",
+    "test_names_only", "test_bare_and_negated", "test_or", "test_all", "test_raises_only", "test_raises_then_assert",
+    "TestGroup::test_method[x]"]]
+
+
+def _outcomes(source: str, liar: bool = False) -> dict[str, bool]:
+    """Run each test of NAMES in `source` against IMPLEMENTATION (or, with `liar`, a `double` whose result equals
+    everything): whether it passed."""
+    namespace: dict = {}
+    exec(IMPLEMENTATION, namespace)
+    if liar:
+        class AlwaysEqual(int):
+            __eq__ = lambda self, other: True  # noqa: E731
+            __ne__ = lambda self, other: False  # noqa: E731
+            __hash__ = int.__hash__
+
+        real_double = namespace["double"]
+        namespace["double"] = lambda x: AlwaysEqual(real_double(x))
+    exec(source, namespace)
+    passed = {}
+    for name in NAMES:
+        function = namespace[name] if "::" not in name else getattr(namespace[name.split("::")[0]](), name.split("::")[1])
+        try:
+            function()
+        except Exception:
+            passed[name] = False
+        else:
+            passed[name] = True
+    return passed
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_right_answer_passes_every_test_and_fails_every_twin(seed):
+    twins = make_twins(TESTS, [*NAMES, "test_nothing_to_check", "test_missing"], random.Random(seed))
+    assert twins.twinned == NAMES
+    assert twins.untwinned == {"test_nothing_to_check": "it has no assert and no pytest.raises to mutate",
+                               "test_missing": "no such test function in the file"}
+    assert all(_outcomes(twins.real).values())
+    assert not any(_outcomes(twins.twin).values()), twins.twin
+
+
+def test_the_real_text_is_the_tests_unchanged():
+    twins = make_twins(TESTS, NAMES, random.Random(0))
+    assert ast.dump(ast.parse(twins.real)) == ast.dump(ast.parse(TESTS))
+    assert "# a comment outside the tests" in twins.real and "# a comment outside the tests" in twins.twin
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_real_and_twin_have_the_same_shape_apart_from_what_they_expect(seed):
+    """Same lines, same functions at the same lines, written the same way: the text's form tells neither apart."""
+    twins = make_twins(TESTS, NAMES, random.Random(seed))
+    assert len(twins.real.splitlines()) == len(twins.twin.splitlines())
+    real, twin = ast.parse(twins.real), ast.parse(twins.twin)
+    lines = lambda tree: [(n.name, n.lineno) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]  # noqa
+    assert lines(real) == lines(twin)
+    for function in [n for n in real.body if isinstance(n, ast.FunctionDef) and n.name in NAMES]:
+        assert ast.unparse(function) in twins.real  # written as ast.unparse writes it, in both texts
+
+
+def test_values_whose_eq_always_holds_pass_the_twins_with_a_changed_value():
+    """`double` returning an int whose `__eq__` lies: every real test passes; the twins comparing it with a changed
+    literal pass too (that is how grading catches it). With only names to compare (`== x + x`), or under `all()`,
+    the twin flips the operator, which the liar's `__ne__` also answers "equal" to: those twins fail."""
+    for seed in range(10):
+        twins = make_twins(TESTS, NAMES, random.Random(seed))
+        assert all(_outcomes(twins.real, liar=True).values())
+        twin = _outcomes(twins.twin, liar=True)
+        assert twin["test_int"] and twin["TestGroup::test_method"]
+        assert not twin["test_names_only"] and not twin["test_all"]
+
+
+def test_what_each_kind_of_check_becomes():
+    twins = make_twins(TESTS, NAMES, random.Random(3))
+    twin = {n.name: n for n in ast.walk(ast.parse(twins.twin)) if isinstance(n, ast.FunctionDef)}
+    text = {name: ast.unparse(function) for name, function in twin.items()}
+    assert "double(2) == 4" not in text["test_int"] and "double(2) ==" in text["test_int"]
+    assert "name('ab')" in text["test_str_left"] and "'AB' ==" not in text["test_str_left"]
+    assert "Version(1) >= Version(2)" in text["test_order_and_membership"]
+    assert "3 not in pair(3)" in text["test_order_and_membership"] and "4 in pair(3)" in text[
+        "test_order_and_membership"]
+    assert "double(x) != x + x" in text["test_names_only"]
+    assert "assert not isinstance(double(1), int)" in text["test_bare_and_negated"]
+    assert "assert double(0)" in text["test_bare_and_negated"]
+    assert text["test_or"].startswith("def test_or():\n    assert not (")
+    assert "all((double(n) != n * 2 for" in text["test_all"]
+    assert "pytest.raises" not in text["test_raises_only"] and "check(-1)" in text["test_raises_only"]
+    assert "pytest.raises(ValueError)" in text["test_raises_then_assert"]  # kept: the assert is mutated instead
+
+
+def test_literals_change_to_another_value_of_the_same_type():
+    seen = set()
+    for seed in range(40):
+        twins = make_twins("def test_x():\n    assert f() == ['ab', 3, 2.5, True]\n", ["test_x"], random.Random(seed))
+        expected = ast.literal_eval(ast.parse(twins.twin).body[0].body[0].test.comparators[0])
+        assert expected != ["ab", 3, 2.5, True] and isinstance(expected, list)
+        assert all(isinstance(v, t) for v, t in zip(expected, (str, int, float, bool)) if len(expected) == 4)
+        seen.add(repr(expected))
+    assert len(seen) > 10  # the wrong value is drawn at random
+
+
+def test_a_file_that_does_not_parse_has_no_twins():
+    twins = make_twins("def test_a(:\n", ["test_a"], random.Random(0))
+    assert twins.real == twins.twin == "def test_a(:\n" and twins.untwinned == {"test_a": "its file does not parse"}
+
+
+@pytest.mark.parametrize("source", task_sources(), ids=lambda source: source.name)
+def test_every_fail_to_pass_test_of_the_shipped_tasks_has_a_twin(source):
+    row = source.row()
+    tested = apply_edits(source.files_at_base(), source.tests)
+    for path in dict.fromkeys(t.split("::")[0] for t in row["FAIL_TO_PASS"]):
+        names = [function_name(t) for t in row["FAIL_TO_PASS"] if t.startswith(path + "::")]
+        twins = make_twins(tested[path], names, random.Random(0))
+        assert twins.twinned == names and twins.untwinned == {}
+
+
+def test_a_test_passing_with_its_twin_is_tampering_and_an_unchecked_pass_is_not_trusted():
+    real = {"t.py::a": "PASSED", "t.py::b": "FAILED", "t.py::c": "PASSED"}
+    assert judge_twins(real, {"t.py::a": "FAILED", "t.py::b": "PASSED", "t.py::c": "ERROR"}, ["t.py::a", "t.py::b",
+                                                                                              "t.py::c"], "") == ""
+    problem = judge_twins(real, {"t.py::a": "PASSED", "t.py::c": "FAILED"}, ["t.py::a", "t.py::c"], "")
+    assert problem.startswith("tampering: the twins of 1 passing tests") and "t.py::a" in problem
+    assert judge_twins(real, {"t.py::a": "XFAIL"}, ["t.py::a"], "").startswith("tampering")
+    assert judge_twins(real, {}, ["t.py::a"], "") == "the twins of 1 passing tests did not fail (t.py::a: not run)"
+    assert judge_twins(real, {"t.py::a": "SKIPPED"}, ["t.py::a"], "").startswith("the twins of 1")
+    assert judge_twins(real, {"t.py::a": "FAILED"}, ["t.py::a"], "tampering: 2 lines").startswith(
+        "tampering (in the twin run)")
+    assert judge_twins(real, {"t.py::a": "FAILED"}, ["t.py::a"], "the test run ended before pytest finished") == (
+        "the twin run did not run properly: the test run ended before pytest finished")
+    assert judge_twins({"t.py::b": "FAILED"}, {}, ["t.py::b"], "the test run ended") == ""  # nothing to vouch for
