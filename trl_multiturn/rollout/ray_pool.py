@@ -8,8 +8,8 @@ checked inside the actor (`_SlotEnvironment`) and fails its episode. A lost acto
 reset creates a fresh one, which Ray places on a node that is still there.
 
 Where the actors live: `RayPlacement.address` names the cluster ("auto" joins the one `ray start` runs on this
-machine, "ray://host:10001" a remote one through Ray Client, None: `RAY_ADDRESS` if set, else a local cluster that
-this pool starts). A process that already called `ray.init` keeps its connection. What the pool starts it stops:
+machine, "ray://host:10001" a remote one through Ray Client, "local" starts a new local cluster; None: Ray's
+default, `RAY_ADDRESS` if set, else the latest cluster started on this machine, else a new local one). A process that already called `ray.init` keeps its connection. What the pool starts it stops:
 `close()` kills every actor, and shuts Ray down when the pool was the one to call `ray.init` (a local cluster it
 started goes with it). When the trainer's process dies, Ray kills the actors it owns and a local cluster's
 processes share its fate.
@@ -20,6 +20,7 @@ node (install the package there, or use a Ray `runtime_env`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -41,8 +42,9 @@ class RayPlacement:
     """Where and with what each environment actor runs (the trainer config's `env_ray_*` fields).
 
     Args:
-        address: the Ray cluster to join ("auto", "ray://host:10001", "host:6379"), or None: `RAY_ADDRESS` if set,
-            else a local cluster started by the pool.
+        address: the Ray cluster to join ("auto", "ray://host:10001", "host:6379"), "local" for a new local cluster
+            started by the pool, or None: `RAY_ADDRESS` if set, else the latest cluster started on this machine, else
+            a new local one.
         num_cpus: CPUs Ray reserves for each actor (fractions pack several per core).
         resources: custom resources each actor needs, e.g. {"env_node": 0.01} to keep environments on the nodes
             started with `--resources='{"env_node": 100}'`.
@@ -72,6 +74,19 @@ def check_ray_placement(mode: str, placement: RayPlacement) -> None:
     if placement.scheduling not in RAY_SCHEDULING:
         raise ValueError(f"env_ray_scheduling={placement.scheduling!r}: choose one of {RAY_SCHEDULING} ('SPREAD' "
                          "spreads the environments across the nodes)")
+
+
+def parse_ray_resources(value: dict | str | None) -> dict | None:
+    """`env_ray_resources` as a dict: a dict or None as given, a string parsed as a JSON object."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"env_ray_resources={value!r} is not valid JSON ({exc}); write a JSON object such as "
+                             "'{\"env_node\": 0.01}'") from None
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"env_ray_resources={value!r}: give a dict (a JSON object on the command line)")
+    return value
 
 
 def _ray():
@@ -214,8 +229,8 @@ class RayActors:
         ray = _ray()
         if not ray.is_initialized():
             address = self.placement.address
-            local = address is None and not os.environ.get("RAY_ADDRESS")
-            # A local cluster for this pool: no dashboard; its processes die with this one.
+            local = address == "local" or (address is None and not os.environ.get("RAY_ADDRESS"))
+            # A local cluster started for this pool needs no dashboard; its processes die with this one.
             ray.init(address=address, **({"include_dashboard": False} if local else {}))
             self._started_ray = True
             self._actor_class = None
