@@ -138,6 +138,26 @@ def test_a_node_removed_mid_step_fails_only_its_episodes_and_the_next_rollout_ru
     assert live_env_actors() == []
 
 
+def test_a_trainer_with_env_mode_ray_fails_only_the_faulty_episodes_and_leaves_no_actor(cluster, tiny_chatml_model,
+                                                                                         tmp_path):
+    from conftest import tiny_rl_args
+    from datasets import Dataset
+
+    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, per_device_train_batch_size=4, num_generations=2, max_steps=1,
+                        action_parser="trl_multiturn.rollout.parsing:whole_reply", reward_mode="dense",
+                        env_mode="ray", env_timeout=TIMEOUT, env_ray_num_cpus=0.01, env_ray_scheduling="SPREAD")
+    rows = [{"fault": "exit"}, {}]
+    trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=FaultyEnv,
+                                   train_dataset=Dataset.from_list(rows))
+    trainer.train()
+    episodes = trainer.last_rollout.episodes
+    assert sorted(ep.failed for ep in episodes) == [False, False, True, True]
+    assert all("environment actor died" in ep.failure for ep in episodes if ep.failed)
+    assert live_env_actors() == []
+
+
 _OWNER = """
 import os, sys, time
 import psutil
