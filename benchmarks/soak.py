@@ -191,7 +191,8 @@ def main() -> None:
     print(f"| trainer RSS, median of first / last quarter of steps | {s['rss_mb_first_quarter']:.0f} / "
           f"{s['rss_mb_last_quarter']:.0f} MiB | flat |")
     print(f"| environment workers alive after each step, min / max | {s['children_min']} / {s['children_max']} | "
-          f"<= {per_step} (one per episode slot; a killed one restarts at the slot's next reset) |")
+          f"<= {per_step} (one per episode slot; a killed one restarts at the slot's next reset)"
+          f"{'' if args.env_mode == 'process' else ' + the local Ray cluster: GCS, raylet, agents'} |")
     print(f"| workers' private memory (USS, all workers), median of first / last quarter | "
           f"{s['children_uss_mb_first_quarter']:.0f} / {s['children_uss_mb_last_quarter']:.0f} MiB | flat |")
     print(f"| trainer threads, min / max | {s['threads_min']} / {s['threads_max']} | flat |")
