@@ -57,11 +57,19 @@ def measure(pool: EnvPool, tasks: list[dict], turns: int) -> dict:
             "p99_ms": 1000 * p99(rounds), "failed": failed}
 
 
+TRANSPORTS = {
+    "process": dict(mode="process"),
+    "Ray, 1 node": dict(mode="ray", ray=RayPlacement(num_cpus=0.001, resources={"head_node": 1})),
+    "Ray, 2 nodes": dict(mode="ray", ray=RayPlacement(num_cpus=0.001, scheduling="SPREAD")),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--envs", nargs="+", choices=("TextWorld", "no-op"), default=["TextWorld"])
+    parser.add_argument("--transports", nargs="+", choices=TRANSPORTS, default=list(TRANSPORTS))
     args = parser.parse_args()
 
     import ray
@@ -82,11 +90,7 @@ def main() -> None:
     cluster.add_node(num_cpus=2, resources={"worker_node": 1000})
     ray.init(address=cluster.address)
     cluster.wait_for_nodes()
-    transports = {
-        "process": dict(mode="process"),
-        "Ray, 1 node": dict(mode="ray", ray=RayPlacement(num_cpus=0.001, resources={"head_node": 1})),
-        "Ray, 2 nodes": dict(mode="ray", ray=RayPlacement(num_cpus=0.001, scheduling="SPREAD")),
-    }
+    transports = {name: TRANSPORTS[name] for name in args.transports}
     rows = []
     try:
         for env_name, (factory, tasks) in envs.items():
