@@ -91,7 +91,8 @@ def main() -> None:
     parser.add_argument("--env-mode", choices=("process", "ray"), default="process")
     parser.add_argument("--out", default=None, help="default: benchmarks/soak.json (soak_ray.json for ray)")
     args = parser.parse_args()
-    args.out = args.out or str(Path(__file__).with_name("soak.json" if args.env_mode == "process" else "soak_ray.json"))
+    name = "soak.json" if args.env_mode == "process" else "soak_ray.json"
+    args.out = args.out or str(Path(__file__).with_name(name))
     ray_fields = dict(env_ray_address="local", env_ray_num_cpus=0.01) if args.env_mode == "ray" else {}
 
     from datasets import Dataset

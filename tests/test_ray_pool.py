@@ -189,8 +189,9 @@ def gone(pids, within: float = 120.0) -> bool:
 
 @pytest.mark.parametrize("close", [True, False], ids=["closed", "killed"])
 def test_a_local_cluster_the_pool_started_is_gone_after_close_or_the_owners_death(close):
-    """With address "local" (or none, and no cluster to join) the pool starts a local cluster (its GCS, raylet, workers: children of the owner): all of
-    them end when the pool closes, or when its process is killed with SIGKILL (Ray's processes share its fate)."""
+    """With address "local" (or none, and no cluster to join) the pool starts a local cluster (its GCS, raylet and
+    workers: children of the owner): all of them end when the pool closes, or when its process is killed with SIGKILL
+    (Ray's processes share its fate)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
     owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_OWNER.format(close=close))],
                              stdout=subprocess.PIPE, text=True, env=env)
