@@ -11,8 +11,8 @@ Where the actors live: `RayPlacement.address` names the cluster ("auto" joins th
 machine, "ray://host:10001" a remote one through Ray Client, "local" starts a new local cluster; None: Ray's
 default, `RAY_ADDRESS` if set, else the latest cluster started on this machine, else a new local one). A process
 that already called `ray.init` keeps its connection. What the pool starts it stops: `close()` kills every actor, and
-shuts Ray down when the pool was the one to call `ray.init` (a local cluster it started goes with it). When the trainer's process dies, Ray kills the actors it owns and a local cluster's
-processes share its fate.
+shuts Ray down when the pool was the one to call `ray.init` (a local cluster it started goes with it). When the
+trainer's process dies, Ray kills the actors it owns and a local cluster's processes share its fate.
 
 The environment factory is sent to the actors with Ray's cloudpickle, so its module must be importable on every
 node (install the package there, or use a Ray `runtime_env`).
