@@ -46,10 +46,16 @@ def cluster():
         cluster.shutdown()
 
 
-def live_env_actors() -> list:
-    """The environment actors of this cluster that are not dead (Ray's GCS actor table)."""
-    return [a for a in ray._private.state.actors().values()
-            if a["ActorClassName"].endswith("_EnvActor") and a["State"] != "DEAD"]
+def live_env_actors(within: float = 60.0) -> list:
+    """The environment actors of this cluster that are not dead (Ray's GCS actor table), once none is left or
+    `within` seconds have passed: `ray.kill` returns before the GCS records the death."""
+    end = time.monotonic() + within
+    while True:
+        alive = [a for a in ray._private.state.actors().values()
+                 if a["ActorClassName"].endswith("_EnvActor") and a["State"] != "DEAD"]
+        if not alive or time.monotonic() > end:
+            return alive
+        time.sleep(0.5)
 
 
 def test_episodes_spread_across_nodes_and_custom_resources_place_them(cluster):
