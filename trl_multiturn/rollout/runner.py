@@ -63,7 +63,8 @@ class EpisodeRunner:
         action_parser: a parser name from `ACTION_PARSERS`, a `"module:function"` path, or a callable.
         system_prompt: an optional system message before the first observation.
         eos_token_ids: token ids that end a reply; defaults to the tokenizer's eos.
-        env_mode / env_timeout / env_max_memory_mb: see `EnvPool` (`mode`, `timeout`, `max_memory_mb`).
+        env_mode / env_timeout / env_max_memory_mb / env_ray: see `EnvPool` (`mode`, `timeout`, `max_memory_mb`,
+            `ray`).
         any_live: `(local live count) -> bool` that is True while any episode on any rank is live. Trainers pass a
             cross-rank reduction so that every rank makes the same number of generate calls.
         overlap: split the episodes into two halves that take turns, so that one half's environment steps run
@@ -89,6 +90,7 @@ class EpisodeRunner:
         env_mode: str = "auto",
         env_timeout: float | None = None,
         env_max_memory_mb: float | None = None,
+        env_ray=None,
         any_live: Callable[[int], bool] | None = None,
         overlap: bool = False,
     ):
@@ -114,7 +116,8 @@ class EpisodeRunner:
         self.observation_role = declared(environment_factory, "observation_role", "user")
         if self.observation_role != "user":
             self.tokens.check_observation_role(self.observation_role)  # refuse a template without it now
-        self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb)
+        self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb,
+                            ray=env_ray)
         self.any_live = any_live or (lambda n: n > 0)
         self.overlap = overlap
         self._warned_over_budget = False

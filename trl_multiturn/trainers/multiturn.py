@@ -34,6 +34,7 @@ from ..rollout.batch import RolloutBatch
 from ..rollout.env_pool import check_env_settings, sigterm_stops_the_run
 from ..rollout.generation import CachedGenerator
 from ..rollout.parsing import get_action_parser
+from ..rollout.ray_pool import RayPlacement, check_ray_placement, parse_ray_resources
 from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
 from .run_files import RunFilesMixin
 from .trl_compat import SUPPORTED_TRL, TRLCompatibilityError, check_trl_attributes, single_turn_replies
@@ -115,7 +116,8 @@ class MultiTurnArguments:
         metadata={"help": "How environments run: 'auto' (what the environment class declares in its `execution` "
                           "attribute: worker processes for TextWorld, ALFWorld and user environments, threads for "
                           "SWE-Gym), 'process' (one worker process per episode), 'thread' (one thread per call, in "
-                          "this process) or 'inline' (in this process, one after another, no timeout: for "
+                          "this process), 'ray' (one Ray actor per episode, on any node of a Ray cluster: see the "
+                          "env_ray_* fields) or 'inline' (in this process, one after another, no timeout: for "
                           "debugging). Every mode but 'inline' steps all live episodes at once."},
     )
     env_timeout: float | None = field(
@@ -127,6 +129,29 @@ class MultiTurnArguments:
         default=None,
         metadata={"help": "Restart an environment worker between episodes once its private memory exceeds this many "
                           "MiB (for environments that leak; None: no limit). Needs worker processes."},
+    )
+    env_ray_address: str | None = field(
+        default=None,
+        metadata={"help": "env_mode='ray': the Ray cluster the environment actors run on ('auto': the one `ray start` "
+                          "runs on this machine; 'ray://host:10001': a remote one; 'local': a new local cluster the "
+                          "trainer starts and stops; None: RAY_ADDRESS if set, else the latest cluster started on "
+                          "this machine, else a new local one)."},
+    )
+    env_ray_num_cpus: float = field(
+        default=1.0,
+        metadata={"help": "env_mode='ray': CPUs Ray reserves for each environment actor (a fraction packs several "
+                          "per core; an actor that finds no free CPU waits for one)."},
+    )
+    env_ray_resources: dict[str, float] | str | None = field(
+        default=None,
+        metadata={"help": "env_mode='ray': custom Ray resources each environment actor needs, e.g. "
+                          "'{\"env_node\": 0.01}' to keep environments on the nodes started with `ray start "
+                          "--resources='{\"env_node\": 1000}'` (a JSON string on the command line)."},
+    )
+    env_ray_scheduling: str = field(
+        default="DEFAULT",
+        metadata={"help": "env_mode='ray': Ray's scheduling strategy for the environment actors: 'DEFAULT' (fill "
+                          "nodes) or 'SPREAD' (across the nodes)."},
     )
     rollout_overlap: bool = field(
         default=False,
@@ -172,6 +197,7 @@ class MultiTurnArguments:
         "turn_gamma": Range(ge=0, le=1),
         "env_timeout": Range(gt=0, text="a number of seconds > 0, or None for no deadline"),
         "env_max_memory_mb": Range(gt=0, text="a number of MiB > 0, or None for no limit"),
+        "env_ray_num_cpus": Range(ge=0, text="a number of CPUs >= 0 per environment actor (e.g. 0.25)"),
         # Fields of the TRL config these are mixed into that the maths divides by or multiplies with: TRL checks
         # their other constraints (GRPO's num_generations >= 2) but lets 0, NaN or a negative value through.
         "learning_rate": LEARNING_RATE,
@@ -201,6 +227,13 @@ class MultiTurnArguments:
                              "positive number of tokens (e.g. 64)")
         get_action_parser(self.action_parser)
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
+        self.env_ray_resources = parse_ray_resources(self.env_ray_resources)
+        check_ray_placement(self.env_mode, self.ray_placement())
+
+    def ray_placement(self) -> RayPlacement:
+        """The `env_ray_*` fields, for `EnvPool(mode="ray")`."""
+        return RayPlacement(self.env_ray_address, self.env_ray_num_cpus, self.env_ray_resources,
+                            self.env_ray_scheduling)
 
     def unused_fields(self) -> dict[str, str]:
         """The fields of this config that its trainer ignores, each with what to use instead: `check_multiturn_args`
@@ -392,6 +425,7 @@ class MultiTurnMixin(RunFilesMixin):
             env_mode=self.args.env_mode,
             env_timeout=self.args.env_timeout,
             env_max_memory_mb=self.args.env_max_memory_mb,
+            env_ray=self.args.ray_placement(),
             any_live=self._any_live,
             overlap=self.args.rollout_overlap,
         )

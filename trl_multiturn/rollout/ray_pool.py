@@ -1,0 +1,247 @@
+"""Environments as Ray actors (`EnvPool(mode="ray")`): one actor per episode slot, on any node of a Ray cluster.
+
+The contract is the process pool's: a slot's actor is created on its first reset and reused across episodes; every
+call of a batch is submitted at once (one actor task per live episode) and the results are gathered together with
+`ray.wait` against the batch's deadline. A call past its deadline kills its actor (`ray.kill`); an actor that dies
+(its process exits, its node is lost) fails only its episode; a result that breaks the environment contract is
+checked inside the actor (`_SlotEnvironment`) and fails its episode. A lost actor is dropped and the slot's next
+reset creates a fresh one, which Ray places on a node that is still there.
+
+Where the actors live: `RayPlacement.address` names the cluster ("auto" joins the one `ray start` runs on this
+machine, "ray://host:10001" a remote one through Ray Client, "local" starts a new local cluster; None: Ray's
+default, `RAY_ADDRESS` if set, else the latest cluster started on this machine, else a new local one). A process
+that already called `ray.init` keeps its connection. What the pool starts it stops: `close()` kills every actor, and
+shuts Ray down when the pool was the one to call `ray.init` (a local cluster it started goes with it). When the
+trainer's process dies, Ray kills the actors it owns and a local cluster's processes share its fate.
+
+The environment factory is sent to the actors with Ray's cloudpickle, so its module must be importable on every
+node (install the package there, or use a Ray `runtime_env`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .env_pool import EnvFailure, _SlotEnvironment
+
+logger = logging.getLogger(__name__)
+
+RAY_SCHEDULING = ("DEFAULT", "SPREAD")
+# Seconds a new actor may take to be placed and to start (a worker process importing the environment's modules) before
+# its episode fails; not counted against `env_timeout`, which bounds the environment's own calls.
+ACTOR_START_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class RayPlacement:
+    """Where and with what each environment actor runs (the trainer config's `env_ray_*` fields).
+
+    Args:
+        address: the Ray cluster to join ("auto", "ray://host:10001", "host:6379"), "local" for a new local cluster
+            started by the pool, or None: `RAY_ADDRESS` if set, else the latest cluster started on this machine, else
+            a new local one.
+        num_cpus: CPUs Ray reserves for each actor (fractions pack several per core).
+        resources: custom resources each actor needs, e.g. {"env_node": 0.01} to keep environments on the nodes
+            started with `--resources='{"env_node": 100}'`.
+        scheduling: Ray's scheduling strategy: "DEFAULT" (fill nodes) or "SPREAD" (across nodes).
+    """
+
+    address: str | None = None
+    num_cpus: float = 1.0
+    resources: dict[str, float] | None = None
+    scheduling: str = "DEFAULT"
+
+
+def check_ray_placement(mode: str, placement: RayPlacement) -> None:
+    """Refuse settings that cannot work, naming the trainer config's field and the fix."""
+    if placement != RayPlacement() and mode != "ray":
+        changed = [f"env_ray_{name}" for name in ("address", "num_cpus", "resources", "scheduling")
+                   if getattr(placement, name) != getattr(RayPlacement(), name)]
+        raise ValueError(f"{', '.join(changed)} place environments on a Ray cluster, but env_mode={mode!r}: set "
+                         "env_mode='ray' or drop them")
+    if not (isinstance(placement.num_cpus, (int, float)) and placement.num_cpus >= 0):
+        raise ValueError(f"env_ray_num_cpus={placement.num_cpus!r}: give a number of CPUs >= 0 (e.g. 0.25)")
+    for name, amount in (placement.resources or {}).items():
+        if not (isinstance(name, str) and isinstance(amount, (int, float)) and not isinstance(amount, bool)
+                and 0 <= amount < float("inf")):
+            raise ValueError(f"env_ray_resources[{name!r}]={amount!r}: give a resource name and a finite amount >= 0, "
+                             "e.g. {\"env_node\": 0.01}")
+    if placement.scheduling not in RAY_SCHEDULING:
+        raise ValueError(f"env_ray_scheduling={placement.scheduling!r}: choose one of {RAY_SCHEDULING} ('SPREAD' "
+                         "spreads the environments across the nodes)")
+
+
+def parse_ray_resources(value: dict | str | None) -> dict | None:
+    """`env_ray_resources` as a dict: a dict or None as given, a string parsed as a JSON object."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"env_ray_resources={value!r} is not valid JSON ({exc}); write a JSON object such as "
+                             "'{\"env_node\": 0.01}'") from None
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"env_ray_resources={value!r}: give a dict (a JSON object on the command line)")
+    return value
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("env_mode='ray' needs Ray: pip install 'trl-multiturn[ray]'") from exc
+    return ray
+
+
+class _EnvActor:
+    """The body of one slot's actor: the slot's environment, checked against the contract like a worker's."""
+
+    def __init__(self, factory: Callable):
+        self.slot_env = _SlotEnvironment(factory)
+
+    def call(self, cmd: str, arg: Any):
+        return self.slot_env.call(cmd, arg)
+
+    def node_id(self) -> str:
+        return _ray().get_runtime_context().get_node_id()
+
+    def close(self) -> None:
+        self.slot_env.close()
+
+
+class RayRunner:
+    """One slot's environment actor; `start`/`wait` as the pool's other runners."""
+
+    def __init__(self, actor, timeout: float | None):
+        self.actor, self.timeout = actor, timeout
+        self.lost = False
+        self.ref = None
+        self.node: str | None = None  # the Ray node id, once the actor has started
+        self.not_started: EnvFailure | None = None
+        self._unsent: EnvFailure | None = None
+
+    def start(self, cmd: str, arg: Any) -> None:
+        self._unsent, self.ref = self.not_started, None
+        if self.not_started is not None:
+            return
+        try:
+            self.ref = self.actor.call.remote(cmd, arg)
+        except Exception as exc:  # noqa: BLE001 - e.g. a task row that cannot be pickled
+            self._unsent = EnvFailure(f"{cmd}: could not send {type(arg).__name__} to the environment actor "
+                                      f"({type(exc).__name__}: {exc})")
+
+    def wait(self, deadline: float | None):
+        if self._unsent is not None:
+            return self._unsent
+        ray = _ray()
+        ready, _ = ray.wait([self.ref], timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if not ready:
+            self.kill()
+            return EnvFailure(f"environment call timed out after {self.timeout}s (its actor was killed)")
+        try:
+            return ray.get(self.ref)
+        except ray.exceptions.RayActorError as exc:
+            self.kill()
+            return EnvFailure(f"environment actor died (its process or its node was lost): {_first_line(exc)}")
+        except Exception as exc:  # noqa: BLE001 - a result that does not serialise or deserialise
+            self.kill()
+            return EnvFailure(f"the environment's result could not be read back from its actor "
+                              f"({type(exc).__name__}: {_first_line(exc)}); keep StepResult.info to plain data")
+
+    def kill(self) -> None:
+        self.lost = True
+        try:
+            _ray().kill(self.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - an actor that is gone already
+            pass
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+class RayActors:
+    """The pool's connection to Ray: creates the slots' actors, gathers a batch's results, stops what it started."""
+
+    def __init__(self, placement: RayPlacement, timeout: float | None):
+        self.placement, self.timeout = placement, timeout
+        self._started_ray = False
+        self._actor_class = None
+        self._warned_capacity = False
+
+    def start_actors(self, runners: dict[int, Any], slots: list[int], factory: Callable) -> None:
+        """Give each of `slots` without a runner a new actor in `runners`, and wait (once for all of them, up to
+        `ACTOR_START_TIMEOUT`) until they run: an actor that cannot be placed or started fails its episode."""
+        new = {slot: self._new_runner(factory) for slot in slots if slot not in runners}
+        if not new:
+            return
+        self._warn_if_over_capacity(len(runners) + len(new))
+        ray = _ray()
+        pings = {slot: r.actor.node_id.remote() for slot, r in new.items()}
+        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=ACTOR_START_TIMEOUT)
+        ready = set(ready)
+        for slot, runner in new.items():
+            try:
+                if pings[slot] not in ready:
+                    raise TimeoutError(f"not running after {ACTOR_START_TIMEOUT:.0f}s (does a node have the "
+                                       f"resources it asks for: num_cpus={self.placement.num_cpus}, "
+                                       f"resources={self.placement.resources}?)")
+                runner.node = ray.get(pings[slot])
+            except Exception as exc:  # noqa: BLE001 - e.g. the factory does not unpickle on that node
+                runner.kill()
+                runner.not_started = EnvFailure(f"environment actor did not start: {type(exc).__name__}: "
+                                                f"{_first_line(exc)}")
+            runners[slot] = runner
+
+    def _new_runner(self, factory: Callable) -> RayRunner:
+        self._connect()
+        p = self.placement
+        actor = self._actor_class.options(num_cpus=p.num_cpus, resources=dict(p.resources or {}),
+                                          scheduling_strategy=p.scheduling, max_restarts=0,
+                                          max_task_retries=0).remote(factory)
+        return RayRunner(actor, self.timeout)
+
+    def wait_all(self, runners: list, deadline: float | None) -> None:
+        """Wait, once for the whole batch, until every submitted call has returned or the deadline has passed (each
+        runner's `wait` then finds its result, or its timeout, at once)."""
+        refs = [r.ref for r in runners if isinstance(r, RayRunner) and r.ref is not None]
+        if refs:
+            _ray().wait(refs, num_returns=len(refs),
+                        timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def close(self, runners: list[RayRunner]) -> None:
+        """Close every environment (5 s for all), kill every actor, and shut Ray down if this pool started it."""
+        if runners:
+            ray = _ray()
+            closing = [r.actor.close.remote() for r in runners]
+            ray.wait(closing, num_returns=len(closing), timeout=5.0)
+            for r in runners:
+                r.kill()
+        if self._started_ray:
+            _ray().shutdown()
+            self._started_ray, self._actor_class = False, None
+
+    def _connect(self):
+        ray = _ray()
+        if not ray.is_initialized():
+            address = self.placement.address
+            local = address == "local" or (address is None and not os.environ.get("RAY_ADDRESS"))
+            # A local cluster started for this pool needs no dashboard; its processes die with this one.
+            ray.init(address=address, **({"include_dashboard": False} if local else {}))
+            self._started_ray = True
+            self._actor_class = None
+        if self._actor_class is None:
+            self._actor_class = ray.remote(_EnvActor)
+        return ray
+
+    def _warn_if_over_capacity(self, live: int) -> None:
+        cpus = _ray().cluster_resources().get("CPU", 0.0)
+        if not self._warned_capacity and self.placement.num_cpus * live > cpus:
+            self._warned_capacity = True
+            logger.warning("%d environment actors of env_ray_num_cpus=%s need more than the cluster's %s CPUs: the "
+                           "actors that do not fit wait for a free CPU (and their calls count against env_timeout); "
+                           "lower env_ray_num_cpus or add nodes", live, self.placement.num_cpus, cpus)
