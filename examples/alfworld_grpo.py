@@ -33,12 +33,13 @@ import torch
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnSFTConfig, MultiTurnSFTTrainer
+from trl_multiturn.commands.script_args import ModelArguments
+from trl_multiturn.commands.train import checkpoint_to_resume, evaluation_options, train_and_evaluate
 from trl_multiturn.envs.alfworld import TASK_TYPES, ALFWorldConfig, ALFWorldEnv
 from trl_multiturn.envs.alfworld import alfworld_tasks as alfworld_task_rows
 from trl_multiturn.envs.alfworld.generator import ALFWorldGenConfig
 from trl_multiturn.evaluation import evaluate
 from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
-from trl_multiturn.script_args import ModelArguments, checkpoint_to_resume, evaluation_options, train_and_evaluate
 
 # Without `--config`, the three-stage demonstration sized for a CPU; a YAML recipe or the command line overrides any
 # of these (a recipe must set the fields it does not want from here: recipes/alfworld_grpo.yaml does).

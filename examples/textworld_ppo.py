@@ -17,7 +17,8 @@ Every field of `TextWorldScriptArguments` and `MultiTurnPPOConfig` can be set in
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
-from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
+from trl_multiturn.commands.script_args import TextWorldScriptArguments
+from trl_multiturn.commands.train import train_on_textworld
 from trl_multiturn.model_setup import ModelSetup
 
 

@@ -16,7 +16,8 @@ of `TextWorldScriptArguments` and `MultiTurnSFTConfig` can be set in the YAML or
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnSFTConfig, MultiTurnSFTTrainer
-from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
+from trl_multiturn.commands.script_args import TextWorldScriptArguments
+from trl_multiturn.commands.train import train_on_textworld
 from trl_multiturn.model_setup import ModelSetup
 
 
