@@ -150,9 +150,10 @@ def game_sets(script_args, env_args, gen_args, seed: int) -> dict:
                              first_game=script_args.sft_first_game)
         sets["sft"] = sft.filter(lambda row: row["game_file"] not in rl_games)
     if script_args.num_eval_games:
+        # Seed 0: the ALFWorld suite's held-out rule (trl_multiturn.envs.suites), so that `trl-multiturn eval` and a
+        # study play the same held-out games as this run.
         sets["eval"] = alfworld_tasks(script_args, env_args, gen_args, script_args.eval_split,
-                                      script_args.num_eval_games, seed,
-                                      script_args.eval_task_types or list(TASK_TYPES))
+                                      script_args.num_eval_games, 0, script_args.eval_task_types or list(TASK_TYPES))
     names = sorted(sets)
     for k, first in enumerate(names):
         for second in names[k + 1:]:

@@ -96,6 +96,9 @@ class TextWorldScriptArguments(ModelArguments):
         games start at `first_train_game`)."""
         from ..envs.textworld.tasks import textworld_tasks  # the TextWorld engine: only when games are made
 
+        if num_games is None:
+            raise ValueError(f"num_{'train' if split == 'train' else 'eval'}_games=None: give the number of TextWorld "
+                             f"{split} games (an integer >= 1)")
         first_game = self.first_train_game if split == "train" else 0
         where = dict(split=split, num_games=num_games, first_game=first_game, games_dir=self.games_dir,
                      progress=progress)

@@ -129,8 +129,6 @@ def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, train
     """What every TextWorld example does: train `trainer_cls` on the train split's games, save, evaluate greedily
     on held-out games (when `num_eval_games > 0`), push to the Hub if asked, and end the run (`finish_run`).
     `model_args` (a `ModelSetup`: dtype, LoRA, 4/8-bit) is passed on as TRL's scripts do. Returns the trainer."""
-    if script_args.num_train_games is None:
-        raise ValueError("num_train_games=None: give the number of TextWorld training games (an integer >= 1)")
     trainer_kwargs = {**model_setup_kwargs(model_args, training_args), **trainer_kwargs}
     trainer = trainer_cls(
         model=script_args.model_path,
