@@ -60,17 +60,17 @@ def test_a_recipe_gives_sft_seeds_disjoint_from_the_rl_games(textworld_games_dir
 
 def test_eval_temperature_is_a_setting_and_greedy_stays_the_default(tiny_chatml_model, textworld_games_dir,
                                                                     monkeypatch, capsys):
-    import trl_multiturn.evaluation as evaluation
+    import trl_multiturn.commands.eval as eval_command
     from trl_multiturn.commands.cli import main
 
     seen = []
-    real = evaluation.evaluate
+    real = eval_command.evaluate
 
     def recording(*args, **kwargs):
         seen.append(kwargs["temperature"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(evaluation, "evaluate", recording)
+    monkeypatch.setattr(eval_command, "evaluate", recording)
     common = ["eval", "--model_name_or_path", tiny_chatml_model, "--num_eval_games", "1", "--max_turns", "1",
               "--max_completion_length", "4", "--games_dir", str(textworld_games_dir)]
     assert main(common) == 0

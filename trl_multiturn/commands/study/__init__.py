@@ -36,6 +36,10 @@ beside the checkpoint; not under `accelerate launch`).
 The report adjusts the `primary` comparisons' p-values by Holm's method over all of them (one not yet run counts
 with p = 1) and marks every other p-value exploratory: a comparison added after looking at the results is not one
 the study was for.
+
+The package: `spec.py` (the file's schema and resolution), `stages.py` (running: stage cache, lock, training,
+held-out evaluations), `results.py` (the results JSON), `report.py` (tables, tests, figure, power); this module
+holds the command line.
 """
 
 from __future__ import annotations
