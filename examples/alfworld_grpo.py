@@ -33,12 +33,13 @@ import torch
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnSFTConfig, MultiTurnSFTTrainer
+from trl_multiturn.commands.script_args import ModelArguments
+from trl_multiturn.commands.train import checkpoint_to_resume, evaluation_options, train_and_evaluate
 from trl_multiturn.envs.alfworld import TASK_TYPES, ALFWorldConfig, ALFWorldEnv
 from trl_multiturn.envs.alfworld import alfworld_tasks as alfworld_task_rows
 from trl_multiturn.envs.alfworld.generator import ALFWorldGenConfig
 from trl_multiturn.evaluation import evaluate
 from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
-from trl_multiturn.script_args import ModelArguments, checkpoint_to_resume, evaluation_options, train_and_evaluate
 
 # Without `--config`, the three-stage demonstration sized for a CPU; a YAML recipe or the command line overrides any
 # of these (a recipe must set the fields it does not want from here: recipes/alfworld_grpo.yaml does).
@@ -149,9 +150,10 @@ def game_sets(script_args, env_args, gen_args, seed: int) -> dict:
                              first_game=script_args.sft_first_game)
         sets["sft"] = sft.filter(lambda row: row["game_file"] not in rl_games)
     if script_args.num_eval_games:
+        # Seed 0: the ALFWorld suite's held-out rule (trl_multiturn.envs.suites), so that `trl-multiturn eval` and a
+        # study play the same held-out games as this run.
         sets["eval"] = alfworld_tasks(script_args, env_args, gen_args, script_args.eval_split,
-                                      script_args.num_eval_games, seed,
-                                      script_args.eval_task_types or list(TASK_TYPES))
+                                      script_args.num_eval_games, 0, script_args.eval_task_types or list(TASK_TYPES))
     names = sorted(sets)
     for k, first in enumerate(names):
         for second in names[k + 1:]:

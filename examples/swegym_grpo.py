@@ -19,9 +19,9 @@ from datasets import load_dataset
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+from trl_multiturn.commands.train import checkpoint_to_resume, finish_run
 from trl_multiturn.envs.swegym import SWEGymConfig, SWEGymEnv, load_tasks
 from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
-from trl_multiturn.script_args import checkpoint_to_resume, finish_run
 
 
 @dataclass

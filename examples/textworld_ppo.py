@@ -14,15 +14,35 @@ use from the train split's seeds and cached; the run ends with greedy success on
 Every field of `TextWorldScriptArguments` and `MultiTurnPPOConfig` can be set in the YAML or on the command line.
 """
 
+import functools
+
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
-from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
-from trl_multiturn.model_setup import ModelSetup
+from trl_multiturn.commands.script_args import TextWorldScriptArguments
+from trl_multiturn.commands.train import evaluate_on_textworld, train_and_evaluate
+from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
 
 
 def main(script_args: TextWorldScriptArguments, training_args: MultiTurnPPOConfig, model_args: ModelSetup) -> None:
-    train_on_textworld(MultiTurnPPOTrainer, script_args, training_args, model_args)
+    # The environment and the training games (generated on first use from the train split's seeds, then cached).
+    environment_factory = script_args.environment_factory()
+    train_dataset = script_args.tasks("train", script_args.num_train_games, not training_args.disable_tqdm)
+
+    # The trainer loads the model from its path with ModelSetup's dtype, LoRA and 4/8-bit settings.
+    trainer = MultiTurnPPOTrainer(
+        model=script_args.model_path,
+        args=training_args,
+        environment_factory=environment_factory,
+        train_dataset=train_dataset,
+        **model_setup_kwargs(model_args, training_args),
+    )
+
+    # Train (resuming with --resume_from_checkpoint), save, play the held-out test-split games (with
+    # --eval_start_model, also before training, side by side), push to the Hub if asked.
+    evaluate_held_out = functools.partial(evaluate_on_textworld, script_args, training_args=training_args)
+    train_and_evaluate(trainer, training_args, evaluate_held_out if script_args.num_eval_games else None,
+                       script_args.model_name_or_path, script_args.eval_start_model)
 
 
 if __name__ == "__main__":

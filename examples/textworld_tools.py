@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+from trl_multiturn.commands.script_args import TextWorldScriptArguments
+from trl_multiturn.commands.train import train_on_textworld
 from trl_multiturn.envs.textworld.env import TextWorldEnv
-from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments, train_on_textworld
 from trl_multiturn.envs.tools import tool_chat_template_kwargs, tool_environment
 from trl_multiturn.model_setup import ModelSetup
 

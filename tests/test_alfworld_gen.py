@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_multiturn.cli import main
+from trl_multiturn.commands.cli import main
 from trl_multiturn.envs import ALFWorldEnv
 from trl_multiturn.envs.alfworld import TASK_TYPES, list_tasks
 from trl_multiturn.envs.alfworld.generator import ALFWorldGenConfig, generate_game, generate_games

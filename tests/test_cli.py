@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trl_multiturn.cli import TRAINERS, main
+from trl_multiturn.commands.cli import main
+from trl_multiturn.commands.train import TRAINERS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +72,7 @@ def test_eval_takes_a_training_recipe(tiny_chatml_model, textworld_games_dir, tm
 
 
 def test_eval_evaluates_the_model_the_recipe_trained(tiny_chatml_model, tmp_path):
-    from trl_multiturn.eval_command import config_model_dir
+    from trl_multiturn.commands.eval import config_model_dir
 
     assert config_model_dir(["--output_dir", tiny_chatml_model], []) == tiny_chatml_model
     assert config_model_dir(["--output_dir", tiny_chatml_model], ["--model_name_or_path", "x"]) is None
@@ -140,8 +141,8 @@ def test_eval_plays_alfworld_games_it_generates(tiny_chatml_model, tmp_path):
 
 
 def test_eval_picks_swegym_tasks():
-    from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments
-    from trl_multiturn.eval_command import EvalArguments, held_out_tasks
+    from trl_multiturn.commands.eval import EvalArguments, held_out_tasks
+    from trl_multiturn.commands.script_args import TextWorldScriptArguments
 
     tasks = held_out_tasks("swegym", TextWorldScriptArguments(num_eval_games=3), EvalArguments(), {})
     assert len(tasks) == 3 and {"instance_id", "FAIL_TO_PASS", "repo"} <= set(tasks.column_names)
@@ -196,7 +197,7 @@ def test_eval_refuses_a_model_trained_on_an_environment_it_cannot_build(tiny_cha
 
 @pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")))
 def test_every_recipe_is_accepted_by_eval(recipe):
-    from trl_multiturn.cli import eval_parser
+    from trl_multiturn.commands.cli import eval_parser
 
     script_args, eval_args, config_only, cli_only = eval_parser().parse_args_and_config(
         ["--config", str(ROOT / "recipes" / recipe)], return_remaining_strings=True, separate_remaining_strings=True)

@@ -17,6 +17,9 @@ import re
 import pytest
 
 import trl_multiturn
+from trl_multiturn.commands.eval import EvalArguments
+from trl_multiturn.commands.script_args import ModelArguments, TextWorldScriptArguments
+from trl_multiturn.commands.study.spec import StudyData, StudyEval
 from trl_multiturn.config_checks import field_checks, is_numeric
 from trl_multiturn.envs.alfworld.env import ALFWorldConfig
 from trl_multiturn.envs.alfworld.generator.generate import ALFWorldGenConfig
@@ -24,11 +27,7 @@ from trl_multiturn.envs.openenv import OpenEnvConfig
 from trl_multiturn.envs.swegym.env import SWEGymConfig
 from trl_multiturn.envs.swegym.sandbox.base import SandboxConfig
 from trl_multiturn.envs.textworld.env import TextWorldConfig
-from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments
-from trl_multiturn.eval_command import EvalArguments
 from trl_multiturn.model_setup import ModelSetup
-from trl_multiturn.script_args import ModelArguments
-from trl_multiturn.study import StudyData, StudyEval
 from trl_multiturn.trainers.grpo import MultiTurnGRPOConfig
 from trl_multiturn.trainers.multiturn import MultiTurnArguments
 from trl_multiturn.trainers.ppo import MultiTurnPPOConfig

@@ -9,8 +9,8 @@ import shutil
 import pytest
 from toy_envs import CountingEnv
 
-from trl_multiturn.cli import main
-from trl_multiturn.episodes_page import episodes_page, outcome, reward_colour
+from trl_multiturn.commands.cli import main
+from trl_multiturn.commands.episodes import episodes_page, outcome, reward_colour
 from trl_multiturn.evaluation import evaluate, load_eval_results
 
 TASKS = [{"target": 1}, {"target": 3}, {"target": 0}]  # won in one turn; lost after 2 of 3; target 0 fails at reset

@@ -105,7 +105,7 @@ def test_an_interrupted_run_resumes_at_its_step_with_its_learning_rate_and_check
 
 
 def test_cli_eval_reports_greedy_success(tiny_chatml_model, textworld_games_dir, capsys, tmp_path):
-    from trl_multiturn.cli import main
+    from trl_multiturn.commands.cli import main
 
     code = main(["eval", "--model_name_or_path", tiny_chatml_model, "--num_eval_games", "2", "--max_turns", "2",
                  "--max_completion_length", "4", "--games_dir", str(textworld_games_dir),
@@ -116,7 +116,7 @@ def test_cli_eval_reports_greedy_success(tiny_chatml_model, textworld_games_dir,
 
 
 def test_cli_refuses_unknown_options_outside_train_and_eval(tmp_path):
-    from trl_multiturn.cli import main
+    from trl_multiturn.commands.cli import main
 
     with pytest.raises(SystemExit):
         main(["make-games", "--env", "textworld", "--out", str(tmp_path), "--seeds", "0", "--world-size", "1",

@@ -25,7 +25,7 @@ def test_saved_episode_settings_still_name_the_textworld_class():
 
 def test_textworld_script_arguments_do_not_import_the_engine():
     # `trl-multiturn train --help` parses TextWorldScriptArguments; the engine is only imported when games are made.
-    code = ("import sys; from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments; "
+    code = ("import sys; from trl_multiturn.commands.script_args import TextWorldScriptArguments; "
             "TextWorldScriptArguments(); print('textworld' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

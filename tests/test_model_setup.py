@@ -13,7 +13,7 @@ from rollout_checks import assert_env_mask_exact, assert_token_exact
 from toy_envs import CountingEnv
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
-from trl_multiturn.cli import main, trainer_parser
+from trl_multiturn.commands.cli import main, trainer_parser
 from trl_multiturn.evaluation import evaluate
 from trl_multiturn.model_setup import model_setup_kwargs
 from trl_multiturn.rollout.chat_tokens import ChatTemplateError
@@ -34,7 +34,7 @@ def _train_argv(model, games_dir, out, *extra):
 def test_cli_use_peft_trains_a_lora_adapter(tiny_chatml_model, textworld_games_dir, tmp_path):
     from peft import PeftModel
 
-    from trl_multiturn.envs.textworld.script_args import train_on_textworld
+    from trl_multiturn.commands.train import train_on_textworld
 
     lora = ["--use_peft", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
     script_args, training_args, model_args = trainer_parser("grpo").parse_args_and_config(

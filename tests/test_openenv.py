@@ -26,7 +26,7 @@ from openenv.core import GenericEnvClient  # noqa: E402
 from trl_multiturn.envs import TextWorldEnv, check_environment  # noqa: E402
 from trl_multiturn.envs.openenv import OpenEnvConfig, OpenEnvEnvironment, OpenEnvError  # noqa: E402
 from trl_multiturn.rollout.env_pool import EnvFailure, EnvPool  # noqa: E402
-from trl_multiturn.serve import LocalServer  # noqa: E402
+from trl_multiturn.commands.serve import LocalServer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 
@@ -163,7 +163,7 @@ def test_a_stopped_server_fails_the_reset_after_connect_timeout(textworld_games_
 
 
 def test_an_unreachable_server_fails_the_reset():
-    from trl_multiturn.serve import free_port
+    from trl_multiturn.commands.serve import free_port
 
     remote = OpenEnvEnvironment(base_url=f"http://127.0.0.1:{free_port()}", connect_timeout=5)
     with pytest.raises(OpenEnvError, match="reset failed .*ConnectionError"):

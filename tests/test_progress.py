@@ -5,10 +5,10 @@ import pytest
 from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 from toy_envs import CountingEnv
 
+from trl_multiturn.commands.train import evaluation_options
 from trl_multiturn.envs.alfworld.generator import generate_games
 from trl_multiturn.envs.textworld.tasks import textworld_tasks
 from trl_multiturn.evaluation import evaluate
-from trl_multiturn.script_args import evaluation_options
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 

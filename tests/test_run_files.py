@@ -176,7 +176,7 @@ def test_push_to_hub_uploads_the_card_settings_and_results(trained_run, monkeypa
 
 
 def test_plot_draws_the_logged_curves_of_several_runs(trained_run, tmp_path):
-    from trl_multiturn.cli import main
+    from trl_multiturn.commands.cli import main
     from trl_multiturn.plotting import log_curves, plot_runs
 
     out = trained_run["out"]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from trl_multiturn.commands.study.spec import load_study
 from trl_multiturn.evaluation import EvalResult, holm, mcnemar_exact, paired_test, wilson_interval
 from trl_multiturn.rollout import Episode
-from trl_multiturn.study import load_study
 
 
 def test_wilson_interval_matches_hand_computed_values():
@@ -94,7 +94,8 @@ def test_games_needed_grow_with_corrections_and_shrink_with_the_effect():
 
 
 def test_power_report_takes_the_discordance_from_the_results_and_corrects_for_the_primaries(tmp_path):
-    from trl_multiturn.study import Results, observed_discordance, power_report
+    from trl_multiturn.commands.study.report import observed_discordance, power_report
+    from trl_multiturn.commands.study.results import Results
 
     study = load_study(Path("recipes/paper/algorithms_cpu.yaml"))
     results = Results(Path("benchmarks/results/paper/algorithms_cpu.json"), study.name)

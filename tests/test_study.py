@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_multiturn import study as study_module
+from trl_multiturn.commands.study import stages as study_module
+from trl_multiturn.commands.study.spec import build_configs, load_study
 from trl_multiturn.evaluation import wilson_interval
-from trl_multiturn.study import build_configs, load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "recipes" / "paper"
@@ -50,7 +50,7 @@ def _tiny_study(tmp_path, model, games_dir) -> Path:
 @pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 def test_a_tiny_study_runs_end_to_end_and_resumes_where_it_stopped(tiny_chatml_model, textworld_games_dir,
                                                                     tmp_path, monkeypatch, capsys):
-    from trl_multiturn.cli import main
+    from trl_multiturn.commands.cli import main
 
     path = _tiny_study(tmp_path, tiny_chatml_model, textworld_games_dir)
     calls = []
@@ -192,7 +192,7 @@ def test_runs_share_an_rl_checkpoint_only_when_every_rl_input_is_equal(tmp_path,
 @pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 def test_a_sweep_trains_sft_once_and_a_changed_sft_field_trains_it_again(tiny_chatml_model, textworld_games_dir,
                                                                         tmp_path, monkeypatch):
-    from trl_multiturn.cli import main
+    from trl_multiturn.commands.cli import main
 
     path = _tiny_study(tmp_path, tiny_chatml_model, textworld_games_dir)
     spec = yaml.safe_load(path.read_text())

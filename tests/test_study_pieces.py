@@ -47,7 +47,7 @@ def test_alfworld_trains_on_some_task_types_and_evaluates_on_all(tmp_path, monke
 
 
 def test_a_recipe_gives_sft_seeds_disjoint_from_the_rl_games(textworld_games_dir):
-    from trl_multiturn.envs.textworld.script_args import TextWorldScriptArguments
+    from trl_multiturn.commands.script_args import TextWorldScriptArguments
 
     sft = TextWorldScriptArguments(world_size=1, nb_objects=2, quest_length=2, games_dir=str(textworld_games_dir),
                                    first_train_game=500_000)
@@ -60,17 +60,17 @@ def test_a_recipe_gives_sft_seeds_disjoint_from_the_rl_games(textworld_games_dir
 
 def test_eval_temperature_is_a_setting_and_greedy_stays_the_default(tiny_chatml_model, textworld_games_dir,
                                                                     monkeypatch, capsys):
-    import trl_multiturn.evaluation as evaluation
-    from trl_multiturn.cli import main
+    import trl_multiturn.commands.eval as eval_command
+    from trl_multiturn.commands.cli import main
 
     seen = []
-    real = evaluation.evaluate
+    real = eval_command.evaluate
 
     def recording(*args, **kwargs):
         seen.append(kwargs["temperature"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(evaluation, "evaluate", recording)
+    monkeypatch.setattr(eval_command, "evaluate", recording)
     common = ["eval", "--model_name_or_path", tiny_chatml_model, "--num_eval_games", "1", "--max_turns", "1",
               "--max_completion_length", "4", "--games_dir", str(textworld_games_dir)]
     assert main(common) == 0
@@ -122,7 +122,7 @@ def test_swegym_held_out_tasks_never_train_and_keep_their_side_as_the_set_change
 
 
 def test_a_swegym_study_trains_on_its_tiers_and_evaluates_on_held_out_tasks(tmp_path):
-    from trl_multiturn.study import load_study
+    from trl_multiturn.commands.study.spec import load_study
 
     study = load_study(Path(__file__).resolve().parents[1] / "recipes" / "paper" / "swegym_tiers_cpu.yaml")
     by_name = {run.name: run for run in study.runs}
@@ -139,7 +139,7 @@ def test_a_swegym_study_trains_on_its_tiers_and_evaluates_on_held_out_tasks(tmp_
 
 
 def test_the_swegym_reward_study_compares_rewards_from_one_sft_checkpoint():
-    from trl_multiturn.study import load_study
+    from trl_multiturn.commands.study.spec import load_study
 
     study = load_study(Path(__file__).resolve().parents[1] / "recipes" / "paper" / "swegym_reward_cpu.yaml")
     rewards = [run.data.environment_factory().args[0].reward for run in study.runs]

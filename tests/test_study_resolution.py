@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_multiturn import study as study_module
-from trl_multiturn.study import Results, load_study, stale_runs
+from trl_multiturn.commands.study import spec as study_module
+from trl_multiturn.commands.study.report import stale_runs
+from trl_multiturn.commands.study.results import Results
+from trl_multiturn.commands.study.spec import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes" / "paper").glob("*.yaml"))
@@ -132,7 +134,7 @@ def _recorded(study_path: Path, outcomes: dict[str, dict] | None = None) -> Path
 
 
 def test_report_refuses_results_whose_stages_the_file_no_longer_resolves_to(tmp_path, capsys):
-    from trl_multiturn.cli import main
+    from trl_multiturn.commands.cli import main
 
     spec = {"name": "tiny", "output_dir": str(tmp_path / "out"), "results": str(tmp_path / "results" / "tiny"),
             "model": "some-model", "data": {"num_sft_games": 0}, "algorithm": "grpo",
@@ -165,8 +167,8 @@ def _two_run_study(tmp_path, **extra) -> Path:
 
 
 def test_the_report_adjusts_only_the_pre_registered_comparisons_by_holm(tmp_path):
+    from trl_multiturn.commands.study.report import write_report
     from trl_multiturn.evaluation import mcnemar_exact
-    from trl_multiturn.study import write_report
 
     primary = [{"run": "a", "versus": "start"}, {"run": "a", "versus": "b"}, {"run": "c", "versus": "start"}]
     path = _two_run_study(tmp_path, primary=primary)
@@ -187,7 +189,7 @@ def test_the_report_adjusts_only_the_pre_registered_comparisons_by_holm(tmp_path
 
 
 def test_a_study_without_primary_comparisons_says_every_p_value_is_exploratory(tmp_path):
-    from trl_multiturn.study import write_report
+    from trl_multiturn.commands.study.report import write_report
 
     path = _two_run_study(tmp_path)
     _recorded(path)

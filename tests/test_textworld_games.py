@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_multiturn.cli import main, parse_seeds
+from trl_multiturn.commands.cli import main, parse_seeds
 from trl_multiturn.data import SEED_RANGES, split_seeds
 from trl_multiturn.envs.textworld.env import TextWorldEnv
 from trl_multiturn.envs.textworld.games import (
@@ -46,8 +46,8 @@ def _first_observation(game_file):
 
 def _start_cli(*args, hash_seed):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": str(hash_seed)}
-    return subprocess.Popen([sys.executable, "-m", "trl_multiturn.cli", "make-games", "--env", "textworld", *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "trl_multiturn.commands.cli", "make-games", "--env", "textworld", *args]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_cli_makes_the_same_games_in_other_processes(games_dir, tmp_path):

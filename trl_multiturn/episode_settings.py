@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import json
 import logging
 import os
 from pathlib import Path
+
+from huggingface_hub import hf_hub_download
+
+from .envs.base import Environment
+from .envs.suites import SUITES, load_entry_point, suite_of_class
 
 logger = logging.getLogger(__name__)
 
@@ -29,13 +33,6 @@ EPISODE_SETTINGS_FILE = "episode_settings.json"
 EPISODE_FIELDS = ("max_turns", "max_completion_length", "max_episode_tokens", "system_prompt", "action_parser",
                   "chat_template_kwargs")
 """Config fields that decide how an episode is played (the RL configs' names; SFT configs have some of them)."""
-
-ENVIRONMENT_NAMES = {"TextWorldEnv": "textworld", "ALFWorldEnv": "alfworld", "SWEGymEnv": "swegym"}
-ENVIRONMENT_CLASSES = {
-    "textworld": "trl_multiturn.envs.textworld:TextWorldEnv",
-    "alfworld": "trl_multiturn.envs.alfworld:ALFWorldEnv",
-    "swegym": "trl_multiturn.envs.swegym:SWEGymEnv",
-}
 
 
 def _json_value(value):
@@ -66,7 +63,7 @@ def environment_spec(environment_factory) -> dict | None:
         factory = factory.func
     spec = {"class": f"{factory.__module__}:{factory.__qualname__}"}
     if isinstance(factory, type):
-        spec["name"] = ENVIRONMENT_NAMES.get(factory.__name__, factory.__name__)
+        spec["name"] = suite_of_class(factory) or factory.__name__
     kept = {}
     for key, value in settings.items():
         try:
@@ -125,8 +122,6 @@ def load_episode_settings(model: str | os.PathLike | None) -> dict:
         if Path(model).exists() or str(model).count("/") != 1:
             return {}
         try:
-            from huggingface_hub import hf_hub_download
-
             path = Path(hf_hub_download(str(model), EPISODE_SETTINGS_FILE))
         except Exception as exc:  # no such file or repository, offline, no network: play with the defaults
             logger.info("no %s for %s (%s)", EPISODE_SETTINGS_FILE, model, type(exc).__name__)
@@ -134,22 +129,24 @@ def load_episode_settings(model: str | os.PathLike | None) -> dict:
     return json.loads(path.read_text())
 
 
-def environment_factory_from_spec(spec: dict | None, name: str | None = None, **overrides):
-    """A factory for the environment a spec describes (`name` picks a built-in one instead of the spec's class);
-    `overrides` replace saved settings. Only `Environment` subclasses are rebuilt."""
-    from .envs.base import Environment
-
+def saved_environment_settings(spec: dict | None, name: str | None = None) -> dict:
+    """The environment settings a spec saved, when it describes suite `name` (all of them for None); {} else."""
     spec = spec or {}
-    target = ENVIRONMENT_CLASSES[name] if name else spec.get("class")
+    return dict(spec.get("settings") or {}) if name is None or spec.get("name") == name else {}
+
+
+def environment_factory_from_spec(spec: dict | None, name: str | None = None, **overrides):
+    """A factory for the environment a spec describes (`name` picks a registered suite, `envs.suites.SUITES`,
+    instead of the spec's class); `overrides` replace saved settings. Only `Environment` subclasses are rebuilt."""
+    spec = spec or {}
+    settings = {**saved_environment_settings(spec, name), **overrides}
+    if name is not None:
+        return SUITES.lookup(name).factory(**settings)
+    target = spec.get("class")
     if target is None:
-        raise ValueError("no environment: pass `env` (textworld, alfworld or swegym); the model folder has no "
+        raise ValueError(f"no environment: pass `env` (one of {sorted(SUITES)}); the model folder has no "
                          f"{EPISODE_SETTINGS_FILE} naming one")
-    module, _, qualname = target.partition(":")
-    cls = importlib.import_module(module)
-    for part in qualname.split("."):
-        cls = getattr(cls, part)
+    cls = load_entry_point(target)
     if not (isinstance(cls, type) and issubclass(cls, Environment)):
         raise ValueError(f"{target} (from {EPISODE_SETTINGS_FILE}) is not an Environment class; pass `env`")
-    same_class = name is None or spec.get("name") == name
-    settings = {**(spec.get("settings") or {} if same_class else {}), **overrides}
     return functools.partial(cls, **settings)

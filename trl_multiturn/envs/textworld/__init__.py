@@ -2,9 +2,8 @@
 
 `env.py` (`TextWorldEnv`, `TextWorldConfig`), `commands.py` (what the adapter refuses before a reply reaches the
 game), `games.py` (generating and caching games), `tasks.py` (`textworld_tasks`, `textworld_mixture`: task sets
-from the split seed ranges) and `script_args.py` (`TextWorldScriptArguments`, `train_on_textworld`: what the
-examples and `trl-multiturn train` parse and do). Names are imported on first use, so that importing the package
-(or its script arguments, for `--help`) does not import the TextWorld engine.
+from the split seed ranges). The examples' and `trl-multiturn train`'s arguments live in `trl_multiturn.commands`.
+Names are imported on first use, so that importing the package does not import the TextWorld engine.
 """
 
 from ...lazy import lazy_getattr
@@ -16,8 +15,6 @@ _LAZY = {
     "parse_shape": ".tasks",
     "textworld_mixture": ".tasks",
     "textworld_tasks": ".tasks",
-    "TextWorldScriptArguments": ".script_args",
-    "train_on_textworld": ".script_args",
 }
 
 __all__ = list(_LAZY)

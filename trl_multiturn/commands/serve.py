@@ -9,7 +9,7 @@ session: `reset(task={...})` (or `reset(seed=N)` with `--task`), `step({"message
 this package connects with `environment_factory=partial(OpenEnvEnvironment, base_url="http://HOST:8000")`. The
 wire format and the failure semantics are in `trl_multiturn/envs/openenv_server.py`.
 
-`SERVABLE` names the environments `--env` takes (the name -> class lookup of this command). `LocalServer` runs
+`--env` takes any registered environment (`trl_multiturn.envs.suites.SUITES`). `LocalServer` runs
 the command in a subprocess on a free port of this machine and waits until it answers (tests, benchmarks, a
 trainer that wants its environments in a separate process).
 """
@@ -17,8 +17,6 @@ trainer that wants its environments in a separate process).
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib
 import json
 import os
 import signal
@@ -29,19 +27,12 @@ import tempfile
 import time
 import urllib.request
 
-SERVABLE = {
-    "textworld": "trl_multiturn.envs.textworld:TextWorldEnv",
-    "alfworld": "trl_multiturn.envs.alfworld:ALFWorldEnv",
-    "swegym": "trl_multiturn.envs.swegym:SWEGymEnv",
-}
-
+from ..envs.suites import SUITES
 
 def environment_factory(name: str, options: dict | None = None):
-    """The factory of environment `name` of `SERVABLE`, built with the keyword arguments `options`."""
-    if name not in SERVABLE:
-        raise ValueError(f"--env {name!r}: choose one of {sorted(SERVABLE)}")
-    module, _, cls = SERVABLE[name].partition(":")
-    return functools.partial(getattr(importlib.import_module(module), cls), **(options or {}))
+    """The factory of the registered environment `name` (`envs.suites.SUITES`), built with the settings
+    `options`."""
+    return SUITES.lookup(name).factory(**(options or {}))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -64,7 +55,7 @@ class LocalServer:
                  port: int | None = None, ready_timeout: float = 300.0):
         self.port = free_port(host) if port is None else port
         self.url = f"http://{host}:{self.port}"
-        self.command = [sys.executable, "-m", "trl_multiturn.cli", "serve", "--env", env, "--host", host,
+        self.command = [sys.executable, "-m", "trl_multiturn.commands.cli", "serve", "--env", env, "--host", host,
                         "--port", str(self.port), *args]
         for key, value in (options or {}).items():
             self.command += ["--option", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
@@ -155,7 +146,7 @@ def _positive(kind):
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .envs.openenv_server import served_app
+    from ..envs.openenv_server import served_app
 
     factory = environment_factory(args.env, dict(args.option))
     app = served_app(factory, max_sessions=args.max_sessions, env_mode=args.env_mode, env_timeout=args.env_timeout,
@@ -174,7 +165,7 @@ def add_serve_parser(subparsers) -> None:
         description="Serve an environment as an OpenEnv server: each WebSocket session on /ws plays episodes on its "
                     "own environment (reset with the task row, step with {\"message\": reply}). Needs the `openenv` "
                     "extra.")
-    parser.add_argument("--env", required=True, choices=sorted(SERVABLE), help="The environment to serve.")
+    parser.add_argument("--env", required=True, choices=sorted(SUITES), help="The environment to serve.")
     parser.add_argument("--host", default="127.0.0.1", help="Address to bind. Default: 127.0.0.1 (this machine only; "
                                                             "0.0.0.0 serves other hosts).")
     parser.add_argument("--port", type=int, default=8000, help="Port to listen on. Default: 8000.")

@@ -21,8 +21,21 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Callable
+
+from trl import TrlParser
+
+from .. import __version__
+from ..data import split_seeds
+from ..model_setup import ModelSetup
+from .episodes import add_episodes_parser
+from .eval import EvalArguments, run_eval
+from .serve import add_serve_parser
+from .script_args import TextWorldScriptArguments
+from .study import add_study_parser
+from .train import TRAINERS, config_class, train_on_textworld, trainer_class
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -52,13 +65,12 @@ def _seeds(args: argparse.Namespace) -> list[int]:
     """`--seeds`, else `--num-games` seeds of `--split`'s range."""
     if args.seeds is not None:
         return args.seeds
-    from .data import split_seeds
-
     return split_seeds(args.split, args.num_games, args.first_game)
 
 
 def _make_textworld_games(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .envs.textworld.games import ChallengeGameSpec, CustomGameSpec, GameGenerationError, generate_game
+    # The engines are optional extras: imported only for the environment asked for.
+    from ..envs.textworld.games import ChallengeGameSpec, CustomGameSpec, GameGenerationError, generate_game
 
     custom = (args.world_size, args.nb_objects, args.quest_length)
     try:
@@ -92,8 +104,8 @@ def _make_textworld_games(args: argparse.Namespace, parser: argparse.ArgumentPar
 
 
 def _make_alfworld_games(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .envs.alfworld.generator import ALFWorldGenConfig, GenerationError, generate_games
-    from .envs.alfworld.tasks import TASK_TYPES
+    from ..envs.alfworld.generator import ALFWorldGenConfig, GenerationError, generate_games
+    from ..envs.alfworld.tasks import TASK_TYPES
 
     knobs = {"num_receptacles": args.num_receptacles, "num_distractors": args.num_distractors,
              "num_closed": args.num_closed}
@@ -163,13 +175,6 @@ def _add_make_games(subparsers) -> None:
     parser.set_defaults(func=lambda args: MAKE_GAMES[args.env](args, parser))
 
 
-TRAINERS = {
-    "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
-    "rloo": ("MultiTurnRLOOTrainer", "MultiTurnRLOOConfig"),
-    "ppo": ("MultiTurnPPOTrainer", "MultiTurnPPOConfig"),
-    "sft": ("MultiTurnSFTTrainer", "MultiTurnSFTConfig"),
-}
-
 # Commands whose options are dataclass fields are parsed as TRL's own CLI does: the subcommand is registered with
 # `add_help=False`, and its `TrlParser` (built when the command runs) reads `--config FILE`, the fields, and
 # `--help`, which lists every field with its help.
@@ -178,27 +183,16 @@ TRAINERS = {
 def trainer_parser(algo: str):
     """The `TrlParser` of `trl-multiturn train <algo>`: `TextWorldScriptArguments`, the trainer's config and
     `ModelSetup` (TRL's `ModelConfig`: dtype, LoRA, 4/8-bit)."""
-    from trl import TrlParser
-
-    import trl_multiturn
-
-    from .envs.textworld.script_args import TextWorldScriptArguments
-    from .model_setup import ModelSetup
-
     return TrlParser(
-        (TextWorldScriptArguments, getattr(trl_multiturn, TRAINERS[algo][1]), ModelSetup),
+        (TextWorldScriptArguments, config_class(algo), ModelSetup),
         prog=f"trl-multiturn train {algo}",
         description=f"Train {TRAINERS[algo][0]} on TextWorld games (what examples/textworld_{algo}.py does): "
                     "--config recipe.yaml sets any field below, and the command line overrides it.")
 
 
 def _train(args: argparse.Namespace) -> int:
-    import trl_multiturn
-
-    from .envs.textworld.script_args import train_on_textworld
-
     script_args, training_args, model_args = trainer_parser(args.algo).parse_args_and_config(args=args.options)
-    train_on_textworld(getattr(trl_multiturn, TRAINERS[args.algo][0]), script_args, training_args, model_args)
+    train_on_textworld(trainer_class(args.algo), script_args, training_args, model_args)
     return 0
 
 
@@ -216,22 +210,16 @@ def _add_train(subparsers) -> None:
 
 def eval_parser():
     """The `TrlParser` of `trl-multiturn eval`."""
-    from trl import TrlParser
-
-    from .envs.textworld.script_args import TextWorldScriptArguments
-    from .eval_command import EvalArguments
-
     return TrlParser(
         (TextWorldScriptArguments, EvalArguments), prog="trl-multiturn eval",
-        description="Greedy success of a model on held-out tasks (TextWorld, ALFWorld or SWE-Gym) with a 95% "
+        description="Greedy success of a model on held-out tasks (of a registered suite: TextWorld, ALFWorld, SWE-Gym "
+                    "or your own) with a 95% "
                     "Wilson interval, played with the episode settings saved with the model (episode_settings.json; "
                     "arguments given here win). --config accepts a training recipe. Writes eval_results.json to the "
                     "model's folder.")
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .eval_command import run_eval
-
     return run_eval(eval_parser(), args.options)
 
 
@@ -243,14 +231,8 @@ def _add_eval(subparsers) -> None:
     parser.set_defaults(func=_eval, takes_options=True)
 
 
-def _add_study(subparsers) -> None:
-    from .study import add_study_parser  # the paper's studies: trl_multiturn/study.py
-
-    add_study_parser(subparsers)
-
-
 def _plot(args: argparse.Namespace) -> int:
-    from .plotting import plot_runs
+    from ..plotting import plot_runs  # the `plot` extra (matplotlib)
 
     plot_runs(args.run_dirs, args.output, args.labels)
     print(f"wrote {args.output}")
@@ -269,20 +251,8 @@ def _add_plot(subparsers) -> None:
     parser.set_defaults(func=_plot)
 
 
-def _add_episodes(subparsers) -> None:
-    from .episodes_page import add_episodes_parser  # the HTML page of played episodes
-
-    add_episodes_parser(subparsers)
-
-
-def _add_serve(subparsers) -> None:
-    from .serve import add_serve_parser  # an environment as an OpenEnv server: trl_multiturn/serve.py
-
-    add_serve_parser(subparsers)
-
-
-SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_study, _add_plot, _add_episodes,
-                               _add_serve]
+SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, add_study_parser, _add_plot, add_episodes_parser,
+                               add_serve_parser]
 
 
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError)
@@ -290,10 +260,6 @@ USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError)
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from . import __version__
-
     def installed(name):
         try:
             return version(name)
