@@ -32,10 +32,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from trl_multiturn.commands.serve import LocalServer  # noqa: E402
 from trl_multiturn.envs import TextWorldEnv  # noqa: E402
 from trl_multiturn.envs.openenv import OpenEnvEnvironment  # noqa: E402
 from trl_multiturn.rollout.env_pool import EnvFailure, EnvPool  # noqa: E402
-from trl_multiturn.commands.serve import LocalServer  # noqa: E402
 
 TASK = {"world_size": 2, "nb_objects": 3, "quest_length": 4}
 

@@ -47,7 +47,8 @@ def test_page_shows_every_episode_turn_by_turn(run_dir):
 
 def test_reward_colour_scales_with_sign_and_size():
     assert reward_colour(0.0, 2.0) == "transparent"
-    assert reward_colour(2.0, 2.0) == "rgba(40, 170, 40, 0.60)" and reward_colour(-1.0, 2.0) == "rgba(210, 40, 40, 0.30)"
+    assert reward_colour(2.0, 2.0) == "rgba(40, 170, 40, 0.60)"
+    assert reward_colour(-1.0, 2.0) == "rgba(210, 40, 40, 0.30)"
 
 
 def test_cli_writes_the_page_and_names_a_folder_without_evaluations(run_dir, tmp_path, capsys):

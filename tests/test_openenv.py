@@ -23,10 +23,10 @@ pytest.importorskip("openenv.core", reason="needs the `openenv` extra (openenv-c
 
 from openenv.core import GenericEnvClient  # noqa: E402
 
+from trl_multiturn.commands.serve import LocalServer  # noqa: E402
 from trl_multiturn.envs import TextWorldEnv, check_environment  # noqa: E402
 from trl_multiturn.envs.openenv import OpenEnvConfig, OpenEnvEnvironment, OpenEnvError  # noqa: E402
 from trl_multiturn.rollout.env_pool import EnvFailure, EnvPool  # noqa: E402
-from trl_multiturn.commands.serve import LocalServer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 

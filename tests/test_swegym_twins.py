@@ -10,7 +10,7 @@ import pytest
 from trl_multiturn.envs.swegym.integrity import judge_twins
 from trl_multiturn.envs.swegym.tasks import task_sources
 from trl_multiturn.envs.swegym.tasks.source import apply_edits
-from trl_multiturn.envs.swegym.twins import make_twins, function_name
+from trl_multiturn.envs.swegym.twins import function_name, make_twins
 
 IMPLEMENTATION = '''
 import pytest
@@ -137,7 +137,8 @@ def _outcomes(source: str, liar: bool = False) -> dict[str, bool]:
     exec(source, namespace)
     passed = {}
     for name in NAMES:
-        function = namespace[name] if "::" not in name else getattr(namespace[name.split("::")[0]](), name.split("::")[1])
+        owner, _, method = name.partition("::")
+        function = getattr(namespace[owner](), method) if method else namespace[name]
         try:
             function()
         except Exception:

@@ -32,8 +32,8 @@ from ..data import split_seeds
 from ..model_setup import ModelSetup
 from .episodes import add_episodes_parser
 from .eval import EvalArguments, run_eval
-from .serve import add_serve_parser
 from .script_args import TextWorldScriptArguments
+from .serve import add_serve_parser
 from .study import add_study_parser
 from .train import TRAINERS, config_class, train_on_textworld, trainer_class
 
@@ -251,8 +251,8 @@ def _add_plot(subparsers) -> None:
     parser.set_defaults(func=_plot)
 
 
-SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, add_study_parser, _add_plot, add_episodes_parser,
-                               add_serve_parser]
+SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, add_study_parser, _add_plot,
+                               add_episodes_parser, add_serve_parser]
 
 
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError)

@@ -29,6 +29,7 @@ import urllib.request
 
 from ..envs.suites import SUITES
 
+
 def environment_factory(name: str, options: dict | None = None):
     """The factory of the registered environment `name` (`envs.suites.SUITES`), built with the settings
     `options`."""

@@ -40,7 +40,7 @@ from typing import Any
 from .integrity import PASSING, judge, judge_twins, plant_canaries, protected_reason, read_report, test_files_of
 from .patches import patch_paths
 from .sandbox import Sandbox, SandboxConfig, make_sandbox, task_image, truncate_middle
-from .twins import make_twins, function_name
+from .twins import function_name, make_twins
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
 REWARD_MODES = ("resolved", "dense")

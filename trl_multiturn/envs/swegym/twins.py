@@ -169,8 +169,8 @@ def _twin_condition(node: ast.expr, rng: random.Random) -> ast.expr:
                     return node
         node.ops = [_FLIP[op]()]
         return node
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "all" and len(node.args) == 1
-            and isinstance(node.args[0], (ast.GeneratorExp, ast.ListComp))):
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "all"
+            and len(node.args) == 1 and isinstance(node.args[0], (ast.GeneratorExp, ast.ListComp))):
         node.args[0].elt = _twin_condition(node.args[0].elt, rng)  # every element false: all() is false
         return node
     return _negated(node)
