@@ -22,14 +22,15 @@ from pathlib import Path
 PACKAGE = "trl_multiturn"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("lazy", "config_checks", "registry", "cache", "progress", "data", "power", "plotting")),
+    ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "power")),
     ("contract", ("envs.base",)),
     ("credit", ("credit",)),
     ("rollout", ("rollout", "episode_data")),
     ("envs", ("envs",)),
-    ("evaluation", ("evaluation", "episode_settings", "model_card", "models", "model_setup", "expert", "testing")),
+    ("evaluation", ("evaluation", "episode_settings", "model_card", "plotting", "models", "model_setup", "expert",
+                    "testing")),
     ("trainers", ("trainers",)),
-    ("commands", ("script_args", "eval_command", "study", "suites", "commands", "cli", "__init__")),
+    ("commands", ("commands", "__init__")),
 )
 """The package's intended layers, bottom first: a module belongs to the layer of the longest dotted prefix (after
 `trl_multiturn.`) that names it; the top-level `trl_multiturn/__init__.py`, the public facade, is at the top."""

@@ -39,3 +39,17 @@ def test_the_names_of_earlier_layouts_are_gone():
     assert importlib.util.find_spec("trl_multiturn.envs.alfworld.generator") is not None
     for package in (trl_multiturn, trl_multiturn.rollout):
         assert not hasattr(package, "MultiTurnRolloutCollator") and package.EpisodeRunner
+
+
+def test_the_house_has_no_circle_and_no_arrow_running_back_up():
+    """scripts/import_graph.py's layers (base < contract < credit < rollout < envs < evaluation < trainers <
+    commands, CONTRIBUTING.md): no module imports one of a higher layer, and no two modules import each other."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "import_graph.py"
+    report = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stdout
+    assert "package-internal import arrows" in report and "commands.cli" in report  # it read the package
+    assert "circles (0):" in report, report[report.index("circles"):]
+    assert "arrows back up (0):" in report, report[report.index("arrows back up"):]

@@ -36,24 +36,17 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import psutil
 
-from ..envs.base import ContractError, Environment, StepResult, checked_observation, checked_step_result
+from ..envs.base import Environment, StepResult
+from .slot_env import EnvFailure, SlotEnvironment
 
 logger = logging.getLogger(__name__)
 
 ENV_MODES = ("auto", "process", "thread", "ray", "inline")
 _PR_SET_PDEATHSIG = 1
-
-
-@dataclass
-class EnvFailure:
-    """An environment call that gave no valid result: an exception, a broken contract, a timeout or a lost worker."""
-
-    reason: str
 
 
 def declared(factory: Callable[[], Environment], name: str, default):
@@ -99,47 +92,6 @@ def resolve_env_mode(mode: str, factory: Callable[[], Environment]) -> str:
     return declared_execution(factory) if mode == "auto" else mode
 
 
-def _describe(cmd: str, exc: BaseException) -> str:
-    if isinstance(exc, ContractError):
-        return f"{cmd} broke the environment contract: {exc}"
-    return f"{cmd} raised {type(exc).__name__}: {exc}"
-
-
-class _SlotEnvironment:
-    """One slot's environment: built on the first reset, dropped (and closed) after any failure so that the slot's
-    next reset builds a fresh one. Every result is checked against the environment contract."""
-
-    def __init__(self, factory: Callable[[], Environment]):
-        self.factory = factory
-        self.env: Environment | None = None
-
-    def call(self, cmd: str, arg: Any) -> str | StepResult | EnvFailure | None:
-        try:
-            if cmd == "reset":
-                if self.env is None:
-                    self.env = self.factory()
-                return checked_observation(self.env.reset(arg), "the first observation")
-            if self.env is None:
-                return EnvFailure(f"{cmd} without a successful reset")
-            if cmd == "step":
-                return checked_step_result(self.env.step(arg))
-            if cmd == "finish":
-                result = self.env.finish()
-                return None if result is None else checked_step_result(result)
-            raise ValueError(f"unknown command {cmd!r}")
-        except BaseException as exc:  # noqa: BLE001 - even SystemExit or KeyboardInterrupt raised by the
-            self.close()  # environment's code fails its episode only (a user's Ctrl-C: see `_user_interrupts`)
-            return EnvFailure(_describe(cmd, exc))
-
-    def close(self) -> None:
-        env, self.env = self.env, None
-        if env is not None:
-            try:
-                env.close()
-            except BaseException:  # noqa: BLE001 - closing a broken environment must not fail the run
-                pass
-
-
 class _user_interrupts:
     """Around an inline call in the main thread: a SIGINT that arrives meanwhile (the user's Ctrl-C) is recorded, so
     that the KeyboardInterrupt it raises is told apart from one the environment's code raises and stops the run."""
@@ -167,7 +119,7 @@ class _InlineRunner:
     lost = False
 
     def __init__(self, factory):
-        self.slot_env = _SlotEnvironment(factory)
+        self.slot_env = SlotEnvironment(factory)
         self._result = None
 
     def start(self, cmd: str, arg: Any) -> None:
@@ -184,7 +136,7 @@ class _InlineRunner:
 class _ThreadCall:
     """One call on a daemon thread of its own. Abandoned past its deadline, it closes its environment on return."""
 
-    def __init__(self, slot_env: _SlotEnvironment, cmd: str, arg: Any):
+    def __init__(self, slot_env: SlotEnvironment, cmd: str, arg: Any):
         self.slot_env, self.result, self.abandoned = slot_env, None, False
         self.done, self.lock = threading.Event(), threading.Lock()
         threading.Thread(target=self._run, args=(cmd, arg), daemon=True, name=f"env-{cmd}").start()
@@ -212,7 +164,7 @@ class _ThreadRunner:
     lost = False
 
     def __init__(self, factory, timeout: float | None):
-        self.slot_env = _SlotEnvironment(factory)
+        self.slot_env = SlotEnvironment(factory)
         self.timeout = timeout
         self._call: _ThreadCall | None = None
 
@@ -222,7 +174,7 @@ class _ThreadRunner:
     def wait(self, deadline: float | None):
         if self._call.finished_by(deadline):
             return self._call.result
-        self.slot_env = _SlotEnvironment(self.slot_env.factory)
+        self.slot_env = SlotEnvironment(self.slot_env.factory)
         return EnvFailure(f"environment call timed out after {self.timeout}s (its thread was abandoned)")
 
     def close(self) -> None:
@@ -257,7 +209,7 @@ def _worker_main(conn, factory, parent_pid: int, use_pdeathsig: bool) -> None:
     _die_with_parent(parent_pid, use_pdeathsig)
     os.setpgid(0, 0)  # a process group of its own: a kill reaches what the environment started
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it closes its workers
-    slot_env = _SlotEnvironment(factory)
+    slot_env = SlotEnvironment(factory)
     while True:
         try:
             cmd, arg = conn.recv()

@@ -4,7 +4,7 @@ The contract is the process pool's: a slot's actor is created on its first reset
 call of a batch is submitted at once (one actor task per live episode) and the results are gathered together with
 `ray.wait` against the batch's deadline. A call past its deadline kills its actor (`ray.kill`); an actor that dies
 (its process exits, its node is lost) fails only its episode; a result that breaks the environment contract is
-checked inside the actor (`_SlotEnvironment`) and fails its episode. A lost actor is dropped and the slot's next
+checked inside the actor (`SlotEnvironment`) and fails its episode. A lost actor is dropped and the slot's next
 reset creates a fresh one, which Ray places on a node that is still there.
 
 Where the actors live: `RayPlacement.address` names the cluster ("auto" joins the one `ray start` runs on this
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .env_pool import EnvFailure, _SlotEnvironment
+from .slot_env import EnvFailure, SlotEnvironment
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class _EnvActor:
     """The body of one slot's actor: the slot's environment, checked against the contract like a worker's."""
 
     def __init__(self, factory: Callable):
-        self.slot_env = _SlotEnvironment(factory)
+        self.slot_env = SlotEnvironment(factory)
 
     def call(self, cmd: str, arg: Any):
         return self.slot_env.call(cmd, arg)
