@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import json
 import math
 import numbers
 import sys
@@ -94,6 +95,20 @@ class FieldCheck:
         if isinstance(value, str) and self.choices and value not in self.choices:
             return f"{self.name}={value!r}: give {self.describe()}{did_you_mean(value, self.choices)}"
         return None
+
+
+def parse_json_dict(name: str, value: dict | str | None, example: str) -> dict | None:
+    """A dict field's value: a dict or None as given, a string (from the command line) parsed as a JSON object; a
+    ValueError naming the field and showing `example` (a JSON object) otherwise."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{name}={value!r} is not valid JSON ({exc}); write a JSON object such as "
+                             f"'{example}'") from None
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"{name}={value!r}: give a dict (a JSON object on the command line)")
+    return value
 
 
 def did_you_mean(value: str, choices) -> str:

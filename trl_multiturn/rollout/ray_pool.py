@@ -20,13 +20,13 @@ node (install the package there, or use a Ray `runtime_env`).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..config_checks import parse_json_dict
 from .slot_env import EnvFailure, SlotEnvironment
 
 logger = logging.getLogger(__name__)
@@ -78,15 +78,7 @@ def check_ray_placement(mode: str, placement: RayPlacement) -> None:
 
 def parse_ray_resources(value: dict | str | None) -> dict | None:
     """`env_ray_resources` as a dict: a dict or None as given, a string parsed as a JSON object."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"env_ray_resources={value!r} is not valid JSON ({exc}); write a JSON object such as "
-                             "'{\"env_node\": 0.01}'") from None
-    if value is not None and not isinstance(value, dict):
-        raise ValueError(f"env_ray_resources={value!r}: give a dict (a JSON object on the command line)")
-    return value
+    return parse_json_dict("env_ray_resources", value, '{"env_node": 0.01}')
 
 
 def _ray():

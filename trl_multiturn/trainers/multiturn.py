@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import json
 import logging
 import math
 import typing
@@ -25,7 +24,7 @@ from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_availab
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import use_adapter
 
-from ..config_checks import Range, check_fields, check_value
+from ..config_checks import Range, check_fields, check_value, parse_json_dict
 from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
 from ..episode_data import save_episodes
@@ -261,15 +260,7 @@ def refuse_unused_fields(config, unused: dict[str, str]) -> None:
 
 def parse_estimator_kwargs(value: dict | str | None) -> dict | None:
     """`estimator_kwargs` as a dict: a dict or None as given, a string parsed as a JSON object."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"estimator_kwargs={value!r} is not valid JSON ({exc}); write a JSON object such as "
-                             "'{\"step_weight\": 0.5}'") from None
-    if value is not None and not isinstance(value, dict):
-        raise ValueError(f"estimator_kwargs={value!r}: give a dict (a JSON object on the command line)")
-    return value
+    return parse_json_dict("estimator_kwargs", value, '{"step_weight": 0.5}')
 
 
 # The ranges of estimator options whose meaning is fixed across estimators (other numbers: any finite value).
