@@ -103,3 +103,15 @@ def test_page_works_in_a_real_browser(run_dir, tmp_path):
         browser.quit()
     record = json.loads(next(run_dir.glob("eval_results*.json")).read_text())
     assert len(record["outcomes"]) == 3
+
+
+def test_play_prints_each_turn_and_writes_nothing(tiny_chatml_model, textworld_games_dir, tmp_path, capsys):
+    """`trl-multiturn play`: eval's fields, one held-out game, printed turn by turn, no results file."""
+    code = main(["play", "--model_name_or_path", tiny_chatml_model, "--games_dir", str(textworld_games_dir),
+                 "--world_size", "1", "--nb_objects", "2", "--quest_length", "2", "--max_turns", "2",
+                 "--max_completion_length", "4", "--results_dir", str(tmp_path)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert printed.count("=== episode (") == 1 and "--- turn 1: reward" in printed and "reply: " in printed
+    assert "observation: " in printed and "after " in printed and " turns, return " in printed
+    assert not list(tmp_path.iterdir())  # nothing written, the model card untouched

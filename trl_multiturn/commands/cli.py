@@ -208,10 +208,10 @@ def _add_train(subparsers) -> None:
         sub.set_defaults(func=_train, takes_options=True)
 
 
-def eval_parser():
-    """The `TrlParser` of `trl-multiturn eval`."""
+def eval_parser(command: str = "eval"):
+    """The `TrlParser` of `trl-multiturn eval` (and of `play`, which takes the same fields)."""
     return TrlParser(
-        (TextWorldScriptArguments, EvalArguments), prog="trl-multiturn eval",
+        (TextWorldScriptArguments, EvalArguments), prog=f"trl-multiturn {command}",
         description="Greedy success of a model on held-out tasks (of a registered suite: TextWorld, ALFWorld, SWE-Gym "
                     "or your own) with a 95% "
                     "Wilson interval, played with the episode settings saved with the model (episode_settings.json; "
@@ -229,6 +229,20 @@ def _add_eval(subparsers) -> None:
                      "(--help lists the fields).", add_help=False,
     )
     parser.set_defaults(func=_eval, takes_options=True)
+
+
+def _play(args: argparse.Namespace) -> int:
+    return run_eval(eval_parser("play"), ["--num_eval_games", "1", "--show_episodes", str(2**31 - 1),
+                                          "--no_save_results", "--no_progress", *args.options])
+
+
+def _add_play(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "play", help="Play held-out episodes with a saved model and print each turn by turn (observation, reply, "
+                     "action, reward); eval's fields, one game by default, nothing written (--help: the fields).",
+        add_help=False,
+    )
+    parser.set_defaults(func=_play, takes_options=True)
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -251,7 +265,7 @@ def _add_plot(subparsers) -> None:
     parser.set_defaults(func=_plot)
 
 
-SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, add_study_parser, _add_plot,
+SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_play, add_study_parser, _add_plot,
                                add_episodes_parser, add_serve_parser]
 
 

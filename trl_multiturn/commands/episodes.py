@@ -110,6 +110,29 @@ def episode_html(index: int, record: dict, scale: float) -> str:
     return "\n".join(parts)
 
 
+def episode_text(record: dict) -> str:
+    """One episode's outcome record (`EvalResult.outcomes()`) as terminal text, turn by turn: what the model was
+    shown, its reply, the action read from it and the turn's reward, then the outcome."""
+    task = ", ".join(f"{k}={v}" for k, v in (record.get("task") or {}).items())
+    lines = [f"=== episode ({task})"]
+    turns = _turns(record.get("messages") or [])
+    rewards, actions = record.get("turn_rewards") or [], record.get("actions") or []
+    if turns and turns[0][0] is not None:
+        lines.append(f"observation: {turns[0][0]}")
+    for k, (_, reply, after) in enumerate(turns):
+        action = actions[k] if k < len(actions) else None
+        reward = rewards[k] if k < len(rewards) else 0.0
+        lines.append(f"--- turn {k + 1}: reward {reward:+.3f}, action "
+                     + (repr(action) if action is not None else "unreadable"))
+        lines.append(f"reply: {reply}")
+        if after is not None:
+            lines.append(f"observation: {after}")
+    kind, turns_played = outcome(record), record.get("num_turns", len(turns))
+    lines.append(f"=== {kind}" + (f": {record.get('failure')}" if kind == "failed" else "")
+                 + f" after {turns_played} turns, return {float(record.get('return', 0.0)):.3f}")
+    return "\n".join(lines)
+
+
 def _settings_table(settings: dict) -> str:
     rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(json.dumps(v, default=str))}</td></tr>"
                    for k, v in sorted(settings.items()))

@@ -26,6 +26,7 @@ from ..envs.suites import SUITES
 from ..episode_settings import environment_factory_from_spec, load_episode_settings, saved_environment_settings
 from ..evaluation import evaluate
 from ..model_card import update_card_evaluation
+from .episodes import episode_text
 from .script_args import TextWorldScriptArguments
 from .study.spec import StudyData
 
@@ -64,7 +65,17 @@ class EvalArguments:
         default=None,
         metadata={"help": "Where to write eval_results.json (default: the model's folder when it is local)."},
     )
-    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
+    progress: bool = field(default=True, metadata={"help": "A progress bar while playing (--no_progress: none)."})
+    show_episodes: int = field(
+        default=0,
+        metadata={"help": "Print the first N played episodes turn by turn: observation, reply, action read, reward, "
+                          "outcome (`trl-multiturn play` prints every one)."},
+    )
+    save_results: bool = field(
+        default=True,
+        metadata={"help": "Write the results file and update the model card (--no_save_results, as `play` does: "
+                          "nothing written)."},
+    )
     data_path: str | None = field(
         default=None,
         metadata={"help": "ALFWorld: dataset folder ($ALFWORLD_DATA layout). Without one, games are generated in "
@@ -229,9 +240,11 @@ def run_eval(parser, argv: list[str]) -> int:
         temperature=script_args.eval_temperature, batch_size=eval_args.batch_size, episode_settings=saved,
         progress=eval_args.progress)
     how = "greedy" if script_args.eval_temperature == 0 else f"temperature-{script_args.eval_temperature:g}"
+    for record in result.outcomes()[:eval_args.show_episodes]:
+        print(episode_text(record))
     print(f"held-out {how} evaluation on {len(tasks)} test games: {result}")
     results_dir = eval_args.results_dir or (model_path if os.path.isdir(model_path) else None)
-    if results_dir:
+    if results_dir and eval_args.save_results:
         split = {"alfworld": eval_args.eval_split, "swegym": "held-out"}.get(env, "test")
         textworld_shape = env == "textworld" and not script_args.challenge
         shape = (shape_name({k: getattr(script_args, k) for k in SHAPE_FIELDS}) if textworld_shape
