@@ -155,6 +155,7 @@ def test_train_then_eval_from_the_command_line_plays_as_trained(tiny_chatml_mode
     assert main(["train", "sft", "--config", str(ROOT / "recipes" / "quickstart_sft.yaml"), "--model_name_or_path",
                  tiny_chatml_model, "--output_dir", str(out), "--max_steps", "1", "--num_train_games", "2",
                  "--games_dir", str(textworld_games_dir), "--disable_tqdm", "true"]) == 0
+    assert f"MultiTurnSFTTrainer: saved the model, its episode settings and card in {out}" in capsys.readouterr().out
     saved = json.loads((out / "episode_settings.json").read_text())
     assert saved["system_prompt"].startswith("You are playing") and saved["action_parser"] == "first_line"
     assert saved["environment"]["name"] == "textworld"

@@ -117,6 +117,9 @@ def finish_run(trainer, training_args, held_out=None, **push_kwargs) -> None:
     given, push to the Hub if asked (with `push_kwargs`), and end the run: the distributed process group is
     destroyed before exit-time destructors run, so the trainer is no longer usable across ranks."""
     trainer.save_model(training_args.output_dir)
+    if trainer.is_world_process_zero():
+        print(f"{type(trainer).__name__}: saved the model, its episode settings and card in "
+              f"{training_args.output_dir}")
     if held_out is not None:
         held_out()
     if training_args.push_to_hub:
