@@ -177,7 +177,7 @@ def test_push_to_hub_uploads_the_card_settings_and_results(trained_run, monkeypa
 
 def test_plot_draws_the_logged_curves_of_several_runs(trained_run, tmp_path):
     from trl_multiturn.commands.cli import main
-    from trl_multiturn.plotting import log_curves, plot_runs
+    from trl_multiturn.plotting import heldout_points, log_curves, plot_runs
 
     out = trained_run["out"]
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
@@ -192,11 +192,14 @@ def test_plot_draws_the_logged_curves_of_several_runs(trained_run, tmp_path):
     assert titles == ["loss", "success rate", "mean return", "mean turns", "KL", "entropy"]
     kl_lines = fig.axes[4].get_lines()
     assert len(kl_lines) == 2 and list(kl_lines[0].get_ydata()) == curves["kl"][1]
-    # The held-out evaluation kept in `out` is a star at the last step; `second` keeps none.
+    # The held-out evaluation kept in `out` is one star at the last step (its file and, once the state is saved
+    # again, its log record: the same point, drawn once).
     summary = trained_run["result"].summary()
+    last = max(rec["step"] for rec in history if "step" in rec)
+    assert heldout_points(out, history) == ([last], [summary["success_rate"]])
     stars = [line for line in fig.axes[1].get_lines() if line.get_marker() == "*"]
-    assert len(stars) == 1 and list(stars[0].get_ydata()) == [summary["success_rate"]]
-    assert list(stars[0].get_xdata()) == [max(rec["step"] for rec in history if "step" in rec)]
+    assert stars and list(stars[0].get_ydata()) == [summary["success_rate"]]
+    assert list(stars[0].get_xdata()) == [last]
     # A run that never logged KL (beta 0) or success (SFT) gets no such panel.
     third = tmp_path / "sft-like"
     third.mkdir()

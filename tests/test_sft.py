@@ -160,9 +160,10 @@ def test_sft_checkpoint_starts_rl_as_is(sft_run, env_factory, algorithm, tmp_pat
         environment_factory=env_factory,
         train_dataset=datasets.Dataset.from_list([sft_row["task"]]),
     )
-    # The weights RL starts from are the SFT weights, loaded without conversion.
+    # The weights RL starts from are the SFT weights, loaded without conversion (PPO's model is policy and critic in
+    # one module: its policy).
     sft_weights = trainer.model.state_dict()
-    rl_weights = rl.model.state_dict()
+    rl_weights = (rl.model.policy if algorithm == "PPO" else rl.model).state_dict()
     assert sft_weights.keys() == rl_weights.keys()
     assert all(torch.equal(sft_weights[k].cpu(), rl_weights[k].cpu()) for k in sft_weights)
     # The RL rollout builds the very tokens SFT trained on: prompt, replies and observation deltas.
