@@ -103,7 +103,7 @@ class EvalArguments:
     )
 
     _RANGES = {"max_turns": Range(ge=1), "max_completion_length": Range(ge=1), "max_episode_tokens": Range(ge=1),
-               "batch_size": Range(ge=1),
+               "batch_size": Range(ge=1), "show_episodes": Range(ge=0),
                "held_out_fraction": Range(gt=0, lt=1, text="a number between 0 and 1 (exclusive), the share of the "
                                                           "tasks held out from training")}
 
