@@ -66,8 +66,10 @@ def heldout_points(run_dir: str | os.PathLike, log_history: list[dict]) -> tuple
     last = max((rec["step"] for rec in log_history if "step" in rec), default=0)
     kept = [record["summary"]["success_rate"] for record in load_eval_results(run_dir)
             if record.get("summary", {}).get("success_rate") is not None]
-    steps = sorted(points) + [last] * (0 if last in points else len(kept))
-    values = [points[step] for step in sorted(points)] + ([] if last in points else kept)
+    steps = sorted(points)
+    values = [points[step] for step in steps]
+    if last not in points:
+        steps, values = steps + [last] * len(kept), values + kept
     return steps, values
 
 
