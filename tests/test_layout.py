@@ -31,6 +31,16 @@ def test_textworld_script_arguments_do_not_import_the_engine():
     assert out.stdout.strip() == "False"
 
 
+def test_an_environment_worker_does_not_import_torch():
+    # Worker processes and Ray actors import the pool's environment side and the environments; torch there would cost
+    # ~250 MiB per actor for names it never uses (`trl_multiturn.rollout` resolves its public names lazily).
+    modules = ("trl_multiturn.rollout.ray_pool", "trl_multiturn.rollout.env_pool", "trl_multiturn.testing",
+               "trl_multiturn.envs.textworld", "trl_multiturn.envs.alfworld", "trl_multiturn.envs.swegym")
+    code = f"import sys; [__import__(m) for m in {modules!r}]; print(sorted({{'torch', 'transformers'}} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_the_names_of_earlier_layouts_are_gone():
     import trl_multiturn
     import trl_multiturn.rollout

@@ -1,21 +1,22 @@
 """Rollouts: episodes, token-exact chat deltas, environment pools, action parsing, and the episode runner
 (`EpisodeRunner`, which plays rows of tasks into `Episode`s)."""
 
-from .batch import RolloutBatch
-from .chat_tokens import ChatTemplateError, ChatTokenBuilder
-from .env_pool import EnvFailure, EnvPool
-from .episode import Episode
-from .parsing import ACTION_PARSERS, get_action_parser
-from .runner import EpisodeRunner
+from ..lazy import lazy_getattr
 
-__all__ = [
-    "ACTION_PARSERS",
-    "ChatTemplateError",
-    "ChatTokenBuilder",
-    "EnvFailure",
-    "EnvPool",
-    "Episode",
-    "EpisodeRunner",
-    "RolloutBatch",
-    "get_action_parser",
-]
+_PUBLIC = {
+    "ACTION_PARSERS": ".parsing",
+    "ChatTemplateError": ".chat_tokens",
+    "ChatTokenBuilder": ".chat_tokens",
+    "EnvFailure": ".env_pool",
+    "EnvPool": ".env_pool",
+    "Episode": ".episode",
+    "EpisodeRunner": ".runner",
+    "RolloutBatch": ".batch",
+    "get_action_parser": ".parsing",
+}
+
+__all__ = list(_PUBLIC)
+
+# Lazy, so that an environment worker or a Ray actor importing `rollout.slot_env` does not import torch (~250 MiB
+# per process) for names it never uses.
+__getattr__ = lazy_getattr(__name__, _PUBLIC)
