@@ -30,6 +30,20 @@ import torch
 from .episode import Episode
 
 
+@dataclass(frozen=True)
+class StepSample:
+    """One turn of a step-wise episode as a training sample: turn `turn` of episode `episode` (indices into the
+    batch), its context ids exactly as the model saw them, its reply ids exactly as sampled, the loss mask of the
+    reply and the behaviour log-probs."""
+
+    episode: int
+    turn: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+
+
 @dataclass(frozen=True, eq=False)
 class RolloutBatch:
     """The episodes this rank played in one step and what the credit needs of them.
@@ -76,6 +90,20 @@ class RolloutBatch:
                 out.append(([pad_id], [eos_id], [0], [math.nan]))
             else:
                 out.append((ep.prompt_ids, ep.completion_ids, ep.env_mask, ep.logprobs))
+        return out
+
+    def step_samples(self, mask_truncated: bool = False) -> list[StepSample]:
+        """Step-wise format: one training sample per turn of every episode that did not fail, in episode then
+        turn order. Its prompt is the context the turn was generated from, its completion the reply as sampled,
+        its mask 1 on every reply token (0 for a truncated episode when `mask_truncated`)."""
+        out = []
+        for i, ep in enumerate(self.episodes):
+            if ep.failed:
+                continue
+            for k, (start, end) in enumerate(ep.turn_spans):
+                trained = 0 if mask_truncated and ep.truncated else 1
+                out.append(StepSample(i, k, ep.step_contexts[k], ep.completion_ids[start:end],
+                                      [trained] * (end - start), ep.logprobs[start:end]))
         return out
 
     def trained_mask(self, env_mask: list[list[int]], mask_truncated: bool) -> list[list[int]]:
