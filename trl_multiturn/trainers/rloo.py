@@ -66,6 +66,12 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
         if self.loss_granularity not in LOSS_GRANULARITIES:
             raise ValueError(f"loss_granularity={self.loss_granularity!r}: choose one of {LOSS_GRANULARITIES}")
 
+    def stepwise_refusal(self) -> str | None:
+        return ("its loss takes one importance ratio per episode or per turn span of an episode's sequence, which "
+                "step-wise samples do not have yet. Use MultiTurnGRPOConfig with episode_format='stepwise' and "
+                "advantage_estimator='turn_rloo' (the same leave-one-out credit per step), or "
+                "episode_format='trajectory'")
+
     def unused_fields(self) -> dict[str, str]:
         return {**super().unused_fields(), "reward_clip_range": (
             "it clips one reward per completion, which multi-turn credit does not have; shape per-turn rewards with "
