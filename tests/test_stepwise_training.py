@@ -83,6 +83,10 @@ def test_a_stepwise_run_trains_with_a_nonzero_gradient(tiny_chatml_model, tmp_pa
     trainer.train()
     assert trainer.state.global_step == 1
     assert any(not torch.equal(b, a) for b, a in zip(before, trainer.model.parameters()))
+    metrics = trainer.evaluate(Dataset.from_list(rows))  # eval rows are step samples too, padded to whole groups
+    steps = trainer.last_rollout.steps
+    assert steps is not None and len(steps) % trainer.num_generations_eval == 0
+    assert metrics["eval_episodes/failed"] == 0 and "eval_credit/advantage_mean" in metrics
 
 
 def test_fit_steps_draws_a_subset_in_order_or_pads_to_the_budget():
