@@ -15,6 +15,7 @@ from trl_multiturn import (
     MultiTurnGRPOTrainer,
     MultiTurnPPOConfig,
     MultiTurnRLOOConfig,
+    MultiTurnRLOOTrainer,
 )
 from trl_multiturn.credit import CreditBatch, get_estimator
 from trl_multiturn.rollout.batch import fit_steps
@@ -113,7 +114,6 @@ def test_fit_steps_draws_a_subset_in_order_or_pads_to_the_budget():
     (MultiTurnGRPOConfig, {"episode_format": "stepwise", "steps_per_batch": 3, "steps_per_generation": 2},
      "multiple of steps_per_generation"),
     (MultiTurnPPOConfig, {"episode_format": "stepwise"}, "not supported by MultiTurnPPOConfig: its critic"),
-    (MultiTurnRLOOConfig, {"episode_format": "stepwise"}, "not supported by MultiTurnRLOOConfig"),
 ])
 def test_configs_that_cannot_work_are_refused_when_built(tmp_path, config_cls, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -123,3 +123,27 @@ def test_configs_that_cannot_work_are_refused_when_built(tmp_path, config_cls, o
 def test_steps_per_batch_must_fill_whole_groups(tiny_chatml_model, tmp_path):
     with pytest.raises(ValueError, match="steps_per_batch=3 times 1 process.*num_generations=2"):
         make_trainer(tiny_chatml_model, tmp_path, [{"target": 2}] * 4, steps_per_batch=3)
+
+
+def test_rloo_trains_step_wise_with_one_ratio_per_step_and_its_turns_kl_penalty(tiny_chatml_model, tmp_path):
+    rows = [{"target": 2}, {"target": 2}, {"target": 4}, {"target": 4}]
+    args = tiny_rl_args(MultiTurnRLOOConfig, tmp_path, reward_mode="dense", max_turns=4, max_steps=1,
+                        episode_format="stepwise", history="window:1", advantage_estimator="turn_rloo",
+                        action_parser=f"{__name__}:lose_on_odd_length", steps_per_batch=8, beta=0.5)
+    trainer = MultiTurnRLOOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                                   train_dataset=Dataset.from_list(rows))
+    torch.manual_seed(0)
+    inputs = scored(trainer, rows)
+    batch = trainer.last_rollout
+    assert inputs["completion_ids"].shape[0] == len(batch.steps) == 8
+    # each step row's KL penalty lands on its own episode's turn (a KL of 1 per token: beta * reply length)
+    penalties = trainer._turn_kl_penalties(batch, inputs["old_per_token_logps"],
+                                           inputs["old_per_token_logps"] - 1.0, inputs["env_mask"])
+    for step in batch.steps:
+        if step is not None:
+            assert penalties[step.episode][step.turn] == pytest.approx(0.5 * len(step.completion_ids), rel=1e-5)
+    trainer.model.zero_grad()
+    trainer._compute_loss(trainer.model, inputs).backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in trainer.model.parameters())
+    trainer.train()
+    assert trainer.state.global_step == 1

@@ -131,6 +131,13 @@ class RolloutBatch:
             return env_mask
         return [[0] * len(m) if ep.truncated else m for m, ep in zip(env_mask, self.episodes)]
 
+    def completion_id_lists(self) -> list[list[int]]:
+        """Per TRL row, the ids of its completion as the reward functions are given them: an episode's whole
+        completion, or a step's reply (none for padding)."""
+        if self.steps is None:
+            return [ep.completion_ids for ep in self.episodes]
+        return [s.completion_ids if s is not None else [] for s in self.steps]
+
     def completions(self) -> list[list[dict]]:
         """The whole episode after its prompt, as chat messages (what reward functions and completion logs see);
         step-wise: each step's reply."""
