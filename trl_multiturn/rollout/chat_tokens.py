@@ -46,10 +46,13 @@ class ChatTokenBuilder:
         eos_token_ids: the token ids that end a sampled reply (the trainer's `eos_token_ids`); defaults to the
             tokenizer's eos and the model's generation-config eos.
         chat_template_kwargs: extra keyword arguments for `apply_chat_template` (e.g. `enable_thinking`).
+        extend_turns: probe and check the template for extending a conversation turn by turn (the trajectory
+            format). False for step-wise rollouts, which render each context whole (`render`, `prompt_ids`): any
+            template works then, one that rewrites history (Qwen3's) included, and the delta methods are unusable.
     """
 
     def __init__(self, tokenizer, eos_token_ids: Sequence[int] | None = None,
-                 chat_template_kwargs: dict | None = None):
+                 chat_template_kwargs: dict | None = None, extend_turns: bool = True):
         if not getattr(tokenizer, "chat_template", None):
             raise ChatTemplateError(
                 f"The tokenizer {tokenizer.name_or_path!r} has no chat template. Set `tokenizer.chat_template` (for "
@@ -59,6 +62,8 @@ class ChatTokenBuilder:
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.eos_token_ids = set(eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id])
         self._name = tokenizer.name_or_path or type(tokenizer).__name__
+        if not extend_turns:
+            return
         self._probe_prompt_ids = self.render(self._probe_messages()[:1], add_generation_prompt=True)
         self._probe_closed_ids = self.render(self._probe_messages(), add_generation_prompt=False)
         self.end_of_turn_id, self._turn_tail = self._probe_turn_close()

@@ -18,6 +18,11 @@ class Episode:
     the runner's request for an action (what the model was shown), not a state of the environment.
     `observation_roles[k]` is the chat role `observations[k]` reached the model in: "user", or "tool" for the tool
     results of an environment whose `observation_role` is "tool" (the request for an action stays "user").
+
+    Step-wise format: `step_contexts[k]` is the whole context turn k was generated from (rendered from the History
+    policy's view of the episode), `completion_ids` holds the replies only (`env_mask` all 1), and turn k's training
+    sample is `step_contexts[k]` followed by `completion_ids[turn_spans[k][0]:turn_spans[k][1]]`. Empty in the
+    trajectory format.
     """
 
     task: dict
@@ -38,6 +43,7 @@ class Episode:
     failure: str | None = None
     infos: list[dict[str, Any]] = field(default_factory=list)
     observation_roles: list[str] = field(default_factory=list)
+    step_contexts: list[list[int]] = field(default_factory=list)
 
     @property
     def num_turns(self) -> int:

@@ -12,6 +12,7 @@ from ..envs.base import EnvironmentFactory, StepResult
 from .chat_tokens import ChatTokenBuilder
 from .env_pool import EnvFailure, EnvPool, declared
 from .episode import Episode
+from .history import History
 from .parsing import ActionParser, get_action_parser
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,14 @@ class EpisodeRunner:
     closed with the template's end-of-turn token under mask 0 (the model is not trained to have emitted it) and the
     episode goes on.
 
+    Step-wise format (`history` given): each turn's context is rendered whole by the chat template from the messages
+    `history(opening messages, turns so far)` returns (`trl_multiturn.rollout.history`), and recorded in
+    `Episode.step_contexts`; `completion_ids` then holds the sampled replies only (`env_mask` all 1), so turn k's
+    training sample is `step_contexts[k]` followed by its span of `completion_ids`. The template is used as it is
+    at inference, one that rewrites history included; it is never checked for turn-by-turn extension. There,
+    `max_episode_tokens` caps each step's context plus its reply (not the episode), and `max_observation_tokens`
+    counts an observation's own tokens (without the template's).
+
     Args:
         environment_factory: callable returning a fresh `Environment`.
         tokenizer: the policy's tokenizer, with a prefix-preserving chat template.
@@ -71,6 +80,7 @@ class EpisodeRunner:
             while the model generates for the other (`_play_overlapped`); each generate call then holds half the
             episodes. The episodes played are the same as without it (with a generate function that treats each
             context on its own, e.g. greedy decoding).
+        history: a `History` policy for the step-wise format; None (default) for the trajectory format.
     """
 
     def __init__(
@@ -93,6 +103,7 @@ class EpisodeRunner:
         env_ray=None,
         any_live: Callable[[int], bool] | None = None,
         overlap: bool = False,
+        history: History | None = None,
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns={max_turns}: an episode needs at least one turn")
@@ -110,11 +121,12 @@ class EpisodeRunner:
         self.max_observation_tokens = max_observation_tokens
         self.action_parser = get_action_parser(action_parser, tokenizer)
         self.system_prompt = system_prompt
-        self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs)
+        self.history = history
+        self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs, extend_turns=history is None)
         self.eos_token_ids = self.tokens.eos_token_ids
         self._check_episode_budget()
         self.observation_role = declared(environment_factory, "observation_role", "user")
-        if self.observation_role != "user":
+        if self.observation_role != "user" and history is None:
             self.tokens.check_observation_role(self.observation_role)  # refuse a template without it now
         self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb,
                             ray=env_ray)
@@ -148,6 +160,8 @@ class EpisodeRunner:
                     break
                 self._play_turn(episodes, live)
         self._finish_cut_episodes(episodes)
+        for ep in episodes:
+            del ep.step_contexts[ep.num_turns:]  # the context rendered after the last turn was never played
         return episodes
 
     def close(self) -> None:
@@ -163,6 +177,8 @@ class EpisodeRunner:
             else:
                 messages = self.opening_messages(first)
                 ep = Episode(task=row, prompt_ids=self.tokens.prompt_ids(messages), prompt_messages=messages)
+                if self.history is not None:
+                    ep.step_contexts.append(ep.prompt_ids)
                 if self._budget(ep) < 1:
                     ep.failed, ep.failure = True, (
                         f"the first observation makes a prompt of {len(ep.prompt_ids)} tokens, leaving no room for a "
@@ -194,8 +210,14 @@ class EpisodeRunner:
 
     def _budget(self, ep: Episode) -> int:
         """Tokens the episode may still sample in its next reply."""
-        left = math.inf if self.max_episode_tokens is None else self.max_episode_tokens - ep.num_tokens
+        left = math.inf if self.max_episode_tokens is None else self.max_episode_tokens - len(self._context(ep))
         return int(min(self.max_reply_tokens, left))
+
+    def _context(self, ep: Episode) -> list[int]:
+        """The tokens the episode's next reply is generated from."""
+        if self.history is not None:
+            return ep.step_contexts[-1]
+        return ep.prompt_ids + ep.completion_ids
 
     def _play_turn(self, episodes: list[Episode], live: list[int]) -> None:
         to_step, actions = self._reply(episodes, live)
@@ -230,7 +252,7 @@ class EpisodeRunner:
         """One generate call for the `live` episodes; records each reply and returns the episodes whose reply holds
         an action, with their actions."""
         budgets = [self._budget(episodes[i]) for i in live]
-        contexts = [episodes[i].prompt_ids + episodes[i].completion_ids for i in live]
+        contexts = [self._context(episodes[i]) for i in live]
         completions, logprobs = self.generate_fn(contexts, max(budgets, default=self.max_reply_tokens))
         to_step, actions = [], []
         for j, i in enumerate(live):
@@ -272,6 +294,9 @@ class EpisodeRunner:
         if result.done:
             ep.done, ep.won = True, bool(result.won)
             return
+        if self.history is not None:
+            self._next_step_context(ep, result.observation)
+            return
         start, end = ep.turn_spans[-1]
         appended = self.tokens.close_ids(ep.completion_ids[start:end])
         observation_ids = self.tokens.observation_ids(result.observation, role)
@@ -287,6 +312,22 @@ class EpisodeRunner:
         ep.completion_ids += appended
         ep.env_mask += [0] * len(appended)
         ep.logprobs += [math.nan] * len(appended)
+
+    def _next_step_context(self, ep: Episode, observation: str) -> None:
+        """Step-wise: render the next turn's context from the History policy's view of the episode, or end the
+        episode as truncated when the observation or the context leaves no room within the caps."""
+        reason = self._over_observation_cap(len(self.tokenizer.encode(observation, add_special_tokens=False)))
+        if reason is not None:
+            ep.done = ep.truncated = True
+            ep.infos[-1] = {**ep.infos[-1], "truncation": reason}
+            return
+        exchanged = ep.messages()[len(ep.prompt_messages):]
+        turns = [exchanged[k: k + 2] for k in range(0, len(exchanged), 2)]
+        context = self.tokens.prompt_ids(self.history(list(ep.prompt_messages), turns))
+        if self.max_episode_tokens is not None and len(context) >= self.max_episode_tokens:
+            ep.done = ep.truncated = True  # no room left for a reply after this context
+            return
+        ep.step_contexts.append(context)
 
     def _finish_cut_episodes(self, episodes: list[Episode]) -> None:
         """Episodes still live after `max_turns`, or cut by the token budget, are truncated; an environment that

@@ -50,6 +50,11 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
     the environment's `reset` understands. `reward_funcs` are optional extra trajectory-level rewards with TRL's
     signature; the environment's return under `reward_mode` is always the first reward source. With a model object
     and `beta > 0`, the reference model is a frozen copy of that object (not reloaded from `config._name_or_path`).
+
+    With `episode_format="stepwise"` TRL's rows are the step samples (`RolloutBatch.steps`; their number per process
+    is `steps_per_batch`), each with its turn's advantage A[i, k]. The loss normalisation is TRL's `loss_type`: with
+    its default "dapo", per token over the generation batch, L = -sum_{s,t} m[s,t] surrogate[s,t] / sum_{s,t} m[s,t]
+    (a step weighs in proportion to its reply's length); "grpo" averages each step first (per step).
     """
 
     _tag_names = ["trl", "grpo", "trl-multiturn"]

@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 import logging
 import math
+import random
 import typing
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,12 +30,13 @@ from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_tok
 from ..credit.rewards import REWARD_MODES
 from ..episode_data import save_episodes
 from ..rollout import Episode, EpisodeRunner
-from ..rollout.batch import RolloutBatch
+from ..rollout.batch import RolloutBatch, fit_steps
 from ..rollout.env_pool import check_env_settings, sigterm_stops_the_run
 from ..rollout.generation import CachedGenerator
+from ..rollout.history import get_history
 from ..rollout.parsing import get_action_parser
 from ..rollout.ray_pool import RayPlacement, check_ray_placement, parse_ray_resources
-from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
+from ..rollout.training_template import prepare_chat_template, read_chat_template, use_training_chat_template_field
 from .run_files import RunFilesMixin
 from .trl_compat import SUPPORTED_TRL, TRLCompatibilityError, check_trl_attributes, single_turn_replies
 
@@ -61,6 +63,30 @@ class MultiTurnArguments:
     """Config fields shared by the multi-turn RL trainers (mixed into their TRL configs)."""
 
     max_turns: int = field(default=8, metadata={"help": "The most replies the model makes in one episode."})
+    episode_format: str = field(
+        default="trajectory",
+        metadata={"help": "How an episode becomes training data. 'trajectory': one growing token sequence per episode "
+                          "(observations appended as template deltas), trained as one sample. 'stepwise': each "
+                          "turn's context is rendered whole by the chat template from the `history` policy's view of "
+                          "the episode, and each turn is its own sample (context as the model saw it, reply as "
+                          "sampled), with the estimator's advantage for that turn. See docs/stepwise.md.",
+                  "choices": ["trajectory", "stepwise"]},
+    )
+    history: str = field(
+        default="full",
+        metadata={"help": "episode_format='stepwise': what each turn's context holds besides the opening messages: "
+                          "'full' (every turn so far), 'window:K' (the last K turns verbatim), or a "
+                          "'package.module:function' path to a policy `(opening, turns) -> messages` "
+                          "(`trl_multiturn.rollout.history`)."},
+    )
+    steps_per_batch: int | None = field(
+        default=None,
+        metadata={"help": "episode_format='stepwise': the number of step samples each process trains on per "
+                          "generation batch: a uniformly drawn subset of the steps played when there are more, "
+                          "padded with untrained samples when fewer. None: every step played, padded up to a "
+                          "multiple of num_generations * steps_per_generation (one process only). Must be a multiple "
+                          "of steps_per_generation, and (times the number of processes) of num_generations."},
+    )
     max_episode_tokens: int | None = field(
         default=None,
         metadata={"help": "Cap on a whole episode's tokens (prompt, replies and observations). An episode that "
@@ -186,6 +212,7 @@ class MultiTurnArguments:
     # The allowed values of the numeric fields (`trl_multiturn.config_checks`; the types come from the annotations).
     _RANGES = {
         "max_turns": Range(ge=1, text="an integer >= 1 (an episode needs at least one turn)"),
+        "steps_per_batch": Range(ge=1, text="a positive number of step samples per process (an integer), or None"),
         "max_episode_tokens": Range(ge=1, text="a positive number of tokens for the whole episode (an integer), or "
                                                 "None for no cap"),
         "max_observation_tokens": Range(ge=1, text="a positive number of tokens for one observation (an integer), "
@@ -220,6 +247,7 @@ class MultiTurnArguments:
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
+        self.check_episode_format()
         max_completion_length = getattr(self, "max_completion_length", 1)
         if max_completion_length is None or max_completion_length < 1:
             raise ValueError(f"max_completion_length={max_completion_length}: it caps each reply and must be a "
@@ -238,6 +266,31 @@ class MultiTurnArguments:
         """The fields of this config that its trainer ignores, each with what to use instead: `check_multiturn_args`
         refuses any of them set to a value other than its default."""
         return {}
+
+    def check_episode_format(self) -> None:
+        """Refuse step-wise fields outside the step-wise format, a `history` that names no policy, and the
+        step-wise format on a trainer that does not support it (`stepwise_refusal`)."""
+        if self.episode_format != "stepwise":
+            given = [f"{name}={getattr(self, name)!r}" for name, default in (("history", "full"),
+                                                                             ("steps_per_batch", None))
+                     if getattr(self, name) != default]
+            if given:
+                raise ValueError(f"{', '.join(given)} only apply to episode_format='stepwise' (this config has "
+                                 f"episode_format={self.episode_format!r}): set episode_format='stepwise' or leave "
+                                 "them at their defaults")
+            return
+        get_history(self.history)
+        refusal = self.stepwise_refusal()
+        if refusal:
+            raise ValueError(f"episode_format='stepwise' is not supported by {type(self).__name__}: {refusal}")
+        per_generation = getattr(self, "steps_per_generation", None) or 1
+        if self.steps_per_batch is not None and self.steps_per_batch % per_generation:
+            raise ValueError(f"steps_per_batch={self.steps_per_batch} must be a multiple of steps_per_generation="
+                             f"{per_generation} (each optimizer step trains on an equal share of the step samples)")
+
+    def stepwise_refusal(self) -> str | None:
+        """Why this config's trainer cannot train `episode_format='stepwise'`, with what to use; None if it can."""
+        return None
 
     def check_advantage_estimator(self) -> None:
         """Raise if `advantage_estimator` is not registered or `estimator_kwargs` holds options it does not take.
@@ -399,8 +452,12 @@ class MultiTurnMixin(RunFilesMixin):
         # truncated episodes instead.
         self.mask_truncated_completions = False
         self.environment_factory = environment_factory
-        prepare_chat_template(self._tokenizer, self.args.chat_template_path, self.args.use_training_chat_template,
-                              self.eos_token_ids, self.chat_template_kwargs)
+        stepwise = self.args.episode_format == "stepwise"
+        if stepwise:
+            self._check_stepwise_setup()
+        else:  # step-wise contexts are rendered whole: any template works there, as it does at inference
+            prepare_chat_template(self._tokenizer, self.args.chat_template_path,
+                                  self.args.use_training_chat_template, self.eos_token_ids, self.chat_template_kwargs)
         self.episode_runner = EpisodeRunner(
             environment_factory,
             self._tokenizer,
@@ -419,10 +476,29 @@ class MultiTurnMixin(RunFilesMixin):
             env_ray=self.args.ray_placement(),
             any_live=self._any_live,
             overlap=self.args.rollout_overlap,
+            history=get_history(self.args.history) if stepwise else None,
         )
         self.last_rollout: RolloutBatch | None = None  # the last step's batch, for inspection only
         self._batch_in_trl_call: RolloutBatch | None = None  # set only inside `_trl_call`
         self._history_cache = self._make_history_cache()
+
+    def _check_stepwise_setup(self) -> None:
+        """Refuse what the step-wise format does not support yet, naming the fix."""
+        if len(self.reward_funcs) > 1:
+            raise ValueError("episode_format='stepwise' takes its rewards from the environment only (per turn); "
+                             "trajectory-level reward_funcs are not supported there yet: drop reward_funcs or use "
+                             "episode_format='trajectory'")
+        if self.args.chat_template_path:
+            self._tokenizer.chat_template = read_chat_template(self.args.chat_template_path)
+        budget, processes = self.args.steps_per_batch, self.accelerator.num_processes
+        if budget is None and processes > 1:
+            raise ValueError(f"episode_format='stepwise' on {processes} processes needs steps_per_batch (every "
+                             "process must hand TRL the same number of step samples): set it to a multiple of "
+                             "steps_per_generation whose product with the number of processes is a multiple of "
+                             "num_generations")
+        if budget is not None and (budget * processes) % self.num_generations:
+            raise ValueError(f"steps_per_batch={budget} times {processes} process(es) must be a multiple of "
+                             f"num_generations={self.num_generations} (TRL groups its rows by num_generations)")
 
     # -- environments' lifetime ---------------------------------------------------------------------------------------
 
@@ -552,7 +628,21 @@ class MultiTurnMixin(RunFilesMixin):
             prompt = ep.prompt_messages or [{"role": "user", "content": ""}]
             rows.append({**row, "prompt": prompt, "episode_return": self._episode_return(ep), "won": ep.won,
                          "num_turns": ep.num_turns})
+        if self.args.episode_format == "stepwise":
+            return self._step_rows(rows, batch)
         return rows, batch
+
+    def _step_rows(self, rows: list[dict], batch: RolloutBatch) -> tuple[list[dict], RolloutBatch]:
+        """Step-wise: TRL's rows become the step samples of the batch, sized by `steps_per_batch` (`fit_steps`);
+        a padding row carries its batch's first task and no return."""
+        if batch.mode == "train":
+            multiple, budget = self.num_generations * self.args.steps_per_generation, self.args.steps_per_batch
+        else:
+            multiple, budget = self.num_generations_eval, None
+        rng = random.Random(f"{self.args.seed}-{self.state.global_step}-{self.accelerator.process_index}")
+        steps = fit_steps(batch.step_samples(self.args.mask_truncated_completions), budget, multiple, rng)
+        step_rows = [rows[s.episode] if s is not None else {**rows[0], "episode_return": None} for s in steps]
+        return step_rows, batch.with_steps(steps)
 
     @contextmanager
     def _trl_call(self, batch: RolloutBatch):
@@ -615,7 +705,8 @@ class MultiTurnMixin(RunFilesMixin):
     # -- credit -------------------------------------------------------------------------------------------------------
 
     def _token_advantages(self, batch: RolloutBatch, length: int, turn_penalties: list[list[float]] | None = None):
-        """(B, length) per-token advantages for this rank's episodes of `batch`.
+        """(B, length) per-token advantages for this rank's rows of `batch`: its episodes, or step-wise its step
+        samples, each with its turn's advantage.
 
         Per-turn rewards of every rank's episodes (`batch.turn_rewards`, weighted by `reward_weights[0]`) are
         gathered (groups may span ranks), trajectory-level `reward_funcs` (columns 1.. of
@@ -640,7 +731,10 @@ class MultiTurnMixin(RunFilesMixin):
         self._log_credit_metrics(credit, turn_adv)
         start = batch.process_index * len(local)
         local_adv = turn_adv[start: start + len(local)]
-        return turn_to_token_advantages(local_adv, [s for _, _, s, _ in local], length)
+        if batch.steps is not None:  # each step sample takes its turn's advantage
+            local_adv = torch.tensor([[float(local_adv[s.episode, s.turn]) if s is not None else 0.0]
+                                      for s in batch.steps], dtype=local_adv.dtype)
+        return turn_to_token_advantages(local_adv, batch.row_turn_spans(), length)
 
     def _with_trajectory_rewards(self, turn_rewards: list[list[float]], rewards_per_func: torch.Tensor | None,
                                  reward_weights: torch.Tensor):
@@ -723,10 +817,11 @@ class MultiTurnMixin(RunFilesMixin):
         counts = mask.sum(dim=1)
         per_episode = torch.where(counts > 0, (advantages * mask).sum(dim=1) / counts.clamp(min=1), torch.nan)
         per_turn = [[round((advantages[i, s:e] * mask[i, s:e]).sum().item() / mask[i, s:e].sum().item(), 4)
-                     for s, e in ep.turn_spans if mask[i, s:e].any()] for i, ep in enumerate(batch.episodes)]
+                     for s, e in spans if mask[i, s:e].any()] for i, spans in enumerate(batch.row_turn_spans())]
         per_episode = self.accelerator.gather(per_episode).tolist()
         if trl_logged is not None:
-            expected = trl_logged.tolist()
+            # TRL's log keeps its last generation_batch_size values: fewer than a step-wise batch's rows
+            expected = trl_logged.tolist()[-len(self._logs["advantages"]):] if self._logs["advantages"] else []
             logged = [self._logs["advantages"].pop() for _ in expected][::-1]
             if not torch.allclose(torch.tensor(logged), torch.tensor(expected), equal_nan=True):
                 raise TRLCompatibilityError(f"TRL's completion log no longer ends with the advantages it computed for "

@@ -139,6 +139,11 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
             if single:
                 self.num_generations = 1
 
+    def stepwise_refusal(self) -> str | None:
+        return ("its critic and GAE value the tokens of whole episodes; step-wise samples would need the critic to "
+                "value each step's context. Use MultiTurnGRPOConfig with episode_format='stepwise' (e.g. "
+                "advantage_estimator='gigpo'), or episode_format='trajectory'")
+
     def check_advantage_estimator(self) -> None:
         get_value_estimator(self.advantage_estimator)
 

@@ -104,6 +104,9 @@ def segment_surrogate(per_token_logps, old_per_token_logps, advantages, index, e
 class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
     """RLOO over multi-turn episodes.
 
+    With `episode_format="stepwise"` each row is one step sample, so one importance ratio covers one step's reply
+    (either `loss_granularity`), with its turn's advantage; the loss is the mean over the rows' segments (per step).
+
     Same arguments as `trl.RLOOTrainer`, with `reward_funcs` optional: the environment's return under `reward_mode`
     is always the first reward source, and `reward_funcs` add trajectory-level rewards with TRL's signature.
     `environment_factory` is a callable returning a fresh `trl_multiturn.Environment`; each `train_dataset` row is
@@ -171,8 +174,15 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
     def _turn_kl_penalties(self, batch: RolloutBatch, old_per_token_logps, ref_per_token_logps,
                            env_mask) -> list[list[float]]:
         """Per local episode and turn: beta * sum over the turn's sampled tokens of (log pi_old - log pi_ref), TRL
-        RLOO's first-order KL estimate, restricted to the tokens the model sampled."""
+        RLOO's first-order KL estimate, restricted to the tokens the model sampled. Step-wise, each row is one
+        turn's reply; a turn that `steps_per_batch` left out of the rows has no penalty."""
         per_token_kl = (old_per_token_logps - ref_per_token_logps) * env_mask
+        if batch.steps is not None:
+            penalties = [[0.0] * ep.num_turns for ep in batch.episodes]
+            for row, step in enumerate(batch.steps):
+                if step is not None:
+                    penalties[step.episode][step.turn] = self.beta * per_token_kl[row].sum().item()
+            return penalties
         return [[self.beta * per_token_kl[i, start:end].sum().item() for start, end in ep.turn_spans]
                 for i, ep in enumerate(batch.episodes)]
 
@@ -213,7 +223,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
 
         prompts = [row["prompt"] for row in rows]
         completions = batch.completions()
-        completion_lists = [ep.completion_ids for ep in batch.episodes]
+        completion_lists = batch.completion_id_lists()
         rewards_per_func = self._calculate_rewards(rows, prompts, completions, completion_lists)
         batch = batch.with_scores(rewards_per_func)
         penalties = None
