@@ -2,6 +2,7 @@
 
     nice -n 15 python benchmarks/rollout_throughput.py                 # about 3 minutes on 2 shared cores
     python benchmarks/rollout_throughput.py --episodes 32 --turns 10 --train-steps 6
+    nice -n 15 python benchmarks/rollout_throughput.py --sections f    # the heavy-tailed rows alone
 
 Rows (all with a tiny random model, so that the environment and the loop's own costs show):
 
@@ -14,6 +15,11 @@ Rows (all with a tiny random model, so that the environment and the loop's own c
     without and with overlap: episodes and sampled tokens per second, environment steps included.
 (d) transformers against vLLM (CPU) generation: measured by `benchmarks/vllm_cpu.py` in its own venv; see the
     README (not re-run here).
+(f) A heavy-tailed delay environment (each step sleeps a seeded lognormal time: median `--tail-median` s, p99 20x
+    the median) at 16 and 64 episodes, lockstep (`rollout_schedule="turn"`) against `rollout_schedule="episode"`,
+    and the physical bound of the episode-scheduled run: its longest episode's own environment time plus the time of
+    the generate calls that episode took part in (no schedule can finish before that episode has). Each episode's
+    step times depend only on the seed and the episode, so both schedules sleep the same times.
 (e) Trainer time per trained (sampled) token: `MultiTurnGRPOTrainer` on a multi-turn environment against TRL's own
     single-turn `GRPOTrainer`, same model, batch, steps and sampled tokens per sequence (`--turns-per-episode` replies
     of `--reply-tokens` against one completion of their product). The first step (warm-up) is not timed. Per trained
@@ -26,7 +32,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
+import random
+import re
 import statistics
 import tempfile
 import time
@@ -57,23 +66,46 @@ class DelayEnv(Environment):
         return StepResult(f"Turn {self.turn}.", reward=0.0)
 
 
+class HeavyTailEnv(Environment):
+    """Each step sleeps a lognormal time (median `task["median"]` s, log-scale `TAIL_SIGMA`: p99 = 20x the median),
+    drawn from a generator seeded by the task's seed and episode; never ends by itself. The slept time is the
+    step's `info["env_s"]`."""
+
+    def reset(self, task):
+        self.rng = random.Random(f"{task['seed']}-{task['episode']}")
+        self.median, self.episode = task["median"], task["episode"]
+        return f"Episode {self.episode}. {OPENING}"
+
+    def step(self, action):
+        seconds = self.rng.lognormvariate(math.log(self.median), TAIL_SIGMA) if self.median > 0 else 0.0
+        time.sleep(seconds)
+        return StepResult("Go on.", reward=0.0, info={"env_s": seconds})
+
+
+TAIL_SIGMA = math.log(20) / statistics.NormalDist().inv_cdf(0.99)  # p99 / median = exp(2.326 sigma) = 20
+
+
 def timed_generator(model_dir: str):
-    """(tokenizer, generate_fn, seconds spent generating so far as a one-element list)."""
+    """(tokenizer, generate_fn, the calls made so far as (seconds, contexts))."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trl_multiturn.rollout.generation import hf_generate_fn
 
     model, tokenizer = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
     generate = hf_generate_fn(model, tokenizer, temperature=1.0)
-    spent = [0.0]
+    calls = []
 
     def timed(contexts, max_new_tokens):
         start = time.perf_counter()
         out = generate(contexts, max_new_tokens)
-        spent[0] += time.perf_counter() - start
+        calls.append((time.perf_counter() - start, contexts))
         return out
 
-    return tokenizer, timed, spent
+    return tokenizer, timed, calls
+
+
+def seconds(calls) -> float:
+    return sum(s for s, _ in calls)
 
 
 def play(factory, rows, model_dir: str, turns: int, overlap: bool = False, one_at_a_time: bool = False,
@@ -82,15 +114,15 @@ def play(factory, rows, model_dir: str, turns: int, overlap: bool = False, one_a
     rollouts after its first: every episode slot's worker process is started (forked) and its environment built."""
     from trl_multiturn.rollout import EpisodeRunner
 
-    tokenizer, generate, spent = timed_generator(model_dir)
+    tokenizer, generate, calls = timed_generator(model_dir)
     runner = EpisodeRunner(factory, tokenizer, generate, max_turns=turns, max_reply_tokens=8,
                            action_parser=parser or "first_line", overlap=overlap)
     try:
         runner(rows)
-        spent[0] = 0.0
+        calls.clear()
         start = time.perf_counter()
         episodes = [ep for row in rows for ep in runner([row])] if one_at_a_time else runner(rows)
-        return time.perf_counter() - start, spent[0], episodes
+        return time.perf_counter() - start, seconds(calls), episodes
     finally:
         runner.close()
 
@@ -136,6 +168,49 @@ def environment_rows(args, model_dir, tmp):
             out.append((f"(c) {name}, defaults" + (" + rollout_overlap" if overlap else ""), wall,
                         f"{len(rows)} episodes, {turns} turns; generation {gen:.2f} s",
                         f"{len(rows) / wall:.2f} episodes/s; {sampled / wall:.0f} sampled tokens/s"))
+    return out
+
+
+def heavy_tail_rows(args, model_dir):
+    """Rows (f)."""
+    from trl_multiturn.rollout import EpisodeRunner
+
+    tokenizer, timed, calls = timed_generator(model_dir)
+
+    def episodes_in(contexts):
+        return {int(re.search(r"Episode (\d+)\.", tokenizer.decode(c)).group(1)) for c in contexts}
+
+    out = []
+    for n in (16, 64):
+        rows = [{"episode": k, "seed": args.seed, "median": args.tail_median} for k in range(n)]
+        walls = {}
+        for schedule in ("turn", "episode"):
+            runner = EpisodeRunner(HeavyTailEnv, tokenizer, timed, max_turns=args.turns, max_reply_tokens=8,
+                                   action_parser=wait_action, schedule=schedule)
+            try:
+                runner([{**row, "median": 0.0} for row in rows])  # warm-up: workers forked, environments built
+                calls.clear()
+                start = time.perf_counter()
+                episodes = runner(rows)
+                walls[schedule] = time.perf_counter() - start
+            finally:
+                runner.close()
+            generation = seconds(calls)
+            env_s = [sum(info["env_s"] for info in ep.infos) for ep in episodes]
+            if schedule == "turn":
+                out.append((f"(f) heavy-tailed delay env, {n} episodes, lockstep", walls["turn"],
+                            f"{len(calls)} generate calls, {generation:.2f} s; environment time per episode: "
+                            f"median {statistics.median(env_s):.2f} s, max {max(env_s):.2f} s", ""))
+                continue
+            members = [(s, episodes_in(contexts)) for s, contexts in calls]
+            own_generation = [sum(s for s, held in members if k in held) for k in range(n)]
+            longest = max(range(n), key=lambda k: env_s[k] + own_generation[k])
+            bound = env_s[longest] + own_generation[longest]
+            out.append((f"(f) heavy-tailed delay env, {n} episodes, rollout_schedule='episode'", walls["episode"],
+                        f"{len(calls)} generate calls, {generation:.2f} s; bound {bound:.2f} s (episode {longest}: "
+                        f"environment {env_s[longest]:.2f} s + its generate calls {own_generation[longest]:.2f} s)",
+                        f"wall / bound {walls['episode'] / bound:.2f}; {walls['turn'] / walls['episode']:.1f}x "
+                        f"faster than lockstep"))
     return out
 
 
@@ -261,23 +336,38 @@ def main() -> None:
     parser.add_argument("--train-repeats", type=int, default=3, help="alternating runs of each trainer")
     parser.add_argument("--turns-per-episode", type=int, default=4, help="replies per multi-turn training episode")
     parser.add_argument("--reply-tokens", type=int, default=8, help="tokens per reply of a training episode")
+    parser.add_argument("--tail-median", type=float, default=0.05,
+                        help="median seconds per step of the heavy-tailed delay environment (rows f)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the heavy-tailed step times")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                        help="the rows to run (d is never re-run)")
     args = parser.parse_args()
 
     from trl_multiturn.testing import build_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_model(os.path.join(tmp, "tiny"))
-        rows = delay_rows(args, model_dir) + environment_rows(args, model_dir, tmp)
-        rows += trainer_rows(args, model_dir, tmp)
+        rows = []
+        for section in args.sections:
+            rows += SECTIONS[section](args, model_dir, tmp)
     load = os.getloadavg()[0]
     print(f"\n{os.cpu_count()} CPU cores, load average {load:.1f} at the end; delay env {args.delay * 1000:.0f} ms "
-          f"per step, {args.episodes} episodes x {args.turns} turns\n")
+          f"per step, {args.episodes} episodes x {args.turns} turns; heavy-tailed delay env: median "
+          f"{args.tail_median * 1000:.0f} ms per step, p99 20x, seed {args.seed}, {args.turns} turns\n")
     print("| row | wall (s) | detail | figure |")
     print("| --- | ---: | --- | --- |")
     for name, wall, detail, figure in rows:
         print(f"| {name} | {wall:.2f} | {detail} | {figure} |")
     print("| (d) transformers vs vLLM (CPU) | | SmolLM2-135M, TextWorld w1-o2-q2, 16 episodes x 4 turns | see "
           "`benchmarks/vllm_cpu.py` in the README (not re-run) |")
+
+
+SECTIONS = {
+    "a": lambda args, model_dir, tmp: delay_rows(args, model_dir),  # with (b)
+    "c": environment_rows,
+    "e": trainer_rows,
+    "f": lambda args, model_dir, tmp: heavy_tail_rows(args, model_dir),
+}
 
 
 if __name__ == "__main__":

@@ -37,3 +37,13 @@ def assert_env_mask_exact(tokenizer, episode: Episode) -> None:
         assert obs.strip() in env_text
         if len(obs.strip()) > 8:
             assert obs.strip() not in model_text
+
+
+def same_episode(episode: Episode, reference: Episode) -> bool:
+    """The same tokens, masks, turns, rewards, observations and outcome: what two schedules of one greedy rollout
+    must agree on (the order of their generate calls aside)."""
+    return (episode.completion_ids == reference.completion_ids and episode.env_mask == reference.env_mask
+            and episode.turn_spans == reference.turn_spans and episode.turn_rewards == reference.turn_rewards
+            and episode.observations == reference.observations
+            and (episode.won, episode.done, episode.truncated, episode.failed)
+            == (reference.won, reference.done, reference.truncated, reference.failed))

@@ -38,6 +38,13 @@ def test_with_rollout_overlap_the_halves_alternate_and_ranks_still_make_equal_ca
     assert rank0 == [1, 1, 0, 0, 0, 0, 0]
 
 
+def test_with_episode_scheduling_ranks_still_make_equal_calls(tiny_chatml_model, tmp_path):
+    rank0, rank1 = run_two_ranks(tiny_chatml_model, tmp_path, "episode")
+    # How rank 1's six replies group into calls depends on when its steps return; rank 0 pads with empty calls.
+    assert len(rank0) == len(rank1) >= 3
+    assert sum(rank1) == 6 and sum(rank0) == 2 and rank0[0] == 2 and set(rank0[1:]) == {0}
+
+
 PPO_SCRIPT = Path(__file__).parent / "distributed" / "ppo_sharded.py"
 PPO_PROCESSES = int(os.environ.get("TEST_NPROC", "2"))
 """Processes of the PPO runs: 2 on CPU; scripts/gpu_check.sh sets one per GPU (CUDA then replaces the CPU)."""

@@ -5,7 +5,7 @@ import time
 
 import pytest
 import torch
-from rollout_checks import assert_env_mask_exact, assert_token_exact
+from rollout_checks import assert_env_mask_exact, assert_token_exact, same_episode
 from toy_envs import CountingEnv
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -54,12 +54,6 @@ def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live
         return model, tokenizer, runner(rows), calls
     finally:
         runner.close()
-
-
-def same_episode(ep, ref):
-    return (ep.completion_ids == ref.completion_ids and ep.env_mask == ref.env_mask and ep.turn_spans == ref.turn_spans
-            and ep.turn_rewards == ref.turn_rewards and (ep.won, ep.done, ep.truncated, ep.failed)
-            == (ref.won, ref.done, ref.truncated, ref.failed))
 
 
 @pytest.mark.parametrize("generator", ["per_context", "cached"])

@@ -103,20 +103,21 @@ def test_greedy_rollouts_equal_the_process_pools(cluster, tiny_chatml_model):
         tiny_chatml_model)
     rows = [{"target": 1}, {"target": 3}, {"target": 2}, {"fault": "raise", "fault_turn": 2}]
     played = {}
-    for mode in ("process", "ray"):
+    for mode, schedule in (("process", "turn"), ("ray", "turn"), ("ray", "episode")):
         runner = EpisodeRunner(FaultyEnv, tokenizer, hf_generate_fn(model, tokenizer), max_turns=3,
                                max_reply_tokens=5, action_parser=lambda reply: "go", env_mode=mode,
-                               env_timeout=TIMEOUT, env_ray=SPREAD if mode == "ray" else None)
+                               env_timeout=TIMEOUT, env_ray=SPREAD if mode == "ray" else None, schedule=schedule)
         try:
-            played[mode] = runner(rows)
+            played[mode, schedule] = runner(rows)
         finally:
             runner.close()
-    for ours, theirs in zip(played["ray"], played["process"]):
-        assert (ours.completion_ids, ours.env_mask, ours.turn_rewards, ours.won, ours.failure) == (
-            theirs.completion_ids, theirs.env_mask, theirs.turn_rewards, theirs.won, theirs.failure)
-        assert_token_exact(model, ours)
-    assert [ep.won for ep in played["ray"]] == [True, True, True, False]
-    assert "injected crash" in played["ray"][3].failure
+    for schedule in ("turn", "episode"):  # episode scheduling waits on the actors' calls one by one
+        for ours, theirs in zip(played["ray", schedule], played["process", "turn"]):
+            assert (ours.completion_ids, ours.env_mask, ours.turn_rewards, ours.won, ours.failure) == (
+                theirs.completion_ids, theirs.env_mask, theirs.turn_rewards, theirs.won, theirs.failure)
+            assert_token_exact(model, ours)
+        assert [ep.won for ep in played["ray", schedule]] == [True, True, True, False]
+        assert "injected crash" in played["ray", schedule][3].failure
     assert live_env_actors() == []
 
 

@@ -46,6 +46,7 @@ from .slot_env import EnvFailure, SlotEnvironment
 logger = logging.getLogger(__name__)
 
 ENV_MODES = ("auto", "process", "thread", "ray", "inline")
+ANY_POLL_S = 0.001  # `EnvPool.wait_any`'s polling interval for threads and Ray actors
 _PR_SET_PDEATHSIG = 1
 
 
@@ -129,6 +130,9 @@ class _InlineRunner:
     def wait(self, deadline: float | None):
         return self._result
 
+    def finished(self) -> bool:
+        return True
+
     def close(self) -> None:
         self.slot_env.close()
 
@@ -176,6 +180,9 @@ class _ThreadRunner:
             return self._call.result
         self.slot_env = SlotEnvironment(self.slot_env.factory)
         return EnvFailure(f"environment call timed out after {self.timeout}s (its thread was abandoned)")
+
+    def finished(self) -> bool:
+        return self._call.done.is_set()
 
     def close(self) -> None:
         self.slot_env.close()  # an abandoned call closes its own (replaced) environment
@@ -296,6 +303,15 @@ class _ProcessRunner:
         self.kill()
         return EnvFailure(reason)
 
+    def finished(self) -> bool:
+        """Whether `wait` would return at once: the result (or the end of a dead worker's pipe) has arrived."""
+        if self._unsent is not None:
+            return True
+        try:
+            return self.conn.poll(0)
+        except (EOFError, OSError):
+            return True
+
     def request_close(self) -> None:
         try:
             self.conn.send(("close", None))
@@ -365,6 +381,13 @@ class PendingCalls:
         self._pool, self._cmd, self._started, self._deadline = pool, cmd, started, deadline
         self._results: list | None = None
 
+    def done(self) -> bool:
+        """Whether `results()` would return without waiting: every call has returned (or failed), or the deadline
+        has passed (the calls still running then fail as timed out)."""
+        return (self._results is not None
+                or (self._deadline is not None and time.monotonic() >= self._deadline)
+                or all(runner is None or runner.finished() for _, runner in self._started))
+
     def results(self) -> list:
         """Per slot, in the order started: the call's result, or an `EnvFailure`."""
         if self._results is None:
@@ -419,6 +442,21 @@ class EnvPool:
         generates for other episodes); `.results()` waits for them. Each call's deadline counts from now. In
         "inline" mode the steps run here, before this returns."""
         return self._start("step", list(zip(slots, actions)))
+
+    def wait_any(self, calls: list[PendingCalls]) -> list[int]:
+        """Wait until at least one of `calls` is `done()`; the indices of those that are. Worker processes' pipes are
+        waited on directly; threads and Ray actors are polled every `ANY_POLL_S` seconds."""
+        while True:
+            done = [k for k, call in enumerate(calls) if call.done()]
+            if done or not calls:
+                return done
+            deadlines = [call._deadline for call in calls if call._deadline is not None]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            if self.mode == "process":
+                pipes = [r.conn for call in calls for _, r in call._started if isinstance(r, _ProcessRunner)]
+                mp.connection.wait(pipes, timeout=timeout)
+            else:
+                time.sleep(ANY_POLL_S if timeout is None else min(ANY_POLL_S, timeout))
 
     def finish(self, slots: list[int]) -> list[StepResult | None | EnvFailure]:
         return self._run("finish", [(slot, None) for slot in slots])

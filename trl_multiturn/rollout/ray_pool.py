@@ -144,6 +144,11 @@ class RayRunner:
             return EnvFailure(f"the environment's result could not be read back from its actor "
                               f"({type(exc).__name__}: {_first_line(exc)}); keep StepResult.info to plain data")
 
+    def finished(self) -> bool:
+        if self._unsent is not None or self.ref is None:
+            return True
+        return bool(_ray().wait([self.ref], timeout=0)[0])
+
     def kill(self) -> None:
         self.lost = True
         try:

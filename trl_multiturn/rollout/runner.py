@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 from ..envs.base import EnvironmentFactory, StepResult
 from .chat_tokens import ChatTokenBuilder
-from .env_pool import EnvFailure, EnvPool, declared
+from .env_pool import EnvFailure, EnvPool, PendingCalls, declared
 from .episode import Episode
 from .history import History
 from .parsing import ActionParser, get_action_parser
@@ -21,6 +21,17 @@ logger = logging.getLogger(__name__)
 GenerateFn = Callable[[list[list[int]], int], "tuple[list[list[int]], list[list[float]] | None]"]
 
 UNREADABLE_REPLY = "I could not find an action in your reply. Answer with the action only."
+ROLLOUT_SCHEDULES = ("turn", "episode")
+
+
+def check_schedule(schedule: str, overlap: bool) -> None:
+    """Refuse a rollout schedule that does not exist, or one combined with `rollout_overlap`."""
+    if schedule not in ROLLOUT_SCHEDULES:
+        raise ValueError(f"rollout_schedule={schedule!r}: choose one of {ROLLOUT_SCHEDULES}")
+    if schedule == "episode" and overlap:
+        raise ValueError("rollout_schedule='episode' with rollout_overlap=True: choose one. Episode scheduling "
+                         "already runs every episode's environment step while the model generates for the others; "
+                         "set rollout_overlap=False (or rollout_schedule='turn' to keep the two halves)")
 
 
 def opening_messages(first_observation: str, system_prompt: str | None = None) -> list[dict]:
@@ -32,7 +43,8 @@ def opening_messages(first_observation: str, system_prompt: str | None = None) -
 class EpisodeRunner:
     """Turns dataset rows (one task each) into played `Episode`s.
 
-    Each turn makes exactly one `generate_fn` call for all live episodes (with `overlap`, one per half), parses an
+    Each turn makes exactly one `generate_fn` call for all live episodes (with `overlap`, one per half; with
+    `schedule="episode"`, episodes are not held to common turns: see `_play_by_episode`), parses an
     action out of each reply, steps every environment at once through an `EnvPool`, and appends the observation as the
     chat template's token delta for a new message (never re-tokenising history): a user turn, or a tool message for
     environments whose `observation_role` is "tool" (the request for an action after an unreadable reply stays a user
@@ -81,6 +93,12 @@ class EpisodeRunner:
             episodes. The episodes played are the same as without it (with a generate function that treats each
             context on its own, e.g. greedy decoding).
         history: a `History` policy for the step-wise format; None (default) for the trajectory format.
+        schedule: "turn" (lockstep: each turn is one generate call for every live episode, and the next turn waits
+            for the slowest environment step of this one) or "episode" (`_play_by_episode`: an episode whose step
+            has returned goes back to generation at the next call, batched with every other episode ready by then,
+            while the slower episodes' steps keep running). The episodes played are the same under both (with a
+            generate function that treats each context on its own); only the calls' batches differ. Not with
+            `overlap`, which is a two-group form of the same idea.
     """
 
     def __init__(
@@ -104,6 +122,7 @@ class EpisodeRunner:
         any_live: Callable[[int], bool] | None = None,
         overlap: bool = False,
         history: History | None = None,
+        schedule: str = "turn",
     ):
         if max_turns < 1:
             raise ValueError(f"max_turns={max_turns}: an episode needs at least one turn")
@@ -131,7 +150,9 @@ class EpisodeRunner:
         self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb,
                             ray=env_ray)
         self.any_live = any_live or (lambda n: n > 0)
+        check_schedule(schedule, overlap)
         self.overlap = overlap
+        self.schedule = schedule
         self._warned_over_budget = False
 
     def _check_episode_budget(self) -> None:
@@ -151,7 +172,9 @@ class EpisodeRunner:
 
     def __call__(self, rows: list[dict]) -> list[Episode]:
         episodes = self._reset(rows)
-        if self.overlap and len(episodes) > 1:
+        if self.schedule == "episode":
+            self._play_by_episode(episodes)
+        elif self.overlap and len(episodes) > 1:
             self._play_overlapped(episodes)
         else:
             for _ in range(self.max_turns):
@@ -244,6 +267,40 @@ class EpisodeRunner:
         for work in pending:  # the other sub-batch's last steps (none live anywhere, so none waiting here)
             if work is not None:
                 self._observe(episodes, work[0], work[1], work[2].results())
+
+    def _play_by_episode(self, episodes: list[Episode]) -> None:
+        """Each generate call takes every live episode that is not waiting on its environment; an episode's step
+        starts as soon as its reply is parsed and runs, with its own deadline, until it returns. When no episode is
+        ready the loop waits for the first step to return (and takes every other one that has returned by then).
+
+        One generate call per iteration, on every rank while any rank has an episode that is ready or stepping (a
+        rank with none ready makes the call with no context, the trainers' dummy call), so ranks whose steps return
+        in a different order still make equal numbers of calls."""
+        ready = [i for i, ep in enumerate(episodes) if self._is_live(ep)]
+        stepping: dict[int, PendingCalls] = {}  # episode -> its step under way
+        while True:
+            if not ready and stepping:
+                ready = self._returned(episodes, stepping, wait=True)
+            if not self.any_live(len(ready) + len(stepping)):
+                break
+            to_step, actions = self._reply(episodes, ready)
+            for i, action in zip(to_step, actions):
+                stepping[i] = self.pool.start_step([i], [action])
+            unreadable = [i for i in ready if i not in stepping]
+            self._observe(episodes, unreadable, [], [])
+            ready = sorted([i for i in unreadable if self._is_live(episodes[i])]
+                           + self._returned(episodes, stepping, wait=False))
+
+    def _returned(self, episodes: list[Episode], stepping: dict[int, PendingCalls], wait: bool) -> list[int]:
+        """Record the steps of `stepping` that have returned (with `wait`, after waiting for the first), take them
+        off it, and return their episodes that are still live."""
+        slots = list(stepping)
+        calls = [stepping[i] for i in slots]
+        done = self.pool.wait_any(calls) if wait else [k for k, call in enumerate(calls) if call.done()]
+        returned = [slots[k] for k in done]
+        for i in returned:
+            self._observe(episodes, [i], [i], stepping.pop(i).results())
+        return [i for i in returned if self._is_live(episodes[i])]
 
     def _is_live(self, ep: Episode) -> bool:
         return not (ep.done or ep.failed) and ep.num_turns < self.max_turns

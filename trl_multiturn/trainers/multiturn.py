@@ -36,6 +36,7 @@ from ..rollout.generation import CachedGenerator
 from ..rollout.history import get_history
 from ..rollout.parsing import get_action_parser
 from ..rollout.ray_pool import RayPlacement, check_ray_placement, parse_ray_resources
+from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
 from ..rollout.training_template import prepare_chat_template, read_chat_template, use_training_chat_template_field
 from .run_files import RunFilesMixin
 from .trl_compat import SUPPORTED_TRL, TRLCompatibilityError, check_trl_attributes, single_turn_replies
@@ -185,6 +186,17 @@ class MultiTurnArguments:
                           "long as a generate call (sandboxes, remote or slow engines); with fast environments it "
                           "only halves the generation batch. The same number of generate calls on every rank."},
     )
+    rollout_schedule: str = field(
+        default="turn",
+        metadata={"help": "'turn' (lockstep: each turn is one generate call for every live episode, and the next "
+                          "turn waits for the slowest environment step) or 'episode' (an episode whose environment "
+                          "has answered goes to the next generate call at once, batched with every other episode "
+                          "ready by then, while slower steps keep running: no episode waits for a straggler). Under "
+                          "greedy decoding both play the same episodes. Ranks still make equal numbers of generate "
+                          "calls (a rank with no episode ready makes a dummy call), so vLLM server mode and ZeRO-3 "
+                          "work. Not with rollout_overlap.",
+                  "choices": ROLLOUT_SCHEDULES},
+    )
 
     chat_template_path: str | None = field(
         default=None,
@@ -254,6 +266,7 @@ class MultiTurnArguments:
                              "positive number of tokens (e.g. 64)")
         get_action_parser(self.action_parser)
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
+        check_schedule(self.rollout_schedule, self.rollout_overlap)
         self.env_ray_resources = parse_ray_resources(self.env_ray_resources)
         check_ray_placement(self.env_mode, self.ray_placement())
 
@@ -477,6 +490,7 @@ class MultiTurnMixin(RunFilesMixin):
             any_live=self._any_live,
             overlap=self.args.rollout_overlap,
             history=get_history(self.args.history) if stepwise else None,
+            schedule=self.args.rollout_schedule,
         )
         self.last_rollout: RolloutBatch | None = None  # the last step's batch, for inspection only
         self._batch_in_trl_call: RolloutBatch | None = None  # set only inside `_trl_call`
