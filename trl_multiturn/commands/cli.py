@@ -8,6 +8,7 @@
     trl-multiturn eval --model_name_or_path outputs/textworld_sft --num_eval_games 50 --max_turns 8
     trl-multiturn eval --config recipes/quickstart.yaml
     trl-multiturn plot outputs/quickstart_grpo outputs/other_run -o curves.png
+    trl-multiturn recipes list
 
 Adding a subcommand: write `_add_<name>(subparsers)` that builds its parser and sets `func` (called with the parsed
 arguments, returns an exit code), and list it in `SUBCOMMANDS`. A command whose options are dataclass fields
@@ -32,6 +33,7 @@ from ..data import split_seeds
 from ..model_setup import ModelSetup
 from .episodes import add_episodes_parser
 from .eval import EvalArguments, run_eval
+from .recipes import add_recipes_parser, resolve_config_option
 from .script_args import TextWorldScriptArguments
 from .serve import add_serve_parser
 from .study import add_study_parser
@@ -266,10 +268,10 @@ def _add_plot(subparsers) -> None:
 
 
 SUBCOMMANDS: list[Callable] = [_add_make_games, _add_train, _add_eval, _add_play, add_study_parser, _add_plot,
-                               add_episodes_parser, add_serve_parser]
+                               add_episodes_parser, add_serve_parser, add_recipes_parser]
 
 
-USER_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError)
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError)
 """What the package raises for bad input (a config field, a path, a study file): printed as one `error:` line."""
 
 
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if getattr(args, "takes_options", False):
-        args.options = rest  # `--config FILE` and field overrides, parsed by TrlParser
+        args.options = resolve_config_option(rest)  # `--config FILE|NAME` and field overrides, parsed by TrlParser
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:

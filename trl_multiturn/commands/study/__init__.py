@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..recipes import resolve_config
 from . import report
 from .report import power_report, stale_runs, withdraw_stale, write_report
 from .results import Results
@@ -89,7 +90,8 @@ def add_study_parser(subparsers) -> None:
         description="trl-multiturn study recipes/paper/<study>.yaml: runs in order, skips the runs (and stages) the "
                     "results JSON records, writes the table (.md, .json) and figure (.png).",
     )
-    parser.add_argument("study", type=Path, help="The study file.")
+    parser.add_argument("study", type=lambda text: Path(resolve_config(text)),
+                        help="The study file, or a shipped study's name (e.g. paper/algorithms_cpu).")
     parser.add_argument("--runs", nargs="+", help="Only these runs (default: all, in order).")
     parser.add_argument("--check", action="store_true", help="Validate the study file and exit.")
     parser.add_argument("--report", action="store_true",

@@ -1,0 +1,98 @@
+"""The recipes shipped inside the package (trl_multiturn/recipes/; a checkout's top-level `recipes/` links to it), by
+name: `quickstart` is recipes/quickstart.yaml, `paper/algorithms` is recipes/paper/algorithms.yaml.
+
+    trl-multiturn recipes list
+    trl-multiturn recipes show quickstart
+    trl-multiturn recipes copy quickstart my_run.yaml
+    trl-multiturn train grpo --config quickstart        # a shipped name wherever a recipe file is read
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..config_checks import did_you_mean
+
+RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
+
+
+def recipe_names() -> list[str]:
+    """Every shipped recipe's name: its path under the recipes folder, without `.yaml`."""
+    return sorted(path.relative_to(RECIPES_DIR).with_suffix("").as_posix() for path in RECIPES_DIR.rglob("*.yaml"))
+
+
+def recipe_path(name: str) -> Path:
+    """The file of the shipped recipe `name` (`.yaml` optional); a FileNotFoundError listing the names otherwise."""
+    path = RECIPES_DIR / (name if name.endswith(".yaml") else f"{name}.yaml")
+    if not path.is_file():
+        names = recipe_names()
+        raise FileNotFoundError(f"recipe {name!r}: not a shipped recipe{did_you_mean(name, names)}; "
+                                "`trl-multiturn recipes list` names them all")
+    return path
+
+
+def resolve_config(value: str) -> str:
+    """A `--config` value: an existing file as given, else the shipped recipe of that name (a name that is neither
+    is left as given, for the reader to report)."""
+    if Path(value).is_file():
+        return value
+    try:
+        return str(recipe_path(value))
+    except FileNotFoundError:
+        return value
+
+
+def resolve_config_option(options: list[str]) -> list[str]:
+    """`options` with the value of `--config NAME` (or `--config=NAME`) resolved by `resolve_config`."""
+    resolved = list(options)
+    for index, option in enumerate(resolved):
+        if option == "--config" and index + 1 < len(resolved):
+            resolved[index + 1] = resolve_config(resolved[index + 1])
+        elif option.startswith("--config="):
+            resolved[index] = f"--config={resolve_config(option.partition('=')[2])}"
+    return resolved
+
+
+def _first_comment_line(path: Path) -> str:
+    for line in path.read_text().splitlines():
+        if line.startswith("#") and line.strip("# "):
+            return line.strip("# ")
+    return ""
+
+
+def _recipes_command(args) -> int:
+    if args.action == "list":
+        names = recipe_names()
+        width = max(map(len, names))
+        for name in names:
+            print(f"{name:<{width}}  {_first_comment_line(RECIPES_DIR / f'{name}.yaml')}")
+        return 0
+    source = recipe_path(args.name)
+    if args.action == "show":
+        print(source.read_text(), end="")
+        return 0
+    dest = Path(args.dest) if args.dest else Path(source.name)
+    if dest.is_dir():
+        dest = dest / source.name
+    if dest.exists() and not args.overwrite:
+        raise FileExistsError(f"{dest} exists; give another DEST or --overwrite")
+    shutil.copyfile(source, dest)
+    print(f"wrote {dest} (train with --config {dest})")
+    return 0
+
+
+def add_recipes_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "recipes", help="List, show or copy the recipes shipped with the package (each is also a --config NAME).",
+        description="The YAML recipes inside the package: `list` names them, `show NAME` prints one, `copy NAME "
+                    "[DEST]` writes it to edit. Any --config (and `study`) also takes a NAME.")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("list", help="Every shipped recipe with its first comment line.")
+    show = actions.add_parser("show", help="Print a recipe.")
+    show.add_argument("name", metavar="NAME", help="e.g. quickstart or paper/algorithms_cpu")
+    copy = actions.add_parser("copy", help="Copy a recipe to edit it.")
+    copy.add_argument("name", metavar="NAME", help="e.g. quickstart")
+    copy.add_argument("dest", metavar="DEST", nargs="?", help="File or folder (default: NAME's file name, here).")
+    copy.add_argument("--overwrite", action="store_true", help="Replace DEST if it exists.")
+    parser.set_defaults(func=_recipes_command)
