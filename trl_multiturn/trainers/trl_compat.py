@@ -119,8 +119,8 @@ _LOGPS = ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"
 _LOGPS_KEYWORDS = ("compute_entropy", "compute_aux_loss")
 AFTER_INIT = "read after __init__"
 """The `use` of the trainer attributes that `check_trl_attributes` finds on every trainer TRL's `__init__` built."""
-_GRPO_STATE = ("_metrics", "_logs", "_tokenizer", "_dist", "num_generations",
-               "num_generations_eval", "use_vllm", "reward_weights", "reward_func_names", "eos_token_ids", "ref_model",
+_GRPO_STATE = ("_metrics", "_logs", "_tokenizer", "_dist", "num_generations", "num_generations_eval", "use_vllm",
+               "reward_funcs", "reward_weights", "reward_func_names", "eos_token_ids", "ref_model",
                "generation_config", "vllm_generation", "chat_template_kwargs", "temperature", "top_p", "top_k",
                "min_p", "repetition_penalty", "beta", "epsilon_low", "epsilon_high", "mask_truncated_completions")
 _RLOO_STATE = ("normalize_advantages", "pad_to_multiple_of", "aux_loss_enabled", "router_aux_loss_coef")
