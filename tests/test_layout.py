@@ -36,7 +36,8 @@ def test_an_environment_worker_does_not_import_torch():
     # ~250 MiB per actor for names it never uses (`trl_multiturn.rollout` resolves its public names lazily).
     modules = ("trl_multiturn.rollout.ray_pool", "trl_multiturn.rollout.env_pool", "trl_multiturn.testing",
                "trl_multiturn.envs.textworld", "trl_multiturn.envs.alfworld", "trl_multiturn.envs.swegym")
-    code = f"import sys; [__import__(m) for m in {modules!r}]; print(sorted({{'torch', 'transformers'}} & set(sys.modules)))"
+    code = (f"import sys; [__import__(m) for m in {modules!r}]; "
+            "print(sorted({'torch', 'transformers'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
