@@ -118,8 +118,8 @@ class RolloutBatch:
         for i, ep in enumerate(self.episodes):
             if ep.failed:
                 continue
+            trained = 0 if mask_truncated and ep.truncated else 1
             for k, (start, end) in enumerate(ep.turn_spans):
-                trained = 0 if mask_truncated and ep.truncated else 1
                 out.append(StepSample(i, k, ep.step_contexts[k], ep.completion_ids[start:end],
                                       [trained] * (end - start), ep.logprobs[start:end]))
         return out

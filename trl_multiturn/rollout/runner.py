@@ -233,8 +233,10 @@ class EpisodeRunner:
 
     def _budget(self, ep: Episode) -> int:
         """Tokens the episode may still sample in its next reply."""
-        left = math.inf if self.max_episode_tokens is None else self.max_episode_tokens - len(self._context(ep))
-        return int(min(self.max_reply_tokens, left))
+        if self.max_episode_tokens is None:
+            return self.max_reply_tokens
+        used = len(ep.step_contexts[-1]) if self.history is not None else ep.num_tokens  # no list copied per turn
+        return int(min(self.max_reply_tokens, self.max_episode_tokens - used))
 
     def _context(self, ep: Episode) -> list[int]:
         """The tokens the episode's next reply is generated from."""
