@@ -2,7 +2,8 @@
 
 import torch
 
-from trl_multiturn.rollout import Episode
+from trl_multiturn.rollout import Episode, RolloutBatch
+from trl_multiturn.rollout.batch import StepSample
 
 
 def assert_token_exact(model, episode: Episode) -> None:
@@ -19,6 +20,23 @@ def assert_token_exact(model, episode: Episode) -> None:
     sampled = [t for t, m in zip(episode.completion_ids, episode.env_mask) if m]
     argmax = [t for t, m in zip(predicted, episode.env_mask) if m]
     assert sampled == argmax
+
+
+def step_samples_of(episodes: list[Episode]) -> list[StepSample]:
+    """The step-wise training samples of `episodes`, one per turn (episode then turn order)."""
+    return RolloutBatch(episodes=episodes, turn_rewards=[], reward_weights=torch.ones(1),
+                        num_generations=1).step_samples()
+
+
+def assert_sample_token_exact(model, sample: StepSample) -> None:
+    """Step-wise: every trained token is the model's greedy choice given exactly the recorded context and the reply
+    before it, and the sample trains on its whole reply and nothing else."""
+    ids = torch.tensor([sample.prompt_ids + sample.completion_ids], device=model.device)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0]
+    p = len(sample.prompt_ids)
+    assert sample.completion_ids == logits[p - 1: p - 1 + len(sample.completion_ids)].argmax(-1).tolist()
+    assert sample.mask == [1] * len(sample.completion_ids)
 
 
 def assert_env_mask_exact(tokenizer, episode: Episode) -> None:

@@ -2,11 +2,11 @@
 turn, and a history-rewriting (Qwen3-style) template used as it is at inference."""
 
 import pytest
-import torch
+from rollout_checks import assert_sample_token_exact, step_samples_of
 from toy_envs import CountingEnv
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_multiturn.rollout import ChatTokenBuilder, EpisodeRunner, RolloutBatch
+from trl_multiturn.rollout import ChatTokenBuilder, EpisodeRunner
 from trl_multiturn.rollout.generation import CachedGenerator, hf_generate_fn
 from trl_multiturn.rollout.history import full, get_history, window
 
@@ -26,27 +26,12 @@ def play(model, tokenizer, history, generate=None, rows=({"target": 4}, {"target
         runner.close()
 
 
-def samples_of(episodes):
-    return RolloutBatch(episodes=episodes, turn_rewards=[], reward_weights=torch.ones(1),
-                        num_generations=1).step_samples()
-
-
-def assert_sample_token_exact(model, sample):
-    """Every trained token is the model's greedy choice given exactly the recorded context and the reply before it."""
-    ids = torch.tensor([sample.prompt_ids + sample.completion_ids])
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0]
-    p = len(sample.prompt_ids)
-    assert sample.completion_ids == logits[p - 1: p - 1 + len(sample.completion_ids)].argmax(-1).tolist()
-    assert sample.mask == [1] * len(sample.completion_ids)
-
-
 @pytest.mark.parametrize("history", ["full", "window:1", "window:2"])
 def test_every_step_is_a_token_exact_sample_of_its_own_context(tiny_model, history):
     model, tokenizer = load(tiny_model)
     episodes = play(model, tokenizer, get_history(history))
     assert [ep.num_turns for ep in episodes] == [4, 2]
-    samples = samples_of(episodes)
+    samples = step_samples_of(episodes)
     assert [(s.episode, s.turn) for s in samples] == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
     for sample in samples:
         assert_sample_token_exact(model, sample)
@@ -58,7 +43,7 @@ def test_the_cached_generation_backend_gives_token_exact_steps(tiny_chatml_model
     plain = play(model, tokenizer, window(1))
     for history in (window(1), full):
         episodes = play(model, tokenizer, history, generate=cached)
-        for sample in samples_of(episodes):
+        for sample in step_samples_of(episodes):
             assert_sample_token_exact(model, sample)
     assert [ep.completion_ids for ep in play(model, tokenizer, window(1), generate=cached)] == [
         ep.completion_ids for ep in plain]
@@ -126,7 +111,7 @@ def test_a_template_that_strips_earlier_reasoning_is_used_as_at_inference(tiny_c
             {"role": "assistant", "content": ep.replies[j]}, {"role": "user", "content": ep.observations[j]})]]
         assert ep.step_contexts[k] == builder.render(messages, add_generation_prompt=True)
     # the reply sampled at each step is trained with its reasoning, exactly as sampled
-    first = samples_of([ep])[0]
+    first = step_samples_of([ep])[0]
     assert tokenizer.decode(first.completion_ids, skip_special_tokens=True) == "<think>secret plan A</think> go"
 
 
@@ -136,7 +121,7 @@ def test_the_episode_token_cap_bounds_each_step_not_the_episode(tiny_chatml_mode
     stepwise = play(model, tokenizer, window(1), rows=[{"target": 8}], max_turns=8, max_episode_tokens=160)[0]
     assert trajectory.truncated and trajectory.num_turns < 8
     assert stepwise.won and stepwise.num_turns == 8
-    assert all(len(s.prompt_ids) + len(s.completion_ids) <= 160 for s in samples_of([stepwise]))
+    assert all(len(s.prompt_ids) + len(s.completion_ids) <= 160 for s in step_samples_of([stepwise]))
 
 
 @pytest.mark.parametrize("spec, message", [

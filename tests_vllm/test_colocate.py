@@ -9,8 +9,14 @@ import math
 
 import pytest
 import torch
-from rollout_checks import assert_env_mask_exact, assert_token_exact
-from vllm_checks import SYNC_TOLERANCE, VLLMRecorder, assert_sampled_by_vllm, assert_trained_on_sampled_ids
+from rollout_checks import assert_env_mask_exact, assert_sample_token_exact, assert_token_exact, step_samples_of
+from vllm_checks import (
+    SYNC_TOLERANCE,
+    VLLMRecorder,
+    assert_sampled_by_vllm,
+    assert_step_sampled_by_vllm,
+    assert_trained_on_sampled_ids,
+)
 
 from trl_multiturn import (
     MultiTurnGRPOConfig,
@@ -46,10 +52,10 @@ def rl_args(config_cls, output_dir, **overrides):
     return config_cls(**args)
 
 
-def train(trainer_cls, config_cls, smollm2, textworld_games, tmp_path, **overrides):
+def train(trainer_cls, config_cls, smollm2, textworld_games, tmp_path, reward_funcs=reply_length, **overrides):
     games_dir, tasks = textworld_games
     trainer = trainer_cls(model=smollm2, args=rl_args(config_cls, tmp_path, **overrides), train_dataset=tasks,
-                          environment_factory=lambda: TextWorldEnv(games_dir=games_dir), reward_funcs=reply_length)
+                          environment_factory=lambda: TextWorldEnv(games_dir=games_dir), reward_funcs=reward_funcs)
     recorder = VLLMRecorder(trainer)
     result = trainer.train()
     return trainer, recorder, result
@@ -99,7 +105,8 @@ def assert_batches_are_vllm_samples(recorder, mask_of):
         mask = mask_of(output)
         for i, episode in enumerate(batch["episodes"]):
             assert_sampled_by_vllm(recorder, episode)
-            assert_trained_on_sampled_ids(episode, output["prompt_ids"][i], output["completion_ids"][i], mask[i])
+            assert_trained_on_sampled_ids(episode.prompt_ids, episode.completion_ids, episode.env_mask,
+                                          output["prompt_ids"][i], output["completion_ids"][i], mask[i])
 
 
 def grpo_mask(output):
@@ -168,6 +175,55 @@ def test_a_turn_through_vllm_is_capped_and_answers_each_context_once(grpo):
     assert all(1 <= len(c) <= 3 and len(lp) == len(c) for c, lp in zip(completions, logprobs))
     assert all(math.isfinite(x) for lp in logprobs for x in lp)
     assert trainer.vllm_generation.max_completion_length == trainer.args.max_completion_length
+
+
+# -- GRPO, step-wise -------------------------------------------------------------------------------------------------
+
+STEPWISE_STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def grpo_stepwise(smollm2, textworld_games, tmp_path_factory):
+    # Step-wise rewards come from the environment alone (no trajectory reward_funcs). window:1 over 3 turns: the
+    # third step's context drops the first turn, so it is no prefix of the episode's token history.
+    return train(MultiTurnGRPOTrainer, MultiTurnGRPOConfig, smollm2, textworld_games,
+                 tmp_path_factory.mktemp("grpo_stepwise"), reward_funcs=None, num_generations=2, max_turns=3,
+                 max_steps=STEPWISE_STEPS, episode_format="stepwise", history="window:1")
+
+
+def test_stepwise_rows_are_the_step_contexts_and_replies_vllm_sampled(grpo_stepwise):
+    trainer, recorder, result = grpo_stepwise
+    assert trainer.state.global_step == STEPWISE_STEPS and math.isfinite(result.training_loss)
+    assert len(recorder.batches) == STEPWISE_STEPS
+    windowed = 0
+    for batch in recorder.batches:
+        output = batch["output"]
+        mask = grpo_mask(output)
+        assert len(batch["steps"]) == len(output["completion_ids"])
+        for i, step in enumerate(batch["steps"]):
+            if step is None:  # padding: trained on nothing
+                assert mask[i].sum() == 0
+                continue
+            windowed += step.turn >= 2
+            assert_step_sampled_by_vllm(recorder, step)
+            assert_trained_on_sampled_ids(step.prompt_ids, step.completion_ids, step.mask,
+                                          output["prompt_ids"][i], output["completion_ids"][i], mask[i])
+    assert windowed, "no step played past the window, so nothing checked a windowed context"
+
+
+def test_greedy_stepwise_rollouts_through_vllm_are_token_exact_per_step(grpo_stepwise, textworld_games):
+    trainer, recorder, _ = grpo_stepwise
+    generation = trainer.vllm_generation
+    generation.temperature = 0.0
+    try:
+        episodes = trainer.episode_runner(list(textworld_games[1])[:2])
+    finally:
+        generation.temperature = trainer.args.temperature
+    samples = step_samples_of(episodes)
+    assert max(sample.turn for sample in samples) >= 2
+    for sample in samples:
+        assert_step_sampled_by_vllm(recorder, sample)
+        assert_sample_token_exact(trainer.model, sample)
 
 
 # -- RLOO ------------------------------------------------------------------------------------------------------------

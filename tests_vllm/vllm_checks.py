@@ -73,7 +73,8 @@ class VLLMRecorder:
 
         def recorded_score(inputs):
             output = score(inputs)
-            self.batches.append({"episodes": list(trainer.last_rollout.episodes), "output": output})
+            rollout = trainer.last_rollout
+            self.batches.append({"episodes": list(rollout.episodes), "steps": rollout.steps, "output": output})
             return output
 
         self.generation.generate = recorded_generate
@@ -109,11 +110,21 @@ def assert_sampled_by_vllm(recorder: VLLMRecorder, episode) -> None:
                    for ids, logps, cap in replies[context])
 
 
-def assert_trained_on_sampled_ids(episode, prompt_row: torch.Tensor, completion_row: torch.Tensor,
+def assert_step_sampled_by_vllm(recorder: VLLMRecorder, sample) -> None:
+    """Step-wise: the step's context is exactly one vLLM was sent, and its reply ids and log-probs are exactly those
+    vLLM returned for that context."""
+    replies = recorder.replies().get(tuple(sample.prompt_ids))
+    assert replies, "a step's context differs from every context sent to vLLM"
+    assert any(sample.completion_ids == ids and len(ids) <= cap and sample.logprobs == logps
+               for ids, logps, cap in replies)
+
+
+def assert_trained_on_sampled_ids(prompt_ids: list[int], completion_ids: list[int], mask: list[int],
+                                  prompt_row: torch.Tensor, completion_row: torch.Tensor,
                                   mask_row: torch.Tensor) -> None:
-    """The padded row the loss sees holds the episode's exact ids, and its loss mask is the episode's env_mask."""
-    completion = completion_row[: len(episode.completion_ids)].tolist()
-    assert completion == episode.completion_ids
-    assert prompt_row[-len(episode.prompt_ids):].tolist() == episode.prompt_ids
-    assert mask_row[: len(episode.env_mask)].tolist() == episode.env_mask
-    assert mask_row[len(episode.env_mask):].sum() == 0
+    """The padded row the loss sees holds the sample's exact ids (an episode's, or a step's), and its loss mask is
+    the sample's mask."""
+    assert completion_row[: len(completion_ids)].tolist() == completion_ids
+    assert prompt_row[-len(prompt_ids):].tolist() == prompt_ids
+    assert mask_row[: len(mask)].tolist() == mask
+    assert mask_row[len(mask):].sum() == 0
