@@ -45,6 +45,15 @@ def test_with_episode_scheduling_ranks_still_make_equal_calls(tiny_chatml_model,
     assert sum(rank1) == 6 and sum(rank0) == 2 and rank0[0] == 2 and set(rank0[1:]) == {0}
 
 
+def test_stepwise_ranks_hand_trl_equal_rows_and_make_equal_calls(tiny_chatml_model, tmp_path):
+    rank0, rank1 = run_two_ranks(tiny_chatml_model, tmp_path, "stepwise")
+    assert rank1 == [2, 2, 2] and rank0 == [2, 0, 0]
+    # steps_per_batch=4: rank 0 played 2 one-turn steps and pads 2 rows; rank 1 draws 4 of its 6 steps. Unequal row
+    # counts would break TRL's gathers across ranks.
+    rows = [json.loads((tmp_path / f"rank{r}_steps.json").read_text()) for r in (0, 1)]
+    assert rows == [[4, 2], [4, 4]]
+
+
 PPO_SCRIPT = Path(__file__).parent / "distributed" / "ppo_sharded.py"
 PPO_PROCESSES = int(os.environ.get("TEST_NPROC", "2"))
 """Processes of the PPO runs: 2 on CPU; scripts/gpu_check.sh sets one per GPU (CUDA then replaces the CPU)."""
