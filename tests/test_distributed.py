@@ -59,12 +59,12 @@ PPO_PROCESSES = int(os.environ.get("TEST_NPROC", "2"))
 """Processes of the PPO runs: 2 on CPU; scripts/gpu_check.sh sets one per GPU (CUDA then replaces the CPU)."""
 
 
-def run_ppo_two_ranks(model, out, mode):
+def run_ppo_two_ranks(model, out, mode, *extra):
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRL_EXPERIMENTAL_SILENCE="1", OMP_NUM_THREADS="1")
     out.mkdir()
     done = subprocess.run([torchrun, "--standalone", "--nproc_per_node", str(PPO_PROCESSES), str(PPO_SCRIPT), model,
-                           str(out), mode], env=env, capture_output=True, text=True, timeout=300)
+                           str(out), mode, *extra], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((out / "result.json").read_text())
 
@@ -114,3 +114,13 @@ def test_the_ppo_critic_trains_in_one_deepspeed_engine_with_the_policy_as_under_
     assert run["deepspeed"] and not run["sharded"]
     assert (tmp_path / f"zero{stage}" / "straight" / "checkpoint-1" / "latest").is_file()
     assert_trains_the_critic_ddp_does(run, tmp_path / f"zero{stage}", ddp_ppo_run)
+
+
+def test_stepwise_ppo_trains_its_critic_and_resumes_on_two_ranks(tiny_chatml_model, tmp_path):
+    """Step-wise PPO under DDP: each rank hands TRL its step rows (steps_per_batch), the critic values them and
+    moves in every weight, and a run resumed from the first checkpoint ends where the uninterrupted one did."""
+    run = run_ppo_two_ranks(tiny_chatml_model, tmp_path / "stepwise", "ddp", "stepwise")
+    assert run["processes"] == PPO_PROCESSES and not run["sharded"]
+    assert "score.weight" in run["moved"] and len(run["moved"]) == len(run["shapes"])
+    assert run["resumed_equal"] and len(run["grad_norms"]) == 2
+    assert run["step_rows"] == 4  # steps_per_batch step rows on rank 0, not its 2 episodes

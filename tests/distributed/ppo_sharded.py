@@ -1,6 +1,7 @@
 """Run under `torchrun --nproc_per_node 2`: two PPO steps with the policy and the critic sharded by FSDP2 (argv
 `fsdp`), by DeepSpeed ZeRO-2 or ZeRO-3 (`zero2`, `zero3`; DeepSpeed's CPU accelerator, gloo) or replicated by DDP
-(`ddp`), a checkpoint after each, then a run resumed from the first checkpoint. Rank 0
+(`ddp`), a checkpoint after each, then a run resumed from the first checkpoint; `stepwise` after the mode trains
+step-wise (`episode_format="stepwise"`, 4 step rows per rank). Rank 0
 writes what the test checks: which of the critic's saved weights moved, their shapes (whole, not one shard), whether
 the resumed run ends with the critic the uninterrupted run saved, and the gradient norms (one norm over policy and
 critic, the one module the trainer trains)."""
@@ -20,6 +21,7 @@ from toy_envs import CountingEnv  # noqa: E402
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer  # noqa: E402
 
 model, out, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+STEPWISE = dict(episode_format="stepwise", steps_per_batch=4) if sys.argv[4:] == ["stepwise"] else {}
 
 
 def fsdp_on_cpu() -> None:
@@ -63,7 +65,7 @@ def run(folder, resume=None):
         output_dir=str(out / folder), max_turns=2, num_generations=1, per_device_train_batch_size=2,
         max_completion_length=4, max_steps=2, learning_rate=1e-2, bf16=False, report_to="none",
         save_strategy="steps", save_steps=1, shuffle_dataset=False, seed=0, reward_mode="dense",
-        action_parser="trl_multiturn.rollout.parsing:whole_reply", logging_steps=1, **BACKEND,
+        action_parser="trl_multiturn.rollout.parsing:whole_reply", logging_steps=1, **BACKEND, **STEPWISE,
     )
     trainer = MultiTurnPPOTrainer(model=model, args=args, environment_factory=CountingEnv,
                                   train_dataset=Dataset.from_list([{"target": 2}] * 4))
@@ -92,6 +94,7 @@ if rank == 0:
         "moved": [k for k in last if not torch.equal(first[k], last[k])],
         "resumed_equal": all(torch.allclose(last[k], resumed[k], atol=1e-6) for k in last),
         "grad_norms": grad_norms,
+        "step_rows": None if trainer.last_rollout.steps is None else len(trainer.last_rollout.steps),
     }))
 trainer.accelerator.wait_for_everyone()
 trainer.accelerator.end_training()
