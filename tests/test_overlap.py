@@ -1,7 +1,9 @@
 """`overlap`: two halves of a rollout take turns, one half's environment steps running while the other generates."""
 
+import functools
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,13 +30,42 @@ class TimedCountingEnv(CountingEnv):
                           {"start": start, "end": time.time()})
 
 
+class GatedCountingEnv(CountingEnv):
+    """`CountingEnv` whose step of half `task["half"]` (0: the runner's first half of the rows, 1: the second) at turn
+    t does not return before `2 t + half` generate calls have started (the runner counts them in the file `gate`):
+    under overlap that is the other half's call made while this step runs, so the step overlaps it whatever the
+    machine's load. The second half's last step waits for nothing (no call is due after it). A runner that did not
+    overlap would leave a step waiting for a call that never comes, until `patience` seconds (then the test fails).
+    Steps report when they ran, as `TimedCountingEnv`'s do."""
+
+    def __init__(self, gate, patience=120.0):
+        super().__init__()
+        self.gate, self.patience = Path(gate), patience
+
+    def reset(self, task):
+        self.half = task["half"]
+        return super().reset(task)
+
+    def step(self, action):
+        start = time.time()
+        result = super().step(action)
+        due = 2 * self.turn + self.half
+        if not (self.half and result.done):
+            waited = time.monotonic()
+            while int(self.gate.read_text() or 0) < due and time.monotonic() - waited < self.patience:
+                time.sleep(0.005)
+        return StepResult(result.observation, result.reward, result.done, result.won,
+                          {"start": start, "end": time.time()})
+
+
 # `from_pretrained(dtype=...)` sets torch's process-wide default dtype while it loads: two threads loading at once
 # (the two-rank test) can leave it float64 for the other thread's model and for later tests.
 _LOADING = threading.Lock()
 
 
-def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live=None, **kwargs):
-    """Episodes and the (start, end, number of contexts) of each generate call."""
+def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live=None, gate=None, **kwargs):
+    """Episodes and the (start, end, number of contexts) of each generate call; with `gate` (a file), the number of
+    calls started so far is written there as each call starts."""
     with _LOADING:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -44,6 +75,8 @@ def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live
 
     def timed(contexts, max_new_tokens):
         start = time.time()
+        if gate is not None:
+            gate.write_text(str(len(calls) + 1))  # calls holds the finished ones: this one is the next
         out = generate(contexts, max_new_tokens)
         calls.append((start, time.time(), len(contexts)))
         return out
@@ -76,12 +109,16 @@ def overlapping_calls(episodes, calls):
 
 
 @pytest.mark.parametrize("mode", ["process", "thread"])
-def test_steps_run_while_the_other_half_generates(tiny_chatml_model, mode):
-    rows = [{"target": 4}] * 4
-    episodes, calls = play(tiny_chatml_model, rows, overlap=True, env=TimedCountingEnv, env_mode=mode)[2:]
+def test_steps_run_while_the_other_half_generates(tiny_chatml_model, mode, tmp_path):
+    gate = tmp_path / "calls"
+    gate.write_text("0")
+    rows = [{"target": 4, "half": 0}] * 2 + [{"target": 4, "half": 1}] * 2
+    episodes, calls = play(tiny_chatml_model, rows, overlap=True, env=functools.partial(GatedCountingEnv, gate),
+                           env_mode=mode, gate=gate)[2:]
     assert all(ep.won and ep.num_turns == 4 for ep in episodes)
-    # Every call but the first starts while the other half's steps of the previous call run.
-    assert len(overlapping_calls(episodes, calls)) >= len(calls) - 1 >= 7
+    # Each half's 4 turns are one call each; every one but the first starts while the other half's steps run.
+    replies = [c for c in calls if c[2]]
+    assert len(replies) == 8 and len(overlapping_calls(episodes, replies)) == 7
     episodes, calls = play(tiny_chatml_model, rows, overlap=False, env=TimedCountingEnv, env_mode=mode)[2:]
     assert overlapping_calls(episodes, calls) == []
 
