@@ -9,6 +9,7 @@ McNemar test on the paired per-game outcomes.
     python benchmarks/learning.py run                     # every stage in order (hours on 2 cores); resumable
     python benchmarks/learning.py run --stages grpo eval  # some stages (a finished stage is skipped; --force redoes)
     python benchmarks/learning.py report                  # table and curves from the results JSON
+    python benchmarks/learning.py seeds --baseline sft --runs A.json B.json C.json:grpo_seed3   # across seeds
 
 Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG):
 
@@ -367,6 +368,38 @@ def report(results: Results, curves_path: Path) -> str:
     return "\n".join(lines)
 
 
+def seeds_report(runs: list[str], arm: str, baseline: str) -> str:
+    """The recipe-level effect of an arm over `baseline`. `runs`: one per seed, each a results file (its arm named
+    `arm`) or `FILE:NAME` (the model evaluated as NAME in FILE, e.g. an `--eval-model`), all played on the same
+    held-out games; the per-seed differences of greedy success with each run's McNemar test, then their mean with
+    a t interval and the t and exact sign-flip p-values (`trl_multiturn.across_seeds`)."""
+    from trl_multiturn.across_seeds import seed_effect
+
+    specs = [(Path(run.rpartition(":")[0]), run.rpartition(":")[2]) if ":" in run else (Path(run), arm)
+             for run in runs]
+    loaded = [(Results(path), name) for path, name in specs]
+    missing = [run for run, (results, name) in zip(runs, loaded)
+               if not {name, baseline} <= set(results.data.get("eval", {}))]
+    if missing:
+        raise SystemExit(f"seeds: {', '.join(missing)}: no evaluation of the arm or of '{baseline}' there")
+    if len({tuple(sorted(results.data["eval"][name]["outcomes"])) for results, name in loaded}) > 1:
+        raise SystemExit("seeds: the runs were played on different held-out games")
+    lines = [f"| run | its success | {baseline} | difference | this run vs {baseline}: +/- games, p |",
+             "|---|---:|---:|---:|---|"]
+    differences = []
+    for run, (results, name) in zip(runs, loaded):
+        a, b = results.data["eval"][name], results.data["eval"][baseline]
+        differences.append(a["successes"] / a["n"] - b["successes"] / b["n"])
+        c = comparison(results, name, baseline)
+        lines.append(f"| {run} | {a['successes']}/{a['n']} | {b['successes']}/{b['n']} | {differences[-1]:+.1%} "
+                     f"| +{c.only_a}/-{c.only_b}, p={c.p_value:.3g} |")
+    e = seed_effect(differences)
+    lines += ["", f"Across {e.n} seeds: mean difference {e.mean:+.1%} (95% t interval {e.ci_low:+.1%} to "
+                  f"{e.ci_high:+.1%}; seed-to-seed sd {e.sd:.1%}); t test p = {e.t_p:.3g}; exact sign-flip p = "
+                  f"{e.sign_flip_p:.3g} (its smallest possible value with {e.n} seeds: {2 / 2 ** e.n:.3g})."]
+    return "\n".join(lines)
+
+
 def plot_curves(results: Results, path: Path) -> None:
     """Left: training success (sampled, per step) against episodes; right: held-out greedy success at the
     intermediate checkpoints (the SFT start at 0 episodes)."""
@@ -420,7 +453,12 @@ def plot_curves(results: Results, path: Path) -> None:
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["run", "report"])
+    parser.add_argument("command", choices=["run", "report", "seeds"])
+    parser.add_argument("--runs", nargs="+", default=[], metavar="FILE[:NAME]",
+                        help="seeds: one run per seed, a results file (its --arm) or FILE:NAME (a model evaluated "
+                        "as NAME there), each with --baseline evaluated on the same games")
+    parser.add_argument("--arm", default="grpo", help="seeds: the arm whose recipe is assessed")
+    parser.add_argument("--baseline", default="sft", help="seeds: what it is compared with (e.g. sft, sft_more)")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     parser.add_argument("--force", action="store_true", help="redo the named stages even if they are done")
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/learning.json"))
@@ -452,6 +490,9 @@ def main() -> None:
         setting.overrides.setdefault(arm, {})[key] = yaml.safe_load(value)
     results = Results(args.results)
     curves = args.results.with_name(args.results.stem + "_curves.png")
+    if args.command == "seeds":
+        print(seeds_report(args.runs, args.arm, args.baseline))
+        return
     if args.command == "report":
         print(report(results, curves))
         return

@@ -1,14 +1,27 @@
-"""The statistics every evaluation report uses: Wilson intervals and the exact McNemar test."""
+"""The statistics every evaluation report uses: Wilson intervals, the exact McNemar test, Holm, power, and a
+recipe's effect across seeds."""
 
 import dataclasses
+import importlib.util
+import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
 
+from trl_multiturn.across_seeds import (
+    regularized_beta,
+    seed_effect,
+    sign_flip_p,
+    student_t_cdf,
+    student_t_quantile,
+)
 from trl_multiturn.commands.study.spec import load_study
 from trl_multiturn.evaluation import EvalResult, holm, mcnemar_exact, paired_test, wilson_interval
 from trl_multiturn.rollout import Episode
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_wilson_interval_matches_hand_computed_values():
@@ -108,3 +121,83 @@ def test_power_report_takes_the_discordance_from_the_results_and_corrects_for_th
     empty = Results(tmp_path / "none.json", study.name)
     with pytest.raises(SystemExit, match="--discordance"):
         power_report(study, empty)
+
+
+def _t_cdf_by_integration(t: float, df: int, steps: int = 20000) -> float:
+    """P(T <= t) by Simpson's rule over Student's density from 0 to |t| (an independent check of the closed form)."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    h = abs(t) / steps
+    total = sum((1 if k in (0, steps) else 4 if k % 2 else 2) * c * (1 + (k * h) ** 2 / df) ** (-(df + 1) / 2)
+                for k in range(steps + 1)) * h / 3
+    return 0.5 + math.copysign(total, t)
+
+
+def test_regularized_beta_meets_its_closed_forms():
+    for x in (0.01, 0.3, 0.5, 0.77, 0.99):
+        assert regularized_beta(1, 1, x) == pytest.approx(x)
+        assert regularized_beta(3.5, 1, x) == pytest.approx(x ** 3.5)
+        assert regularized_beta(1, 2.5, x) == pytest.approx(1 - (1 - x) ** 2.5)
+        assert regularized_beta(2, 5, x) + regularized_beta(5, 2, 1 - x) == pytest.approx(1)
+
+
+def test_student_t_gives_the_tables_critical_values_and_its_own_integral():
+    for df, critical in [(1, 12.7062), (3, 3.18245), (4, 2.77645), (30, 2.04227)]:  # two-sided 5% points
+        assert student_t_cdf(critical, df) == pytest.approx(0.975, abs=1e-5)
+        assert student_t_quantile(0.975, df) == pytest.approx(critical, abs=1e-4)
+    for t, df in [(0.4, 2), (-1.7, 3), (4.24, 3), (2.5, 9)]:
+        assert student_t_cdf(t, df) == pytest.approx(_t_cdf_by_integration(t, df), abs=1e-7)
+    assert student_t_cdf(0.0, 5) == 0.5 and student_t_cdf(1.959964, 10 ** 7) == pytest.approx(0.975, abs=1e-6)
+
+
+def test_sign_flip_p_counts_the_sign_vectors_at_least_as_extreme():
+    assert sign_flip_p([1, 2, 3, 4]) == 2 / 16  # only all-plus and all-minus reach |sum| = 10
+    assert sign_flip_p([0.05, 0.05, 0.05]) == 2 / 8
+    assert sign_flip_p([1, -1]) == 1.0
+    # [3, 1, -1]: |sum| = 3 is reached by the 4 vectors whose sign on 3 agrees with the other two's sum or beats it
+    assert sign_flip_p([3, 1, -1]) == sum(abs(3 * a + b - c) >= 3 for a in (-1, 1) for b in (-1, 1)
+                                          for c in (-1, 1)) / 8
+
+
+def test_seed_effect_is_the_mean_difference_with_its_t_interval_and_tests():
+    effect = seed_effect([0.07, 0.13, 0.12, 0.04])
+    assert effect.n == 4 and effect.mean == pytest.approx(0.09)
+    assert effect.sd == pytest.approx(math.sqrt((0.02 ** 2 + 0.04 ** 2 + 0.03 ** 2 + 0.05 ** 2) / 3))
+    half = 3.18245 * effect.sd / 2  # t_{0.975, 3} * sd / sqrt(4)
+    assert (effect.ci_low, effect.ci_high) == pytest.approx((0.09 - half, 0.09 + half), abs=1e-5)
+    t = 0.09 / (effect.sd / 2)
+    assert effect.t_p == pytest.approx(2 * (1 - _t_cdf_by_integration(t, 3)), abs=1e-6)
+    assert effect.sign_flip_p == 2 / 16
+    assert seed_effect([0.02, -0.02]).t_p == pytest.approx(1.0) and seed_effect([0.1, 0.1]).t_p == 0.0
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        seed_effect([0.1])
+
+
+def _learning_benchmark(monkeypatch):
+    spec = importlib.util.spec_from_file_location("learning_benchmark", ROOT / "benchmarks" / "learning.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _results_file(path, seed, evals):
+    """A learning-benchmark results file with `evals` {name: per-game outcomes} (keys "0", "1", ...)."""
+    path.write_text(json.dumps({"setting": {"seed": seed}, "eval": {
+        name: {"successes": sum(won), "n": len(won), "outcomes": {str(g): w for g, w in enumerate(won)}}
+        for name, won in evals.items()}}))
+    return str(path)
+
+
+def test_the_learning_benchmarks_seed_report_pairs_each_run_with_its_baseline(tmp_path, monkeypatch):
+    learning = _learning_benchmark(monkeypatch)
+    start = [True] * 5 + [False] * 5
+    a = _results_file(tmp_path / "a.json", 1, {"sft": start, "grpo": [True] * 7 + [False] * 3})
+    b = _results_file(tmp_path / "b.json", 2, {"sft": start, "other": [True] * 6 + [False] * 4})
+    table = learning.seeds_report([a, f"{b}:other"], "grpo", "sft")
+    assert "| 7/10 | 5/10 | +20.0% | +2/-0, p=0.5 |" in table and "| 6/10 | 5/10 | +10.0% | +1/-0, p=1 |" in table
+    assert "mean difference +15.0%" in table and "exact sign-flip p = 0.5" in table
+    with pytest.raises(SystemExit, match="no evaluation"):
+        learning.seeds_report([a, b], "grpo", "sft")  # b's run is named "other", not "grpo"
+    c = _results_file(tmp_path / "c.json", 3, {"sft": start + [True], "grpo": start + [True]})
+    with pytest.raises(SystemExit, match="different held-out games"):
+        learning.seeds_report([a, c], "grpo", "sft")
