@@ -22,7 +22,7 @@ from pathlib import Path
 PACKAGE = "trl_multiturn"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "power")),
+    ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "power", "across_seeds")),
     ("contract", ("envs.base",)),
     ("credit", ("credit",)),
     ("rollout", ("rollout", "episode_data")),
