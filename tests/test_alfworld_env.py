@@ -2,12 +2,14 @@
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from trl_multiturn.envs import ALFWorldEnv, TaskError, check_environment
 from trl_multiturn.envs.alfworld import ALFWorldConfig, list_tasks
+from trl_multiturn.model_card import recipe_from_argv
 
 # One trial of ALFWorld's training set (MIT licence, see fixtures/alfworld/README.md), shipped with the tests.
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "alfworld"
@@ -181,3 +183,17 @@ def test_config_errors():
         ALFWorldConfig(expert_type="oracle")
     with pytest.raises(TypeError, match="unknown settings"):
         ALFWorldEnv(max_turns=3)
+
+
+def test_loading_a_game_in_process_keeps_the_recipe_the_model_card_names(row, monkeypatch):
+    """fast_downward sets sys.argv to ["translate.py", "domain", "task"] whenever a game is loaded; the model card's
+    recipe comes from the command line as started."""
+    command = ["python", "examples/alfworld_grpo.py", "--config", "recipes/alfworld_grpo.yaml"]
+    monkeypatch.setattr(sys, "argv", command[1:])
+    monkeypatch.setattr(sys, "orig_argv", command)
+    environment = ALFWorldEnv()
+    try:
+        environment.reset(row)
+    finally:
+        environment.close()
+    assert recipe_from_argv() == "recipes/alfworld_grpo.yaml"

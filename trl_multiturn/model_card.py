@@ -96,8 +96,10 @@ def _folder_ref(folder: str) -> str:
 
 
 def recipe_from_argv(argv: list[str] | None = None) -> str | None:
-    """The `--config FILE` of the command line that started this process, if any."""
-    argv = sys.argv if argv is None else argv
+    """The `--config FILE` of the command line that started this process, if any. Read from `sys.orig_argv` (the
+    command line as the interpreter received it), not `sys.argv`: fast_downward, ALFWorld's planner, overwrites
+    `sys.argv` whenever a game is loaded in this process."""
+    argv = sys.orig_argv if argv is None else argv
     return argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
 
 
