@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -61,13 +62,16 @@ def measure(pool: EnvPool, tasks: list[dict], turns: int) -> dict:
             "p99_ms": 1000 * percentile(rounds, 0.99), "failed": failed}
 
 
-def environments_memory(pool: EnvPool) -> tuple[float, float | None]:
-    """(USS of the pool's environment processes, USS of Ray's own processes or None) in MiB, summed."""
+def environments_memory(pool: EnvPool) -> dict:
+    """The USS of the pool's environment processes summed (MiB) and their number, and the USS of Ray's own
+    processes summed (None for the process pool)."""
     if pool.mode != "ray":
-        return uss_mb(pool.worker_pids()), None
+        workers = pool.worker_pids()
+        return {"envs_mb": uss_mb(workers), "env_processes": len(workers), "ray_mb": None}
     below = descendants()  # the local Ray cluster, its actors included, runs below this process
     actors = [p for p in below if is_ray_actor(p, "_EnvActor")]
-    return uss_mb(actors), uss_mb(p for p in below if p not in actors)
+    return {"envs_mb": uss_mb(actors), "env_processes": len(actors),
+            "ray_mb": uss_mb(p for p in below if p not in actors)}
 
 
 TRANSPORTS = {
@@ -120,14 +124,13 @@ def run_row(pool: EnvPool, tasks: list[dict], turns: int) -> dict:
     pool.reset(tasks)  # starts the slots' workers or actors; not timed
     startup = time.perf_counter() - t
     row = measure(pool, tasks, turns)
-    envs_mb, ray_mb = environments_memory(pool)
-    return {"startup_s": startup, **row, "driver_peak_mb": peak_rss_mb(), "envs_mb": envs_mb, "ray_mb": ray_mb}
+    return {"startup_s": startup, **row, "driver_peak_mb": peak_rss_mb(), **environments_memory(pool)}
 
 
 def markdown_table(rows: list[dict]) -> str:
     lines = ["| environment | transport | concurrent episodes | episodes/s | per-turn round trip, median | p99 | "
-             "failed | first reset (start-up) | driver peak RSS | environments' USS, summed | Ray's own processes' "
-             "USS |",
+             "failed | first reset (start-up) | driver peak RSS | environments' USS, summed (processes) | Ray's own "
+             "processes' USS |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         head = f"| {r['env']} | {r['transport']} | {r['episodes']} |"
@@ -137,7 +140,7 @@ def markdown_table(rows: list[dict]) -> str:
         ray = "-" if r["ray_mb"] is None else f"{r['ray_mb']:.0f} MiB"
         lines.append(f"{head} {r['episodes_per_s']:.1f} | {r['median_ms']:.1f} ms | {r['p99_ms']:.1f} ms | "
                      f"{r['failed']} | {r['startup_s']:.1f} s | {r['driver_peak_mb']:.0f} MiB | "
-                     f"{r['envs_mb']:.0f} MiB | {ray} |")
+                     f"{r['envs_mb']:.0f} MiB ({r['env_processes']}) | {ray} |")
     return "\n".join(lines)
 
 
@@ -149,7 +152,7 @@ def main() -> None:
     parser.add_argument("--transports", nargs="+", choices=TRANSPORTS, default=list(TRANSPORTS))
     parser.add_argument("--alfworld-games", type=int, default=4, help="ALFWorld games generated, cycled over slots")
     args = parser.parse_args()
-    command = f"python {' '.join(sys.argv)}"  # before game generation, which rewrites sys.argv
+    command = f"python {shlex.join(sys.argv)}"  # before game generation, which rewrites sys.argv
     load_at_start = os.getloadavg()[0]
 
     games = tempfile.mkdtemp(prefix="env-transport-games-")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -105,7 +106,7 @@ def play(pool: EnvPool, tasks: list[dict], walkthroughs: list[list[str]], rounds
 
 def measure(name: str, factory, memory, served: Served, concurrency: int, rounds: int) -> dict:
     """One row: `concurrency` slots of `factory` play `rounds` walkthroughs each after a warm-up round; `memory(pool)`
-    gives (environments' USS, server's RSS or None) in MiB at the end."""
+    gives (the environments' processes, the server's RSS in MiB or None) at the end."""
     tasks = [served.rows[i % len(served.rows)] for i in range(concurrency)]
     local = served.env_class(**served.options)
     walkthroughs = [local.expert_actions(task) for task in tasks]
@@ -114,17 +115,19 @@ def measure(name: str, factory, memory, served: Served, concurrency: int, rounds
     with EnvPool(factory) as pool:
         play(pool, tasks, walkthroughs, 1)  # warm-up: workers and sessions started, games loaded
         wall, turns = play(pool, tasks, walkthroughs, rounds)
-        envs_mb, server_mb = memory(pool)
+        env_processes, server_mb = memory(pool)
+        envs_mb = uss_mb(env_processes)  # while they live
     return {"transport": name, "concurrency": concurrency, "episodes": concurrency * rounds,
             "median_ms": 1000 * statistics.median(turns), "p99_ms": 1000 * percentile(turns, 0.99),
-            "episodes_per_s": concurrency * rounds / wall, "driver_peak_mb": peak_rss_mb(), "envs_mb": envs_mb,
+            "episodes_per_s": concurrency * rounds / wall, "driver_peak_mb": peak_rss_mb(),
+            "envs_mb": envs_mb, "env_processes": len(env_processes),
             "server_rss_mb": server_mb}
 
 
 def markdown_table(rows: list[dict], title: str) -> str:
     lines = [title, "",
-             "| transport | concurrent episodes | episodes | per-turn round trip, median (ms) | p99 (ms) "
-             "| episodes/s | driver peak RSS (MiB) | environments' USS, summed (MiB) | server's RSS (MiB) |",
+             "| transport | concurrent episodes | episodes | per-turn round trip, median (ms) | p99 (ms) | episodes/s "
+             "| driver peak RSS (MiB) | environments' USS, summed (MiB) (processes) | server's RSS (MiB) |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         label = "1 (single call)" if r["concurrency"] == 1 else str(r["concurrency"])
@@ -133,7 +136,8 @@ def markdown_table(rows: list[dict], title: str) -> str:
             continue
         server = "-" if r["server_rss_mb"] is None else f"{r['server_rss_mb']:.0f}"
         lines.append(f"| {r['transport']} | {label} | {r['episodes']} | {r['median_ms']:.1f} | {r['p99_ms']:.1f} | "
-                     f"{r['episodes_per_s']:.2f} | {r['driver_peak_mb']:.0f} | {r['envs_mb']:.0f} | {server} |")
+                     f"{r['episodes_per_s']:.2f} | {r['driver_peak_mb']:.0f} | {r['envs_mb']:.0f} "
+                     f"({r['env_processes']}) | {server} |")
     return "\n".join(lines)
 
 
@@ -146,7 +150,7 @@ def main() -> int:
     parser.add_argument("--alfworld-games", type=int, default=4, help="ALFWorld games generated, cycled over slots.")
     parser.add_argument("--out", type=Path, default=None, help="Also write the table to this Markdown file.")
     args = parser.parse_args()
-    command = f"python {' '.join(sys.argv)}"  # before ALFWorld's game generation, which rewrites sys.argv
+    command = f"python {shlex.join(sys.argv)}"  # before ALFWorld's game generation, which rewrites sys.argv
     load_at_start = os.getloadavg()[0]
     served = ENVS[args.env](args.games_dir or tempfile.mkdtemp(prefix=f"{args.env}-games-"),
                             alfworld_games=args.alfworld_games)
@@ -155,8 +159,8 @@ def main() -> int:
         remote = functools.partial(OpenEnvEnvironment, base_url=server.url, message_timeout=600)
         sides = {
             "process pool": (functools.partial(served.env_class, **served.options),
-                             lambda pool: (uss_mb(pool.worker_pids()), None)),
-            "OpenEnv": (remote, lambda pool: (uss_mb(descendants(server.process.pid)),
+                             lambda pool: (pool.worker_pids(), None)),
+            "OpenEnv": (remote, lambda pool: (descendants(server.process.pid),
                                               psutil.Process(server.process.pid).memory_info().rss / 2**20)),
         }
         for concurrency in [1, *args.concurrency]:

@@ -88,22 +88,22 @@ def _cells(line: str) -> int:
 
 def test_transport_tables_keep_their_columns_on_failed_rows(benchmark_module):
     done = {"episodes_per_s": 12.0, "median_ms": 50.0, "p99_ms": 60.0, "failed": 0, "startup_s": 3.0,
-            "driver_peak_mb": 300.0, "envs_mb": 900.0}
+            "driver_peak_mb": 300.0, "envs_mb": 900.0, "env_processes": 16}
     rows = [{"env": "ALFWorld", "transport": "process", "episodes": 16, **done, "ray_mb": None},
             {"env": "ALFWorld", "transport": "Ray, 1 node", "episodes": 16, **done, "ray_mb": 470.0},
             {"env": "ALFWorld", "transport": "Ray, 1 node", "episodes": 64, "failure": "MemoryError: x"}]
     lines = benchmark_module("env_transport").markdown_table(rows).splitlines()
     assert len(lines) == 2 + len(rows) and len({_cells(line) for line in lines}) == 1
-    assert "| 300 MiB | 900 MiB | - |" in lines[2] and lines[3].endswith("| 470 MiB |")
+    assert "| 300 MiB | 900 MiB (16) | - |" in lines[2] and lines[3].endswith("| 470 MiB |")
     assert "failed: MemoryError: x" in lines[4]
 
-    openenv_rows = [{"transport": "OpenEnv", "concurrency": 1, "episodes": 2, "median_ms": 4.0, "p99_ms": 7.0,
-                     "episodes_per_s": 36.0, "driver_peak_mb": 310.0, "envs_mb": 190.0, "server_rss_mb": 560.0},
-                    {"transport": "process pool", "concurrency": 16, "episodes": 32, "median_ms": 4.0, "p99_ms": 7.0,
-                     "episodes_per_s": 36.0, "driver_peak_mb": 310.0, "envs_mb": 190.0, "server_rss_mb": None},
+    timed = {"median_ms": 4.0, "p99_ms": 7.0, "episodes_per_s": 36.0, "driver_peak_mb": 310.0, "envs_mb": 190.0,
+             "env_processes": 1}
+    openenv_rows = [{"transport": "OpenEnv", "concurrency": 1, "episodes": 2, **timed, "server_rss_mb": 560.0},
+                    {"transport": "process pool", "concurrency": 16, "episodes": 32, **timed, "server_rss_mb": None},
                     {"transport": "OpenEnv", "concurrency": 256, "failure": "256 resets failed: x"}]
     lines = benchmark_module("env_transport_openenv").markdown_table(openenv_rows, "# title").splitlines()
     table = lines[2:]
     assert lines[0] == "# title" and len(table) == 2 + len(openenv_rows) and len({_cells(x) for x in table}) == 1
-    assert "| 1 (single call) |" in table[2] and table[2].endswith("| 310 | 190 | 560 |")
-    assert table[3].endswith("| 310 | 190 | - |") and "failed: 256 resets failed" in table[4]
+    assert "| 1 (single call) |" in table[2] and table[2].endswith("| 310 | 190 (1) | 560 |")
+    assert table[3].endswith("| 310 | 190 (1) | - |") and "failed: 256 resets failed" in table[4]
