@@ -148,6 +148,8 @@ def main() -> int:
     parser.add_argument("--episodes-per-slot", type=int, default=2)
     parser.add_argument("--games-dir", default=None, help="Game cache (default: a temporary folder).")
     parser.add_argument("--alfworld-games", type=int, default=4, help="ALFWorld games generated, cycled over slots.")
+    parser.add_argument("--message-timeout", type=float, default=600.0,
+                        help="Seconds the OpenEnv client waits for one reply before the call fails (OpenEnvConfig).")
     parser.add_argument("--out", type=Path, default=None, help="Also write the table to this Markdown file.")
     args = parser.parse_args()
     command = f"python {shlex.join(sys.argv)}"  # before ALFWorld's game generation, which rewrites sys.argv
@@ -156,7 +158,8 @@ def main() -> int:
                             alfworld_games=args.alfworld_games)
     rows = []
     with LocalServer(served.name, served.options, "--max-sessions", str(max(args.concurrency))) as server:
-        remote = functools.partial(OpenEnvEnvironment, base_url=server.url, message_timeout=600)
+        remote = functools.partial(OpenEnvEnvironment, base_url=server.url,
+                                   message_timeout=args.message_timeout)
         sides = {
             "process pool": (functools.partial(served.env_class, **served.options),
                              lambda pool: (pool.worker_pids(), None)),
