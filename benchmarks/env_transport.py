@@ -38,6 +38,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from measures import descendants, heading, is_ray_actor, peak_rss_mb, percentile, reset_peak_rss, uss_mb  # noqa: E402
+from measures import markdown_table as table  # noqa: E402
 
 from trl_multiturn.rollout import EnvFailure, EnvPool  # noqa: E402
 from trl_multiturn.rollout.ray_pool import RayPlacement  # noqa: E402
@@ -127,21 +128,23 @@ def run_row(pool: EnvPool, tasks: list[dict], turns: int) -> dict:
     return {"startup_s": startup, **row, "driver_peak_mb": peak_rss_mb(), **environments_memory(pool)}
 
 
+COLUMNS = ["environment", "transport", "concurrent episodes", "episodes/s", "per-turn round trip, median", "p99",
+           "failed", "first reset (start-up)", "driver peak RSS", "environments' USS, summed (processes)",
+           "Ray's own processes' USS"]
+
+
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| environment | transport | concurrent episodes | episodes/s | per-turn round trip, median | p99 | "
-             "failed | first reset (start-up) | driver peak RSS | environments' USS, summed (processes) | Ray's own "
-             "processes' USS |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    cells = []
     for r in rows:
-        head = f"| {r['env']} | {r['transport']} | {r['episodes']} |"
+        head = [r["env"], r["transport"], str(r["episodes"])]
         if "failure" in r:
-            lines.append(f"{head} failed: {r['failure']} | | | | | | | |")
+            cells.append([*head, f"failed: {r['failure']}"])
             continue
-        ray = "-" if r["ray_mb"] is None else f"{r['ray_mb']:.0f} MiB"
-        lines.append(f"{head} {r['episodes_per_s']:.1f} | {r['median_ms']:.1f} ms | {r['p99_ms']:.1f} ms | "
-                     f"{r['failed']} | {r['startup_s']:.1f} s | {r['driver_peak_mb']:.0f} MiB | "
-                     f"{r['envs_mb']:.0f} MiB ({r['env_processes']}) | {ray} |")
-    return "\n".join(lines)
+        cells.append([*head, f"{r['episodes_per_s']:.1f}", f"{r['median_ms']:.1f} ms", f"{r['p99_ms']:.1f} ms",
+                      str(r["failed"]), f"{r['startup_s']:.1f} s", f"{r['driver_peak_mb']:.0f} MiB",
+                      f"{r['envs_mb']:.0f} MiB ({r['env_processes']})",
+                      "-" if r["ray_mb"] is None else f"{r['ray_mb']:.0f} MiB"])
+    return table(COLUMNS, cells, text_columns=2)
 
 
 def main() -> None:

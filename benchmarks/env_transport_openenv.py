@@ -43,6 +43,7 @@ import psutil
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from measures import descendants, heading, peak_rss_mb, percentile, reset_peak_rss, uss_mb  # noqa: E402
+from measures import markdown_table as table  # noqa: E402
 
 from trl_multiturn.commands.serve import LocalServer  # noqa: E402
 from trl_multiturn.envs.openenv import OpenEnvEnvironment  # noqa: E402
@@ -124,21 +125,22 @@ def measure(name: str, factory, memory, served: Served, concurrency: int, rounds
             "server_rss_mb": server_mb}
 
 
+COLUMNS = ["transport", "concurrent episodes", "episodes", "per-turn round trip, median (ms)", "p99 (ms)",
+           "episodes/s", "driver peak RSS (MiB)", "environments' USS, summed (MiB) (processes)", "server's RSS (MiB)"]
+
+
 def markdown_table(rows: list[dict], title: str) -> str:
-    lines = [title, "",
-             "| transport | concurrent episodes | episodes | per-turn round trip, median (ms) | p99 (ms) | episodes/s "
-             "| driver peak RSS (MiB) | environments' USS, summed (MiB) (processes) | server's RSS (MiB) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    cells = []
     for r in rows:
-        label = "1 (single call)" if r["concurrency"] == 1 else str(r["concurrency"])
+        head = [r["transport"], "1 (single call)" if r["concurrency"] == 1 else str(r["concurrency"])]
         if "failure" in r:
-            lines.append(f"| {r['transport']} | {label} | failed: {r['failure']} | | | | | | |")
+            cells.append([*head, f"failed: {r['failure']}"])
             continue
-        server = "-" if r["server_rss_mb"] is None else f"{r['server_rss_mb']:.0f}"
-        lines.append(f"| {r['transport']} | {label} | {r['episodes']} | {r['median_ms']:.1f} | {r['p99_ms']:.1f} | "
-                     f"{r['episodes_per_s']:.2f} | {r['driver_peak_mb']:.0f} | {r['envs_mb']:.0f} "
-                     f"({r['env_processes']}) | {server} |")
-    return "\n".join(lines)
+        cells.append([*head, str(r["episodes"]), f"{r['median_ms']:.1f}", f"{r['p99_ms']:.1f}",
+                      f"{r['episodes_per_s']:.2f}", f"{r['driver_peak_mb']:.0f}",
+                      f"{r['envs_mb']:.0f} ({r['env_processes']})",
+                      "-" if r["server_rss_mb"] is None else f"{r['server_rss_mb']:.0f}"])
+    return f"{title}\n\n{table(COLUMNS, cells)}"
 
 
 def main() -> int:

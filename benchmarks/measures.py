@@ -73,6 +73,18 @@ def uss_mb(processes: Iterable[psutil.Process | int]) -> float:
     return total / 2**20
 
 
+def markdown_table(header: list[str], rows: list[list[str]], text_columns: int = 1) -> str:
+    """A Markdown table: the first `text_columns` columns left-aligned, the others (numbers) right-aligned; a row with
+    fewer cells than `header` (a failed row: its label, then "failed: why") is filled with empty cells."""
+    rule = ["---"] * text_columns + ["---:"] * (len(header) - text_columns)
+
+    def line(cells: list[str]) -> str:
+        cells = cells + [""] * (len(header) - len(cells))
+        return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+    return "\n".join(line(cells) for cells in [header, rule, *rows])
+
+
 def heading(command: str, load_at_start: float) -> str:
     """The first line of a result table: the command, the date, the cores and the 1-minute load average at the
     start and at the end of the run."""

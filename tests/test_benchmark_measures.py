@@ -82,6 +82,13 @@ def test_ray_actor_processes_are_told_by_their_title(benchmark_module, title, ac
     assert benchmark_module("measures").is_ray_actor(_Titled(title), "_EnvActor") is actor
 
 
+def test_markdown_table_aligns_numbers_right_and_fills_short_rows(benchmark_module):
+    table = benchmark_module("measures").markdown_table(["name", "mode", "a", "b"], [["x", "p", "1", "2"],
+                                                                                  ["y", "failed: why"]], 2)
+    assert table.splitlines() == ["| name | mode | a | b |", "| --- | --- | ---: | ---: |", "| x | p | 1 | 2 |",
+                                  "| y | failed: why | | |"]
+
+
 def _cells(line: str) -> int:
     return line.count("|") - 1
 
