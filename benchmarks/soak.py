@@ -36,6 +36,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import psutil
 import torch
+from measures import descendants, uss_mb
 
 from trl_multiturn.testing import FAULTS
 
@@ -61,25 +62,6 @@ def soak_tasks(num_rows: int, fault_every: int, seed: int) -> list[dict]:
         rows.append(row)
     rng.shuffle(rows)
     return rows
-
-
-def live_children() -> list[psutil.Process]:
-    out = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                out.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def private_bytes(process: psutil.Process) -> int:
-    """Memory only this process holds (a forked worker's RSS counts the pages it still shares with the trainer)."""
-    try:
-        return process.memory_full_info().uss
-    except psutil.NoSuchProcess:
-        return 0
 
 
 def main() -> None:
@@ -115,7 +97,7 @@ def main() -> None:
             injected = [ep.task["fault"] is not None for ep in episodes]
             failed = [ep.failed for ep in episodes]
             kinds = [ep.task["fault"] for ep in episodes if ep.task["fault"]]
-            children = live_children()
+            children = descendants()
             samples.append({
                 "step": state.global_step,
                 "episodes": len(episodes),
@@ -126,7 +108,7 @@ def main() -> None:
                 "nonfinite_parameters": sum(int((~torch.isfinite(p)).sum()) for p in trainer.model.parameters()),
                 "rss_mb": psutil.Process().memory_info().rss / 2**20,
                 "children": len(children),
-                "children_uss_mb": sum(private_bytes(c) for c in children) / 2**20,
+                "children_uss_mb": uss_mb(children),
                 "threads": threading.active_count(),
             })
 
@@ -148,7 +130,7 @@ def main() -> None:
         start = time.perf_counter()
         trainer.train()  # releases the environment workers when it ends
         wall = time.perf_counter() - start
-        left_after_close = len(live_children())
+        left_after_close = len(descendants())
 
     quarter = max(1, len(samples) // 4)
     first, last = samples[1: 1 + quarter], samples[-quarter:]  # step 1 warms up (workers start)
