@@ -15,6 +15,11 @@ estimator; greedy success is measured with `trl_multiturn.evaluation.evaluate` o
     python benchmarks/credit_assignment.py --rloo-trainer --estimators rloo turn_rloo --reward-modes sparse
     python benchmarks/credit_assignment.py --estimators gae turn_gae    # the PPO rows (MultiTurnPPOConfig defaults)
     python benchmarks/credit_assignment.py --estimators grpo --max-policy-lag 1   # off-policy, one step behind
+    python benchmarks/credit_assignment.py --estimators gigpo --episode-format stepwise --history window:2 full
+
+`--episode-format stepwise` trains each turn as its own sample, its context the `--history` policy's view of the
+episode (one row per policy given); greedy evaluation plays the same history. The episodes per step are the same in
+both formats, so the episode counts compare directly.
 
 Replies are one token, so each turn is one step for PPO's `gae` and `turn_gae` alike: their rows coincide.
 
@@ -24,6 +29,7 @@ A run that never reaches the target within `--max-steps` is shown as `>N` (N = t
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import statistics
@@ -135,20 +141,39 @@ def trainer_for(estimator: str, rloo_trainer: bool = False):
     return MultiTurnGRPOTrainer, MultiTurnGRPOConfig, {}, estimator
 
 
+def arm_label(estimator: str, rloo_trainer: bool = False, history: str | None = None) -> str:
+    """The row label: the trainer's label, and the step-wise history policy where there is one."""
+    label = trainer_for(estimator, rloo_trainer)[3]
+    return f"{label} stepwise {history}" if history else label
+
+
+def histories_to_run(episode_format: str, histories: list[str] | None) -> list[str | None]:
+    """The history policy of each arm: [None] (the trajectory format), or the step-wise policies given (the
+    config's default "full" when none is). A history is refused with the trajectory format, which has none."""
+    if episode_format == "trajectory":
+        if histories:
+            raise ValueError(f"--history {' '.join(histories)} needs --episode-format stepwise")
+        return [None]
+    return list(histories or ["full"])
+
+
 @dataclass
 class RunResult:
     episodes: int | None  # training episodes when greedy success first reached the target; None if never
     budget: int
-    seconds: float
+    seconds: float  # wall clock
     final_success: float
+    cpu_seconds: float = 0.0  # this process's and its reaped children's (the environment workers') user + system
 
 
 def run(estimator: str, reward_mode: str, seed: int, *, max_steps: int, eval_every: int, num_generations: int,
         learning_rate: float, target: float, hidden_size: int, max_turns: int, turn_gamma: float,
-        rloo_trainer: bool, workdir: str, max_policy_lag: int = 0) -> RunResult:
+        rloo_trainer: bool, workdir: str, max_policy_lag: int = 0, history: str | None = None) -> RunResult:
+    """One training run; `history` None trains trajectories, a history policy (e.g. "window:2") trains step-wise."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
+    from trl_multiturn.episode_settings import played_history
     from trl_multiturn.evaluation import evaluate
     from trl_multiturn.testing import build_tiny_model
 
@@ -160,20 +185,22 @@ def run(estimator: str, reward_mode: str, seed: int, *, max_steps: int, eval_eve
     batch = len(tasks) * num_generations
     trainer_cls, config_cls, extra, _ = trainer_for(estimator, rloo_trainer)
     args = config_cls(
-        output_dir=os.path.join(workdir, f"{estimator}-{reward_mode}-{seed}"), advantage_estimator=estimator,
-        reward_mode=reward_mode, max_turns=max_turns, turn_gamma=turn_gamma, system_prompt=SYSTEM_PROMPT,
+        output_dir=os.path.join(workdir, f"{estimator}-{reward_mode}-{seed}-{history or 'trajectory'}"),
+        advantage_estimator=estimator, reward_mode=reward_mode, max_turns=max_turns, turn_gamma=turn_gamma,
+        system_prompt=SYSTEM_PROMPT,
         num_generations=num_generations, per_device_train_batch_size=batch, max_completion_length=1,
         max_steps=max_steps, learning_rate=learning_rate, lr_scheduler_type="constant", warmup_steps=0,
         use_cpu=True, bf16=False, report_to="none", logging_steps=1, save_strategy="no", seed=seed,
         remove_unused_columns=False, disable_tqdm=True, gradient_checkpointing=False,
-        **({"max_policy_lag": max_policy_lag} if max_policy_lag else {}), **extra,
+        **({"max_policy_lag": max_policy_lag} if max_policy_lag else {}),
+        **({"episode_format": "stepwise", "history": history} if history else {}), **extra,
     )
     first_hit: list[int] = []
     success = [0.0]
 
     def greedy_success() -> float:
         return evaluate(model, KeyDoorEnv, tasks, tokenizer, max_turns=max_turns, max_reply_tokens=1,
-                        system_prompt=SYSTEM_PROMPT).success_rate
+                        system_prompt=SYSTEM_PROMPT, history=played_history(args)).success_rate
 
     class StopAtTarget(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -185,17 +212,18 @@ def run(estimator: str, reward_mode: str, seed: int, *, max_steps: int, eval_eve
 
     trainer = trainer_cls(model=model, args=args, processing_class=tokenizer, environment_factory=KeyDoorEnv,
                           train_dataset=Dataset.from_list(tasks), callbacks=[StopAtTarget()])
-    start = time.time()
+    start, cpu_start = time.time(), sum(os.times()[:4])
     success[0] = greedy_success()
     if success[0] >= target:
         first_hit.append(0)
     else:
         trainer.train()
-    return RunResult(first_hit[0] if first_hit else None, max_steps * batch, time.time() - start, success[0])
+    return RunResult(first_hit[0] if first_hit else None, max_steps * batch, time.time() - start, success[0],
+                     sum(os.times()[:4]) - cpu_start)
 
 
 def format_table(results: dict[tuple[str, str], list[RunResult]], seeds: list[int]) -> str:
-    header = ["estimator", "reward", *[f"seed {s}" for s in seeds], "median", "solved", "minutes"]
+    header = ["estimator", "reward", *[f"seed {s}" for s in seeds], "median", "solved", "minutes", "CPU minutes"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (estimator, mode), runs in results.items():
         cells = [str(r.episodes) if r.episodes is not None else f">{r.budget}" for r in runs]
@@ -203,8 +231,8 @@ def format_table(results: dict[tuple[str, str], list[RunResult]], seeds: list[in
         median = statistics.median_high([r.episodes if r.episodes is not None else math.inf for r in runs])
         median_cell = f"{median:g}" if median < math.inf else f">{max(r.budget for r in runs)}"
         solved = f"{sum(r.episodes is not None for r in runs)}/{len(runs)}"
-        minutes = f"{sum(r.seconds for r in runs) / 60:.1f}"
-        lines.append("| " + " | ".join([estimator, mode, *cells, median_cell, solved, minutes]) + " |")
+        minutes = [f"{sum(getattr(r, field) for r in runs) / 60:.1f}" for field in ("seconds", "cpu_seconds")]
+        lines.append("| " + " | ".join([estimator, mode, *cells, median_cell, solved, *minutes]) + " |")
     return "\n".join(lines)
 
 
@@ -228,8 +256,17 @@ def main(argv=None) -> None:
     parser.add_argument("--max-policy-lag", type=int, default=0,
                         help="GRPO's max_policy_lag: each step trains on a rollout played while the step before it "
                         "trained, from weights up to this many steps old (0: on-policy).")
+    parser.add_argument("--episode-format", choices=["trajectory", "stepwise"], default="trajectory",
+                        help="How episodes become training data (the config's episode_format).")
+    parser.add_argument("--history", nargs="+",
+                        help="With --episode-format stepwise: the history policies to train with, one arm each "
+                        "(e.g. window:1 window:2 full; default full). Evaluation plays the same history.")
     parser.add_argument("--quick", action="store_true", help="One seed and 20 steps: a smoke run of the table.")
     args = parser.parse_args(argv)
+    try:
+        histories = histories_to_run(args.episode_format, args.history)
+    except ValueError as error:
+        parser.error(str(error))
     if args.quick:
         args.seeds, args.max_steps = args.seeds[:1], min(args.max_steps, 20)
     torch.set_num_threads(args.threads)
@@ -237,19 +274,20 @@ def main(argv=None) -> None:
 
     results: dict[tuple[str, str], list[RunResult]] = {}
     with tempfile.TemporaryDirectory() as workdir:
-        for estimator in args.estimators:
+        for estimator, history in itertools.product(args.estimators, histories):
             for mode in args.reward_modes:
                 for seed in args.seeds:
                     result = run(estimator, mode, seed, max_steps=args.max_steps, eval_every=args.eval_every,
                                  num_generations=args.num_generations, learning_rate=args.learning_rate,
                                  target=args.target, hidden_size=args.hidden_size, max_turns=args.max_turns,
                                  turn_gamma=args.turn_gamma, rloo_trainer=args.rloo_trainer, workdir=workdir,
-                                 max_policy_lag=args.max_policy_lag)
-                    label = trainer_for(estimator, args.rloo_trainer)[3]
+                                 max_policy_lag=args.max_policy_lag, history=history)
+                    label = arm_label(estimator, args.rloo_trainer, history)
                     results.setdefault((label, mode), []).append(result)
                     reached = result.episodes if result.episodes is not None else f">{result.budget}"
                     print(f"{label:10s} {mode:7s} seed {seed}: episodes to {args.target:.0%} greedy success "
-                          f"{reached} (final {result.final_success:.0%}, {result.seconds:.0f}s)", flush=True)
+                          f"{reached} (final {result.final_success:.0%}, {result.seconds:.0f}s wall, "
+                          f"{result.cpu_seconds:.0f}s CPU)", flush=True)
     tasks = all_tasks()
     print(f"\nKey-door corridor, {len(tasks)} tasks (3-4 decisions each), {args.num_generations} episodes per task "
           f"per step; episodes until greedy success >= {args.target:.0%}:\n")
