@@ -82,9 +82,10 @@ class RandomWalkALFWorldEnv(ALFWorldEnv):
 
 def show_repository_slice(reply: str) -> str:
     """Action parser for the SWE-Gym rows: a `<bash>` command printing 1,500 characters of the repository's tracked
-    files, from an offset chosen by the reply."""
+    files, from an offset chosen by the reply. The files are read five times over: the shipped repositories hold
+    1,900-3,100 characters, so read once, an offset past their end would print nothing."""
     offset = zlib.crc32(reply.encode()) % 6000
-    return f"<bash>git ls-files | xargs cat | tail -c +{offset + 1} | head -c 1500</bash>"
+    return f"<bash>for _ in 1 2 3 4 5; do git ls-files | xargs cat; done | tail -c +{offset + 1} | head -c 1500</bash>"
 
 
 def environment(name: str, turns: int, episodes: int, games_dir: str, tmp: str):
