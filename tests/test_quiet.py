@@ -1,6 +1,8 @@
-"""Known third-party warnings (TRL 1.16 on transformers 5.2x: gradient checkpointing's old names) are filtered when
-trl_multiturn is imported, and nothing else is."""
+"""Known third-party warnings (TRL 1.16 on transformers 5.2x: gradient checkpointing's old names; TRL's "All reward
+functions returned None" for rows we leave unscored) are filtered when trl_multiturn is imported, and nothing else
+is."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -30,3 +32,16 @@ def test_gradient_checkpointing_rename_is_quiet_and_other_warnings_still_show(tm
     quiet = _warnings_seen(tmp_path, "import trl_multiturn")
     assert "gradient_checkpointing" not in quiet
     assert "a warning about the user's own code" in quiet
+
+
+def test_trls_no_reward_log_is_dropped_only_for_rows_without_an_episode_return(caplog):
+    """`'episode_return': None` marks our failed episodes and step-wise padding rows; any other row's log shows."""
+    import trl_multiturn  # noqa: F401 - installs the filters
+
+    theirs = "All reward functions returned None for the following kwargs:\n{'prompt': 'p', 'score': None}\n"
+    ours = "[RANK 0] All reward functions returned None for the following kwargs:\n{'episode_return': None}\n"
+    with caplog.at_level(logging.WARNING):
+        for name in ("trl.trainer.grpo_trainer", "trl.trainer.rloo_trainer"):
+            logging.getLogger(name).warning(theirs)
+            logging.getLogger(name).warning(ours)
+    assert [r.getMessage() for r in caplog.records] == [theirs, theirs]

@@ -2,6 +2,7 @@
 the configured estimator (turn-level GRPO/RLOO, GiGPO's anchor-state groups, REINFORCE++'s batch normalisation), a
 non-zero gradient, and the configs that cannot work refused when they are built."""
 
+import logging
 import random
 import statistics
 
@@ -98,6 +99,17 @@ def test_a_stepwise_run_trains_with_a_nonzero_gradient(tiny_chatml_model, tmp_pa
     steps = trainer.last_rollout.steps
     assert steps is not None and len(steps) % trainer.num_generations_eval == 0
     assert metrics["eval_episodes/failed"] == 0 and "eval_credit/advantage_mean" in metrics
+
+
+def test_padding_rows_do_not_log_trls_no_reward_warning(tiny_chatml_model, tmp_path, caplog):
+    """A padding row has no episode return; TRL would log "All reward functions returned None" with the row's
+    kwargs on every such step (`trl_multiturn.quiet`)."""
+    rows = [{"target": 1}, {"target": 1}]
+    trainer = make_trainer(tiny_chatml_model, tmp_path, rows, steps_per_batch=4)
+    with caplog.at_level(logging.WARNING):
+        scored(trainer, rows)
+    assert trainer.last_rollout.steps.count(None) == 2  # two one-turn episodes, padded to 4 rows
+    assert not [r for r in caplog.records if "All reward functions returned None" in r.getMessage()]
 
 
 def test_reinforce_pp_trains_step_wise_on_returns_to_go_normalised_over_every_step_played(tiny_chatml_model,
