@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Set up, then run the whole test suite (offline; tiny models built in-process; 6 minutes on 2 idle cores, 27 on
-# 2 cores shared with other jobs).
+# Set up, then run the whole test suite (offline; tiny models built in-process; the README says how long it took).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

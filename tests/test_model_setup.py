@@ -141,3 +141,37 @@ def test_the_examples_parse_the_model_setup(example, tmp_path, monkeypatch):
          "bfloat16"])
     [model_args] = [x for x in parsed if isinstance(x, ModelSetup)]
     assert model_args.use_peft and model_args.lora_r == 4 and model_args.dtype == "bfloat16"
+
+
+@pytest.fixture
+def torch_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("local_world_size,asked,expected", [
+    (None, None, lambda cores: cores),  # `accelerate launch` without --cpu pins OMP_NUM_THREADS=1: every core back
+    ("2", None, lambda cores: max(1, cores // 2)),  # two processes on this machine share its cores
+    (None, 1, lambda cores: 1),  # the user's number wins
+])
+def test_a_cpu_run_uses_the_cores_it_may(torch_threads, monkeypatch, local_world_size, asked, expected):
+    import os
+
+    from trl_multiturn.model_setup import ModelSetup
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    if local_world_size is None:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local_world_size)
+    torch.set_num_threads(1 if asked is None else len(os.sched_getaffinity(0)) + 1)
+    model_setup_kwargs(ModelSetup(cpu_threads=asked), MultiTurnGRPOConfig(output_dir="unused", use_cpu=True))
+    assert torch.get_num_threads() == expected(len(os.sched_getaffinity(0)))
+
+
+def test_cpu_threads_below_one_is_refused():
+    from trl_multiturn.model_setup import ModelSetup
+
+    with pytest.raises(ValueError, match=r"ModelSetup\.cpu_threads=0: give .*>= 1"):
+        ModelSetup(cpu_threads=0)

@@ -10,17 +10,23 @@ the config's `model_init_kwargs` (values already there win), `get_quantization_c
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
 
 from trl import ModelConfig
 
-from .config_checks import check_fields
+from .config_checks import Range, check_fields
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class ModelSetup(ModelConfig):
     """TRL's `ModelConfig`, less `model_name_or_path`, which the script arguments already hold (with the offline
-    default), plus `torch_dtype`, the name of `dtype` before transformers 5."""
+    default), plus `torch_dtype`, the name of `dtype` before transformers 5, and `cpu_threads`."""
+
+    _RANGES = {"cpu_threads": Range(ge=1)}
 
     model_name_or_path: str | None = field(
         default=None, init=False, metadata={"help": "Not parsed here: the script arguments' --model_name_or_path."}
@@ -30,6 +36,13 @@ class ModelSetup(ModelConfig):
         metadata={"help": "Same as `dtype` (its name in older TRL and transformers); when given, it wins.",
                   "choices": ["auto", "bfloat16", "float16", "float32"]},
     )
+    cpu_threads: int | None = field(
+        default=None,
+        metadata={"help": "PyTorch threads per process on a run without a GPU. None: the cores this process may use, "
+                  "shared among the processes on this machine (`accelerate launch` without --cpu sets "
+                  "OMP_NUM_THREADS=1 on a machine with no GPU, which would leave every other core idle); N: N "
+                  "threads. Ignored on a GPU."},
+    )
 
     def __post_init__(self):
         check_fields(self)
@@ -38,12 +51,27 @@ class ModelSetup(ModelConfig):
             self.dtype = self.torch_dtype
 
 
+def cpu_threads(requested: int | None) -> int:
+    """The PyTorch threads of a run without a GPU: `requested`, or by default the cores this process may use divided
+    among the processes a launcher started on this machine (`LOCAL_WORLD_SIZE`), at least 1."""
+    if requested is not None:
+        return requested
+    return max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
 def model_setup_kwargs(model_args: ModelConfig | None, training_args) -> dict:
     """The trainer keyword arguments `model_args` asks for (`quantization_config`, `peft_config`), after setting
-    `training_args.model_init_kwargs` from it as TRL's scripts do (keys the config already has are kept). Empty for
-    None."""
+    `training_args.model_init_kwargs` from it as TRL's scripts do (keys the config already has are kept), and, on a
+    run without a GPU, PyTorch's thread count (`ModelSetup.cpu_threads`). Empty for None."""
     if model_args is None:
         return {}
+    import torch
+
+    if training_args.use_cpu or not torch.cuda.is_available():
+        threads = cpu_threads(getattr(model_args, "cpu_threads", None))
+        if threads != torch.get_num_threads():
+            logger.info("PyTorch threads: %d -> %d (--cpu_threads sets it)", torch.get_num_threads(), threads)
+            torch.set_num_threads(threads)
     from trl import get_peft_config, get_quantization_config
 
     init_kwargs = dict(revision=model_args.model_revision, attn_implementation=model_args.attn_implementation,
