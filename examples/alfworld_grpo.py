@@ -47,7 +47,8 @@ from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
 
 def cpu_has_native_bf16() -> bool:
     """A run without a GPU on a CPU with bf16 instructions (AVX512-BF16 or AMX), where bf16 autocast made a training
-    step of SmolLM2-135M 2.4x faster than fp32 (2 cores); elsewhere bf16 is emulated, slower than fp32."""
+    step of SmolLM2-135M 2.4x faster than fp32 (2 cores, benchmarks/cpu_bf16.py); elsewhere bf16 is emulated,
+    slower than fp32. `torch.cpu`'s checks are private: PyTorch has no public one."""
     return not torch.cuda.is_available() and (torch.cpu._is_avx512_bf16_supported() or
                                               torch.cpu._is_amx_tile_supported())
 
