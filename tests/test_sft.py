@@ -231,3 +231,20 @@ def test_pretokenized_rows_without_a_mask_are_refused(tiny_chatml_model, tmp_pat
     rows = datasets.Dataset.from_list([{"input_ids": [1, 2, 3]}])
     with pytest.raises(ValueError, match="neither `assistant_masks` nor `labels`"):
         MultiTurnSFTTrainer(tiny_chatml_model, args=_sft_args(tmp_path), train_dataset=rows)
+
+
+def test_a_trainer_built_from_task_rows_is_freed_with_its_last_reference(tiny_chatml_model, env_factory, tasks,
+                                                                         tmp_path):
+    """TextWorld's parser memoises failed parses whose tracebacks reach the frames that replayed the expert: the
+    replay must not keep the trainer being built (its model, its optimizer) alive through the next stage of a run."""
+    import gc
+    import weakref
+
+    def build():
+        trainer = MultiTurnSFTTrainer(tiny_chatml_model, args=_sft_args(tmp_path),
+                                      train_dataset=datasets.Dataset.from_list(tasks), environment_factory=env_factory)
+        return weakref.ref(trainer), weakref.ref(trainer.model)
+
+    refs = build()
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None]

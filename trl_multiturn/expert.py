@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import datasets
 
@@ -157,6 +158,18 @@ def expert_trajectories(
     """
     parser = get_action_parser(action_parser, tokenizer)
     builder = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs) if tokenizer is not None else None
+    # On a thread of its own: an engine may keep exceptions whose tracebacks reach every calling frame (TextWorld's
+    # parser memoises its failed parses; ALFWorld's games did the same), which kept the caller's objects alive, e.g.
+    # the SFT trainer being built, its model and optimizer, through the GRPO stage after it. A new thread's frames
+    # reach no caller's.
+    with ThreadPoolExecutor(1, thread_name_prefix="expert-replay") as pool:
+        rows = pool.submit(_won_episodes, env, tasks, parser, system_prompt, builder, skip_failures).result()
+    return datasets.Dataset.from_list(rows)
+
+
+def _won_episodes(env, tasks, parser: ActionParser, system_prompt: str | None, builder: ChatTokenBuilder | None,
+                  skip_failures: bool) -> list[dict]:
+    """`expert_trajectories`' rows."""
     environment, owned = _as_environment(env)
     rows, skipped = [], []
     try:
@@ -181,4 +194,4 @@ def expert_trajectories(
     if not rows:
         raise ExpertTrajectoryError("no task yielded a won expert episode" +
                                     (f" ({len(skipped)} failed; first: {skipped[0]})" if skipped else ""))
-    return datasets.Dataset.from_list(rows)
+    return rows
