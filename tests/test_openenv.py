@@ -148,6 +148,24 @@ def test_closing_a_server_leaves_no_process_behind(textworld_games_dir):
         remote.step("go south")
 
 
+def test_an_adapter_dropped_without_close_ends_its_session(server):
+    """The session (and the server's environment worker behind it) ends when the adapter is garbage, not when the
+    client process exits: OpenEnv's sync client runs a thread that would keep it open."""
+    import gc
+
+    import psutil
+
+    before = {p.pid for p in psutil.Process(server.process.pid).children(recursive=True)}
+    remote = OpenEnvEnvironment(base_url=server.url)
+    assert remote.reset(TASKS[0])
+    session = [p for p in psutil.Process(server.process.pid).children(recursive=True) if p.pid not in before]
+    assert session  # the session's environment worker
+    del remote
+    gc.collect()
+    gone, alive = psutil.wait_procs(session, timeout=120)
+    assert not alive, alive
+
+
 def test_a_stopped_server_fails_the_reset_after_connect_timeout(textworld_games_dir):
     """A real server frozen (SIGSTOP): the kernel still accepts the connection, nothing answers the handshake."""
     with LocalServer("textworld", {"games_dir": str(textworld_games_dir)}) as stopped:

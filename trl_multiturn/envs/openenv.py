@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +112,9 @@ class OpenEnvEnvironment(Environment):
             if self._client is None:
                 self._client = GenericEnvClient(base_url=url, connect_timeout_s=self.config.connect_timeout,
                                                 message_timeout_s=self.config.message_timeout).sync()
+                # The client's event-loop thread keeps it alive: an adapter dropped without close() would hold its
+                # session (and the environment worker serving it) open on the server until this process exits.
+                self._session_end = weakref.finalize(self, _end_session, self._client)
                 self._client.connect()
             reply = self._client.reset(**data) if what == "reset" else self._client.step(data)
             return self._result(reply)
@@ -144,9 +148,13 @@ class OpenEnvEnvironment(Environment):
         return StepResult(text, float(reward), done, won and done, info if isinstance(info, dict) else {})
 
     def _drop_session(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception:  # noqa: BLE001 - the server may be gone; the session is dropped either way
-                pass
+        if self._client is not None:
+            self._client = None
+            self._session_end()
+
+
+def _end_session(client) -> None:
+    try:
+        client.close()
+    except Exception:  # noqa: BLE001 - the server may be gone; the session is dropped either way
+        pass
