@@ -248,3 +248,30 @@ def test_a_trainer_built_from_task_rows_is_freed_with_its_last_reference(tiny_ch
     refs = build()
     gc.collect()
     assert [ref() for ref in refs] == [None, None]
+
+
+def test_ctrl_c_during_the_expert_replay_stops_it_after_the_current_task():
+    """The replay runs on a thread of its own; a Ctrl-C in the main thread must end it, not wait for every task."""
+    import os
+    import signal
+    import time
+
+    from toy_envs import CountingEnv
+
+    played, closed = [], []
+
+    class InterruptedEnv(CountingEnv):
+        def reset(self, task):
+            played.append(task)
+            if len(played) == 1:
+                os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, delivered to the main thread
+            time.sleep(0.05)  # 200 tasks: 10 s of replay left when the interrupt arrives
+            return super().reset(task)
+
+        def close(self):
+            closed.append(True)
+
+    with pytest.raises(KeyboardInterrupt):
+        expert_trajectories(InterruptedEnv, [{"target": 1}] * 200)
+    assert len(played) < 200
+    assert closed == [True]

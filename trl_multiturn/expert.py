@@ -15,8 +15,8 @@ model sampled the expert's replies, and its assistant mask is the rollout's `env
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import datasets
 
@@ -162,18 +162,36 @@ def expert_trajectories(
     # parser memoises its failed parses; ALFWorld's games did the same), which kept the caller's objects alive, e.g.
     # the SFT trainer being built, its model and optimizer, through the GRPO stage after it. A new thread's frames
     # reach no caller's.
-    with ThreadPoolExecutor(1, thread_name_prefix="expert-replay") as pool:
-        rows = pool.submit(_won_episodes, env, tasks, parser, system_prompt, builder, skip_failures).result()
-    return datasets.Dataset.from_list(rows)
+    outcome, stop = {}, threading.Event()
+
+    def replay():
+        try:
+            outcome["rows"] = _won_episodes(env, tasks, parser, system_prompt, builder, skip_failures, stop)
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=replay, name="expert-replay")
+    try:
+        thread.start()
+        thread.join()
+    finally:
+        stop.set()  # e.g. after a Ctrl-C: the replay ends after its current task (its environment closed)
+        if thread.is_alive():
+            thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return datasets.Dataset.from_list(outcome["rows"])
 
 
 def _won_episodes(env, tasks, parser: ActionParser, system_prompt: str | None, builder: ChatTokenBuilder | None,
-                  skip_failures: bool) -> list[dict]:
-    """`expert_trajectories`' rows."""
+                  skip_failures: bool, stop: threading.Event) -> list[dict]:
+    """`expert_trajectories`' rows; an empty list once `stop` is set."""
     environment, owned = _as_environment(env)
     rows, skipped = [], []
     try:
         for task in tasks:
+            if stop.is_set():
+                return []
             task = dict(task)
             try:
                 messages = _replay(environment, task, parser, system_prompt, builder)
