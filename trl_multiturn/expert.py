@@ -155,6 +155,9 @@ def expert_trajectories(
     Each row holds `messages` (the episode conversation), `num_turns`, `task` (the task row) and, with a tokenizer,
     `input_ids` and `assistant_masks` (1 exactly on the tokens of every assistant reply, its end-of-turn token
     included).
+
+    The replay runs the environment on a thread of its own, as the "thread" env mode does: an environment that
+    installs signal handlers (e.g. a SIGALRM timeout) cannot be replayed here.
     """
     parser = get_action_parser(action_parser, tokenizer)
     builder = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs) if tokenizer is not None else None
