@@ -6,6 +6,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import signal  # noqa: E402
+
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
@@ -70,3 +72,12 @@ def tiny_rl_args(config_cls, output_dir, **overrides):
     )
     args.update(overrides)
     return config_cls(**args)
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's own Ctrl-C handler, as in a terminal: a background job of a non-interactive shell (CI's, often)
+    starts with SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

@@ -50,15 +50,6 @@ def test_a_base_exception_in_a_step_fails_only_its_episode(mode, name):
         assert all(r.won for r in play(pool, [{"target": 1}] * 2))  # the slot starts over with a fresh environment
 
 
-@pytest.fixture
-def ctrl_c_raises():
-    """Python's own Ctrl-C handler, as in a terminal: a background job of a non-interactive shell (CI's, often)
-    starts with SIGINT ignored, and Python then never raises KeyboardInterrupt."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
 def test_a_users_ctrl_c_during_an_inline_call_still_stops_the_run(ctrl_c_raises):
     class InterruptedEnv(FaultyEnv):
         def step(self, action):

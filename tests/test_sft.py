@@ -250,7 +250,7 @@ def test_a_trainer_built_from_task_rows_is_freed_with_its_last_reference(tiny_ch
     assert [ref() for ref in refs] == [None, None]
 
 
-def test_ctrl_c_during_the_expert_replay_stops_it_after_the_current_task():
+def test_ctrl_c_during_the_expert_replay_stops_it_after_the_current_task(ctrl_c_raises):
     """The replay runs on a thread of its own; a Ctrl-C in the main thread must end it, not wait for every task."""
     import os
     import signal
