@@ -14,6 +14,8 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from measures import markdown_table  # noqa: E402
+
 
 def seconds(fn, repeats: int = 3) -> float:
     fn()
@@ -48,10 +50,11 @@ def main() -> None:
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             model(input_ids=ids)
 
-    print(f"| {args.threads} threads | fp32 s | bf16 autocast s | speed-up |\n|---|---:|---:|---:|")
+    rows = []
     for name, fn in (("train step", train_step), ("forward", forward)):
         fp32, bf16 = seconds(lambda: fn(False)), seconds(lambda: fn(True))
-        print(f"| {name} | {fp32:.2f} | {bf16:.2f} | {fp32 / bf16:.1f}x |")
+        rows.append([name, f"{fp32:.2f}", f"{bf16:.2f}", f"{fp32 / bf16:.1f}x"])
+    print(markdown_table([f"{args.threads} threads", "fp32 s", "bf16 autocast s", "speed-up"], rows))
 
 
 if __name__ == "__main__":
