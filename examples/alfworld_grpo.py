@@ -137,6 +137,13 @@ class ScriptArguments(ModelArguments):
                   "(generated valid_unseen games use ALFRED's held-out rooms)."},
     )
     num_eval_games: int = field(default=0, metadata={"help": "Held-out games to evaluate on (0: no evaluation)."})
+    eval_first_game: int = field(
+        default=0,
+        metadata={"help": "Generated games: index of the first held-out game in the test split's seeds. 0: the "
+                  "ALFWorld suite's held-out games, which `trl-multiturn eval` plays; another value gives held-out "
+                  "games no earlier run was judged on, e.g. to confirm a setting chosen on the first ones. "
+                  "Downloaded games: unused (the split is fixed)."},
+    )
     eval_start_model: bool = field(
         default=False,
         metadata={"help": "Also play the held-out games with the starting model (the SFT warm start, when there is "
@@ -167,7 +174,8 @@ def game_sets(script_args, env_args, gen_args, seed: int) -> dict:
         # Seed 0: the ALFWorld suite's held-out rule (trl_multiturn.envs.suites), so that `trl-multiturn eval` and a
         # study play the same held-out games as this run.
         sets["eval"] = alfworld_tasks(script_args, env_args, gen_args, script_args.eval_split,
-                                      script_args.num_eval_games, 0, script_args.eval_task_types or list(TASK_TYPES))
+                                      script_args.num_eval_games, 0, script_args.eval_task_types or list(TASK_TYPES),
+                                      first_game=script_args.eval_first_game)
     names = sorted(sets)
     for k, first in enumerate(names):
         for second in names[k + 1:]:

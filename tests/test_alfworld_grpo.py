@@ -157,6 +157,17 @@ def test_game_sets_refuse_sft_games_that_are_rl_games(tmp_path, monkeypatch):
     assert len(example["game_sets"](script, env, gen, 0)["sft"]) == 0
 
 
+def test_eval_first_game_gives_held_out_games_no_earlier_run_was_judged_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "not-downloaded"))
+    example = _example()
+    script, training, env, gen, _ = _parse(example, ["--games_dir", str(tmp_path / "games"), "--num_sft_games", "0",
+                                                     "--num_train_games", "1", "--num_eval_games", "2"])
+    first = set(example["game_sets"](script, env, gen, 0)["eval"]["game_file"])
+    script.eval_first_game = 1  # the second held-out game on: one shared with the default set, one new
+    later = set(example["game_sets"](script, env, gen, 0)["eval"]["game_file"])
+    assert len(first) == len(later) == 2 and len(first & later) == 1
+
+
 def test_example_generates_games_when_no_dataset_is_configured(tmp_path, monkeypatch):
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "not-downloaded"))
     example = _example()
