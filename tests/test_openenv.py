@@ -41,11 +41,28 @@ def server(textworld_games_dir):
         yield served
 
 
+def children(pid: int) -> list[int]:
+    return [int(child) for task in os.listdir(f"/proc/{pid}/task")
+            for child in open(f"/proc/{pid}/task/{task}/children").read().split()]
+
+
 @pytest.fixture
 def local(textworld_games_dir):
     env = TextWorldEnv(games_dir=str(textworld_games_dir))
     yield env
     env.close()
+
+
+def test_a_served_environment_and_its_session_workers_never_load_torch(server):
+    """The server needs no model: without torch it starts in a few seconds and about 0.3 GB smaller, and so does
+    every session worker it forks (the CLI imports the training commands' modules only when they run)."""
+    with GenericEnvClient(base_url=server.url).sync() as client:
+        client.reset(task=TASKS[0])
+        workers = children(server.process.pid)
+        assert workers  # the session's environment runs in a forked worker
+        for pid in [server.process.pid, *workers]:
+            maps = open(f"/proc/{pid}/maps").read()
+            assert "libtorch" not in maps and "libc10" not in maps, f"process {pid} loaded torch"
 
 
 def test_openenvs_own_client_plays_served_textworld_to_a_win(server, local):

@@ -8,8 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .rollout import Episode, EpisodeRunner
-from .rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
+from .rollout.episode import Episode
 from .rollout.history import get_history
 
 EVAL_RESULTS_FILE = "eval_results.json"
@@ -157,11 +156,15 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
     `first_line`, the trajectory format). `history` (a `trl_multiturn.rollout.history` spelling such as "window:2")
     plays the step-wise format: each turn's context is that policy's view of the episode, as a model trained with
     `episode_format="stepwise"` saw it. `progress` shows a progress bar over the tasks."""
+    # The engine (torch, transformers) is imported here, not with the module: the statistics below serve commands,
+    # such as `trl-multiturn serve`, that must not load torch.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .episode_settings import environment_factory_from_spec
     from .models import resolve_model
     from .progress import progress_bar
+    from .rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
+    from .rollout.runner import EpisodeRunner
 
     settings = resolve_episode_settings(
         model, episode_settings, max_turns=max_turns, max_completion_length=max_reply_tokens,

@@ -33,9 +33,7 @@ from .. import __version__
 from ..data import split_seeds
 from ..envs.suites import load_installed_suites
 from ..model_setup import ModelSetup
-from .env_tasks import train_on_env
 from .episodes import add_episodes_parser
-from .eval import EvalArguments, run_eval
 from .recipes import add_recipes_parser, resolve_config_option
 from .script_args import EnvArguments, TextWorldScriptArguments
 from .serve import add_serve_parser
@@ -196,7 +194,13 @@ def trainer_parser(algo: str):
                     "field below, and the command line overrides it.")
 
 
+# `train`, `eval` and `play` import their modules when they run: those load torch, which `serve`, `make-games`,
+# `recipes` and `--help` start without (a served environment's workers are forked from a process without it).
+
+
 def _train(args: argparse.Namespace) -> int:
+    from .env_tasks import train_on_env
+
     script_args, env_args, training_args, model_args = trainer_parser(args.algo).parse_args_and_config(
         args=args.options)
     train_on_env(trainer_class(args.algo), script_args, env_args, training_args, model_args)
@@ -218,6 +222,8 @@ def _add_train(subparsers) -> None:
 
 def eval_parser(command: str = "eval"):
     """The `TrlParser` of `trl-multiturn eval` (and of `play`, which takes the same fields)."""
+    from .eval import EvalArguments
+
     return TrlParser(
         (TextWorldScriptArguments, EvalArguments), prog=f"trl-multiturn {command}",
         description="Greedy success of a model on held-out tasks (of a registered suite: TextWorld, ALFWorld, SWE-Gym "
@@ -228,6 +234,8 @@ def eval_parser(command: str = "eval"):
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from .eval import run_eval
+
     return run_eval(eval_parser(), args.options)
 
 
@@ -240,6 +248,8 @@ def _add_eval(subparsers) -> None:
 
 
 def _play(args: argparse.Namespace) -> int:
+    from .eval import run_eval
+
     return run_eval(eval_parser("play"), ["--num_eval_games", "1", "--show_episodes", str(2**31 - 1),
                                           "--no_save_results", "--no_progress", *args.options])
 

@@ -48,14 +48,16 @@ import argparse
 from pathlib import Path
 
 from ..recipes import resolve_config
-from . import report
-from .report import power_report, stale_runs, withdraw_stale, write_report
-from .results import Results
-from .spec import load_study
-from .stages import run_study
 
 
 def _study_command(args: argparse.Namespace) -> int:
+    # Imported when the command runs: they load the trainers (torch), which the CLI's other commands do not need.
+    from . import report
+    from .report import power_report, stale_runs, withdraw_stale, write_report
+    from .results import Results
+    from .spec import load_study
+    from .stages import run_study
+
     study = load_study(args.study)
     if args.check:
         print(f"{args.study}: {len(study.runs)} runs, fields valid: {', '.join(run.name for run in study.runs)}")
