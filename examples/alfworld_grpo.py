@@ -147,7 +147,8 @@ class ScriptArguments(ModelArguments):
     eval_start_model: bool = field(
         default=False,
         metadata={"help": "Also play the held-out games with the starting model (the SFT warm start, when there is "
-                  "one) before GRPO, and print both results side by side with an exact McNemar test."},
+                  "one) before GRPO, and print both results side by side with an exact McNemar test (the start's "
+                  "per-game outcomes in output_dir/start_eval_results.json)."},
     )
 
 

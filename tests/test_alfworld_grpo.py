@@ -143,7 +143,10 @@ def test_the_no_argument_run_trains_sft_then_grpo_and_prints_held_out_side_by_si
     # GRPO started from the SFT checkpoint: the side-by-side names it as the start.
     assert start < side and f"  {sft_dir}" in printed and "+ MultiTurnGRPOTrainer" in printed
     assert "exact McNemar p" in printed[side:]
-    assert json.loads((out / "eval_results.json").read_text())["summary"]["n"] == 1
+    after = json.loads((out / "eval_results.json").read_text())
+    before = json.loads((out / "start_eval_results.json").read_text())  # the paired test recomputes from files
+    assert after["summary"]["n"] == before["summary"]["n"] == 1 and before["model"] == str(sft_dir)
+    assert [o["task"] for o in before["outcomes"]] == [o["task"] for o in after["outcomes"]]
 
 
 def test_game_sets_refuse_sft_games_that_are_rl_games(tmp_path, monkeypatch):

@@ -71,7 +71,8 @@ class TextWorldScriptArguments(ModelArguments):
     eval_start_model: bool = field(
         default=False,
         metadata={"help": "Also play the held-out games with the starting model, before training, and print both "
-                          "results side by side at the end, with an exact McNemar test on the paired outcomes."},
+                          "results side by side at the end, with an exact McNemar test on the paired outcomes "
+                          "(the start's per-game outcomes in output_dir/start_eval_results.json)."},
     )
     eval_temperature: float = field(
         default=0.0,

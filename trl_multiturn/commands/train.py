@@ -21,6 +21,9 @@ TRAINERS = {
 }
 """Every trainer by its algorithm's name: (trainer class, config class) in `trl_multiturn`'s public API."""
 RL_ALGORITHMS = tuple(name for name in TRAINERS if name != "sft")
+START_EVAL_RESULTS_FILE = "start_eval_results.json"
+"""The starting model's held-out evaluation (`train_and_evaluate` with `eval_start_model`); not an `eval_results_*`
+file, which are evaluations of the trained model."""
 
 
 def trainer_class(algorithm: str) -> type:
@@ -113,10 +116,14 @@ def checkpoint_to_resume(training_args) -> str | bool | None:
 def train_and_evaluate(trainer, training_args, evaluate_held_out, start: str, eval_start_model: bool = False) -> None:
     """Train, then finish the run (`finish_run`) with the held-out evaluation `evaluate_held_out(model, tokenizer,
     trainer=None, label="")` when one is given. With `eval_start_model`, the starting model plays the same held-out
-    games before training, and both results are printed side by side (`side_by_side`, `start` naming the start)."""
+    games before training, and both results are printed side by side (`side_by_side`, `start` naming the start);
+    the start's per-task outcomes go to `START_EVAL_RESULTS_FILE` beside the trained model's `eval_results.json`, so
+    that the paired test can be recomputed from the files."""
     before = None
     if evaluate_held_out is not None and eval_start_model:
         before = evaluate_held_out(trainer.model, trainer.processing_class, label="starting model, ")
+        if trainer.args.should_save:
+            before.save(training_args.output_dir, START_EVAL_RESULTS_FILE, model=start)
     trainer.train(resume_from_checkpoint=checkpoint_to_resume(training_args))
 
     def held_out():
