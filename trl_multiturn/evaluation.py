@@ -156,8 +156,8 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
     `first_line`, the trajectory format). `history` (a `trl_multiturn.rollout.history` spelling such as "window:2")
     plays the step-wise format: each turn's context is that policy's view of the episode, as a model trained with
     `episode_format="stepwise"` saw it. `progress` shows a progress bar over the tasks."""
-    # The engine (torch, transformers) is imported here, not with the module: the statistics below serve commands,
-    # such as `trl-multiturn serve`, that must not load torch.
+    # The engine (torch, transformers) is imported here, not with the module: the CLI imports this module for its
+    # statistics and result files, and `trl-multiturn serve` must start without torch.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .episode_settings import environment_factory_from_spec

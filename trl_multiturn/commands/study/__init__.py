@@ -52,8 +52,7 @@ from ..recipes import resolve_config
 
 def _study_command(args: argparse.Namespace) -> int:
     # Imported when the command runs: they load the trainers (torch), which the CLI's other commands do not need.
-    from . import report
-    from .report import power_report, stale_runs, withdraw_stale, write_report
+    from .report import markdown_table, power_report, stale_runs, withdraw_stale, write_report
     from .results import Results
     from .spec import load_study
     from .stages import run_study
@@ -82,7 +81,7 @@ def _study_command(args: argparse.Namespace) -> int:
     if unknown:
         raise SystemExit(f"--runs: {unknown} are not runs of {study.name}")
     results = run_study(study, args.runs)
-    print(report.markdown_table(study, results.data["table"], results.data["primary"]))
+    print(markdown_table(study, results.data["table"], results.data["primary"]))
     return 0
 
 
