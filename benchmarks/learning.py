@@ -89,6 +89,7 @@ class Setting:
     curve_points: int = 1  # model-only checkpoints per RL run, each evaluated for the held-out learning curve
     seed: int = 0
     threads: int = 2
+    bf16: bool = False  # bf16 autocast in SFT and RL (2.4x faster training steps on a CPU with AVX512-BF16)
     system_prompt: str = SYSTEM_PROMPT
     sft_start: str = ""  # an SFT checkpoint to start from instead of the sft stage (e.g. a converged earlier control)
     overrides: dict = field(default_factory=dict)  # per-arm config overrides from --arm-option
@@ -186,7 +187,7 @@ def run_sft(setting: Setting, model: str, tasks, games_dir: Path, output_dir: Pa
         max_length=None, num_train_epochs=epochs, per_device_train_batch_size=2,
         learning_rate=setting.sft_learning_rate, lr_scheduler_type="constant" if cpu_budget else "linear",
         warmup_steps=0 if cpu_budget else 2,
-        activation_checkpointing=False, use_cpu=True, bf16=False, logging_steps=5, save_strategy="no",
+        activation_checkpointing=False, use_cpu=True, bf16=setting.bf16, logging_steps=5, save_strategy="no",
         report_to="none", seed=setting.seed,
     )
     clock, cpu = time.perf_counter(), cpu_seconds()
@@ -248,7 +249,7 @@ def rl_config(arm: str, setting: Setting, output_dir: Path):
         action_parser="first_line", reward_mode="sparse", temperature=setting.temperature,
         per_device_train_batch_size=setting.episodes_per_step, learning_rate=setting.rl_learning_rate,
         max_steps=setting.rl_steps, lr_scheduler_type="constant", logging_steps=1, save_strategy="steps",
-        save_steps=every, save_only_model=True, use_cpu=True, bf16=False, report_to="none", seed=setting.seed,
+        save_steps=every, save_only_model=True, use_cpu=True, bf16=setting.bf16, report_to="none", seed=setting.seed,
         beta=0.0,
     )
     if arm == "grpo":
@@ -473,7 +474,9 @@ def parse_args():
     parser.add_argument("--arm-option", action="append", default=[], metavar="ARM.FIELD=VALUE",
                         help="override one config field of an RL arm, e.g. ppo.kl_coef=0.0 (YAML value)")
     for name, default in asdict(Setting()).items():
-        if name != "overrides":
+        if isinstance(default, bool):
+            parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction, default=default)
+        elif name != "overrides":
             parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
     return parser.parse_args()
 
