@@ -38,7 +38,7 @@ import torch
 from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnSFTConfig, MultiTurnSFTTrainer
-from trl_multiturn.commands.script_args import ModelArguments
+from trl_multiturn.commands.script_args import StartComparisonArguments
 from trl_multiturn.commands.train import checkpoint_to_resume, evaluation_options, train_and_evaluate
 from trl_multiturn.envs.alfworld import TASK_TYPES, ALFWorldConfig, ALFWorldEnv
 from trl_multiturn.envs.alfworld import alfworld_tasks as alfworld_task_rows
@@ -95,7 +95,7 @@ GENERATED_GAMES = 12  # generated when no dataset is configured and num_train_ga
 
 
 @dataclass
-class ScriptArguments(ModelArguments):
+class ScriptArguments(StartComparisonArguments):
     warm_start_path: str | None = field(
         default=None,
         metadata={"help": "Checkpoint of the SFT warm start: written there by the SFT stage when num_sft_games > 0, "
@@ -144,12 +144,6 @@ class ScriptArguments(ModelArguments):
                   "ALFWorld suite's held-out games, which `trl-multiturn eval` plays; another value gives held-out "
                   "games no earlier run was judged on, e.g. to confirm a setting chosen on the first ones. "
                   "Downloaded games: unused (the split is fixed)."},
-    )
-    eval_start_model: bool = field(
-        default=False,
-        metadata={"help": "Also play the held-out games with the starting model (the SFT warm start, when there is "
-                  "one) before GRPO, and print both results side by side with an exact McNemar test (the start's "
-                  "per-game outcomes in output_dir/start_eval_results.json)."},
     )
 
 

@@ -18,7 +18,12 @@ import pytest
 
 import trl_multiturn
 from trl_multiturn.commands.eval import EvalArguments
-from trl_multiturn.commands.script_args import EnvArguments, ModelArguments, TextWorldScriptArguments
+from trl_multiturn.commands.script_args import (
+    EnvArguments,
+    ModelArguments,
+    StartComparisonArguments,
+    TextWorldScriptArguments,
+)
 from trl_multiturn.commands.study.spec import StudyData, StudyEval
 from trl_multiturn.config_checks import field_checks, is_numeric
 from trl_multiturn.envs.alfworld.env import ALFWorldConfig
@@ -35,9 +40,9 @@ from trl_multiturn.trainers.rloo import MultiTurnRLOOConfig
 from trl_multiturn.trainers.sft import MultiTurnSFTConfig
 
 TRAINER_CONFIGS = (MultiTurnGRPOConfig, MultiTurnRLOOConfig, MultiTurnPPOConfig, MultiTurnSFTConfig)
-CONFIG_CLASSES = (*TRAINER_CONFIGS, MultiTurnArguments, ModelSetup, ModelArguments, TextWorldScriptArguments,
-                  EnvArguments, EvalArguments, TextWorldConfig, ALFWorldConfig, ALFWorldGenConfig, SandboxConfig,
-                  SWEGymConfig, StudyData, StudyEval, OpenEnvConfig)
+CONFIG_CLASSES = (*TRAINER_CONFIGS, MultiTurnArguments, ModelSetup, ModelArguments, StartComparisonArguments,
+                  TextWorldScriptArguments, EnvArguments, EvalArguments, TextWorldConfig, ALFWorldConfig,
+                  ALFWorldGenConfig, SandboxConfig, SWEGymConfig, StudyData, StudyEval, OpenEnvConfig)
 
 # Fields that take any value of any type, each with the reason (none today).
 FREE_FORM: dict[tuple[str, str], str] = {}

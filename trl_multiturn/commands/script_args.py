@@ -1,5 +1,6 @@
 """The script arguments of the examples and of `trl-multiturn train`/`eval`, parsed by `TrlParser`: the model
-(`ModelArguments`, shared by every example), TextWorld's games (`TextWorldScriptArguments`) and the environment with
+(`ModelArguments`, shared by every example; `StartComparisonArguments` adds the comparison with the starting model
+to the examples that evaluate), TextWorld's games (`TextWorldScriptArguments`) and the environment with
 the other suites' task fields (`EnvArguments`). Importing this module does not import TextWorld."""
 
 from __future__ import annotations
@@ -43,8 +44,26 @@ class ModelArguments:
         return path
 
 
+START_EVAL_RESULTS_FILE = "start_eval_results.json"
+"""The starting model's held-out evaluation (`train_and_evaluate` with `eval_start_model`); not an `eval_results_*`
+file, which are evaluations of the trained model."""
+
+
 @dataclass
-class TextWorldScriptArguments(ModelArguments):
+class StartComparisonArguments(ModelArguments):
+    """The policy to train, and whether its held-out result is compared with the model it started from."""
+
+    eval_start_model: bool = field(
+        default=False,
+        metadata={"help": "Also play the held-out games with the starting model (the SFT warm start, where there is "
+                          "one) before training, and print both results side by side at the end with an exact "
+                          "McNemar test on the paired outcomes (the start's per-game outcomes in "
+                          f"output_dir/{START_EVAL_RESULTS_FILE})."},
+    )
+
+
+@dataclass
+class TextWorldScriptArguments(StartComparisonArguments):
     """Which model, which games, and the held-out evaluation that ends every TextWorld example."""
 
     world_size: int | None = field(default=2, metadata={"help": "Rooms per game (the paper's custom games)."})
@@ -67,12 +86,6 @@ class TextWorldScriptArguments(ModelArguments):
     )
     eval_max_turns: int | None = field(
         default=None, metadata={"help": "Turns per held-out episode (default: the trainer's max_turns)."}
-    )
-    eval_start_model: bool = field(
-        default=False,
-        metadata={"help": "Also play the held-out games with the starting model, before training, and print both "
-                          "results side by side at the end, with an exact McNemar test on the paired outcomes "
-                          "(the start's per-game outcomes in output_dir/start_eval_results.json)."},
     )
     eval_temperature: float = field(
         default=0.0,

@@ -11,7 +11,7 @@ import trl_multiturn
 from ..episode_settings import played_history
 from ..evaluation import evaluate, paired_test
 from ..model_setup import model_setup_kwargs
-from .script_args import TextWorldScriptArguments
+from .script_args import START_EVAL_RESULTS_FILE, TextWorldScriptArguments
 
 TRAINERS = {
     "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
@@ -21,9 +21,6 @@ TRAINERS = {
 }
 """Every trainer by its algorithm's name: (trainer class, config class) in `trl_multiturn`'s public API."""
 RL_ALGORITHMS = tuple(name for name in TRAINERS if name != "sft")
-START_EVAL_RESULTS_FILE = "start_eval_results.json"
-"""The starting model's held-out evaluation (`train_and_evaluate` with `eval_start_model`); not an `eval_results_*`
-file, which are evaluations of the trained model."""
 
 
 def trainer_class(algorithm: str) -> type:
