@@ -369,36 +369,48 @@ def report(results: Results, curves_path: Path) -> str:
     return "\n".join(lines)
 
 
-def seeds_report(runs: list[str], arm: str, baseline: str) -> str:
-    """The recipe-level effect of an arm over `baseline`. `runs`: one per seed, each a results file (its arm named
-    `arm`) or `FILE:NAME` (the model evaluated as NAME in FILE, e.g. an `--eval-model`), all played on the same
-    held-out games; the per-seed differences of greedy success with each run's McNemar test, then their mean with
-    a t interval and the t and exact sign-flip p-values (`trl_multiturn.across_seeds`)."""
+def seeds_report(runs: list[str], arm: str, baselines: list[str]) -> str:
+    """The recipe-level effect of an arm over each of `baselines`. `runs`: one per seed, each a results file (its
+    arm named `arm`) or `FILE:NAME` (the model evaluated as NAME in FILE, e.g. an `--eval-model`), all played on the
+    same held-out games; per baseline, the per-seed differences of greedy success with each run's McNemar test, then
+    their mean with a t interval and the t and exact sign-flip p-values (`trl_multiturn.across_seeds`). With more
+    than one baseline the t p-values are one family, Holm-adjusted (`trl_multiturn.evaluation.holm`)."""
     from trl_multiturn.across_seeds import seed_effect
+    from trl_multiturn.evaluation import holm
 
     specs = [(Path(run.rpartition(":")[0]), run.rpartition(":")[2]) if ":" in run else (Path(run), arm)
              for run in runs]
     loaded = [(Results(path), name) for path, name in specs]
-    missing = [run for run, (results, name) in zip(runs, loaded)
-               if not {name, baseline} <= set(results.data.get("eval", {}))]
-    if missing:
-        raise SystemExit(f"seeds: {', '.join(missing)}: no evaluation of the arm or of '{baseline}' there")
+    for baseline in baselines:
+        missing = [run for run, (results, name) in zip(runs, loaded)
+                   if not {name, baseline} <= set(results.data.get("eval", {}))]
+        if missing:
+            raise SystemExit(f"seeds: {', '.join(missing)}: no evaluation of the arm or of '{baseline}' there")
     if len({tuple(sorted(results.data["eval"][name]["outcomes"])) for results, name in loaded}) > 1:
         raise SystemExit("seeds: the runs were played on different held-out games")
-    lines = [f"| run | its success | {baseline} | difference | this run vs {baseline}: +/- games, p |",
-             "|---|---:|---:|---:|---|"]
-    differences = []
-    for run, (results, name) in zip(runs, loaded):
-        a, b = results.data["eval"][name], results.data["eval"][baseline]
-        differences.append(a["successes"] / a["n"] - b["successes"] / b["n"])
-        c = comparison(results, name, baseline)
-        lines.append(f"| {run} | {a['successes']}/{a['n']} | {b['successes']}/{b['n']} | {differences[-1]:+.1%} "
-                     f"| +{c.only_a}/-{c.only_b}, p={c.p_value:.3g} |")
-    e = seed_effect(differences)
-    lines += ["", f"Across {e.n} seeds: mean difference {e.mean:+.1%} (95% t interval {e.ci_low:+.1%} to "
-                  f"{e.ci_high:+.1%}; seed-to-seed sd {e.sd:.1%}); t test p = {e.t_p:.3g}; exact sign-flip p = "
-                  f"{e.sign_flip_p:.3g} (its smallest possible value with {e.n} seeds: {2 / 2 ** e.n:.3g})."]
-    return "\n".join(lines)
+    lines, effects = [], []
+    for baseline in baselines:
+        if len(baselines) > 1:
+            lines += [f"### {arm} vs {baseline}", ""]
+        lines += [f"| run | its success | {baseline} | difference | this run vs {baseline}: +/- games, p |",
+                  "|---|---:|---:|---:|---|"]
+        differences = []
+        for run, (results, name) in zip(runs, loaded):
+            a, b = results.data["eval"][name], results.data["eval"][baseline]
+            differences.append(a["successes"] / a["n"] - b["successes"] / b["n"])
+            c = comparison(results, name, baseline)
+            lines.append(f"| {run} | {a['successes']}/{a['n']} | {b['successes']}/{b['n']} | "
+                         f"{differences[-1]:+.1%} | +{c.only_a}/-{c.only_b}, p={c.p_value:.3g} |")
+        e = seed_effect(differences)
+        effects.append(e)
+        lines += ["", f"Across {e.n} seeds: mean difference {e.mean:+.1%} (95% t interval {e.ci_low:+.1%} to "
+                      f"{e.ci_high:+.1%}; seed-to-seed sd {e.sd:.1%}); t test p = {e.t_p:.3g}; exact sign-flip p = "
+                      f"{e.sign_flip_p:.3g} (its smallest possible value with {e.n} seeds: {2 / 2 ** e.n:.3g}).", ""]
+    if len(baselines) > 1:
+        adjusted = holm([e.t_p for e in effects])
+        lines.append(f"Holm over the {len(baselines)} comparisons (t p -> adjusted): " + "; ".join(
+            f"vs {baseline}: {e.t_p:.3g} -> {q:.3g}" for baseline, e, q in zip(baselines, effects, adjusted)) + ".")
+    return "\n".join(lines).rstrip()
 
 
 def plot_curves(results: Results, path: Path) -> None:
@@ -459,7 +471,9 @@ def parse_args():
                         help="seeds: one run per seed, a results file (its --arm) or FILE:NAME (a model evaluated "
                         "as NAME there), each with --baseline evaluated on the same games")
     parser.add_argument("--arm", default="grpo", help="seeds: the arm whose recipe is assessed")
-    parser.add_argument("--baseline", default="sft", help="seeds: what it is compared with (e.g. sft, sft_more)")
+    parser.add_argument("--baseline", nargs="+", default=["sft"],
+                        help="seeds: what it is compared with (e.g. sft, sft_more); several are one family, "
+                        "Holm-adjusted")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     parser.add_argument("--force", action="store_true", help="redo the named stages even if they are done")
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/learning.json"))

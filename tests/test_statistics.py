@@ -193,11 +193,31 @@ def test_the_learning_benchmarks_seed_report_pairs_each_run_with_its_baseline(tm
     start = [True] * 5 + [False] * 5
     a = _results_file(tmp_path / "a.json", 1, {"sft": start, "grpo": [True] * 7 + [False] * 3})
     b = _results_file(tmp_path / "b.json", 2, {"sft": start, "other": [True] * 6 + [False] * 4})
-    table = learning.seeds_report([a, f"{b}:other"], "grpo", "sft")
+    table = learning.seeds_report([a, f"{b}:other"], "grpo", ["sft"])
     assert "| 7/10 | 5/10 | +20.0% | +2/-0, p=0.5 |" in table and "| 6/10 | 5/10 | +10.0% | +1/-0, p=1 |" in table
     assert "mean difference +15.0%" in table and "exact sign-flip p = 0.5" in table
     with pytest.raises(SystemExit, match="no evaluation"):
-        learning.seeds_report([a, b], "grpo", "sft")  # b's run is named "other", not "grpo"
+        learning.seeds_report([a, b], "grpo", ["sft"])  # b's run is named "other", not "grpo"
     c = _results_file(tmp_path / "c.json", 3, {"sft": start + [True], "grpo": start + [True]})
     with pytest.raises(SystemExit, match="different held-out games"):
-        learning.seeds_report([a, c], "grpo", "sft")
+        learning.seeds_report([a, c], "grpo", ["sft"])
+
+
+def test_the_learning_benchmarks_seed_report_adjusts_several_baselines_as_one_family(tmp_path, monkeypatch):
+    learning = _learning_benchmark(monkeypatch)
+    start, weak = [True] * 5 + [False] * 5, [True] * 2 + [False] * 8
+    runs = [_results_file(tmp_path / f"{seed}.json", seed, {"sft": start, "rs": weak, "grpo": won})
+            for seed, won in ((1, [True] * 7 + [False] * 3), (2, [True] * 6 + [False] * 4),
+                              (3, [True] * 8 + [False] * 2))]
+    table = learning.seeds_report(runs, "grpo", ["sft", "rs"])
+    assert "### grpo vs sft" in table and "### grpo vs rs" in table
+    from trl_multiturn.across_seeds import seed_effect
+    from trl_multiturn.evaluation import holm
+
+    p_sft = seed_effect([0.2, 0.1, 0.3]).t_p
+    p_rs = seed_effect([0.5, 0.4, 0.6]).t_p
+    q_sft, q_rs = holm([p_sft, p_rs])
+    assert q_rs == 2 * p_rs and q_sft == max(p_sft, q_rs)  # the step-down order: the smaller p is tested first
+    assert f"vs sft: {p_sft:.3g} -> {q_sft:.3g}; vs rs: {p_rs:.3g} -> {q_rs:.3g}." in table
+    with pytest.raises(SystemExit, match="'sft_rs' there"):
+        learning.seeds_report(runs, "grpo", ["sft", "sft_rs"])
