@@ -1,10 +1,10 @@
 """Does multi-turn RL make an agent better than its supervised (SFT) start? Measured on TextWorld, offline, on CPU.
 
 The offline SmolLM2-135M-Instruct is first taught the game format by SFT on the walkthroughs of a few generated
-games; from that one checkpoint, GRPO, RLOO and PPO each train on other games with a stated budget of episodes, and
-a control continues SFT on the same walkthroughs for as long as the longest RL arm trained. Every arm is then played
-greedily on the same held-out games, and each RL arm is compared with the control and with the SFT start by an exact
-McNemar test on the paired per-game outcomes.
+games; from that one checkpoint, GRPO, RLOO, PPO and REINFORCE++ each train on other games with a stated budget of
+episodes, and controls continue SFT (on the same walkthroughs, on the RL games' walkthroughs, or on the model's own won
+RL-game episodes). Every arm is then played greedily on the same held-out games, and each RL arm is compared with the
+controls and with the SFT start by an exact McNemar test on the paired per-game outcomes.
 
     python benchmarks/learning.py run                     # every stage in order (hours on 2 cores); resumable
     python benchmarks/learning.py run --stages grpo eval  # some stages (a finished stage is skipped; --force redoes)
@@ -17,8 +17,9 @@ Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG
               500000) and evaluation games (test-split seeds from 0); generated once and cached
     sft       SFT warm start on the SFT games' walkthroughs (`--sft-start PATH` starts from an existing SFT
               checkpoint instead, e.g. an earlier run's control, so that RL starts from a converged SFT model)
-    grpo, rloo, ppo   RL from the SFT checkpoint on the RL games, `--rl-episodes` episodes each; a model-only
-              checkpoint every 1/curve_points of the budget, for the held-out learning curve
+    grpo, rloo, ppo, reinforce_pp   RL from the SFT checkpoint on the RL games, `--rl-episodes` episodes each
+              (REINFORCE++: GRPO's trainer with the `reinforce_pp` advantage estimator); a model-only checkpoint
+              every 1/curve_points of the budget, for the held-out learning curve
     sft_more  the control: SFT continued from the SFT checkpoint on the same walkthroughs (constant learning rate)
               until it has used the CPU time of the longest RL arm trained before it (CPU time, not wall time:
               other jobs on a shared machine slow the arms unequally), or `--control-cpu-budget` seconds, so that it
@@ -58,7 +59,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 SYSTEM_PROMPT = ("You are playing a text adventure game. Reply with a single command, such as 'go north', "
                  "'take key' or 'open chest'.")
 RL_FIRST_SEED = 500_000  # RL games start here in the train split's seed range: disjoint from the SFT games
-RL_ARMS = ("grpo", "rloo", "ppo")
+RL_ARMS = ("grpo", "rloo", "ppo", "reinforce_pp")
+RL_TITLES = {"grpo": "GRPO", "rloo": "RLOO", "ppo": "PPO", "reinforce_pp": "REINFORCE++"}
 CONTROLS = ("sft_more", "sft_matched", "sft_rs")  # the SFT-only arms RL is compared with
 STAGES = ("games", "sft", *RL_ARMS, *CONTROLS, "eval", "report")
 
@@ -255,12 +257,16 @@ def rl_config(arm: str, setting: Setting, output_dir: Path):
     if arm == "grpo":
         trainer_cls, config = MultiTurnGRPOTrainer, MultiTurnGRPOConfig(
             num_generations=setting.num_generations, turn_gamma=setting.turn_gamma, **common)
+    elif arm == "reinforce_pp":  # GRPO's loss on returns normalised over the whole batch, not per group
+        trainer_cls, config = MultiTurnGRPOTrainer, MultiTurnGRPOConfig(
+            num_generations=setting.num_generations, turn_gamma=setting.turn_gamma,
+            advantage_estimator="reinforce_pp", **common)
     elif arm == "rloo":
         trainer_cls, config = MultiTurnRLOOTrainer, MultiTurnRLOOConfig(
             num_generations=setting.num_generations, turn_gamma=setting.turn_gamma, **common)
     elif arm == "ppo":
         trainer_cls, config = MultiTurnPPOTrainer, MultiTurnPPOConfig(
-            num_generations=1, critic_learning_rate=setting.critic_learning_rate, **common)
+            num_generations=1, critic_learning_rate=setting.critic_learning_rate, kl_coef=0.0, **common)
     else:
         raise ValueError(f"unknown RL arm {arm!r}: choose one of {RL_ARMS}")
     for key, value in setting.overrides.get(arm, {}).items():
@@ -332,7 +338,7 @@ def training_text(arm: str, trained: dict) -> str:
     if arm == "sft_rs":
         return (f"+ SFT on its own {trained.get('won_episodes')} won of {trained.get('sampled_episodes')} sampled "
                 "RL-game episodes")
-    return f"+ {arm.upper()}, {trained.get('episodes')} episodes"
+    return f"+ {RL_TITLES[arm]}, {trained.get('episodes')} episodes"
 
 
 def report(results: Results, curves_path: Path) -> str:
@@ -436,7 +442,7 @@ def plot_curves(results: Results, path: Path) -> None:
             window = 5
             smooth = [sum(ys[max(0, i - window + 1): i + 1]) / len(ys[max(0, i - window + 1): i + 1])
                       for i in range(len(ys))]
-            train_ax.plot(xs, smooth, label=arm.upper())
+            train_ax.plot(xs, smooth, label=RL_TITLES[arm])
         held = [(0, start["successes"] / start["n"])] if start else []
         for ck in run.get("checkpoints", []):
             key = f"{arm}@{ck['step']}"
@@ -446,7 +452,7 @@ def plot_curves(results: Results, path: Path) -> None:
             held.append((run["episodes"], evals[arm]["successes"] / evals[arm]["n"]))
         if held:
             xs, ys = zip(*sorted(dict(held).items()))
-            held_ax.plot(xs, ys, marker="o", label=arm.upper())
+            held_ax.plot(xs, ys, marker="o", label=RL_TITLES[arm])
     if "sft_more" in evals:
         control = evals["sft_more"]
         held_ax.axhline(control["successes"] / control["n"], color="grey", linestyle="--", label="SFT control")

@@ -221,3 +221,18 @@ def test_the_learning_benchmarks_seed_report_adjusts_several_baselines_as_one_fa
     assert f"vs sft: {p_sft:.3g} -> {q_sft:.3g}; vs rs: {p_rs:.3g} -> {q_rs:.3g}." in table
     with pytest.raises(SystemExit, match="'sft_rs' there"):
         learning.seeds_report(runs, "grpo", ["sft", "sft_rs"])
+
+
+def test_the_learning_benchmarks_rl_arms_differ_only_in_their_algorithm(tmp_path, monkeypatch):
+    learning = _learning_benchmark(monkeypatch)
+    setting = learning.Setting(rl_episodes=400)
+    built = {arm: learning.rl_config(arm, setting, tmp_path / arm) for arm in learning.RL_ARMS}
+    estimators = {arm: (cls.__name__, config.advantage_estimator) for arm, (cls, config) in built.items()}
+    assert estimators == {"grpo": ("MultiTurnGRPOTrainer", "grpo"), "rloo": ("MultiTurnRLOOTrainer", "rloo"),
+                          "ppo": ("MultiTurnPPOTrainer", "gae"),
+                          "reinforce_pp": ("MultiTurnGRPOTrainer", "reinforce_pp")}
+    budgets = {(c.per_device_train_batch_size, c.max_steps, c.learning_rate, c.temperature, c.beta)
+               for _, c in built.values()}
+    assert budgets == {(8, 50, 2e-5, 1.0, 0.0)}  # the same episodes, steps, step size, sampling and no KL loss
+    assert built["ppo"][1].kl_coef == 0.0  # nor a KL penalty in PPO's reward
+    assert set(learning.RL_TITLES) == set(learning.RL_ARMS)
