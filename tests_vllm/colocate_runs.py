@@ -10,6 +10,7 @@ the four trainers alive in one process took it to 15.3 GB.
 import logging
 import math
 
+import pytest
 from vllm_checks import SYNC_TOLERANCE, VLLMRecorder, assert_sampled_by_vllm, assert_trained_on_sampled_ids
 
 from trl_multiturn.envs import TextWorldEnv
@@ -36,13 +37,19 @@ def rl_args(config_cls, output_dir, **overrides):
     return config_cls(**args)
 
 
-def train(trainer_cls, config_cls, smollm2, textworld_games, tmp_path, reward_funcs=reply_length, **overrides):
-    games_dir, tasks = textworld_games
-    trainer = trainer_cls(model=smollm2, args=rl_args(config_cls, tmp_path, **overrides), train_dataset=tasks,
-                          environment_factory=lambda: TextWorldEnv(games_dir=games_dir), reward_funcs=reward_funcs)
-    recorder = VLLMRecorder(trainer)
-    result = trainer.train()
-    return trainer, recorder, result
+def trained(trainer_cls, config_cls, reward_funcs=reply_length, **overrides):
+    """A module fixture: (trainer, recorder, train output) of one training run with these config overrides."""
+
+    @pytest.fixture(scope="module")
+    def run(smollm2, textworld_games, tmp_path_factory):
+        games_dir, tasks = textworld_games
+        args = rl_args(config_cls, tmp_path_factory.mktemp("run"), **overrides)
+        trainer = trainer_cls(model=smollm2, args=args, train_dataset=tasks, reward_funcs=reward_funcs,
+                              environment_factory=lambda: TextWorldEnv(games_dir=games_dir))
+        recorder = VLLMRecorder(trainer)
+        return trainer, recorder, trainer.train()
+
+    return run
 
 
 def assert_trained(trainer, result):

@@ -25,6 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # rollou
 import pytest  # noqa: E402
 
 
+def pytest_configure(config):
+    # Generated TextWorld games are not Jericho's: every environment reset says so.
+    config.addinivalue_line("filterwarnings", "ignore::jericho.UnsupportedGameWarning")
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """Path of the offline SmolLM2-135M-Instruct checkpoint (float32)."""

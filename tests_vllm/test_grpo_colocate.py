@@ -12,7 +12,7 @@ from colocate_runs import (
     assert_every_sync_reaches_vllm,
     assert_trained,
     grpo_mask,
-    train,
+    trained,
 )
 from rollout_checks import assert_env_mask_exact, assert_token_exact
 from vllm_checks import SYNC_TOLERANCE, assert_sampled_by_vllm
@@ -21,13 +21,7 @@ from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 
 log = logging.getLogger(__name__)
 
-pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
-
-
-@pytest.fixture(scope="module")
-def grpo(smollm2, textworld_games, tmp_path_factory):
-    return train(MultiTurnGRPOTrainer, MultiTurnGRPOConfig, smollm2, textworld_games, tmp_path_factory.mktemp("grpo"),
-                 num_generations=2)
+grpo = trained(MultiTurnGRPOTrainer, MultiTurnGRPOConfig, num_generations=2)
 
 
 def test_grpo_trains_on_textworld_with_colocated_vllm(grpo):

@@ -2,26 +2,19 @@
 
 import math
 
-import pytest
-from colocate_runs import grpo_mask, train
+from colocate_runs import grpo_mask, trained
 from rollout_checks import assert_sample_token_exact, step_samples_of
 from vllm_checks import assert_step_sampled_by_vllm, assert_trained_on_sampled_ids
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 
-pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
-
-
 STEPWISE_STEPS = 2
 
 
-@pytest.fixture(scope="module")
-def grpo_stepwise(smollm2, textworld_games, tmp_path_factory):
-    # Step-wise rewards come from the environment alone (no trajectory reward_funcs). window:1 over 3 turns: the
-    # third step's context drops the first turn, so it is no prefix of the episode's token history.
-    return train(MultiTurnGRPOTrainer, MultiTurnGRPOConfig, smollm2, textworld_games,
-                 tmp_path_factory.mktemp("grpo_stepwise"), reward_funcs=None, num_generations=2, max_turns=3,
-                 max_steps=STEPWISE_STEPS, episode_format="stepwise", history="window:1")
+# Step-wise rewards come from the environment alone (no trajectory reward_funcs). window:1 over 3 turns: the
+# third step's context drops the first turn, so it is no prefix of the episode's token history.
+grpo_stepwise = trained(MultiTurnGRPOTrainer, MultiTurnGRPOConfig, reward_funcs=None, num_generations=2, max_turns=3,
+                        max_steps=STEPWISE_STEPS, episode_format="stepwise", history="window:1")
 
 
 def test_stepwise_rows_are_the_step_contexts_and_replies_vllm_sampled(grpo_stepwise):

@@ -1,24 +1,17 @@
 """Multi-turn PPO (policy and critic) with a colocated vLLM engine (CPU)."""
 
-import pytest
 from colocate_runs import (
     assert_batches_are_vllm_samples,
     assert_every_sync_reaches_vllm,
     assert_trained,
     grpo_mask,
-    train,
+    trained,
 )
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
 
-pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
-
-
-@pytest.fixture(scope="module")
-def ppo(smollm2, textworld_games, tmp_path_factory):
-    # kl_coef=0: no reference model (the KL folded into PPO's reward is no vLLM concern), a third less compute.
-    return train(MultiTurnPPOTrainer, MultiTurnPPOConfig, smollm2, textworld_games, tmp_path_factory.mktemp("ppo"),
-                 kl_coef=0.0)
+# kl_coef=0: no reference model (the KL folded into PPO's reward is no vLLM concern), a third less compute.
+ppo = trained(MultiTurnPPOTrainer, MultiTurnPPOConfig, kl_coef=0.0)
 
 
 def test_ppo_trains_on_textworld_with_colocated_vllm(ppo):

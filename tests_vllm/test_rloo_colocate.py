@@ -1,18 +1,11 @@
 """Multi-turn RLOO with a colocated vLLM engine (CPU)."""
 
-import pytest
-from colocate_runs import assert_batches_are_vllm_samples, assert_every_sync_reaches_vllm, assert_trained, train
+from colocate_runs import assert_batches_are_vllm_samples, assert_every_sync_reaches_vllm, assert_trained, trained
 
 from trl_multiturn import MultiTurnRLOOConfig, MultiTurnRLOOTrainer
 
-pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
-
-
-@pytest.fixture(scope="module")
-def rloo(smollm2, textworld_games, tmp_path_factory):
-    # beta=0: no reference model (RLOO's KL penalty uses the policy's own log-probs, not vLLM's), less compute.
-    return train(MultiTurnRLOOTrainer, MultiTurnRLOOConfig, smollm2, textworld_games, tmp_path_factory.mktemp("rloo"),
-                 num_generations=2, beta=0.0)
+# beta=0: no reference model (RLOO's KL penalty uses the policy's own log-probs, not vLLM's), less compute.
+rloo = trained(MultiTurnRLOOTrainer, MultiTurnRLOOConfig, num_generations=2, beta=0.0)
 
 
 def test_rloo_trains_on_textworld_with_colocated_vllm(rloo):
