@@ -254,13 +254,9 @@ def rl_config(arm: str, setting: Setting, output_dir: Path):
         save_steps=every, save_only_model=True, use_cpu=True, bf16=setting.bf16, report_to="none", seed=setting.seed,
         beta=0.0,
     )
-    if arm == "grpo":
+    if arm in ("grpo", "reinforce_pp"):  # REINFORCE++: GRPO's loss, returns normalised over the batch, not per group
         trainer_cls, config = MultiTurnGRPOTrainer, MultiTurnGRPOConfig(
-            num_generations=setting.num_generations, turn_gamma=setting.turn_gamma, **common)
-    elif arm == "reinforce_pp":  # GRPO's loss on returns normalised over the whole batch, not per group
-        trainer_cls, config = MultiTurnGRPOTrainer, MultiTurnGRPOConfig(
-            num_generations=setting.num_generations, turn_gamma=setting.turn_gamma,
-            advantage_estimator="reinforce_pp", **common)
+            num_generations=setting.num_generations, turn_gamma=setting.turn_gamma, advantage_estimator=arm, **common)
     elif arm == "rloo":
         trainer_cls, config = MultiTurnRLOOTrainer, MultiTurnRLOOConfig(
             num_generations=setting.num_generations, turn_gamma=setting.turn_gamma, **common)
