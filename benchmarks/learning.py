@@ -10,6 +10,7 @@ controls and with the SFT start by an exact McNemar test on the paired per-game 
     python benchmarks/learning.py run --stages grpo eval  # some stages (a finished stage is skipped; --force redoes)
     python benchmarks/learning.py report                  # table and curves from the results JSON
     python benchmarks/learning.py seeds --baseline sft --runs A.json B.json C.json:grpo_seed3   # across seeds
+    python benchmarks/learning.py seeds --runs A.json B.json --against 6-turns A6.json B6.json  # across files
 
 Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG):
 
@@ -371,36 +372,54 @@ def report(results: Results, curves_path: Path) -> str:
     return "\n".join(lines)
 
 
-def seeds_report(runs: list[str], arm: str, baselines: list[str]) -> str:
-    """The recipe-level effect of an arm over each of `baselines`. `runs`: one per seed, each a results file (its
-    arm named `arm`) or `FILE:NAME` (the model evaluated as NAME in FILE, e.g. an `--eval-model`), all played on the
-    same held-out games; per baseline, the per-seed differences of greedy success with each run's McNemar test, then
-    their mean with a t interval and the t and exact sign-flip p-values (`trl_multiturn.across_seeds`). With more
-    than one baseline the t p-values are one family, Holm-adjusted (`trl_multiturn.evaluation.holm`)."""
-    from trl_multiturn.across_seeds import seed_effect
-    from trl_multiturn.evaluation import holm
+def _evaluation(spec: str, default_name: str) -> dict | None:
+    """The evaluation `spec` names: a results file's model `default_name`, or `FILE:NAME`."""
+    path, name = spec.rpartition(":")[::2] if ":" in spec else (spec, default_name)
+    return Results(Path(path)).data.get("eval", {}).get(name)
 
-    specs = [(Path(run.rpartition(":")[0]), run.rpartition(":")[2]) if ":" in run else (Path(run), arm)
-             for run in runs]
-    loaded = [(Results(path), name) for path, name in specs]
-    for baseline in baselines:
-        missing = [run for run, (results, name) in zip(runs, loaded)
-                   if not {name, baseline} <= set(results.data.get("eval", {}))]
+
+def seeds_report(runs: list[str], arm: str, baselines: list[str], against: list[list[str]] = ()) -> str:
+    """The recipe-level effect of an arm over each of `baselines` and `against`. `runs`: one per seed, each a
+    results file (its arm named `arm`) or `FILE:NAME` (the model evaluated as NAME in FILE, e.g. an
+    `--eval-model`), all played on the same held-out games. A baseline is a model evaluated in each run's own file;
+    an `against` group is `[LABEL, SPEC, ...]` with one SPEC (FILE or FILE:NAME, as `runs`) per run, for a baseline
+    in another file (e.g. the same algorithm at another turn budget). Per comparison: the per-seed differences of
+    greedy success with each run's McNemar test, then their mean with a t interval and the t and exact sign-flip
+    p-values (`trl_multiturn.across_seeds`). With more than one comparison the t p-values are one family,
+    Holm-adjusted (`trl_multiturn.evaluation.holm`)."""
+    from trl_multiturn.across_seeds import seed_effect
+    from trl_multiturn.evaluation import holm, paired_test
+
+    def evaluations(specs: list[str], name: str, what: str) -> list[dict]:
+        found = [_evaluation(spec, name) for spec in specs]
+        missing = [spec for spec, evaluation in zip(specs, found) if evaluation is None]
         if missing:
-            raise SystemExit(f"seeds: {', '.join(missing)}: no evaluation of the arm or of '{baseline}' there")
-    if len({tuple(sorted(results.data["eval"][name]["outcomes"])) for results, name in loaded}) > 1:
+            raise SystemExit(f"seeds: {', '.join(missing)}: no evaluation of {what} there")
+        return found
+
+    files = [run.rpartition(":")[0] if ":" in run else run for run in runs]
+    arms = evaluations(runs, arm, "the arm")
+    comparisons = {baseline: evaluations([f"{file}:{baseline}" for file in files], baseline, f"'{baseline}'")
+                   for baseline in baselines}  # label -> the baseline's evaluation per run
+    for label, *specs in against:
+        if label in comparisons:
+            raise SystemExit(f"seeds: --against {label}: that label names another comparison; give each its own")
+        if len(specs) != len(runs):
+            raise SystemExit(f"seeds: --against {label}: {len(specs)} files for {len(runs)} runs; give one per run, "
+                             "in the same order")
+        comparisons[label] = evaluations(specs, arm, f"'{label}'")
+    if len({tuple(sorted(e["outcomes"])) for evals in [arms, *comparisons.values()] for e in evals}) > 1:
         raise SystemExit("seeds: the runs were played on different held-out games")
     lines, effects = [], []
-    for baseline in baselines:
-        if len(baselines) > 1:
-            lines += [f"### {arm} vs {baseline}", ""]
-        lines += [f"| run | its success | {baseline} | difference | this run vs {baseline}: +/- games, p |",
+    for label, evals in comparisons.items():
+        if len(comparisons) > 1:
+            lines += [f"### {arm} vs {label}", ""]
+        lines += [f"| run | its success | {label} | difference | this run vs {label}: +/- games, p |",
                   "|---|---:|---:|---:|---|"]
         differences = []
-        for run, (results, name) in zip(runs, loaded):
-            a, b = results.data["eval"][name], results.data["eval"][baseline]
+        for run, a, b in zip(runs, arms, evals):
             differences.append(a["successes"] / a["n"] - b["successes"] / b["n"])
-            c = comparison(results, name, baseline)
+            c = paired_test(a["outcomes"], b["outcomes"])
             lines.append(f"| {run} | {a['successes']}/{a['n']} | {b['successes']}/{b['n']} | "
                          f"{differences[-1]:+.1%} | +{c.only_a}/-{c.only_b}, p={c.p_value:.3g} |")
         e = seed_effect(differences)
@@ -408,10 +427,10 @@ def seeds_report(runs: list[str], arm: str, baselines: list[str]) -> str:
         lines += ["", f"Across {e.n} seeds: mean difference {e.mean:+.1%} (95% t interval {e.ci_low:+.1%} to "
                       f"{e.ci_high:+.1%}; seed-to-seed sd {e.sd:.1%}); t test p = {e.t_p:.3g}; exact sign-flip p = "
                       f"{e.sign_flip_p:.3g} (its smallest possible value with {e.n} seeds: {2 / 2 ** e.n:.3g}).", ""]
-    if len(baselines) > 1:
+    if len(comparisons) > 1:
         adjusted = holm([e.t_p for e in effects])
-        lines.append(f"Holm over the {len(baselines)} comparisons (t p -> adjusted): " + "; ".join(
-            f"vs {baseline}: {e.t_p:.3g} -> {q:.3g}" for baseline, e, q in zip(baselines, effects, adjusted)) + ".")
+        lines.append(f"Holm over the {len(comparisons)} comparisons (t p -> adjusted): " + "; ".join(
+            f"vs {label}: {e.t_p:.3g} -> {q:.3g}" for label, e, q in zip(comparisons, effects, adjusted)) + ".")
     return "\n".join(lines).rstrip()
 
 
@@ -473,9 +492,13 @@ def parse_args():
                         help="seeds: one run per seed, a results file (its --arm) or FILE:NAME (a model evaluated "
                         "as NAME there), each with --baseline evaluated on the same games")
     parser.add_argument("--arm", default="grpo", help="seeds: the arm whose recipe is assessed")
-    parser.add_argument("--baseline", nargs="+", default=["sft"],
-                        help="seeds: what it is compared with (e.g. sft, sft_more); several are one family, "
-                        "Holm-adjusted")
+    parser.add_argument("--baseline", nargs="+", default=None,
+                        help="seeds: what it is compared with in each run's own file (e.g. sft, sft_more; default: "
+                        "sft unless --against is given); all comparisons are one family, Holm-adjusted")
+    parser.add_argument("--against", nargs="+", action="append", default=[], metavar="LABEL FILE[:NAME]",
+                        help="seeds: a comparison with a model in other files, one per run in the order of --runs "
+                        "(e.g. the same arm at another turn budget: --against 6-turns budget/turns6_seed1.json ...); "
+                        "repeatable")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     parser.add_argument("--force", action="store_true", help="redo the named stages even if they are done")
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/learning.json"))
@@ -510,7 +533,8 @@ def main() -> None:
     results = Results(args.results)
     curves = args.results.with_name(args.results.stem + "_curves.png")
     if args.command == "seeds":
-        print(seeds_report(args.runs, args.arm, args.baseline))
+        baselines = args.baseline if args.baseline is not None else [] if args.against else ["sft"]
+        print(seeds_report(args.runs, args.arm, baselines, args.against))
         return
     if args.command == "report":
         print(report(results, curves))

@@ -223,6 +223,36 @@ def test_the_learning_benchmarks_seed_report_adjusts_several_baselines_as_one_fa
         learning.seeds_report(runs, "grpo", ["sft", "sft_rs"])
 
 
+def test_the_learning_benchmarks_seed_report_compares_with_models_in_other_files(tmp_path, monkeypatch):
+    """`--against`: the same arm at another setting (e.g. another turn budget) lives in a results file of its own;
+    each run is paired with the matching file's model, game by game, and joins the baselines' Holm family."""
+    learning = _learning_benchmark(monkeypatch)
+    start = [True] * 5 + [False] * 5
+    runs = [_results_file(tmp_path / f"long{seed}.json", seed,
+                          {"sft": start, "ppo": [True] * (6 + seed) + [False] * (4 - seed)}) for seed in (1, 2, 3)]
+    short = [_results_file(tmp_path / f"short{seed}.json", seed, {"ppo": [False] * 2 + [True] * 4 + [False] * 4})
+             for seed in (1, 2, 3)]
+    table = learning.seeds_report(runs, "ppo", ["sft"], [["6-turns", *short]])
+    # seed 1: 7/10 against 4/10; games 0-1 won only by the long run, 6 only by the long run: +3/-0
+    assert "| 7/10 | 4/10 | +30.0% | +3/-0, p=0.25 |" in table and "### ppo vs 6-turns" in table
+    from trl_multiturn.across_seeds import seed_effect
+    from trl_multiturn.evaluation import holm
+
+    q_sft, q_short = holm([seed_effect([0.2, 0.3, 0.4]).t_p, seed_effect([0.3, 0.4, 0.5]).t_p])
+    assert f"-> {q_sft:.3g}; vs 6-turns:" in table and table.endswith(f"-> {q_short:.3g}.")
+    alone = learning.seeds_report(runs, "ppo", [], [["6-turns", *short]])
+    assert "Holm" not in alone and "mean difference +40.0%" in alone
+    with pytest.raises(SystemExit, match="2 files for 3 runs"):
+        learning.seeds_report(runs, "ppo", [], [["6-turns", *short[:2]]])
+    with pytest.raises(SystemExit, match="names another comparison"):
+        learning.seeds_report(runs, "ppo", ["sft"], [["sft", *short]])
+    with pytest.raises(SystemExit, match=r"short1.json:grpo: no evaluation of '6-turns'"):
+        learning.seeds_report(runs, "ppo", [], [["6-turns", f"{short[0]}:grpo", *short[1:]]])
+    other = _results_file(tmp_path / "other.json", 1, {"ppo": [True] * 11})
+    with pytest.raises(SystemExit, match="different held-out games"):
+        learning.seeds_report(runs, "ppo", [], [["6-turns", other, *short[1:]]])
+
+
 def test_the_learning_benchmarks_rl_arms_differ_only_in_their_algorithm(tmp_path, monkeypatch):
     learning = _learning_benchmark(monkeypatch)
     setting = learning.Setting(rl_episodes=400)
