@@ -122,20 +122,29 @@ class Results:
     def has(self, key: str) -> bool:
         return key in self.data
 
-    def put(self, key: str, value) -> None:
-        """Write one section, keeping the sections other processes wrote meanwhile (stages may run in parallel
-        processes sharing one results file)."""
+    def put(self, key: str, value, entry: str | None = None) -> None:
+        """Write one section (or, with `entry`, one entry of section `key`, e.g. one model's evaluation), keeping
+        what other processes wrote meanwhile: stages, evaluations included, may run in parallel processes sharing
+        one results file."""
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if self.path.exists():
-                self.data = json.loads(self.path.read_text())
-            self.data[key] = value
+            self.reload()
+            if entry is None:
+                self.data[key] = value
+            else:
+                self.data.setdefault(key, {})[entry] = value
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
             tmp.replace(self.path)
+
+    def reload(self) -> dict:
+        """Read what is on disk now (another process may have written since)."""
+        if self.path.exists():
+            self.data = json.loads(self.path.read_text())
+        return self.data
 
 
 # -- stages -------------------------------------------------------------------------------------------------------
@@ -580,7 +589,6 @@ def main() -> None:
     if due("sft_rs"):
         results.put("sft_rs", run_sft_rs(setting, str(sft_dir), tasks["rl"], games_dir, args.work_dir / "sft_rs"))
     if "eval" in args.stages:
-        evals = dict(results.data.get("eval", {}))
         models = {"sft": sft_dir, **{name: args.work_dir / name for name in CONTROLS}}
         for arm in RL_ARMS:
             models[arm] = args.work_dir / arm
@@ -594,10 +602,10 @@ def main() -> None:
                 raise SystemExit(f"--eval-model {option!r}: no model at {path!r}; give NAME=PATH to a saved model")
             models[name] = Path(path)
         for name, path in models.items():
-            if (args.force or name not in evals) and (path / "config.json").exists():
-                evals[name] = evaluate_model(str(path), setting, tasks["eval"], games_dir)
-                print(f"eval {name}: {evals[name]['successes']}/{evals[name]['n']}", flush=True)
-                results.put("eval", evals)
+            if (args.force or name not in results.reload().get("eval", {})) and (path / "config.json").exists():
+                evaluation = evaluate_model(str(path), setting, tasks["eval"], games_dir)
+                print(f"eval {name}: {evaluation['successes']}/{evaluation['n']}", flush=True)
+                results.put("eval", evaluation, entry=name)
     if "report" in args.stages:
         print(report(results, curves))
 

@@ -253,6 +253,20 @@ def test_the_learning_benchmarks_seed_report_compares_with_models_in_other_files
         learning.seeds_report(runs, "ppo", [], [["6-turns", other, *short[1:]]])
 
 
+def test_the_learning_benchmarks_results_file_keeps_what_parallel_processes_wrote(tmp_path, monkeypatch):
+    """Two eval stages on one results file (e.g. one evaluating finished arms while another arm trains): each
+    writes its own models' entries, never its stale copy of the whole section."""
+    learning = _learning_benchmark(monkeypatch)
+    path = tmp_path / "seed1.json"
+    first, second = learning.Results(path), learning.Results(path)  # both loaded before either writes
+    first.put("eval", {"successes": 1}, entry="rloo")
+    second.put("eval", {"successes": 2}, entry="ppo")
+    second.put("ppo", {"steps": 50})
+    assert learning.Results(path).data == {"eval": {"rloo": {"successes": 1}, "ppo": {"successes": 2}},
+                                           "ppo": {"steps": 50}}
+    assert "rloo" in second.data["eval"] and first.reload()["ppo"] == {"steps": 50}
+
+
 def test_the_learning_benchmarks_rl_arms_differ_only_in_their_algorithm(tmp_path, monkeypatch):
     learning = _learning_benchmark(monkeypatch)
     setting = learning.Setting(rl_episodes=400)
