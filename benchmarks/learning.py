@@ -381,10 +381,9 @@ def report(results: Results, curves_path: Path) -> str:
     return "\n".join(lines)
 
 
-def _evaluation(spec: str, default_name: str) -> dict | None:
-    """The evaluation `spec` names: a results file's model `default_name`, or `FILE:NAME`."""
-    path, name = spec.rpartition(":")[::2] if ":" in spec else (spec, default_name)
-    return Results(Path(path)).data.get("eval", {}).get(name)
+def _split_spec(spec: str, default_name: str) -> tuple[str, str]:
+    """`FILE:NAME` -> (FILE, NAME); a bare FILE names its model `default_name`."""
+    return tuple(spec.rpartition(":")[::2]) if ":" in spec else (spec, default_name)
 
 
 def seeds_report(runs: list[str], arm: str, baselines: list[str], against: list[list[str]] = ()) -> str:
@@ -399,14 +398,21 @@ def seeds_report(runs: list[str], arm: str, baselines: list[str], against: list[
     from trl_multiturn.across_seeds import seed_effect
     from trl_multiturn.evaluation import holm, paired_test
 
+    loaded = {}  # each results file read once
+
     def evaluations(specs: list[str], name: str, what: str) -> list[dict]:
-        found = [_evaluation(spec, name) for spec in specs]
+        found = []
+        for spec in specs:
+            path, model = _split_spec(spec, name)
+            if path not in loaded:
+                loaded[path] = Results(Path(path)).data.get("eval", {})
+            found.append(loaded[path].get(model))
         missing = [spec for spec, evaluation in zip(specs, found) if evaluation is None]
         if missing:
             raise SystemExit(f"seeds: {', '.join(missing)}: no evaluation of {what} there")
         return found
 
-    files = [run.rpartition(":")[0] if ":" in run else run for run in runs]
+    files = [_split_spec(run, arm)[0] for run in runs]
     arms = evaluations(runs, arm, "the arm")
     comparisons = {baseline: evaluations([f"{file}:{baseline}" for file in files], baseline, f"'{baseline}'")
                    for baseline in baselines}  # label -> the baseline's evaluation per run
