@@ -15,7 +15,8 @@ controls and with the SFT start by an exact McNemar test on the paired per-game 
 Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG):
 
     games     the three disjoint game sets: SFT games (train-split seeds from 0), RL games (train-split seeds from
-              500000) and evaluation games (test-split seeds from 0); generated once and cached
+              500000) and evaluation games (test-split seeds from 0; of another shape with `--eval-shape`, e.g.
+              w2-o6-q6, to measure transfer); generated once and cached
     sft       SFT warm start on the SFT games' walkthroughs (`--sft-start PATH` starts from an existing SFT
               checkpoint instead, e.g. an earlier run's control, so that RL starts from a converged SFT model)
     grpo, rloo, ppo, reinforce_pp   RL from the SFT checkpoint on the RL games, `--rl-episodes` episodes each
@@ -77,6 +78,7 @@ class Setting:
     rl_games: int = 128
     eval_games: int = 100
     eval_first_game: int = 0  # the evaluation games' first test-split game: another value gives a fresh held-out set
+    eval_shape: str = ""  # the evaluation games' shape, e.g. "w2-o6-q6", to measure transfer; "" = the training shape
     max_turns: int = 8
     max_reply_tokens: int = 12
     max_episode_tokens: int = 1024
@@ -100,6 +102,15 @@ class Setting:
     @property
     def shape(self) -> tuple[int, int, int]:
         return self.world_size, self.nb_objects, self.quest_length
+
+    def __post_init__(self):
+        self.eval_game_shape  # noqa: B018 - a malformed --eval-shape is refused when the setting is made
+
+    @property
+    def eval_game_shape(self) -> tuple[int, int, int]:
+        from trl_multiturn.envs.textworld.tasks import parse_shape
+
+        return parse_shape(self.eval_shape) if self.eval_shape else self.shape
 
     @property
     def rl_steps(self) -> int:
@@ -158,7 +169,8 @@ def game_sets(setting: Setting, games_dir: Path) -> dict:
         "rl": dict(split="train", num_games=setting.rl_games, first_game=RL_FIRST_SEED),
         "eval": dict(split="test", num_games=setting.eval_games, first_game=setting.eval_first_game),
     }
-    return {name: textworld_tasks(*setting.shape, games_dir=games_dir, **kwargs) for name, kwargs in sets.items()}
+    shapes = {"sft": setting.shape, "rl": setting.shape, "eval": setting.eval_game_shape}
+    return {name: textworld_tasks(*shapes[name], games_dir=games_dir, **kwargs) for name, kwargs in sets.items()}
 
 
 def environment(games_dir: Path):
@@ -350,10 +362,11 @@ def training_text(arm: str, trained: dict) -> str:
 def report(results: Results, curves_path: Path) -> str:
     evals = results.data.get("eval", {})
     setting = results.data.get("setting", {})
+    trained_on = f"w{setting.get('world_size')}-o{setting.get('nb_objects')}-q{setting.get('quest_length')}"
     lines = [
-        f"TextWorld w{setting.get('world_size')}-o{setting.get('nb_objects')}-q{setting.get('quest_length')}, "
-        f"offline SmolLM2-135M-Instruct, greedy success on {setting.get('eval_games')} held-out games "
-        f"(test-split games from {setting.get('eval_first_game', 0)}, at most {setting.get('max_turns')} turns). "
+        f"TextWorld {trained_on}, offline SmolLM2-135M-Instruct, greedy success on {setting.get('eval_games')} "
+        f"held-out {setting.get('eval_shape') or trained_on} games (test-split games from "
+        f"{setting.get('eval_first_game', 0)}, at most {setting.get('max_turns')} turns). "
         "p: exact McNemar test on the paired per-game outcomes.",
         "",
     ]
@@ -540,7 +553,10 @@ def main() -> None:
     import yaml
 
     args = parse_args()
-    setting = Setting(**{k: getattr(args, k) for k in asdict(Setting()) if k != "overrides"})
+    try:
+        setting = Setting(**{k: getattr(args, k) for k in asdict(Setting()) if k != "overrides"})
+    except ValueError as error:
+        raise SystemExit(f"--eval-shape: {error}") from None
     for option in args.arm_option:
         target, _, value = option.partition("=")
         arm, _, key = target.partition(".")

@@ -280,3 +280,16 @@ def test_the_learning_benchmarks_rl_arms_differ_only_in_their_algorithm(tmp_path
     assert budgets == {(8, 50, 2e-5, 1.0, 0.0)}  # the same episodes, steps, step size, sampling and no KL loss
     assert built["ppo"][1].kl_coef == 0.0  # nor a KL penalty in PPO's reward
     assert set(learning.RL_TITLES) == set(learning.RL_ARMS)
+
+
+def test_the_learning_benchmark_plays_held_out_games_in_the_eval_shape_and_trains_on_its_own(tmp_path, monkeypatch):
+    learning = _learning_benchmark(monkeypatch)
+    setting = learning.Setting(sft_games=1, rl_games=1, eval_games=2, eval_shape="w1-o2-q2")
+    sets = learning.game_sets(setting, tmp_path / "games")
+    shapes = {name: {(row["world_size"], row["nb_objects"], row["quest_length"]) for row in rows}
+              for name, rows in sets.items()}
+    assert shapes == {"sft": {(2, 3, 4)}, "rl": {(2, 3, 4)}, "eval": {(1, 2, 2)}}
+    assert all(Path(row["game_file"]).exists() for rows in sets.values() for row in rows)
+    assert learning.Setting().eval_game_shape == (2, 3, 4)  # no --eval-shape: the training shape
+    with pytest.raises(ValueError, match="w2o6"):
+        learning.Setting(eval_shape="w2o6")
