@@ -331,6 +331,37 @@ def evaluate_model(model_path: str, setting: Setting, tasks, games_dir: Path) ->
     }
 
 
+def training_shape(setting: dict) -> str:
+    """A saved setting's training shape by the paper's name, e.g. "w2-o3-q4"."""
+    return f"w{setting.get('world_size')}-o{setting.get('nb_objects')}-q{setting.get('quest_length')}"
+
+
+def evaluation_conditions(setting: dict) -> dict:
+    """What fixes a greedy evaluation's outcomes besides the model: the held-out games and how an episode is played."""
+    return {"shape": setting.get("eval_shape") or training_shape(setting), **{key: setting[key] for key in (
+        "eval_first_game", "eval_games", "max_turns", "max_reply_tokens", "max_episode_tokens", "system_prompt")}}
+
+
+def reused_evaluation(name: str, source: Path, model: Path | None, setting: Setting) -> dict:
+    """Model `name`'s evaluation from another results file, instead of playing it again: greedy evaluation is
+    deterministic (round 6's seeds 1 and 2 played the start in processes of their own and agree game by game), so a
+    model played on the same games under the same rules has the same outcomes. Refused unless both hold."""
+    data = Results(source).data
+    found = data.get("eval", {}).get(name)
+    if found is None:
+        raise SystemExit(f"--reuse-eval {name}={source}: no evaluation of {name!r} there")
+    if model is None or Path(found["model"]).resolve() != model.resolve():
+        raise SystemExit(f"--reuse-eval {name}={source}: that evaluation played {found['model']}, and this run's "
+                         f"{name!r} is {model}; reuse only an evaluation of the same model")
+    theirs, ours = evaluation_conditions(data["setting"]), evaluation_conditions(asdict(setting))
+    differ = {key: (theirs[key], ours[key]) for key in ours if theirs[key] != ours[key]}
+    if differ:
+        raise SystemExit(f"--reuse-eval {name}={source}: played under other conditions ({differ}, theirs then "
+                         "ours); play it here instead")
+    return found | {"copied_from": f"{source}: greedy evaluation is deterministic, and that file played the same "
+                    "model on the same games under the same rules"}
+
+
 # -- report -------------------------------------------------------------------------------------------------------
 
 
@@ -362,7 +393,7 @@ def training_text(arm: str, trained: dict) -> str:
 def report(results: Results, curves_path: Path) -> str:
     evals = results.data.get("eval", {})
     setting = results.data.get("setting", {})
-    trained_on = f"w{setting.get('world_size')}-o{setting.get('nb_objects')}-q{setting.get('quest_length')}"
+    trained_on = training_shape(setting)
     lines = [
         f"TextWorld {trained_on}, offline SmolLM2-135M-Instruct, greedy success on {setting.get('eval_games')} "
         f"held-out {setting.get('eval_shape') or trained_on} games (test-split games from "
@@ -538,6 +569,10 @@ def parse_args():
     parser.add_argument("--eval-model", action="append", default=[], metavar="NAME=PATH",
                         help="evaluate one more model (e.g. an earlier run's arm) in the eval stage, reported beside "
                         "the arms and compared with the SFT start and control")
+    parser.add_argument("--reuse-eval", action="append", default=[], metavar="NAME=FILE",
+                        help="take model NAME's evaluation from another results file that played the same model on "
+                        "the same games under the same rules (e.g. the start, shared by every seed) instead of "
+                        "playing it again; refused otherwise")
     parser.add_argument("--arm-option", action="append", default=[], metavar="ARM.FIELD=VALUE",
                         help="override one config field of an RL arm, e.g. ppo.kl_coef=0.0 (YAML value)")
     for name, default in asdict(Setting()).items():
@@ -623,6 +658,10 @@ def main() -> None:
             if not (Path(path) / "config.json").exists():
                 raise SystemExit(f"--eval-model {option!r}: no model at {path!r}; give NAME=PATH to a saved model")
             models[name] = Path(path)
+        for option in args.reuse_eval:
+            name, _, source = option.partition("=")
+            if name not in results.reload().get("eval", {}):
+                results.put("eval", reused_evaluation(name, Path(source), models.get(name), setting), entry=name)
         for name, path in models.items():
             if (args.force or name not in results.reload().get("eval", {})) and (path / "config.json").exists():
                 evaluation = evaluate_model(str(path), setting, tasks["eval"], games_dir)

@@ -293,3 +293,23 @@ def test_the_learning_benchmark_plays_held_out_games_in_the_eval_shape_and_train
     assert learning.Setting().eval_game_shape == (2, 3, 4)  # no --eval-shape: the training shape
     with pytest.raises(ValueError, match="w2o6"):
         learning.Setting(eval_shape="w2o6")
+
+
+def test_the_learning_benchmark_reuses_an_evaluation_only_of_the_same_model_on_the_same_games(tmp_path, monkeypatch):
+    learning = _learning_benchmark(monkeypatch)
+    start = tmp_path / "sft"
+    played = {"successes": 1, "n": 2, "model": str(start), "outcomes": {"400": True, "401": False}}
+    source = tmp_path / "seed1.json"
+    source.write_text(json.dumps({"setting": dataclasses.asdict(learning.Setting(max_turns=12, eval_first_game=400)),
+                                  "eval": {"sft": played}}))
+    ours = learning.Setting(max_turns=12, eval_first_game=400, seed=2)  # another seed: the start plays the same
+    reused = learning.reused_evaluation("sft", source, start, ours)
+    assert reused["outcomes"] == played["outcomes"] and str(source) in reused["copied_from"]
+    with pytest.raises(SystemExit, match="max_turns.*12, 16"):
+        learning.reused_evaluation("sft", source, start, learning.Setting(max_turns=16, eval_first_game=400))
+    with pytest.raises(SystemExit, match="shape.*w2-o3-q4', 'w2-o6-q6"):
+        learning.reused_evaluation("sft", source, start, dataclasses.replace(ours, eval_shape="w2-o6-q6"))
+    with pytest.raises(SystemExit, match="same model"):
+        learning.reused_evaluation("sft", source, tmp_path / "other", ours)
+    with pytest.raises(SystemExit, match="no evaluation of 'grpo'"):
+        learning.reused_evaluation("grpo", source, start, ours)
