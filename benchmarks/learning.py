@@ -34,7 +34,8 @@ Stages (checkpoints go to --work-dir, results to --results, one JSON and one PNG
               SFT continues on the episodes it won (one epoch, its own tokens re-tokenized by the SFT trainer)
     eval      greedy success of every trained model (and of each RL arm's intermediate checkpoints, and of any model
               named by `--eval-model NAME=PATH`) on the evaluation games; `--eval-first-game N` plays a fresh held-out
-              set (test-split games from N) to confirm a result found on the first one
+              set (test-split games from N) to confirm a result found on the first one; `--reuse-eval NAME=FILE`
+              takes a model's evaluation from another seed's file (the same model, games and rules) instead
     report    the table (Wilson 95% intervals, exact McNemar p-values) and the learning curves
 
 Everything about an episode (system prompt, action parser, turn and token caps) is the same in SFT, RL and
