@@ -131,7 +131,7 @@ def test_estimator_kwargs_reach_the_estimator(tiny_chatml_model, tmp_path):
                                    observations=[["start", "hall"], ["start", "hall"], ["start"]])
     trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 1}] * 4,
                            advantage_estimator="gigpo", estimator_kwargs='{"step_weight": 0.25}')
-    assert torch.allclose(trainer._call_estimator(batch), gigpo(batch, step_weight=0.25))
+    assert torch.allclose(trainer.step.credit.turn_advantages(batch), gigpo(batch, step_weight=0.25))
     assert not torch.allclose(gigpo(batch, step_weight=0.25), gigpo(batch))
 
 

@@ -49,7 +49,6 @@ import torch
 from torch import nn
 from transformers import set_seed
 from transformers.trainer import TRAINING_ARGS_NAME
-from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import disable_dropout_in_model, pad
 
 from ..config_checks import Range, check_fields
@@ -64,6 +63,7 @@ from ..credit.gae import (
 from ..rollout.batch import RolloutBatch, StepSample
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from .multiturn import default_args
+from .step import StepTensors, token_logps_and_entropies, with_trajectory_rewards
 from .value_model import PolicyAndValueModel, create_value_model, load_value_model_weights, save_value_model
 
 
@@ -212,6 +212,20 @@ def active_peft_config(model):
     return model.peft_config[model.active_adapter] if isinstance(model, nn.Module) and is_peft_model(model) else None
 
 
+class CriticCredit:
+    """PPO's credit: per-token rewards, the critic's values and a value estimator of `credit.gae`
+    (`MultiTurnPPOTrainer._critic_advantages`). It needs pi_old and pi_ref for the KL folded into the reward."""
+
+    def needs_old_logps(self, trainer) -> bool:
+        return trainer.args.kl_coef != 0.0
+
+    def needs_reference(self, trainer) -> bool:
+        return trainer.args.kl_coef != 0.0 or trainer.beta != 0.0
+
+    def __call__(self, t, batch, x, old, ref):
+        return t._critic_advantages(batch, x, old, ref)
+
+
 class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     """PPO with a critic over multi-turn episodes.
 
@@ -328,8 +342,8 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     def _turn_rewards(self, batch: RolloutBatch) -> list[list[float]]:
         """Per episode of `batch` and turn: the environment's weighted reward under `reward_mode`, trajectory
         `reward_funcs` (weighted) added on the final turn."""
-        return self._with_trajectory_rewards([list(r) for r in batch.turn_rewards], batch.local_scores(),
-                                             batch.reward_weights)
+        return with_trajectory_rewards([list(r) for r in batch.turn_rewards], batch.local_scores(),
+                                       batch.reward_weights, self.reward_func_names)
 
     def _token_rewards(self, batch: RolloutBatch, length: int, device) -> torch.Tensor:
         """(rows, length): each turn's reward on the last token the model sampled in that turn (step-wise: a step
@@ -345,25 +359,25 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                     rewards[i, end - 1] += reward
         return rewards
 
-    def _loss_advantages(self, output: dict, batch: RolloutBatch) -> torch.Tensor:
-        """(B, T) advantages from the value estimator on the critic's values (whitened if configured); also puts
-        the value targets (`returns`, `old_values`, `value_mask`) in `output`, the inputs of the value loss
-        (`_compute_loss` reads them from its inputs dict). Step-wise, the rows are step samples and the estimator
-        runs across the steps of each episode (`_stepwise_targets`)."""
+    def _credit(self) -> CriticCredit:
+        return CriticCredit()
+
+    def _critic_advantages(self, batch: RolloutBatch, x: StepTensors, old, ref) -> tuple[torch.Tensor, dict]:
+        """(B, T) advantages from the value estimator on the critic's values (whitened if configured), and the value
+        targets the value loss reads (`returns`, `old_values`, `value_mask`). Each turn's reward lands on its last
+        sampled token, minus `kl_coef` * (log pi_old - log pi_ref) on every sampled token. Step-wise, the rows are
+        step samples and the estimator runs across the steps of each episode (`_stepwise_targets`)."""
         mode = batch.mode
-        completion_ids = output["completion_ids"]
-        mask = (output["completion_mask"] * output["tool_mask"]).bool()
-        input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        length = completion_ids.size(1)
+        mask = (x.completion_mask * x.trained).bool()
+        length = x.length
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        rewards = self._token_rewards(batch, length, completion_ids.device)
+        rewards = self._token_rewards(batch, length, x.completion_ids.device)
         with torch.no_grad(), self.accelerator.autocast():
-            values = self._values(input_ids, attention_mask, length, batch_size) * mask
-            if self.args.kl_coef != 0.0:
-                kl = self._sampled_token_kl(output, input_ids, attention_mask, length, batch_size)
-                rewards = rewards - self.args.kl_coef * kl * mask
-                self._log_masked_mean(mode, "kl_in_reward", kl, mask)
+            values = self._values(x.input_ids, x.attention_mask, length, batch_size) * mask
+        if self.args.kl_coef != 0.0:
+            kl = old - ref
+            rewards = rewards - self.args.kl_coef * kl * mask
+            self._log_masked_mean(mode, "kl_in_reward", kl, mask)
         if batch.steps is None:
             estimator = get_value_estimator(self.args.advantage_estimator)
             targets = estimator(ValueBatch(rewards, values, mask), gamma=self.args.gamma, lam=self.args.lam)
@@ -374,9 +388,8 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         if self.args.whiten_advantages:
             advantages = masked_whiten(advantages, mask, moments)
         value_mask = targets.value_mask & mask
-        output.update(returns=targets.returns, old_values=values, value_mask=value_mask)
         self._log_critic_metrics(mode, moments, values, targets.returns, value_mask)
-        return advantages
+        return advantages, {"returns": targets.returns, "old_values": values, "value_mask": value_mask}
 
     def _values(self, input_ids, attention_mask, length: int, batch_size: int) -> torch.Tensor:
         """(rows, length) the critic's V(s_t) of the last `length` tokens, from the head at t - 1 (before token t),
@@ -424,7 +437,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         """The critic's values over each step's reply tokens (V before each token), for steps that are no TRL row,
         laid out as TRL lays out its rows (contexts padded on the left, replies on the right), `batch_size` steps
         per forward. Every process makes as many forwards as the busiest one (sharded models run them together)."""
-        device, pad_id = self.accelerator.device, self._tokenizer.pad_token_id
+        device, pad_id = self.accelerator.device, self.text_tokenizer.pad_token_id
         calls = -(-len(steps) // batch_size)
         if self.accelerator.num_processes > 1:
             calls = int(self.accelerator.reduce(torch.tensor([calls], device=device), reduction="max").item())
@@ -464,19 +477,6 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         explained = 1 - variance(error_moments) / return_var if return_var > 1e-12 else torch.tensor(math.nan)
         metrics["critic/explained_variance"].append(explained.item())
 
-    def _sampled_token_kl(self, output, input_ids, attention_mask, length: int, batch_size: int) -> torch.Tensor:
-        """(B, T) log pi_old - log pi_ref per token: the policy's log-probs TRL kept (or a fresh no-grad forward)
-        against the reference's."""
-        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            old = output.get("old_per_token_logps")
-            if old is None:
-                old = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, length, batch_size)[0]
-            ref = output.get("ref_per_token_logps")
-            if ref is None:
-                ref = self._reference_logps(input_ids, attention_mask, length, batch_size)
-        return old - ref
-
     def _global_moments(self, values, mask):
         """(sum, sum of squares, count) of `values` over `mask`, summed over all processes (for whitening)."""
         return self.accelerator.reduce(masked_moments(values, mask), reduction="sum")
@@ -497,12 +497,11 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         length = completion_ids.size(1)
         mask = inputs["completion_mask"] * inputs["tool_mask"]
-        labels = input_ids.masked_fill(attention_mask == 0, -100)  # TRL's fused LM head scores these tokens
-        labels[:, :-length] = -100
         with self.accelerator.autocast():
-            policy_out, values = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
-                                       fused_lm_head=True, output="both")
-        logps = policy_out.log_probs[:, -length:]
+            policy_out, values = model(input_ids=input_ids, attention_mask=attention_mask,
+                                       logits_to_keep=length + 1, use_cache=False, output="both")
+        logps, entropies = token_logps_and_entropies(policy_out.logits[:, :-1], completion_ids, self.temperature,
+                                                     compute_entropy=True)
         values = values[:, -length - 1:-1]
         old_logps = inputs.get("old_per_token_logps")  # None when the batch is trained on once: pi_old = pi
         old_logps = logps.detach() if old_logps is None else old_logps
@@ -523,7 +522,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                                                        inputs["value_mask"], self.args.cliprange_value)
         loss = policy_loss + self.args.vf_coef * value_loss
 
-        self._log_masked_mean(mode, "entropy", policy_out.entropy[:, -length:], mask)
+        self._log_masked_mean(mode, "entropy", entropies, mask)
         self._log_masked_mean(mode, "clip_ratio/region_mean", clipped.to(logps.dtype), mask)
         reported = self.accelerator.reduce(torch.stack([policy_loss, value_loss, value_clipped]).detach(),
                                            reduction="mean")

@@ -9,7 +9,7 @@ import datasets
 from trl import SFTConfig, SFTTrainer
 from trl.data_utils import get_dataset_column_names
 
-from ..config_checks import check_fields
+from ..config_checks import check_fields, parse_json_dict
 from ..expert import conversation_token_ids, expert_trajectories
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
@@ -29,8 +29,6 @@ class MultiTurnSFTConfig(SFTConfig):
     them the same values in the SFT and the RL recipe. The loss always covers exactly the assistant turns (each
     reply's tokens and its end-of-turn token), so `assistant_only_loss` and `completion_only_loss` do not apply.
     """
-
-    _VALID_DICT_FIELDS = SFTConfig._VALID_DICT_FIELDS + ["chat_template_kwargs"]
 
     system_prompt: str | None = field(
         default=None,
@@ -58,6 +56,8 @@ class MultiTurnSFTConfig(SFTConfig):
 
     def __post_init__(self):
         check_fields(self)  # before TRL's own checks
+        self.chat_template_kwargs = parse_json_dict("chat_template_kwargs", self.chat_template_kwargs,
+                                                    '{"enable_thinking": false}')
         bf16_only_where_supported(self)
         super().__post_init__()
         if self.assistant_only_loss:
