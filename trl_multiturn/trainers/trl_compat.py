@@ -58,7 +58,8 @@ class TouchPoint:
     `owner` is a class ("module:Class") or a module ("module"); `parameters` the parameter names (without `self`)
     we rely on, in order. `exact`: the whole parameter list must match (we override the method, so TRL calls ours
     with its arguments); otherwise the listed names must come first, the `keywords` we pass by name must exist, and
-    any further parameter needs a default (we call it). `parameters=None`: only the attribute's existence is
+    any further parameter needs a default (we call it) unless it is one of `optional` (passed where the release
+    takes it). `parameters=None`: only the attribute's existence is
     checked (an instance attribute of the trainer when `instance` is set, read after TRL's `__init__`). A touch
     point applies to the trainers with its owner class among their bases or its owner module defining one of their
     bases; a `shared` one (a TRL helper) to all.
@@ -74,6 +75,7 @@ class TouchPoint:
     parameters: tuple[str, ...] | None
     use: str
     keywords: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
     exact: bool = False
     instance: bool = False
     shared: bool = False
@@ -128,8 +130,8 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
                "value loss from one forward of policy and critic", exact=True),
     TouchPoint(RLOO, "_compute_loss", ("model", "inputs"), "overridden: per-segment surrogate on the trained mask",
                exact=True),
-    TouchPoint(GRPO, "_generate_single_turn", None, "called per turn: one reply per episode (single_turn_replies: "
-               "(prompt_ids, images, multimodal_fields), and num_generations where it takes it, from TRL 1.15)"),
+    TouchPoint(GRPO, "_generate_single_turn", ("prompt_ids", "images", "multimodal_fields"),
+               "called per turn: one reply per episode (single_turn_replies)", optional=("num_generations",)),
     TouchPoint(RLOO, "_generate_single_turn", ("prompt_ids", "images", "multimodal_fields"),
                "called per turn: one reply per episode (single_turn_replies)"),
     TouchPoint(GRPO, "_metrics", None, AFTER_INIT, instance=True),
@@ -292,7 +294,7 @@ def _problem(point: TouchPoint) -> str | None:
     else:
         rest = [p for p in params[len(expected):] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         ok = (names[:len(expected)] == expected and set(point.keywords) <= set(names)
-              and all(p.default is not p.empty for p in rest if p.name not in point.keywords))
+              and all(p.default is not p.empty for p in rest if p.name not in (*point.keywords, *point.optional)))
     if ok:
         return None
     wanted = f"{_signature(expected, more=not point.exact)}"
