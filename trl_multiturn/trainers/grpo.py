@@ -8,6 +8,7 @@ import trl.trainer.grpo_trainer as trl_grpo
 from trl import GRPOConfig, GRPOTrainer
 
 from ..config_checks import check_fields
+from ..models import resolve_model
 from .multiturn import (
     MultiTurnArguments,
     MultiTurnMixin,
@@ -77,6 +78,7 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         environment_factory=None,
     ):
         check_trl_compat(type(self))
+        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
         if tools or rollout_func is not None:
             raise ValueError("MultiTurnGRPOTrainer plays episodes through `environment_factory`; `tools` and "
                              "`rollout_func` belong to TRL's single-call GRPOTrainer and cannot be combined with it.")

@@ -155,6 +155,12 @@ class MultiTurnArguments:
         metadata={"help": "Seconds one environment call (reset, step, finish) may take before its episode fails "
                           "(None: no deadline). Not with env_mode='inline'."},
     )
+    max_failed_steps: int = field(
+        default=3,
+        metadata={"help": "Stop training with the environments' reasons (`EpisodesFailedError`) once this many steps "
+                          "in a row had every episode fail (a broken environment or task set trains nothing: each "
+                          "such step has no loss)."},
+    )
     env_max_memory_mb: float | None = field(
         default=None,
         metadata={"help": "Restart an environment worker between episodes once its private memory exceeds this many "
@@ -256,6 +262,7 @@ class MultiTurnArguments:
         "turn_gamma": Range(ge=0, le=1),
         "env_timeout": Range(gt=0, text="a number of seconds > 0, or None for no deadline"),
         "env_max_memory_mb": Range(gt=0, text="a number of MiB > 0, or None for no limit"),
+        "max_failed_steps": Range(ge=1, text="an integer >= 1 (training steps in a row whose every episode failed)"),
         "env_ray_num_cpus": Range(ge=0, text="a number of CPUs >= 0 per environment actor (e.g. 0.25)"),
         "max_policy_lag": Range(ge=0, text="an integer >= 0 (0: on-policy; k: sample from weights at most k "
                                            "optimizer steps old)"),

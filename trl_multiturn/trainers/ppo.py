@@ -60,6 +60,7 @@ from ..credit.gae import (
     masked_whiten,
     stepwise_value_targets,
 )
+from ..models import resolve_model
 from ..rollout.batch import RolloutBatch, StepSample
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from .multiturn import default_args
@@ -266,6 +267,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         value_model: str | nn.Module | None = None,
         value_peft_config=None,
     ):
+        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
         if args is None:
             args = default_args(MultiTurnPPOConfig, model)
         if not isinstance(args, MultiTurnPPOConfig):

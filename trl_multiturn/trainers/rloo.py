@@ -18,6 +18,7 @@ from trl import RLOOConfig, RLOOTrainer
 
 from ..config_checks import check_fields
 from ..credit.tokens import turn_index
+from ..models import resolve_model
 from .multiturn import (
     MultiTurnArguments,
     MultiTurnMixin,
@@ -162,6 +163,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         environment_factory=None,
     ):
         check_trl_compat(type(self))
+        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
         if args is None:
             args = default_args(MultiTurnRLOOConfig, model)
         reward_funcs, reward_processing_classes = self._with_environment_reward(

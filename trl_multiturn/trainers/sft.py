@@ -11,6 +11,7 @@ from trl.data_utils import get_dataset_column_names
 
 from ..config_checks import check_fields, parse_json_dict
 from ..expert import conversation_token_ids, expert_trajectories
+from ..models import resolve_model
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
 from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
@@ -103,6 +104,7 @@ class MultiTurnSFTTrainer(RunFilesMixin, SFTTrainer):
         environment_factory=None,
     ):
         check_trl_compat(type(self))
+        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
         if args is None:
             args = default_args(MultiTurnSFTConfig, model)
         elif not isinstance(args, MultiTurnSFTConfig):

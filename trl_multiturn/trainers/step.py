@@ -22,6 +22,8 @@ import asyncio
 import inspect
 import logging
 import math
+from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -61,7 +63,7 @@ def sequence_logps(model, input_ids, attention_mask, logits_to_keep: int, *, tem
     for start in range(0, input_ids.size(0), batch_size):
         ids, mask = input_ids[start: start + batch_size], attention_mask[start: start + batch_size]
         kwargs = {"output_router_logits": True} if compute_aux_loss else {}
-        with autocast() if autocast is not None else _no_context():
+        with autocast() if autocast is not None else nullcontext():
             out = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1, use_cache=False,
                         **kwargs)
         lp, ent = token_logps_and_entropies(out.logits[:, -logits_to_keep - 1:-1], ids[:, -logits_to_keep:],
@@ -74,12 +76,8 @@ def sequence_logps(model, input_ids, attention_mask, logits_to_keep: int, *, tem
             torch.stack(aux).mean() if compute_aux_loss else None)
 
 
-class _no_context:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
+class EpisodesFailedError(RuntimeError):
+    """Training stopped: every episode failed in `max_failed_steps` steps in a row."""
 
 
 def sampling_logps(rows: list[list[float | None]]) -> list[list[float]] | None:
@@ -125,11 +123,14 @@ class MultiTurnStep:
     def __init__(self, trainer, credit):
         self.trainer = trainer
         self.credit = credit
+        self.failed_steps = 0  # training steps in a row whose every episode failed
 
     def __call__(self, rows: list[dict]) -> dict:
         t = self.trainer
         # 1. Play one episode per row (step-wise: the batch's rows become its step samples).
         rows, batch = t._rollout(rows)
+        if batch.mode == "train":
+            self.check_failures(batch)
         # 2. The rows as padded tensors.
         x = self.tensors(batch)
         # 3. The log-probs the loss and the credit need, before any update.
@@ -159,6 +160,25 @@ class MultiTurnStep:
         self.log(rows, batch, x, output["advantages"])
         t.last_rollout = batch
         return output
+
+    def check_failures(self, batch: RolloutBatch) -> None:
+        """Count the training steps in a row whose every episode (on every rank) failed; at `max_failed_steps`
+        raise `EpisodesFailedError` with the most common reasons. Each such step is logged as a warning."""
+        failures = gather_object([ep.failure if ep.failed else None for ep in batch.episodes])
+        if any(reason is None for reason in failures):
+            self.failed_steps = 0
+            return
+        self.failed_steps += 1
+        reasons = Counter((reason or "unknown").strip().splitlines()[0][:300] for reason in failures).most_common(3)
+        summary = "; ".join(f"{count} x {reason}" for reason, count in reasons)
+        limit = self.trainer.args.max_failed_steps
+        logger.warning("every episode of this step failed (%d in a row, stopping at %d): %s", self.failed_steps,
+                       limit, summary)
+        if self.failed_steps >= limit:
+            raise EpisodesFailedError(f"every episode failed in {self.failed_steps} training steps in a row "
+                                      f"({len(failures)} episodes in the last), so nothing was trained; the reasons: "
+                                      f"{summary}. Fix the environment or the task rows (check them with "
+                                      "trl_multiturn.envs.check_environment), or raise max_failed_steps.")
 
     # -- 2. tensors ---------------------------------------------------------------------------------------------------
 
