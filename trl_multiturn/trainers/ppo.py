@@ -1,8 +1,9 @@
 """`MultiTurnPPOTrainer`: PPO with a critic over multi-turn episodes, built on TRL's GRPO machinery.
 
-TRL 1.16 has no PPO trainer. This one reuses `MultiTurnGRPOTrainer`'s rollout and scoring (the trainer's generation
-backend, vLLM included; old and reference log-probs; multiple PPO epochs through `num_iterations` and mini-batches
-through `steps_per_generation`) and adds:
+TRL (1.14-1.16) has no PPO trainer. This one takes `MultiTurnGRPOTrainer`'s generation backends (vLLM included),
+TRL's batching (multiple PPO epochs through `num_iterations`, mini-batches through `steps_per_generation`) and the
+multi-turn step (`step.MultiTurnStep`: rollout, old and reference log-probs, scores), with its own credit
+(`CriticCredit`) and loss:
 
 - a critic (`value_model.py`): its own backbone with a scalar head (a new head starts at zero), initialised from
   the policy or a given path, optionally with a PEFT adapter;
@@ -23,9 +24,9 @@ Design choices:
   `PolicyAndValueWrapper`): the trainer's `model`, so transformers' one optimizer (the critic's groups at
   `critic_learning_rate`), gradient accumulation, clipping (one norm over both), scheduler, DDP / FSDP2 / DeepSpeed
   preparation and checkpoints of optimizer state cover the critic with no second loop or engine.
-- The algorithm reads top to bottom: the rollout (the mixin), `_loss_advantages` (per-token rewards, the critic's
-  values, `credit.gae`'s estimator, whitening), then `_compute_loss` (one forward of policy and critic; the
-  clipped surrogate plus `vf_coef` times the clipped value loss).
+- The algorithm reads top to bottom: the step (`step.MultiTurnStep`), `_critic_advantages` (per-token rewards, the
+  critic's values, `credit.gae`'s estimator, whitening), then `_compute_loss` (one forward of policy and critic;
+  the clipped surrogate plus `vf_coef` times the clipped value loss).
 - Checkpoints: every checkpoint (and the final `save_model`) holds the policy as TRL writes it plus the critic in a
   `critic/` sub-folder (`save_pretrained` layout); the optimizer's and DeepSpeed's / FSDP's resume state are
   transformers' own, over both models.
@@ -35,21 +36,26 @@ Design choices:
   the one module: the loss, the values and the episode-history cache's generation do; TRL's own `generate` path
   (`cache_episode_history=False`, or min_p, ...) calls the policy directly and is refused under FSDP2. FSDP1 is
   untested (accelerate's FSDP1 plugin refuses CPU).
-- Kept as they were, for TRL's config and constructor rather than for the critic: `_GroupOfOne` (GRPOConfig refuses
-  groups of one) and `beta` set while TRL's `__init__` runs (TRL builds a reference model only for beta != 0).
+- The reference model of the KL in the reward is PPO's own where TRL builds none (TRL builds one only for its
+  loss's `beta != 0`): the policy as given, prepared for the backend as TRL prepares its own (`_reward_reference`).
+- One workaround is left, for TRL's config rather than for the algorithm: `_GroupOfOne` lets `num_generations=1`
+  through `GRPOConfig.__post_init__`, which refuses groups of one (GRPO's baseline needs two; PPO's is the critic).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from dataclasses import dataclass, field
 
 import torch
+from accelerate.utils import is_peft_model
 from torch import nn
 from transformers import set_seed
 from transformers.trainer import TRAINING_ARGS_NAME
-from trl.trainer.utils import disable_dropout_in_model, pad
+from trl.models.utils import prepare_deepspeed, prepare_fsdp
+from trl.trainer.utils import create_model_from_path, disable_dropout_in_model, pad
 
 from ..config_checks import Range, check_fields
 from ..credit.gae import (
@@ -282,30 +288,27 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                               if c is not None), None),
             model_init_kwargs=args.model_init_kwargs,
         )
-        # TRL builds (and prepares) a reference model only for beta != 0; PPO also needs one for the KL folded into
-        # the reward, so beta is non-zero while TRL's __init__ runs (a reference of TRL's making: a copy of a policy
-        # object, or the adapter switched off under PEFT) and the loss's own beta afterwards.
-        loss_beta = args.beta
-        needs_reference = args.kl_coef != 0.0 or loss_beta != 0.0
-        args.beta = loss_beta if loss_beta != 0.0 or not needs_reference else 1.0
-        try:
-            super().__init__(
-                model=model,
-                reward_funcs=reward_funcs,
-                args=args,
-                train_dataset=train_dataset,
-                eval_dataset=eval_dataset,
-                processing_class=processing_class,
-                reward_processing_classes=reward_processing_classes,
-                callbacks=callbacks,
-                optimizers=optimizers,
-                quantization_config=quantization_config,
-                peft_config=peft_config,
-                environment_factory=environment_factory,
-            )
-        finally:
-            args.beta = loss_beta
-        self.beta = loss_beta
+        # TRL builds a reference model for its loss's KL term (beta != 0); PPO's KL penalty in the reward needs one
+        # too, built here when TRL builds none (a PEFT policy's reference is the policy with its adapter disabled).
+        own_reference = (args.kl_coef != 0.0 and args.beta == 0.0 and peft_config is None
+                         and not (isinstance(model, nn.Module) and is_peft_model(model)))
+        reference = copy.deepcopy(model) if own_reference and isinstance(model, nn.Module) else model
+        super().__init__(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+            environment_factory=environment_factory,
+        )
+        if own_reference:
+            self.ref_model = self._reward_reference(reference)
         fsdp2 = self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) == 2
         if fsdp2 and self._history_cache is None and not self.use_vllm:
             raise ValueError("MultiTurnPPOTrainer under FSDP2 generates through the policy-and-critic module (its "
@@ -316,6 +319,20 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
             critic.to(self.args.device)
         # From here on the trainer's model is policy and critic; transformers prepares, optimizes and saves it.
         self.model = self.model_wrapped = PolicyAndValueModel(self.model, critic)
+
+    def _reward_reference(self, model: str | nn.Module) -> nn.Module:
+        """The reference model of PPO's KL penalty where TRL built none: the policy as given (loaded from its path as
+        TRL loads a reference, or a copy of the policy object taken before training), frozen and prepared for the
+        backend as TRL prepares its own."""
+        if isinstance(model, str):
+            model = create_model_from_path(model, **(self.args.model_init_kwargs or {}))
+        model.requires_grad_(False).eval()
+        disable_dropout_in_model(model)
+        if self.is_deepspeed_enabled:
+            return prepare_deepspeed(model, self.accelerator)
+        if self.is_fsdp_enabled:
+            return prepare_fsdp(model, self.accelerator)
+        return self.accelerator.prepare_model(model, evaluation_mode=True)
 
     @property
     def unwrapped_critic(self) -> nn.Module:
