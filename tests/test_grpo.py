@@ -28,6 +28,11 @@ def test_trains_on_generated_textworld_games(tiny_chatml_model, tmp_path, textwo
     assert trainer.state.global_step == 2 and math.isfinite(result.training_loss)
     logged = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
     assert len(logged) == 2 and all(log["episodes/failed"] == 0 for log in logged)
+    # TRL's metric names, from the multi-turn step (TRL's own scoring path no longer runs)
+    trl_names = {"reward", "reward_std", "frac_reward_zero_std", "num_tokens", "entropy", "clip_ratio/region_mean",
+                 "completions/mean_length", "completions/max_length", "completions/clipped_ratio",
+                 "rewards/environment_return/mean", "rewards/reply_characters/mean"}
+    assert all(trl_names <= set(log) for log in logged), trl_names - set(logged[0])
     assert all(0 < log["episodes/trained_token_fraction"] < 1 for log in logged)
     # The runner is public and usable outside train() on dataset rows.
     episodes = trainer.episode_runner([textworld_train_tasks[0]])

@@ -331,7 +331,19 @@ class MultiTurnStep:
         if mode == "train":
             t.state.num_input_tokens_seen += (prompt_tokens + sampled.sum()).item()
         metrics["num_tokens"] = [t.state.num_input_tokens_seen]
-        metrics["completions/mean_length"].append(sampled.float().mean().item())
+        # TRL's completion metrics, of the sampled tokens per row; an episode cut by the turn or token budget is
+        # what TRL calls clipped
+        lengths = sampled.float()
+        ended = ~t.accelerator.gather(torch.tensor([ep.truncated for ep in self.row_episodes(batch)],
+                                                   device=lengths.device))
+        metrics["completions/mean_length"].append(lengths.mean().item())
+        metrics["completions/min_length"].append(lengths.min().item())
+        metrics["completions/max_length"].append(lengths.max().item())
+        metrics["completions/clipped_ratio"].append(1.0 - ended.float().mean().item())
+        terminated = lengths[ended] if ended.any() else torch.zeros(1, device=lengths.device)
+        metrics["completions/mean_terminated_length"].append(terminated.mean().item())
+        metrics["completions/min_terminated_length"].append(terminated.min().item())
+        metrics["completions/max_terminated_length"].append(terminated.max().item())
         scores = batch.rewards_per_func
         for i, name in enumerate(t.reward_func_names):
             metrics[f"rewards/{name}/mean"].append(torch.nanmean(scores[:, i]).item())
@@ -340,12 +352,23 @@ class MultiTurnStep:
         total[torch.isnan(scores).all(dim=1)] = math.nan
         metrics["reward"].append(torch.nanmean(total).item())
         metrics["reward_std"].append(_nanstd(total).item())
+        if batch.steps is None:  # TRL's groups of num_generations rows whose reward does not vary
+            groups = total.view(-1, batch.num_generations)
+            metrics["frac_reward_zero_std"].append(sum(
+                bool(_nanstd(group).nan_to_num(0.0) == 0) for group in groups) / len(groups))
         t._logs["prompt"].extend(gather_object([row["prompt"] for row in rows]))
         t._logs["completion"].extend(gather_object(batch.completions()))
         for i, name in enumerate(t.reward_func_names):
             t._logs["rewards"][name].extend(scores[:, i].tolist())
         self.log_advantages(batch, advantages, x.trained)
         t._log_episode_metrics(batch)
+
+    @staticmethod
+    def row_episodes(batch: RolloutBatch) -> list:
+        """The episode of each row: the batch's episodes, or step-wise each step's (a padding row: the first)."""
+        if batch.steps is None:
+            return batch.episodes
+        return [batch.episodes[s.episode if s is not None else 0] for s in batch.steps]
 
     def log_advantages(self, batch: RolloutBatch, advantages: torch.Tensor, trained: torch.Tensor) -> None:
         """The advantages the loss uses in the completion logs: per row, `advantage` the mean of its (B, T)
