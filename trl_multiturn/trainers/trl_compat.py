@@ -150,6 +150,8 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     *(TouchPoint(RLOO, name, None, AFTER_INIT, instance=True) for name in (*_GRPO_STATE, *_RLOO_STATE)),
     TouchPoint(GRPO, "beta", None, "set by PPO: non-zero while TRL's __init__ runs, so that TRL builds a reference "
                "model for the KL penalty in the rewards", instance=True),
+    TouchPoint(GRPO, "ref_model", None, "set by PPO where TRL built none (beta == 0): the reference of the KL in "
+               "PPO's reward (MultiTurnPPOTrainer._reward_reference)", instance=True),
     TouchPoint(GRPO, "use_transformers_continuous_batching", None, "read: TRL's own generation runs with it",
                instance=True),
     TouchPoint(RLOO, "num_generations", None, "set while one turn's replies are generated: TRL's vLLM call asks "
@@ -186,7 +188,13 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
                keywords=("adapter_name",), shared=True),
     TouchPoint("trl.trainer.utils", "pad", ("tensors",), "called: the step's padded rows",
                keywords=("padding_value", "padding_side", "pad_to_multiple_of"), shared=True),
-    TouchPoint("trl.trainer.utils", "disable_dropout_in_model", ("model",), "called: PPO's critic", shared=True),
+    TouchPoint("trl.trainer.utils", "disable_dropout_in_model", ("model",), "called: PPO's critic and reference",
+               shared=True),
+    TouchPoint("trl.trainer.utils", "create_model_from_path", ("model_id",), "called: PPO's reference from a path"),
+    TouchPoint("trl.models.utils", "prepare_deepspeed", ("model", "accelerator"), "called: PPO's reference under "
+               "DeepSpeed, as TRL prepares its own"),
+    TouchPoint("trl.models.utils", "prepare_fsdp", ("model", "accelerator"), "called: PPO's reference under FSDP, "
+               "as TRL prepares its own"),
     TouchPoint("trl.data_utils", "get_dataset_column_names", ("dataset",), "called: the SFT dataset's columns",
                shared=True),
     TouchPoint("trl.chat_template_utils", "get_training_chat_template", ("processing_class",),
