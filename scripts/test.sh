@@ -5,3 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
 "${VENV:-.venv}/bin/python" -m pytest -q -p no:cacheprovider "$@"
+# The trainer tests once more on the oldest supported TRL (1.14), when the whole suite ran.
+if [ $# -eq 0 ]; then
+  bash scripts/test_trl_oldest.sh
+fi

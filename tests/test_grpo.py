@@ -28,6 +28,11 @@ def test_trains_on_generated_textworld_games(tiny_chatml_model, tmp_path, textwo
     assert trainer.state.global_step == 2 and math.isfinite(result.training_loss)
     logged = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
     assert len(logged) == 2 and all(log["episodes/failed"] == 0 for log in logged)
+    # TRL's metric names, from the multi-turn step (TRL's own scoring path no longer runs)
+    trl_names = {"reward", "reward_std", "frac_reward_zero_std", "num_tokens", "entropy", "clip_ratio/region_mean",
+                 "completions/mean_length", "completions/max_length", "completions/clipped_ratio",
+                 "rewards/environment_return/mean", "rewards/reply_characters/mean"}
+    assert all(trl_names <= set(log) for log in logged), trl_names - set(logged[0])
     assert all(0 < log["episodes/trained_token_fraction"] < 1 for log in logged)
     # The runner is public and usable outside train() on dataset rows.
     episodes = trainer.episode_runner([textworld_train_tasks[0]])
@@ -131,7 +136,7 @@ def test_estimator_kwargs_reach_the_estimator(tiny_chatml_model, tmp_path):
                                    observations=[["start", "hall"], ["start", "hall"], ["start"]])
     trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 1}] * 4,
                            advantage_estimator="gigpo", estimator_kwargs='{"step_weight": 0.25}')
-    assert torch.allclose(trainer._call_estimator(batch), gigpo(batch, step_weight=0.25))
+    assert torch.allclose(trainer.step.credit.turn_advantages(batch), gigpo(batch, step_weight=0.25))
     assert not torch.allclose(gigpo(batch, step_weight=0.25), gigpo(batch))
 
 
@@ -212,3 +217,41 @@ def test_the_reference_model_is_the_policy_object_as_given(tiny_chatml_model, tm
     ref_params = dict(ref.named_parameters())
     assert ref is not policy and ref_params.keys() == policy_params.keys()
     assert max((ref_params[n] - p).abs().max().item() for n, p in policy_params.items()) == 0.0
+
+
+class NoTaskLoads(CountingEnv):
+    """Every row fails `reset` (a task set the environment cannot read)."""
+
+    def reset(self, task):
+        from trl_multiturn.envs import TaskError
+
+        raise TaskError(f"task {task!r} names no game file: give 'game_file'")
+
+
+def test_a_run_whose_every_episode_fails_stops_with_the_reason(tiny_chatml_model, tmp_path):
+    from trl_multiturn.trainers.step import EpisodesFailedError
+
+    trainer = make_trainer(tiny_chatml_model, tmp_path, NoTaskLoads, [{"target": 1}] * 4, max_steps=10,
+                           max_failed_steps=2)
+    with pytest.raises(EpisodesFailedError, match="in 2 training steps in a row.*names no game file"):
+        trainer.train()
+    assert trainer.state.global_step == 1  # the first all-failed step ran (with no loss), the second stopped it
+
+
+def test_a_run_with_some_episodes_left_trains_on(tiny_chatml_model, tmp_path):
+    # one task of the two raises in its first step: half the episodes fail in every step, never all of them
+    trainer = make_trainer(tiny_chatml_model, tmp_path, FlakyEnv, [{"target": 2, "mode": "raise"}, {"target": 2}],
+                           max_steps=2, max_failed_steps=1)
+    trainer.train()
+    assert trainer.state.global_step == 2 and trainer.step.failed_steps == 0
+    logged = [log["episodes/failed"] for log in trainer.state.log_history if "episodes/failed" in log]
+    assert logged == [2.0, 2.0]
+
+
+def test_the_offline_default_model_name_works_in_python(tiny_chatml_model, tmp_path, monkeypatch):
+    import trl_multiturn.models
+
+    # The offline checkpoint the name resolves to (here the tiny model, so the test needs no 135M weights).
+    monkeypatch.setattr(trl_multiturn.models, "offline_default_model", lambda: tiny_chatml_model)
+    trainer = make_trainer("offline:smollm2-135m-instruct", tmp_path, CountingEnv, [{"target": 1}] * 4)
+    assert trainer.model.name_or_path == tiny_chatml_model

@@ -13,6 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_multiturn import Environment, MultiTurnRLOOConfig, MultiTurnRLOOTrainer, StepResult
 from trl_multiturn.credit import CreditBatch, get_estimator
 from trl_multiturn.envs import TextWorldEnv
+from trl_multiturn.trainers.rloo import check_one_advantage_per_episode
+from trl_multiturn.trainers.step import turn_kl_penalties
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 
@@ -88,7 +90,7 @@ def test_trainer_advantages_are_leave_one_out_and_the_reference_is_a_copy_of_the
     assert ref is not trainer.model
     assert all(torch.equal(a, b) for a, b in zip(ref.state_dict().values(), policy.state_dict().values()))
     inputs = scored(trainer, [{"return": r} for r in (1.0, 3.0, 6.0, 6.0)])
-    mask = inputs["env_mask"].bool()
+    mask = inputs["tool_mask"].bool()
     # Policy == reference at the first step, so the KL penalty is 0 and the advantages are exactly leave-one-out.
     for i, value in enumerate([-4.0, 3 - 13 / 3, 6 - 10 / 3, 6 - 10 / 3]):
         assert torch.allclose(inputs["advantages"][i][mask[i]], torch.tensor(value)), i
@@ -102,7 +104,7 @@ def test_observation_tokens_never_enter_the_sequence_log_probability_or_the_loss
                            loss_granularity=granularity, action_parser=ANY_REPLY)
     torch.manual_seed(0)
     inputs = scored(trainer, [{"target": 3}] * 4)
-    env_mask, attended = inputs["env_mask"].bool(), inputs["completion_mask"].bool()
+    env_mask, attended = inputs["tool_mask"].bool(), inputs["completion_mask"].bool()
     # Observation tokens are attended to (completion_mask) but are not the model's (env_mask).
     assert (attended & ~env_mask).any() and (env_mask & ~attended).sum() == 0
     # One advantage per episode (or per turn), so that the loss depends on every sampled token.
@@ -138,16 +140,16 @@ def test_the_kl_penalty_counts_only_sampled_tokens(tiny_chatml_model, tmp_path):
     trainer = make_trainer(tiny_chatml_model, tmp_path, CountingEnv, [{"target": 3}] * 4, beta=0.5,
                            action_parser=ANY_REPLY)
     inputs = scored(trainer, [{"target": 3}] * 4)
-    env_mask = inputs["env_mask"].bool()
+    env_mask = inputs["tool_mask"].bool()
     old = inputs["old_per_token_logps"]
     ref = old - torch.rand(old.shape)  # a policy that drifted from its reference
-    penalties = trainer._turn_kl_penalties(trainer.last_rollout, old, ref, inputs["env_mask"])
+    penalties = turn_kl_penalties(trainer.last_rollout, old, ref, inputs["tool_mask"], trainer.beta)
     ep = trainer.last_rollout.episodes[0]
     start, end = ep.turn_spans[1]
     assert len(penalties[0]) == ep.num_turns >= 2
     assert penalties[0][1] == pytest.approx(0.5 * (old - ref)[0, start:end].sum().item(), rel=1e-5)
     moved_outside = torch.where(env_mask, ref, ref - 100.0)
-    assert trainer._turn_kl_penalties(trainer.last_rollout, old, moved_outside, inputs["env_mask"]) == penalties
+    assert turn_kl_penalties(trainer.last_rollout, old, moved_outside, inputs["tool_mask"], trainer.beta) == penalties
 
 
 def test_turn_level_estimators_need_turn_level_ratios(tiny_chatml_model, tmp_path):
@@ -169,7 +171,7 @@ def test_turn_level_estimators_need_turn_level_ratios(tiny_chatml_model, tmp_pat
                            advantage_estimator="turn_rloo", action_parser=ANY_REPLY, num_generations=2,
                            per_device_train_batch_size=2)
     env_mask = torch.tensor([[1, 1, 0, 1, 0]])
-    episode._check_one_advantage_per_episode(torch.tensor([[0.5, 0.5, 0.0, 0.5, 0.0]]), env_mask)
+    check_one_advantage_per_episode(torch.tensor([[0.5, 0.5, 0.0, 0.5, 0.0]]), env_mask, "turn_rloo")
     with pytest.raises(ValueError, match="loss_granularity='turn'"):
         scored(episode, [{"target": 3}, {"target": 1}])
 

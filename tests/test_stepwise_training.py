@@ -25,6 +25,7 @@ from trl_multiturn.episode_settings import episode_settings
 from trl_multiturn.evaluation import evaluate
 from trl_multiturn.rollout.batch import fit_steps
 from trl_multiturn.rollout.history import window
+from trl_multiturn.trainers.step import turn_kl_penalties
 
 
 def make_trainer(model, tmp_path, rows, **overrides):
@@ -215,8 +216,8 @@ def test_rloo_trains_step_wise_with_one_ratio_per_step_and_its_turns_kl_penalty(
     batch = trainer.last_rollout
     assert inputs["completion_ids"].shape[0] == len(batch.steps) == 8
     # each step row's KL penalty lands on its own episode's turn (a KL of 1 per token: beta * reply length)
-    penalties = trainer._turn_kl_penalties(batch, inputs["old_per_token_logps"],
-                                           inputs["old_per_token_logps"] - 1.0, inputs["env_mask"])
+    penalties = turn_kl_penalties(batch, inputs["old_per_token_logps"], inputs["old_per_token_logps"] - 1.0,
+                                  inputs["tool_mask"], trainer.beta)
     for step in batch.steps:
         if step is not None:
             assert penalties[step.episode][step.turn] == pytest.approx(0.5 * len(step.completion_ids), rel=1e-5)

@@ -46,7 +46,7 @@ def scored(trainer, rows):
 def loss_mask(inputs):
     """The tokens the loss trains on: env_mask (RLOO) or TRL's completion_mask * tool_mask (GRPO, PPO)."""
     if "env_mask" in inputs:
-        return inputs["env_mask"].bool()
+        return inputs["tool_mask"].bool()
     return (inputs["completion_mask"] * inputs["tool_mask"]).bool()
 
 
@@ -112,8 +112,9 @@ def test_reward_weights_scale_what_the_credit_is_given(kind, tiny_chatml_model, 
         expected = [[0.5 * sum(range(k + 1, ep.num_turns + 1)) + 20.0 for k in range(ep.num_turns)]
                     for ep in trainer.last_rollout.episodes]
     else:
-        call_estimator = trainer._call_estimator
-        trainer._call_estimator = lambda batch: given.append(batch.rewards.clone()) or call_estimator(batch)
+        credit = trainer.step.credit
+        turn_advantages = credit.turn_advantages
+        credit.turn_advantages = lambda batch: given.append(batch.rewards.clone()) or turn_advantages(batch)
         scored(trainer, rows)
         given = [given[0][i, : ep.num_turns].tolist() for i, ep in enumerate(trainer.last_rollout.episodes)]
         expected = [[0.5 * (k + 1) + 20.0 * (k == ep.num_turns - 1) for k in range(ep.num_turns)]

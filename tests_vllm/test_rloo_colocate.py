@@ -12,7 +12,7 @@ def test_rloo_trains_on_textworld_with_colocated_vllm(rloo):
     trainer, recorder, result = rloo
     assert_trained(trainer, result)
     assert_every_sync_reaches_vllm(recorder)
-    assert_batches_are_vllm_samples(recorder, lambda output: output["env_mask"])
+    assert_batches_are_vllm_samples(recorder, lambda output: output["tool_mask"])
 
 
 def test_rloo_turn_through_vllm_is_capped_and_answers_each_context_once(rloo):

@@ -1,23 +1,19 @@
 """`RolloutBatch`: one training step's rollout on this rank, handed from the rollout to the credit and the loss.
 
-The trainers' step runs through TRL's calls (`_generate_and_score_completions`, and inside it `_generate` and
-`_calculate_rewards`, then `_compute_loss`). The data flows explicitly:
+The trainers' step (`trl_multiturn.trainers.step.MultiTurnStep`, which TRL calls as
+`_generate_and_score_completions`) passes it from stage to stage as an argument:
 
-1. `MultiTurnMixin._rollout(inputs)` plays the episodes and returns TRL's rows and a `RolloutBatch`: the
-   episodes, their per-turn credit rewards, TRL's reward weights, the group size and the mode.
-2. The scores of the trajectory-level reward functions (TRL's `rewards_per_func`) are recorded on the batch
-   (`with_scores`), and the credit (`MultiTurnMixin._token_advantages(batch, ...)`) turns the batch into per-token
-   advantages.
-3. The loss reads only TRL's inputs dict: `advantages`, and PPO's `returns`, `old_values`, `value_mask`, all
-   tensors that `_generate_and_score_completions` puts in its output, which TRL shuffles and splits into the
-   loss's mini-batches. The batch itself never enters that dict: TRL permutes and slices every value of it per
-   row, and an episode list is not a per-row tensor.
+1. The rollout plays the episodes and returns TRL's rows (the task rows, with each episode's opening messages as
+   `prompt`) and a `RolloutBatch`: the episodes, their per-turn credit rewards, the reward weights, the group size
+   and the mode (step-wise: the step samples that are the rows).
+2. The scores of every reward source (the environment's return, then each `reward_funcs`) are recorded on the batch
+   (`with_scores`), and the credit turns the batch into per-token advantages.
+3. The loss reads only the step's output dict: `advantages`, and PPO's `returns`, `old_values`, `value_mask`, all
+   tensors, which TRL shuffles and splits into the loss's mini-batches. The batch itself never enters that dict: TRL
+   permutes and slices every value of it per row, and an episode list is not a per-row tensor.
 
-One step of the flow cannot be a function argument: GRPO's `_generate(prompts)` and `_calculate_rewards(...)` are
-called by TRL's own `_generate_and_score_completions` with TRL's arguments only, so the batch reaches them through
-the trainer for the length of that one call (`MultiTurnMixin._trl_call(batch)`, cleared when the call returns or
-raises). After the step the trainer keeps the batch as `last_rollout`, for inspection only (tests, benchmarks,
-callbacks); no computation of a later step reads it.
+After the step the trainer keeps the batch as `last_rollout`, for inspection only (tests, benchmarks, callbacks);
+no computation of a later step reads it.
 """
 
 from __future__ import annotations

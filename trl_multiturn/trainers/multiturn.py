@@ -13,10 +13,9 @@ import copy
 import dataclasses
 import inspect
 import logging
-import math
 import random
 import typing
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,11 +23,11 @@ import torch
 from accelerate.utils import gather_object, is_peft_model
 from transformers import TrainerCallback
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-from trl.models.utils import unwrap_model_for_generation
-from trl.trainer.utils import add_fused_lm_head, pad, use_adapter
+from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
+from trl.trainer.utils import pad, use_adapter
 
 from ..config_checks import Range, check_fields, check_value, parse_json_dict
-from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
+from ..credit import get_estimator, shape_turn_rewards
 from ..credit.rewards import REWARD_MODES
 from ..episode_data import save_episodes
 from ..rollout import Episode, EpisodeRunner
@@ -42,7 +41,8 @@ from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
 from ..rollout.training_template import prepare_chat_template, read_chat_template, use_training_chat_template_field
 from .policy_lag import LaggedRollouts, stale_episodes
 from .run_files import RunFilesMixin
-from .trl_compat import SUPPORTED_TRL, TRLCompatibilityError, check_trl_attributes, single_turn_replies
+from .step import MultiTurnStep, sequence_logps
+from .trl_compat import check_trl_attributes, single_turn_replies
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +155,12 @@ class MultiTurnArguments:
         metadata={"help": "Seconds one environment call (reset, step, finish) may take before its episode fails "
                           "(None: no deadline). Not with env_mode='inline'."},
     )
+    max_failed_steps: int = field(
+        default=3,
+        metadata={"help": "Stop training with the environments' reasons (`EpisodesFailedError`) once this many steps "
+                          "in a row had every episode fail (a broken environment or task set trains nothing: each "
+                          "such step has no loss)."},
+    )
     env_max_memory_mb: float | None = field(
         default=None,
         metadata={"help": "Restart an environment worker between episodes once its private memory exceeds this many "
@@ -256,6 +262,7 @@ class MultiTurnArguments:
         "turn_gamma": Range(ge=0, le=1),
         "env_timeout": Range(gt=0, text="a number of seconds > 0, or None for no deadline"),
         "env_max_memory_mb": Range(gt=0, text="a number of MiB > 0, or None for no limit"),
+        "max_failed_steps": Range(ge=1, text="an integer >= 1 (training steps in a row whose every episode failed)"),
         "env_ray_num_cpus": Range(ge=0, text="a number of CPUs >= 0 per environment actor (e.g. 0.25)"),
         "max_policy_lag": Range(ge=0, text="an integer >= 0 (0: on-policy; k: sample from weights at most k "
                                            "optimizer steps old)"),
@@ -452,6 +459,26 @@ def reference_from_policy(trl_trainer_module, model, needed: bool, peft_config=N
         trl_trainer_module.create_model_from_path = loader
 
 
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """The ids that end a reply: the tokenizer's end-of-sequence id, then every one the model's generation config
+    declares (e.g. an end-of-turn token)."""
+    declared = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    declared = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
+    return [tokenizer.eos_token_id, *(i for i in declared if i != tokenizer.eos_token_id)]
+
+
+def full_fsdp1_parameters(model, accelerator):
+    """Under FSDP v1, a context in which `model`'s own parameters are whole (torch's `summon_full_params`,
+    `recurse=False`: its submodules gather theirs in their forwards); FSDP v2 and every other backend keep whole
+    parameters reachable, so elsewhere it does nothing."""
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if plugin is None or getattr(plugin, "fsdp_version", 1) != 1:
+        return nullcontext()
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return FullyShardedDataParallel.summon_full_params(model, recurse=False)
+
+
 def bf16_only_where_supported(config) -> None:
     """TRL's configs turn bf16 on by default, which `TrainingArguments` then refuses on a machine without bf16
     hardware unless `use_cpu=True` is set. Left unset (None), bf16 here means "where the hardware has it": on such a
@@ -463,7 +490,7 @@ def bf16_only_where_supported(config) -> None:
 
 def default_args(config_cls, model):
     """TRL's default when `args` is None: the config with an output folder named after the model and trainer."""
-    name = model if isinstance(model, str) else model.config._name_or_path
+    name = model if isinstance(model, str) else model.name_or_path
     return config_cls(output_dir=f"{str(name).split('/')[-1]}-{config_cls.__name__.removesuffix('Config')}")
 
 
@@ -494,9 +521,12 @@ def check_datasets(train_dataset, eval_dataset) -> None:
             raise ValueError(f"{name} is empty (0 rows): give it at least one task row")
 
 
-def environment_return(episode_return, **kwargs):
-    """The environment's trajectory return under the configured reward mode (None for a failed episode)."""
-    return list(episode_return)
+def environment_return(**kwargs):
+    """The environment's return, the first reward source of every multi-turn trainer. TRL's trainers require one
+    reward function at construction and name and weigh their sources by position, so it stands first in their
+    `reward_funcs`; `MultiTurnStep.score` reads the returns from the played episodes themselves, and nothing calls
+    this function."""
+    raise RuntimeError("environment_return is scored by MultiTurnStep from the played episodes, never called")
 
 
 POLICY_LAG_FILE = "policy_lag.pt"
@@ -539,7 +569,17 @@ class MultiTurnMixin(RunFilesMixin):
             if not isinstance(reward_processing_classes, list):
                 reward_processing_classes = [reward_processing_classes]
             reward_processing_classes = [None, *reward_processing_classes]
+        models = [type(f).__name__ for f in user_funcs if isinstance(f, torch.nn.Module)]
+        if models:
+            raise ValueError(f"reward_funcs holds models ({models}): multi-turn episodes are scored by functions with "
+                             "TRL's signature; wrap the model in a function `(prompts, completions, **kwargs) -> "
+                             "list[float]` that tokenizes each episode's messages and returns its score")
         return [environment_return, *user_funcs], reward_processing_classes
+
+    @property
+    def text_tokenizer(self):
+        """The tokenizer of `processing_class`: itself, or a processor's `tokenizer`."""
+        return getattr(self.processing_class, "tokenizer", self.processing_class)
 
     def _init_multiturn(self, environment_factory) -> None:
         if environment_factory is None:
@@ -548,19 +588,17 @@ class MultiTurnMixin(RunFilesMixin):
         self.args.check_multiturn_args()
         check_datasets(self.train_dataset, self.eval_dataset)
         check_trl_attributes(self)
-        # TRL's parents would mask by "the completion's last token is not end-of-sequence"; `_trained_mask` masks
-        # truncated episodes instead.
-        self.mask_truncated_completions = False
         self.environment_factory = environment_factory
+        self.stop_token_ids = stop_token_ids(self.accelerator.unwrap_model(self.model), self.text_tokenizer)
         stepwise = self.args.episode_format == "stepwise"
         if stepwise:
             self._check_stepwise_setup()
         else:  # step-wise contexts are rendered whole: any template works there, as it does at inference
-            prepare_chat_template(self._tokenizer, self.args.chat_template_path,
-                                  self.args.use_training_chat_template, self.eos_token_ids, self.chat_template_kwargs)
-        self.episode_runner = self._episode_runner(self._generate_turn, self._tokenizer)
+            prepare_chat_template(self.text_tokenizer, self.args.chat_template_path,
+                                  self.args.use_training_chat_template, self.stop_token_ids, self.chat_template_kwargs)
+        self.episode_runner = self._episode_runner(self._generate_turn, self.text_tokenizer)
         self.last_rollout: RolloutBatch | None = None  # the last step's batch, for inspection only
-        self._batch_in_trl_call: RolloutBatch | None = None  # set only inside `_trl_call`
+        self.step = MultiTurnStep(self, self._credit())
         self._history_cache = self._make_history_cache()
         self._lagged_rollouts = self._make_lagged_rollouts() if self.args.max_policy_lag else None
 
@@ -577,7 +615,7 @@ class MultiTurnMixin(RunFilesMixin):
             max_observation_tokens=self.args.max_observation_tokens,
             action_parser=self.args.action_parser,
             system_prompt=self.args.system_prompt,
-            eos_token_ids=self.eos_token_ids,
+            eos_token_ids=self.stop_token_ids,
             chat_template_kwargs=self.chat_template_kwargs,
             env_mode=self.args.env_mode,
             env_timeout=self.args.env_timeout,
@@ -602,7 +640,7 @@ class MultiTurnMixin(RunFilesMixin):
                              "max_policy_lag=0")
         generator = torch.Generator(device=self.accelerator.device)
         cache = self._make_history_cache(generator)
-        runner = self._episode_runner(cache, copy.deepcopy(self._tokenizer))
+        runner = self._episode_runner(cache, copy.deepcopy(self.text_tokenizer))
         self._lagged_runner = runner
 
         def play(snapshot, seed: int, inputs: list[dict]) -> list[Episode]:
@@ -620,13 +658,12 @@ class MultiTurnMixin(RunFilesMixin):
                               policy_lag_span(self.args), self.args.seed)
 
     def _policy_snapshot(self) -> torch.nn.Module:
-        """A frozen copy of the policy whose forward runs the copy's weights. TRL's fused LM head
-        (`add_fused_lm_head`, added by GRPO's `__init__`) sets `forward` on the instance, a closure over the
-        original model's forward: a deep copy keeps that closure and would sample from the live weights. The copy's
-        own is made again on the copy, as TRL makes the reference model's."""
+        """A frozen copy of the policy whose forward runs the copy's weights. A forward set on the instance (TRL's
+        fused LM head, a closure over the original model's forward) is dropped from the copy: a deep copy keeps
+        the closure and would compute with the live weights; every log-prob of a step comes from the plain forward
+        (`step.sequence_logps`)."""
         snapshot = copy.deepcopy(self.accelerator.unwrap_model(self.model)).requires_grad_(False)
         vars(snapshot).pop("forward", None)
-        add_fused_lm_head(snapshot, temperature=self.temperature, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
         return snapshot
 
     @torch.no_grad()
@@ -636,7 +673,7 @@ class MultiTurnMixin(RunFilesMixin):
         rows = [i for i, ep in enumerate(episodes) if not ep.failed and ep.completion_ids]
         if not rows:
             return episodes
-        pad_id = self._tokenizer.pad_token_id
+        pad_id = self.text_tokenizer.pad_token_id
 
         def padded(name: str, side: str) -> tuple[torch.Tensor, torch.Tensor]:
             lists = [torch.tensor(getattr(episodes[i], name)) for i in rows]
@@ -662,7 +699,7 @@ class MultiTurnMixin(RunFilesMixin):
                              "trajectory-level reward_funcs are not supported there yet: drop reward_funcs or use "
                              "episode_format='trajectory'")
         if self.args.chat_template_path:
-            self._tokenizer.chat_template = read_chat_template(self.args.chat_template_path)
+            self.text_tokenizer.chat_template = read_chat_template(self.args.chat_template_path)
         budget, processes = self.args.steps_per_batch, self.accelerator.num_processes
         if budget is None and processes > 1:
             raise ValueError(f"episode_format='stepwise' on {processes} processes needs steps_per_batch (every "
@@ -746,7 +783,7 @@ class MultiTurnMixin(RunFilesMixin):
         if not contexts and self.accelerator.num_processes == 1:
             return [], None
         dummy = not contexts and not self.use_vllm
-        batch = [[self._tokenizer.pad_token_id]] if dummy else contexts
+        batch = [[self.text_tokenizer.pad_token_id]] if dummy else contexts
         if self._history_cache is not None:
             completions, logprobs = self._history_cache(batch, max_new_tokens)  # its model: `_generation_model`
         else:
@@ -764,7 +801,7 @@ class MultiTurnMixin(RunFilesMixin):
         if (not self.args.cache_episode_history or self.use_vllm or not plain_sampling
                 or getattr(self, "use_transformers_continuous_batching", False)):
             return None
-        return CachedGenerator(self.accelerator.unwrap_model(self.model), self._tokenizer, self.eos_token_ids,
+        return CachedGenerator(self.accelerator.unwrap_model(self.model), self.text_tokenizer, self.stop_token_ids,
                                temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
                                streams=2 if self.args.rollout_overlap else 1, generator=generator)
 
@@ -778,10 +815,9 @@ class MultiTurnMixin(RunFilesMixin):
             return
         with (
             unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                        gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                                        gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs)
-            as unwrapped,
-            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+                                        gather_deepspeed3_params=self.args.ds3_gather_for_generation) as unwrapped,
+            disable_gradient_checkpointing(unwrapped, self.args.gradient_checkpointing_kwargs),
+            full_fsdp1_parameters(self.model_wrapped, self.accelerator),
         ):
             self._history_cache.model = unwrapped
             yield
@@ -848,16 +884,6 @@ class MultiTurnMixin(RunFilesMixin):
         step_rows = [rows[s.episode] if s is not None else {**rows[0], "episode_return": None} for s in steps]
         return step_rows, batch.with_steps(steps)
 
-    @contextmanager
-    def _trl_call(self, batch: RolloutBatch):
-        """Make `batch` visible to the methods TRL calls with its own arguments only (GRPO's `_generate` and
-        `_calculate_rewards`, called by TRL's `_generate_and_score_completions`), for the length of one call."""
-        self._batch_in_trl_call = batch
-        try:
-            yield
-        finally:
-            self._batch_in_trl_call = None
-
     def _save_rollout_episodes(self, episodes: list[Episode]) -> None:
         """This rank's episodes of the rollout just played, to `output_dir/episodes/` (`save_episodes`)."""
         mode = "train" if self.model.training else "eval"
@@ -872,16 +898,12 @@ class MultiTurnMixin(RunFilesMixin):
 
     def _credit_turn_rewards(self, ep: Episode) -> list[float]:
         """The per-turn rewards the credit is given: the environment's, under `reward_mode`, times its weight
-        `reward_weights[0]` (trajectory `reward_funcs` are added with their weights by `_with_trajectory_rewards`)."""
+        `reward_weights[0]` (trajectory `reward_funcs` are added, weighted, by `step.with_trajectory_rewards`)."""
         weight = float(self.reward_weights[0])
         return [weight * r for r in self._shaped_rewards(ep)]
 
     def _episode_return(self, ep: Episode) -> float | None:
         return None if ep.failed else float(sum(self._shaped_rewards(ep)))
-
-    def _episode_token_lists(self, batch: RolloutBatch):
-        """`batch.token_lists` with this tokenizer's pad and end-of-sequence ids."""
-        return batch.token_lists(self._tokenizer.pad_token_id, self.eos_token_ids[0])
 
     def _trained_mask(self, batch: RolloutBatch, env_mask: list[list[int]]) -> list[list[int]]:
         """`batch.trained_mask` under the config's `mask_truncated_completions`, without the episodes sampled more
@@ -896,11 +918,22 @@ class MultiTurnMixin(RunFilesMixin):
         steps ago."""
         return stale_episodes(batch.policy_versions, self.state.global_step, self.args.max_policy_lag)
 
-    def _episode_logprobs(self, token_lists):
-        logps = [lp for _, _, _, lp in token_lists]
-        if all(x is None or math.isnan(x) for lp in logps for x in lp):  # vLLM reports a NaN log-prob as None
-            return None  # the backend reported none (transformers path)
-        return logps
+    # -- the step and its forwards (TRL's two private methods a step is made of) ----------------------------------
+
+    def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
+        """TRL's request for a generation batch, answered by the multi-turn step (`trainers/step.py`)."""
+        return self.step(inputs)
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **multimodal):
+        """Every log-prob of a step, TRL's loss's included, from one function (`step.sequence_logps`). Episodes
+        are text: multimodal inputs are refused."""
+        given = sorted(name for name, value in multimodal.items() if value is not None)
+        if given:
+            raise ValueError(f"multi-turn episodes are text only; got {given}")
+        return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=self.temperature,
+                              batch_size=batch_size, compute_entropy=compute_entropy,
+                              compute_aux_loss=compute_aux_loss, autocast=self.accelerator.autocast)
 
     @torch.no_grad()
     def _reference_logps(self, input_ids, attention_mask, logits_to_keep: int, batch_size: int) -> torch.Tensor:
@@ -914,72 +947,6 @@ class MultiTurnMixin(RunFilesMixin):
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
             return self._get_per_token_logps_and_entropies(
                 self.model, input_ids, attention_mask, logits_to_keep, batch_size)[0]
-
-    # -- credit -------------------------------------------------------------------------------------------------------
-
-    def _token_advantages(self, batch: RolloutBatch, length: int, turn_penalties: list[list[float]] | None = None):
-        """(B, length) per-token advantages for this rank's rows of `batch`: its episodes, or step-wise its step
-        samples, each with its turn's advantage.
-
-        Per-turn rewards of every rank's episodes (`batch.turn_rewards`, weighted by `reward_weights[0]`) are
-        gathered (groups may span ranks), trajectory-level `reward_funcs` (columns 1.. of
-        `batch.rewards_per_func`, weighted) are added to each episode's final turn, and the configured estimator
-        turns them into per-turn advantages, broadcast to each turn's sampled tokens. `turn_penalties` (per local
-        episode, per turn; e.g. RLOO's KL penalty) are subtracted from the turn rewards first.
-        """
-        rewards = batch.turn_rewards
-        if turn_penalties is not None:
-            rewards = [[r - p for r, p in zip(rs, ps)] for rs, ps in zip(rewards, turn_penalties)]
-        local = [(r, not ep.failed, ep.turn_spans, ep.turn_states) for r, ep in zip(rewards, batch.episodes)]
-        everyone = gather_object(local)
-        turn_rewards = self._with_trajectory_rewards([list(r) for r, _, _, _ in everyone], batch.rewards_per_func,
-                                                     batch.reward_weights)
-        credit = CreditBatch.from_lists(
-            turn_rewards,
-            group_ids=[i // batch.num_generations for i in range(len(everyone))],
-            valid=[v for _, v, _, _ in everyone],
-            observations=[o for _, _, _, o in everyone],
-        )
-        turn_adv = self._call_estimator(credit)
-        self._log_credit_metrics(credit, turn_adv)
-        start = batch.process_index * len(local)
-        local_adv = turn_adv[start: start + len(local)]
-        if batch.steps is not None:  # each step sample takes its turn's advantage
-            local_adv = torch.tensor([[float(local_adv[s.episode, s.turn]) if s is not None else 0.0]
-                                      for s in batch.steps], dtype=local_adv.dtype)
-        return turn_to_token_advantages(local_adv, batch.row_turn_spans(), length)
-
-    def _with_trajectory_rewards(self, turn_rewards: list[list[float]], rewards_per_func: torch.Tensor | None,
-                                 reward_weights: torch.Tensor):
-        """Add the weighted trajectory-level `reward_funcs` (columns 1.. of `rewards_per_func`, row-aligned with
-        `turn_rewards`, weighted by `reward_weights[1:]`) to each episode's final turn, in place; returns
-        `turn_rewards`.
-
-        A reward function's None (NaN in TRL's tensor) is TRL's "this function does not score this episode": it adds
-        nothing, as in TRL's own sum over functions. An infinite value adds nothing either (it is no reward; one
-        would turn every advantage of its group non-finite) and is reported in a warning naming the function."""
-        if rewards_per_func is not None and rewards_per_func.shape[1] > 1:
-            weights = reward_weights[1:].to(rewards_per_func.device)
-            func_rewards = rewards_per_func[:, 1:]
-            infinite = torch.isinf(func_rewards).sum(dim=0).tolist()
-            for name, count in zip(self.reward_func_names[1:], infinite):
-                if count:
-                    logger.warning("reward function %r returned an infinite reward for %d episode(s); counted as no "
-                                   "reward from it", name, count)
-            extra = (torch.nan_to_num(func_rewards, nan=0.0, posinf=0.0, neginf=0.0) * weights).sum(dim=1).tolist()
-            for r, e in zip(turn_rewards, extra):
-                if r:
-                    r[-1] += e
-        return turn_rewards
-
-    def _estimator_options(self) -> dict:
-        return {"gamma": self.args.turn_gamma, "scale": self.args.scale_rewards != "none"}
-
-    def _call_estimator(self, batch: CreditBatch) -> torch.Tensor:
-        fn = get_estimator(self.args.advantage_estimator)
-        accepted = inspect.signature(fn).parameters
-        options = {k: v for k, v in self._estimator_options().items() if k in accepted}
-        return fn(batch, **{**options, **(self.args.estimator_kwargs or {})})
 
     # -- metrics ------------------------------------------------------------------------------------------------------
 
@@ -1004,45 +971,6 @@ class MultiTurnMixin(RunFilesMixin):
         metrics["episodes/mean_return"].append(sum(s[8] for s in valid) / n)  # the environment's, as evaluate's
         metrics["episodes/trained_token_fraction"].append(sum(s[5] for s in valid) / max(1, sum(s[6] for s in valid)))
 
-    def _log_generation_lengths(self, prompt_ids, env_mask) -> None:
-        """TRL's token count (prompt and sampled tokens) and the mean number of sampled tokens per episode."""
-        mode = "train" if self.model.training else "eval"
-        device = self.accelerator.device
-        prompt_tokens = self.accelerator.gather(torch.tensor([len(p) for p in prompt_ids], device=device)).sum()
-        model_tokens = self.accelerator.gather(torch.tensor([sum(m) for m in env_mask], device=device))
-        if mode == "train":
-            self.state.num_input_tokens_seen += (prompt_tokens + model_tokens.sum()).item()
-        self._metrics[mode]["num_tokens"] = [self.state.num_input_tokens_seen]
-        self._metrics[mode]["completions/mean_length"].append(model_tokens.float().mean().item())
-
-    def _log_trained_advantages(self, batch: RolloutBatch, advantages: torch.Tensor, loss_mask: torch.Tensor,
-                                trl_logged: torch.Tensor | None = None) -> None:
-        """Put the advantages the loss uses in the completion logs (terminal table, parquet, `report_to`).
-
-        Per episode: `advantage` is the mean of its (B, T) `advantages` over the tokens `loss_mask` trains on (NaN
-        when it trains on none: a failed episode, or one masked as truncated), and the extra column
-        `turn_advantages` the same mean per turn, in turn order. Trajectory-level estimators give every turn one
-        value; turn-level ones each turn its own; PPO's token-level GAE varies within a turn, so its per-turn values
-        are means. `trl_logged`: the (gathered) per-sequence advantages TRL's parent computed for this batch, which
-        it has just appended to the same log; they are taken off it first, checked to be those values.
-        """
-        mask = loss_mask.bool()
-        counts = mask.sum(dim=1)
-        per_episode = torch.where(counts > 0, (advantages * mask).sum(dim=1) / counts.clamp(min=1), torch.nan)
-        per_turn = [[round((advantages[i, s:e] * mask[i, s:e]).sum().item() / mask[i, s:e].sum().item(), 4)
-                     for s, e in spans if mask[i, s:e].any()] for i, spans in enumerate(batch.row_turn_spans())]
-        per_episode = self.accelerator.gather(per_episode).tolist()
-        if trl_logged is not None:
-            # TRL's log keeps its last generation_batch_size values: fewer than a step-wise batch's rows
-            expected = trl_logged.tolist()[-len(self._logs["advantages"]):] if self._logs["advantages"] else []
-            logged = [self._logs["advantages"].pop() for _ in expected][::-1]
-            if not torch.allclose(torch.tensor(logged), torch.tensor(expected), equal_nan=True):
-                raise TRLCompatibilityError(f"TRL's completion log no longer ends with the advantages it computed for "
-                                            f"this batch ({logged[:4]}... != {expected[:4]}...); "
-                                            f"trl-multiturn supports TRL {SUPPORTED_TRL}")
-        self._logs["advantages"].extend(per_episode)
-        self._logs["extra"]["turn_advantages"].extend(gather_object(per_turn))
-
     def _log_policy_lag(self, batch: RolloutBatch) -> None:
         """The lag of this step's samples (optimizer steps between the weights that sampled them and the weights
         they train), and how many were dropped for a lag above `max_policy_lag`."""
@@ -1057,18 +985,3 @@ class MultiTurnMixin(RunFilesMixin):
         mask = mask.to(values.dtype)
         totals = self.accelerator.reduce(torch.stack([(values * mask).sum(), mask.sum()]).detach(), reduction="sum")
         self._metrics[mode][name].append((totals[0] / totals[1].clamp(min=1.0)).item())
-
-    def _log_credit_metrics(self, batch: CreditBatch, turn_adv: torch.Tensor) -> None:
-        mode = "train" if self.model.training else "eval"
-        metrics = self._metrics[mode]
-        mask = batch.turn_mask & batch.valid.unsqueeze(1)
-        if mask.any():
-            adv = turn_adv[mask]
-            metrics["credit/advantage_mean"].append(adv.mean().item())
-            metrics["credit/advantage_std"].append(adv.std().item() if adv.numel() > 1 else 0.0)
-        for k in range(batch.rewards.shape[1]):
-            if mask[:, k].any():
-                metrics[f"credit/reward_turn_{k}"].append(batch.rewards[mask[:, k], k].mean().item())
-        groups = torch.unique(batch.group_ids[batch.valid])
-        zero = sum(bool((turn_adv[(batch.group_ids == g) & batch.valid] == 0).all()) for g in groups)
-        metrics["credit/zero_advantage_groups"].append(zero / max(1, len(groups)))

@@ -1,8 +1,9 @@
 """`MultiTurnPPOTrainer`: PPO with a critic over multi-turn episodes, built on TRL's GRPO machinery.
 
-TRL 1.16 has no PPO trainer. This one reuses `MultiTurnGRPOTrainer`'s rollout and scoring (the trainer's generation
-backend, vLLM included; old and reference log-probs; multiple PPO epochs through `num_iterations` and mini-batches
-through `steps_per_generation`) and adds:
+TRL (1.14-1.16) has no PPO trainer. This one takes `MultiTurnGRPOTrainer`'s generation backends (vLLM included),
+TRL's batching (multiple PPO epochs through `num_iterations`, mini-batches through `steps_per_generation`) and the
+multi-turn step (`step.MultiTurnStep`: rollout, old and reference log-probs, scores), with its own credit
+(`CriticCredit`) and loss:
 
 - a critic (`value_model.py`): its own backbone with a scalar head (a new head starts at zero), initialised from
   the policy or a given path, optionally with a PEFT adapter;
@@ -23,9 +24,9 @@ Design choices:
   `PolicyAndValueWrapper`): the trainer's `model`, so transformers' one optimizer (the critic's groups at
   `critic_learning_rate`), gradient accumulation, clipping (one norm over both), scheduler, DDP / FSDP2 / DeepSpeed
   preparation and checkpoints of optimizer state cover the critic with no second loop or engine.
-- The algorithm reads top to bottom: the rollout (the mixin), `_loss_advantages` (per-token rewards, the critic's
-  values, `credit.gae`'s estimator, whitening), then `_compute_loss` (one forward of policy and critic; the
-  clipped surrogate plus `vf_coef` times the clipped value loss).
+- The algorithm reads top to bottom: the step (`step.MultiTurnStep`), `_critic_advantages` (per-token rewards, the
+  critic's values, `credit.gae`'s estimator, whitening), then `_compute_loss` (one forward of policy and critic;
+  the clipped surrogate plus `vf_coef` times the clipped value loss).
 - Checkpoints: every checkpoint (and the final `save_model`) holds the policy as TRL writes it plus the critic in a
   `critic/` sub-folder (`save_pretrained` layout); the optimizer's and DeepSpeed's / FSDP's resume state are
   transformers' own, over both models.
@@ -35,22 +36,26 @@ Design choices:
   the one module: the loss, the values and the episode-history cache's generation do; TRL's own `generate` path
   (`cache_episode_history=False`, or min_p, ...) calls the policy directly and is refused under FSDP2. FSDP1 is
   untested (accelerate's FSDP1 plugin refuses CPU).
-- Kept as they were, for TRL's config and constructor rather than for the critic: `_GroupOfOne` (GRPOConfig refuses
-  groups of one) and `beta` set while TRL's `__init__` runs (TRL builds a reference model only for beta != 0).
+- The reference model of the KL in the reward is PPO's own where TRL builds none (TRL builds one only for its
+  loss's `beta != 0`): the policy as given, prepared for the backend as TRL prepares its own (`_reward_reference`).
+- One workaround is left, for TRL's config rather than for the algorithm: `_GroupOfOne` lets `num_generations=1`
+  through `GRPOConfig.__post_init__`, which refuses groups of one (GRPO's baseline needs two; PPO's is the critic).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from dataclasses import dataclass, field
 
 import torch
+from accelerate.utils import is_peft_model
 from torch import nn
 from transformers import set_seed
 from transformers.trainer import TRAINING_ARGS_NAME
-from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import disable_dropout_in_model, pad
+from trl.models.utils import prepare_deepspeed, prepare_fsdp
+from trl.trainer.utils import create_model_from_path, disable_dropout_in_model, pad
 
 from ..config_checks import Range, check_fields
 from ..credit.gae import (
@@ -61,9 +66,11 @@ from ..credit.gae import (
     masked_whiten,
     stepwise_value_targets,
 )
+from ..models import resolve_model
 from ..rollout.batch import RolloutBatch, StepSample
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from .multiturn import default_args
+from .step import StepTensors, token_logps_and_entropies, with_trajectory_rewards
 from .value_model import PolicyAndValueModel, create_value_model, load_value_model_weights, save_value_model
 
 
@@ -212,6 +219,20 @@ def active_peft_config(model):
     return model.peft_config[model.active_adapter] if isinstance(model, nn.Module) and is_peft_model(model) else None
 
 
+class CriticCredit:
+    """PPO's credit: per-token rewards, the critic's values and a value estimator of `credit.gae`
+    (`MultiTurnPPOTrainer._critic_advantages`). It needs pi_old and pi_ref for the KL folded into the reward."""
+
+    def needs_old_logps(self, trainer) -> bool:
+        return trainer.args.kl_coef != 0.0
+
+    def needs_reference(self, trainer) -> bool:
+        return trainer.args.kl_coef != 0.0 or trainer.beta != 0.0
+
+    def __call__(self, t, batch, x, old, ref):
+        return t._critic_advantages(batch, x, old, ref)
+
+
 class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     """PPO with a critic over multi-turn episodes.
 
@@ -252,6 +273,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         value_model: str | nn.Module | None = None,
         value_peft_config=None,
     ):
+        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
         if args is None:
             args = default_args(MultiTurnPPOConfig, model)
         if not isinstance(args, MultiTurnPPOConfig):
@@ -266,30 +288,27 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                               if c is not None), None),
             model_init_kwargs=args.model_init_kwargs,
         )
-        # TRL builds (and prepares) a reference model only for beta != 0; PPO also needs one for the KL folded into
-        # the reward, so beta is non-zero while TRL's __init__ runs (a reference of TRL's making: a copy of a policy
-        # object, or the adapter switched off under PEFT) and the loss's own beta afterwards.
-        loss_beta = args.beta
-        needs_reference = args.kl_coef != 0.0 or loss_beta != 0.0
-        args.beta = loss_beta if loss_beta != 0.0 or not needs_reference else 1.0
-        try:
-            super().__init__(
-                model=model,
-                reward_funcs=reward_funcs,
-                args=args,
-                train_dataset=train_dataset,
-                eval_dataset=eval_dataset,
-                processing_class=processing_class,
-                reward_processing_classes=reward_processing_classes,
-                callbacks=callbacks,
-                optimizers=optimizers,
-                quantization_config=quantization_config,
-                peft_config=peft_config,
-                environment_factory=environment_factory,
-            )
-        finally:
-            args.beta = loss_beta
-        self.beta = loss_beta
+        # TRL builds a reference model for its loss's KL term (beta != 0); PPO's KL penalty in the reward needs one
+        # too, built here when TRL builds none (a PEFT policy's reference is the policy with its adapter disabled).
+        own_reference = (args.kl_coef != 0.0 and args.beta == 0.0 and peft_config is None
+                         and not (isinstance(model, nn.Module) and is_peft_model(model)))
+        reference = copy.deepcopy(model) if own_reference and isinstance(model, nn.Module) else model
+        super().__init__(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+            environment_factory=environment_factory,
+        )
+        if own_reference:
+            self.ref_model = self._reward_reference(reference)
         fsdp2 = self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) == 2
         if fsdp2 and self._history_cache is None and not self.use_vllm:
             raise ValueError("MultiTurnPPOTrainer under FSDP2 generates through the policy-and-critic module (its "
@@ -300,6 +319,20 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
             critic.to(self.args.device)
         # From here on the trainer's model is policy and critic; transformers prepares, optimizes and saves it.
         self.model = self.model_wrapped = PolicyAndValueModel(self.model, critic)
+
+    def _reward_reference(self, model: str | nn.Module) -> nn.Module:
+        """The reference model of PPO's KL penalty where TRL built none: the policy as given (loaded from its path as
+        TRL loads a reference, or a copy of the policy object taken before training), frozen and prepared for the
+        backend as TRL prepares its own."""
+        if isinstance(model, str):
+            model = create_model_from_path(model, **(self.args.model_init_kwargs or {}))
+        model.requires_grad_(False).eval()
+        disable_dropout_in_model(model)
+        if self.is_deepspeed_enabled:
+            return prepare_deepspeed(model, self.accelerator)
+        if self.is_fsdp_enabled:
+            return prepare_fsdp(model, self.accelerator)
+        return self.accelerator.prepare_model(model, evaluation_mode=True)
 
     @property
     def unwrapped_critic(self) -> nn.Module:
@@ -328,8 +361,8 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     def _turn_rewards(self, batch: RolloutBatch) -> list[list[float]]:
         """Per episode of `batch` and turn: the environment's weighted reward under `reward_mode`, trajectory
         `reward_funcs` (weighted) added on the final turn."""
-        return self._with_trajectory_rewards([list(r) for r in batch.turn_rewards], batch.local_scores(),
-                                             batch.reward_weights)
+        return with_trajectory_rewards([list(r) for r in batch.turn_rewards], batch.local_scores(),
+                                       batch.reward_weights, self.reward_func_names)
 
     def _token_rewards(self, batch: RolloutBatch, length: int, device) -> torch.Tensor:
         """(rows, length): each turn's reward on the last token the model sampled in that turn (step-wise: a step
@@ -345,25 +378,25 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                     rewards[i, end - 1] += reward
         return rewards
 
-    def _loss_advantages(self, output: dict, batch: RolloutBatch) -> torch.Tensor:
-        """(B, T) advantages from the value estimator on the critic's values (whitened if configured); also puts
-        the value targets (`returns`, `old_values`, `value_mask`) in `output`, the inputs of the value loss
-        (`_compute_loss` reads them from its inputs dict). Step-wise, the rows are step samples and the estimator
-        runs across the steps of each episode (`_stepwise_targets`)."""
+    def _credit(self) -> CriticCredit:
+        return CriticCredit()
+
+    def _critic_advantages(self, batch: RolloutBatch, x: StepTensors, old, ref) -> tuple[torch.Tensor, dict]:
+        """(B, T) advantages from the value estimator on the critic's values (whitened if configured), and the value
+        targets the value loss reads (`returns`, `old_values`, `value_mask`). Each turn's reward lands on its last
+        sampled token, minus `kl_coef` * (log pi_old - log pi_ref) on every sampled token. Step-wise, the rows are
+        step samples and the estimator runs across the steps of each episode (`_stepwise_targets`)."""
         mode = batch.mode
-        completion_ids = output["completion_ids"]
-        mask = (output["completion_mask"] * output["tool_mask"]).bool()
-        input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        length = completion_ids.size(1)
+        mask = (x.completion_mask * x.trained).bool()
+        length = x.length
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        rewards = self._token_rewards(batch, length, completion_ids.device)
+        rewards = self._token_rewards(batch, length, x.completion_ids.device)
         with torch.no_grad(), self.accelerator.autocast():
-            values = self._values(input_ids, attention_mask, length, batch_size) * mask
-            if self.args.kl_coef != 0.0:
-                kl = self._sampled_token_kl(output, input_ids, attention_mask, length, batch_size)
-                rewards = rewards - self.args.kl_coef * kl * mask
-                self._log_masked_mean(mode, "kl_in_reward", kl, mask)
+            values = self._values(x.input_ids, x.attention_mask, length, batch_size) * mask
+        if self.args.kl_coef != 0.0:
+            kl = old - ref
+            rewards = rewards - self.args.kl_coef * kl * mask
+            self._log_masked_mean(mode, "kl_in_reward", kl, mask)
         if batch.steps is None:
             estimator = get_value_estimator(self.args.advantage_estimator)
             targets = estimator(ValueBatch(rewards, values, mask), gamma=self.args.gamma, lam=self.args.lam)
@@ -374,9 +407,8 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         if self.args.whiten_advantages:
             advantages = masked_whiten(advantages, mask, moments)
         value_mask = targets.value_mask & mask
-        output.update(returns=targets.returns, old_values=values, value_mask=value_mask)
         self._log_critic_metrics(mode, moments, values, targets.returns, value_mask)
-        return advantages
+        return advantages, {"returns": targets.returns, "old_values": values, "value_mask": value_mask}
 
     def _values(self, input_ids, attention_mask, length: int, batch_size: int) -> torch.Tensor:
         """(rows, length) the critic's V(s_t) of the last `length` tokens, from the head at t - 1 (before token t),
@@ -424,7 +456,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         """The critic's values over each step's reply tokens (V before each token), for steps that are no TRL row,
         laid out as TRL lays out its rows (contexts padded on the left, replies on the right), `batch_size` steps
         per forward. Every process makes as many forwards as the busiest one (sharded models run them together)."""
-        device, pad_id = self.accelerator.device, self._tokenizer.pad_token_id
+        device, pad_id = self.accelerator.device, self.text_tokenizer.pad_token_id
         calls = -(-len(steps) // batch_size)
         if self.accelerator.num_processes > 1:
             calls = int(self.accelerator.reduce(torch.tensor([calls], device=device), reduction="max").item())
@@ -464,19 +496,6 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         explained = 1 - variance(error_moments) / return_var if return_var > 1e-12 else torch.tensor(math.nan)
         metrics["critic/explained_variance"].append(explained.item())
 
-    def _sampled_token_kl(self, output, input_ids, attention_mask, length: int, batch_size: int) -> torch.Tensor:
-        """(B, T) log pi_old - log pi_ref per token: the policy's log-probs TRL kept (or a fresh no-grad forward)
-        against the reference's."""
-        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            old = output.get("old_per_token_logps")
-            if old is None:
-                old = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, length, batch_size)[0]
-            ref = output.get("ref_per_token_logps")
-            if ref is None:
-                ref = self._reference_logps(input_ids, attention_mask, length, batch_size)
-        return old - ref
-
     def _global_moments(self, values, mask):
         """(sum, sum of squares, count) of `values` over `mask`, summed over all processes (for whitening)."""
         return self.accelerator.reduce(masked_moments(values, mask), reduction="sum")
@@ -497,12 +516,11 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         length = completion_ids.size(1)
         mask = inputs["completion_mask"] * inputs["tool_mask"]
-        labels = input_ids.masked_fill(attention_mask == 0, -100)  # TRL's fused LM head scores these tokens
-        labels[:, :-length] = -100
         with self.accelerator.autocast():
-            policy_out, values = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels,
-                                       fused_lm_head=True, output="both")
-        logps = policy_out.log_probs[:, -length:]
+            policy_out, values = model(input_ids=input_ids, attention_mask=attention_mask,
+                                       logits_to_keep=length + 1, use_cache=False, output="both")
+        logps, entropies = token_logps_and_entropies(policy_out.logits[:, :-1], completion_ids, self.temperature,
+                                                     compute_entropy=True)
         values = values[:, -length - 1:-1]
         old_logps = inputs.get("old_per_token_logps")  # None when the batch is trained on once: pi_old = pi
         old_logps = logps.detach() if old_logps is None else old_logps
@@ -523,7 +541,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                                                        inputs["value_mask"], self.args.cliprange_value)
         loss = policy_loss + self.args.vf_coef * value_loss
 
-        self._log_masked_mean(mode, "entropy", policy_out.entropy[:, -length:], mask)
+        self._log_masked_mean(mode, "entropy", entropies, mask)
         self._log_masked_mean(mode, "clip_ratio/region_mean", clipped.to(logps.dtype), mask)
         reported = self.accelerator.reduce(torch.stack([policy_loss, value_loss, value_clipped]).detach(),
                                            reduction="mean")

@@ -14,14 +14,11 @@ from dataclasses import dataclass, field
 
 import torch
 import trl.trainer.rloo_trainer as trl_rloo
-from accelerate.utils import gather_object
 from trl import RLOOConfig, RLOOTrainer
-from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import nanstd, pad
 
 from ..config_checks import check_fields
 from ..credit.tokens import turn_index
-from ..rollout.batch import RolloutBatch
+from ..models import resolve_model
 from .multiturn import (
     MultiTurnArguments,
     MultiTurnMixin,
@@ -30,6 +27,7 @@ from .multiturn import (
     mask_truncated_field,
     reference_from_policy,
 )
+from .step import EstimatorCredit
 from .trl_compat import check_trl_compat
 from .vllm_cpu import colocated_vllm_on_cpu
 
@@ -105,6 +103,35 @@ def segment_surrogate(per_token_logps, old_per_token_logps, advantages, index, e
     return loss, ratio, seg_adv, present
 
 
+class RLOOCredit(EstimatorCredit):
+    """`EstimatorCredit` that, with `loss_granularity='episode'` (`one_per_episode`), refuses an estimator giving the
+    turns of one episode different advantages: one importance ratio covers the whole episode there."""
+
+    def __init__(self, *args, one_per_episode: bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.one_per_episode = one_per_episode
+
+    def needs_old_logps(self, trainer) -> bool:
+        return True  # RLOO's loss takes the ratio to pi_old per segment
+
+    def __call__(self, t, batch, x, old, ref):
+        advantages, extra = super().__call__(t, batch, x, old, ref)
+        if self.one_per_episode:
+            check_one_advantage_per_episode(advantages, x.trained, t.args.advantage_estimator)
+        return advantages, extra
+
+
+def check_one_advantage_per_episode(advantages, trained, estimator: str) -> None:
+    """Refuse (B, T) advantages that differ between the trained tokens of one row."""
+    sampled = trained.bool()
+    high = torch.where(sampled, advantages, -torch.inf).amax(dim=1)
+    low = torch.where(sampled, advantages, torch.inf).amin(dim=1)
+    if (sampled.any(dim=1) & ~torch.isclose(high, low, atol=1e-6)).any():
+        raise ValueError(f"advantage_estimator={estimator!r} gives the turns of one episode different advantages, "
+                         "but loss_granularity='episode' takes one advantage per episode. Set "
+                         "loss_granularity='turn'.")
+
+
 class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
     """RLOO over multi-turn episodes.
 
@@ -136,6 +163,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         environment_factory=None,
     ):
         check_trl_compat(type(self))
+        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
         if args is None:
             args = default_args(MultiTurnRLOOConfig, model)
         reward_funcs, reward_processing_classes = self._with_environment_reward(
@@ -157,108 +185,12 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
             )
         self._init_multiturn(environment_factory)
 
-    # -- credit -------------------------------------------------------------------------------------------------------
-
-    def _estimator_options(self) -> dict:
-        # RLOO has no per-group std scaling (RLOOConfig has no scale_rewards); normalize_advantages is applied below.
-        return {"gamma": self.args.turn_gamma, "scale": False}
-
-    def _call_estimator(self, batch):
-        """The configured estimator; with `normalize_advantages`, its per-turn advantages are then normalised to mean
-        0 and std 1 over all valid turns of the (gathered) generation batch."""
-        advantages = super()._call_estimator(batch)
-        if not self.normalize_advantages:
-            return advantages
-        turns = batch.turn_mask & batch.valid.unsqueeze(1)
-        if turns.sum() < 2:
-            return advantages
-        mean, std = advantages[turns].mean(), advantages[turns].std()
-        return torch.where(turns, (advantages - mean) / (std + 1e-4), torch.zeros_like(advantages))
-
-    def _turn_kl_penalties(self, batch: RolloutBatch, old_per_token_logps, ref_per_token_logps,
-                           env_mask) -> list[list[float]]:
-        """Per local episode and turn: beta * sum over the turn's sampled tokens of (log pi_old - log pi_ref), TRL
-        RLOO's first-order KL estimate, restricted to the tokens the model sampled. Step-wise, each row is one
-        turn's reply; a turn that `steps_per_batch` left out of the rows has no penalty."""
-        per_token_kl = (old_per_token_logps - ref_per_token_logps) * env_mask
-        if batch.steps is not None:
-            penalties = [[0.0] * ep.num_turns for ep in batch.episodes]
-            for row, step in enumerate(batch.steps):
-                if step is not None:
-                    penalties[step.episode][step.turn] = self.beta * per_token_kl[row].sum().item()
-            return penalties
-        return [[self.beta * per_token_kl[i, start:end].sum().item() for start, end in ep.turn_spans]
-                for i, ep in enumerate(batch.episodes)]
-
-    # -- scoring ------------------------------------------------------------------------------------------------------
-
-    def _episode_tensors(self, batch: RolloutBatch):
-        """Padded tensors of the batch's episodes: prompt ids/mask (left-padded), completion ids, the attention mask
-        over the completion (1 on every real token) and env_mask (1 on the sampled tokens the loss trains on:
-        `_trained_mask`), right-padded."""
-        device = self.accelerator.device
-        token_lists = self._episode_token_lists(batch)
-        self._log_generation_lengths([p for p, _, _, _ in token_lists], [m for _, _, m, _ in token_lists])
-
-        def padded(rows, value, side):
-            return pad([torch.tensor(r, dtype=torch.long) for r in rows], padding_value=value, padding_side=side,
-                       pad_to_multiple_of=self.pad_to_multiple_of).to(device)
-
-        prompt_ids = padded([p for p, _, _, _ in token_lists], self._tokenizer.pad_token_id, "left")
-        prompt_mask = padded([[1] * len(p) for p, _, _, _ in token_lists], 0, "left")
-        completion_ids = padded([c for _, c, _, _ in token_lists], self._tokenizer.pad_token_id, "right")
-        completion_mask = padded([[1] * len(c) for _, c, _, _ in token_lists], 0, "right")
-        env_mask = padded(self._trained_mask(batch, [m for _, _, m, _ in token_lists]), 0, "right")
-        return prompt_ids, prompt_mask, completion_ids, completion_mask, env_mask
-
-    def _generate_and_score_completions(self, inputs):
-        rows, batch = self._rollout(inputs)
-        mode = batch.mode
-        prompt_ids, prompt_mask, completion_ids, completion_mask, env_mask = self._episode_tensors(batch)
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
-        logits_to_keep = completion_ids.size(1)
-        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            old_per_token_logps = self._get_per_token_logps_and_entropies(
-                self.model, input_ids, attention_mask, logits_to_keep, batch_size)[0]
-            ref_per_token_logps = (self._reference_logps(input_ids, attention_mask, logits_to_keep, batch_size)
-                                   if self.beta != 0.0 else None)
-
-        prompts = [row["prompt"] for row in rows]
-        completions = batch.completions()
-        completion_lists = batch.completion_id_lists()
-        rewards_per_func = self._calculate_rewards(rows, prompts, completions, completion_lists)
-        batch = batch.with_scores(rewards_per_func)
-        penalties = None
-        if ref_per_token_logps is not None:
-            penalties = self._turn_kl_penalties(batch, old_per_token_logps, ref_per_token_logps, env_mask)
-            self._log_masked_mean(mode, "kl", old_per_token_logps - ref_per_token_logps, env_mask)
-        advantages = self._token_advantages(batch, logits_to_keep, penalties).to(completion_ids.device)
-        if self.args.loss_granularity == "episode":
-            self._check_one_advantage_per_episode(advantages, env_mask)
-
-        self._log_rewards(batch, prompts, completions, advantages, env_mask)
-        self._log_episode_metrics(batch)
-        self.last_rollout = batch
-        return {
-            "prompt_ids": prompt_ids,
-            "prompt_mask": prompt_mask,
-            "completion_ids": completion_ids,
-            "completion_mask": completion_mask,
-            "env_mask": env_mask,
-            "old_per_token_logps": old_per_token_logps,
-            "advantages": advantages,
-        }
-
-    def _check_one_advantage_per_episode(self, advantages, env_mask) -> None:
-        sampled = env_mask.bool()
-        high = torch.where(sampled, advantages, -torch.inf).amax(dim=1)
-        low = torch.where(sampled, advantages, torch.inf).amin(dim=1)
-        if (sampled.any(dim=1) & ~torch.isclose(high, low, atol=1e-6)).any():
-            raise ValueError(f"advantage_estimator={self.args.advantage_estimator!r} gives the turns of one episode "
-                             "different advantages, but loss_granularity='episode' takes one advantage per episode. "
-                             "Set loss_granularity='turn'.")
+    def _credit(self) -> RLOOCredit:
+        """The configured estimator without per-group std scaling (RLOOConfig has none), the KL penalty folded into
+        each turn's reward (beta), and `normalize_advantages`."""
+        return RLOOCredit(self.args.advantage_estimator, self.args.estimator_kwargs,
+                          {"gamma": self.args.turn_gamma, "scale": False}, kl_in_reward=self.beta,
+                          normalize=self.normalize_advantages, one_per_episode=self.args.loss_granularity == "episode")
 
     # -- loss ---------------------------------------------------------------------------------------------------------
 
@@ -272,7 +204,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        env_mask = inputs["env_mask"]
+        env_mask = inputs["tool_mask"]  # TRL's name of the trained mask (`StepTensors.trained`)
         per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True,
             compute_aux_loss=self.aux_loss_enabled,
@@ -290,23 +222,3 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         clipped = ((ratio < 1 - self.epsilon_low) & (seg_adv < 0)) | ((ratio > 1 + self.epsilon_high) & (seg_adv > 0))
         self._log_masked_mean(mode, "clip_ratio/region_mean", clipped.float(), present)
         return loss
-
-    # -- metrics ------------------------------------------------------------------------------------------------------
-
-    def _log_rewards(self, batch: RolloutBatch, prompts, completions, advantages, env_mask) -> None:
-        """TRL's reward metrics and completion logs, with the advantages the loss uses
-        (`MultiTurnMixin._log_trained_advantages`)."""
-        metrics = self._metrics[batch.mode]
-        rewards_per_func = batch.rewards_per_func
-        for i, name in enumerate(self.reward_func_names):
-            metrics[f"rewards/{name}/mean"].append(torch.nanmean(rewards_per_func[:, i]).item())
-            metrics[f"rewards/{name}/std"].append(nanstd(rewards_per_func[:, i]).item())
-        rewards = (rewards_per_func * batch.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
-        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-        metrics["reward"].append(torch.nanmean(rewards).item())
-        metrics["reward_std"].append(nanstd(rewards).item())
-        self._logs["prompt"].extend(gather_object(prompts))
-        self._logs["completion"].extend(gather_object(completions))
-        for i, name in enumerate(self.reward_func_names):
-            self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
-        self._log_trained_advantages(batch, advantages, env_mask)

@@ -58,7 +58,7 @@ class RunFilesMixin:
                           tags: str | list[str] | None = None) -> None:
         if not self.is_world_process_zero():
             return
-        name_or_path = getattr(self.model.config, "_name_or_path", None) or None
+        name_or_path = getattr(self.model, "name_or_path", None) or None
         card = build_model_card(
             model_name=model_name or Path(folder).name,
             trainer_name=type(self).__name__,

@@ -9,8 +9,9 @@ import datasets
 from trl import SFTConfig, SFTTrainer
 from trl.data_utils import get_dataset_column_names
 
-from ..config_checks import check_fields
+from ..config_checks import check_fields, parse_json_dict
 from ..expert import conversation_token_ids, expert_trajectories
+from ..models import resolve_model
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
 from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
@@ -29,8 +30,6 @@ class MultiTurnSFTConfig(SFTConfig):
     them the same values in the SFT and the RL recipe. The loss always covers exactly the assistant turns (each
     reply's tokens and its end-of-turn token), so `assistant_only_loss` and `completion_only_loss` do not apply.
     """
-
-    _VALID_DICT_FIELDS = SFTConfig._VALID_DICT_FIELDS + ["chat_template_kwargs"]
 
     system_prompt: str | None = field(
         default=None,
@@ -58,6 +57,8 @@ class MultiTurnSFTConfig(SFTConfig):
 
     def __post_init__(self):
         check_fields(self)  # before TRL's own checks
+        self.chat_template_kwargs = parse_json_dict("chat_template_kwargs", self.chat_template_kwargs,
+                                                    '{"enable_thinking": false}')
         bf16_only_where_supported(self)
         super().__post_init__()
         if self.assistant_only_loss:
@@ -103,6 +104,7 @@ class MultiTurnSFTTrainer(RunFilesMixin, SFTTrainer):
         environment_factory=None,
     ):
         check_trl_compat(type(self))
+        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
         if args is None:
             args = default_args(MultiTurnSFTConfig, model)
         elif not isinstance(args, MultiTurnSFTConfig):
