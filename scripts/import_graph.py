@@ -9,7 +9,8 @@ functions apart (a function-level import is a dependency too, only hidden). Thre
   imports (a circle counts as one module); the house drawn bottom up.
 - circles: groups of modules that import each other, directly or through others (strongly connected components).
 - arrows back up: imports from a module of a lower layer to one of a higher layer, the layers being the
-  package's intended order (`LAYERS`, bottom first): e.g. an engine under `envs/` importing a command.
+  package's intended order (`LAYERS`, bottom first): e.g. an engine under `envs/` importing the rollout or a
+  command.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from pathlib import Path
 PACKAGE = "trl_multiturn"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "power", "across_seeds")),
+    ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "statistics")),
     ("contract", ("envs.base",)),
+    ("envs", ("envs",)),
     ("credit", ("credit",)),
     ("rollout", ("rollout", "episode_data")),
-    ("envs", ("envs",)),
     ("evaluation", ("evaluation", "episode_settings", "model_card", "plotting", "models", "model_setup", "expert",
                     "testing")),
     ("trainers", ("trainers",)),

@@ -10,16 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from trl_multiturn.across_seeds import (
-    regularized_beta,
+from trl_multiturn.commands.study.spec import load_study
+from trl_multiturn.evaluation import EvalResult
+from trl_multiturn.rollout import Episode
+from trl_multiturn.statistics import (
+    games_for_power,
+    holm,
+    mcnemar_exact,
+    mcnemar_power,
+    paired_test,
     seed_effect,
     sign_flip_p,
-    student_t_cdf,
-    student_t_quantile,
+    wilson_interval,
 )
-from trl_multiturn.commands.study.spec import load_study
-from trl_multiturn.evaluation import EvalResult, holm, mcnemar_exact, paired_test, wilson_interval
-from trl_multiturn.rollout import Episode
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,9 +81,6 @@ def test_mcnemar_power_is_what_simulated_studies_of_the_exact_test_reject():
     probability d, the better policy winning a discordant one with probability 1/2 + delta / (2 d)."""
     import random
 
-    from trl_multiturn.evaluation import mcnemar_exact
-    from trl_multiturn.power import mcnemar_power
-
     rng = random.Random(0)
     for games, discordance, effect, comparisons in ((100, 0.25, 0.10, 1), (60, 0.3, 0.15, 4), (150, 0.14, 0.0, 1)):
         pi = 0.5 + effect / (2 * discordance)
@@ -95,8 +95,6 @@ def test_mcnemar_power_is_what_simulated_studies_of_the_exact_test_reject():
 
 
 def test_games_needed_grow_with_corrections_and_shrink_with_the_effect():
-    from trl_multiturn.power import games_for_power, mcnemar_power
-
     # The issue's own sizing: a 10-point effect at 25% discordance under Holm over 4 comparisons needs ~290 games.
     needed = games_for_power(0.25, 0.10, comparisons=4)
     assert 270 <= needed <= 310
@@ -130,23 +128,6 @@ def _t_cdf_by_integration(t: float, df: int, steps: int = 20000) -> float:
     total = sum((1 if k in (0, steps) else 4 if k % 2 else 2) * c * (1 + (k * h) ** 2 / df) ** (-(df + 1) / 2)
                 for k in range(steps + 1)) * h / 3
     return 0.5 + math.copysign(total, t)
-
-
-def test_regularized_beta_meets_its_closed_forms():
-    for x in (0.01, 0.3, 0.5, 0.77, 0.99):
-        assert regularized_beta(1, 1, x) == pytest.approx(x)
-        assert regularized_beta(3.5, 1, x) == pytest.approx(x ** 3.5)
-        assert regularized_beta(1, 2.5, x) == pytest.approx(1 - (1 - x) ** 2.5)
-        assert regularized_beta(2, 5, x) + regularized_beta(5, 2, 1 - x) == pytest.approx(1)
-
-
-def test_student_t_gives_the_tables_critical_values_and_its_own_integral():
-    for df, critical in [(1, 12.7062), (3, 3.18245), (4, 2.77645), (30, 2.04227)]:  # two-sided 5% points
-        assert student_t_cdf(critical, df) == pytest.approx(0.975, abs=1e-5)
-        assert student_t_quantile(0.975, df) == pytest.approx(critical, abs=1e-4)
-    for t, df in [(0.4, 2), (-1.7, 3), (4.24, 3), (2.5, 9)]:
-        assert student_t_cdf(t, df) == pytest.approx(_t_cdf_by_integration(t, df), abs=1e-7)
-    assert student_t_cdf(0.0, 5) == 0.5 and student_t_cdf(1.959964, 10 ** 7) == pytest.approx(0.975, abs=1e-6)
 
 
 def test_sign_flip_p_counts_the_sign_vectors_at_least_as_extreme():
@@ -211,9 +192,6 @@ def test_the_learning_benchmarks_seed_report_adjusts_several_baselines_as_one_fa
                               (3, [True] * 8 + [False] * 2))]
     table = learning.seeds_report(runs, "grpo", ["sft", "rs"])
     assert "### grpo vs sft" in table and "### grpo vs rs" in table
-    from trl_multiturn.across_seeds import seed_effect
-    from trl_multiturn.evaluation import holm
-
     p_sft = seed_effect([0.2, 0.1, 0.3]).t_p
     p_rs = seed_effect([0.5, 0.4, 0.6]).t_p
     q_sft, q_rs = holm([p_sft, p_rs])
@@ -235,9 +213,6 @@ def test_the_learning_benchmarks_seed_report_compares_with_models_in_other_files
     table = learning.seeds_report(runs, "ppo", ["sft"], [["6-turns", *short]])
     # seed 1: 7/10 against 4/10; games 0-1 won only by the long run, 6 only by the long run: +3/-0
     assert "| 7/10 | 4/10 | +30.0% | +3/-0, p=0.25 |" in table and "### ppo vs 6-turns" in table
-    from trl_multiturn.across_seeds import seed_effect
-    from trl_multiturn.evaluation import holm
-
     q_sft, q_short = holm([seed_effect([0.2, 0.3, 0.4]).t_p, seed_effect([0.3, 0.4, 0.5]).t_p])
     assert f"-> {q_sft:.3g}; vs 6-turns:" in table and table.endswith(f"-> {q_short:.3g}.")
     alone = learning.seeds_report(runs, "ppo", [], [["6-turns", *short]])

@@ -32,8 +32,8 @@ from openenv.core.env_server.interfaces import Environment as OpenEnvBase
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
+from ..envs.base import Environment
 from ..rollout.env_pool import EnvFailure, EnvPool
-from .base import Environment
 
 
 class TextAction(Action):
