@@ -118,8 +118,15 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     return components
 
 
+def is_module(path: Path, root: Path) -> bool:
+    """Whether `path` is a module of the package: every folder from `root` down to it has an `__init__.py`. Python
+    files in other folders are data (the SWE-Gym tasks' shipped repositories)."""
+    parts = path.parent.relative_to(root).parts
+    return all((root.joinpath(*parts[:depth]) / "__init__.py").is_file() for depth in range(len(parts) + 1))
+
+
 def main(root: Path) -> None:
-    paths = {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
+    paths = {module_name(path, root): path for path in sorted(root.rglob("*.py")) if is_module(path, root)}
     modules = set(paths)
     edges: dict[str, dict[str, bool]] = defaultdict(dict)  # importer -> imported -> any import at module level
     for name, path in paths.items():
