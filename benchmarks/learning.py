@@ -367,7 +367,7 @@ def reused_evaluation(name: str, source: Path, model: Path | None, setting: Sett
 
 
 def comparison(results: Results, arm: str, baseline: str):
-    from trl_multiturn.evaluation import paired_test
+    from trl_multiturn.statistics import paired_test
 
     evals = results.data.get("eval", {})
     if arm not in evals or baseline not in evals:
@@ -438,10 +438,9 @@ def seeds_report(runs: list[str], arm: str, baselines: list[str], against: list[
     an `against` group is `[LABEL, SPEC, ...]` with one SPEC (FILE or FILE:NAME, as `runs`) per run, for a baseline
     in another file (e.g. the same algorithm at another turn budget). Per comparison: the per-seed differences of
     greedy success with each run's McNemar test, then their mean with a t interval and the t and exact sign-flip
-    p-values (`trl_multiturn.across_seeds`). With more than one comparison the t p-values are one family,
-    Holm-adjusted (`trl_multiturn.evaluation.holm`)."""
-    from trl_multiturn.across_seeds import seed_effect
-    from trl_multiturn.evaluation import holm, paired_test
+    p-values (`trl_multiturn.statistics.seed_effect`). With more than one comparison the t p-values are one family,
+    Holm-adjusted (`trl_multiturn.statistics.holm`)."""
+    from trl_multiturn.statistics import holm, paired_test, seed_effect
 
     loaded = {}  # each results file read once
 

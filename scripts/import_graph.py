@@ -9,7 +9,8 @@ functions apart (a function-level import is a dependency too, only hidden). Thre
   imports (a circle counts as one module); the house drawn bottom up.
 - circles: groups of modules that import each other, directly or through others (strongly connected components).
 - arrows back up: imports from a module of a lower layer to one of a higher layer, the layers being the
-  package's intended order (`LAYERS`, bottom first): e.g. an engine under `envs/` importing a command.
+  package's intended order (`LAYERS`, bottom first): e.g. an engine under `envs/` importing the rollout or a
+  command.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from pathlib import Path
 PACKAGE = "trl_multiturn"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "power", "across_seeds")),
+    ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "statistics")),
     ("contract", ("envs.base",)),
+    ("envs", ("envs",)),
     ("credit", ("credit",)),
     ("rollout", ("rollout", "episode_data")),
-    ("envs", ("envs",)),
     ("evaluation", ("evaluation", "episode_settings", "model_card", "plotting", "models", "model_setup", "expert",
                     "testing")),
     ("trainers", ("trainers",)),
@@ -117,8 +118,15 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     return components
 
 
+def is_module(path: Path, root: Path) -> bool:
+    """Whether `path` is a module of the package: every folder from `root` down to it has an `__init__.py`. Python
+    files in other folders are data (the SWE-Gym tasks' shipped repositories)."""
+    parts = path.parent.relative_to(root).parts
+    return all((root.joinpath(*parts[:depth]) / "__init__.py").is_file() for depth in range(len(parts) + 1))
+
+
 def main(root: Path) -> None:
-    paths = {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
+    paths = {module_name(path, root): path for path in sorted(root.rglob("*.py")) if is_module(path, root)}
     modules = set(paths)
     edges: dict[str, dict[str, bool]] = defaultdict(dict)  # importer -> imported -> any import at module level
     for name, path in paths.items():

@@ -48,13 +48,17 @@ def test_the_names_of_earlier_layouts_are_gone():
 
     assert importlib.util.find_spec("trl_multiturn.envs.alfworld_gen") is None
     assert importlib.util.find_spec("trl_multiturn.envs.alfworld.generator") is not None
+    assert importlib.util.find_spec("trl_multiturn.envs.openenv_server") is None
+    assert importlib.util.find_spec("trl_multiturn.commands.openenv_server") is not None
     for package in (trl_multiturn, trl_multiturn.rollout):
         assert not hasattr(package, "MultiTurnRolloutCollator") and package.EpisodeRunner
 
 
 def test_the_house_has_no_circle_and_no_arrow_running_back_up():
-    """scripts/import_graph.py's layers (base < contract < credit < rollout < envs < evaluation < trainers <
-    commands, CONTRIBUTING.md): no module imports one of a higher layer, and no two modules import each other."""
+    """scripts/import_graph.py's layers (base < contract < envs < credit < rollout < evaluation < trainers <
+    commands, CONTRIBUTING.md): no module imports one of a higher layer (an engine knows nothing of the rollout
+    that plays it: the OpenEnv server, which runs one in an `EnvPool`, is a driver in `commands/`), and no two
+    modules import each other."""
     import subprocess
     import sys
     from pathlib import Path
@@ -64,3 +68,16 @@ def test_the_house_has_no_circle_and_no_arrow_running_back_up():
     assert "package-internal import arrows" in report and "commands.cli" in report  # it read the package
     assert "circles (0):" in report, report[report.index("circles"):]
     assert "arrows back up (0):" in report, report[report.index("arrows back up"):]
+
+
+def test_the_shipped_swegym_repositories_are_data_pytest_does_not_collect():
+    """The SWE-Gym tasks ship their projects' own test files (run in the sandbox when an episode is graded); pointed
+    at them, our pytest collects nothing (pyproject.toml's norecursedirs)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    tasks = root / "trl_multiturn" / "envs" / "swegym" / "tasks"
+    assert len(list(tasks.glob("*/commits/*/tests/test_*.py"))) == 12  # one test file per shipped project
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           str(tasks)], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 5 and "no tests collected" in done.stdout, done.stdout[-2000:]  # 5: none collected

@@ -10,16 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from trl_multiturn.across_seeds import (
-    regularized_beta,
+from trl_multiturn.commands.study.spec import load_study
+from trl_multiturn.evaluation import EvalResult
+from trl_multiturn.rollout import Episode
+from trl_multiturn.statistics import (
+    games_for_power,
+    holm,
+    mcnemar_exact,
+    mcnemar_power,
+    paired_test,
     seed_effect,
     sign_flip_p,
-    student_t_cdf,
-    student_t_quantile,
+    wilson_interval,
 )
-from trl_multiturn.commands.study.spec import load_study
-from trl_multiturn.evaluation import EvalResult, holm, mcnemar_exact, paired_test, wilson_interval
-from trl_multiturn.rollout import Episode
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,9 +81,6 @@ def test_mcnemar_power_is_what_simulated_studies_of_the_exact_test_reject():
     probability d, the better policy winning a discordant one with probability 1/2 + delta / (2 d)."""
     import random
 
-    from trl_multiturn.evaluation import mcnemar_exact
-    from trl_multiturn.power import mcnemar_power
-
     rng = random.Random(0)
     for games, discordance, effect, comparisons in ((100, 0.25, 0.10, 1), (60, 0.3, 0.15, 4), (150, 0.14, 0.0, 1)):
         pi = 0.5 + effect / (2 * discordance)
@@ -95,8 +95,6 @@ def test_mcnemar_power_is_what_simulated_studies_of_the_exact_test_reject():
 
 
 def test_games_needed_grow_with_corrections_and_shrink_with_the_effect():
-    from trl_multiturn.power import games_for_power, mcnemar_power
-
     # The issue's own sizing: a 10-point effect at 25% discordance under Holm over 4 comparisons needs ~290 games.
     needed = games_for_power(0.25, 0.10, comparisons=4)
     assert 270 <= needed <= 310
@@ -130,23 +128,6 @@ def _t_cdf_by_integration(t: float, df: int, steps: int = 20000) -> float:
     total = sum((1 if k in (0, steps) else 4 if k % 2 else 2) * c * (1 + (k * h) ** 2 / df) ** (-(df + 1) / 2)
                 for k in range(steps + 1)) * h / 3
     return 0.5 + math.copysign(total, t)
-
-
-def test_regularized_beta_meets_its_closed_forms():
-    for x in (0.01, 0.3, 0.5, 0.77, 0.99):
-        assert regularized_beta(1, 1, x) == pytest.approx(x)
-        assert regularized_beta(3.5, 1, x) == pytest.approx(x ** 3.5)
-        assert regularized_beta(1, 2.5, x) == pytest.approx(1 - (1 - x) ** 2.5)
-        assert regularized_beta(2, 5, x) + regularized_beta(5, 2, 1 - x) == pytest.approx(1)
-
-
-def test_student_t_gives_the_tables_critical_values_and_its_own_integral():
-    for df, critical in [(1, 12.7062), (3, 3.18245), (4, 2.77645), (30, 2.04227)]:  # two-sided 5% points
-        assert student_t_cdf(critical, df) == pytest.approx(0.975, abs=1e-5)
-        assert student_t_quantile(0.975, df) == pytest.approx(critical, abs=1e-4)
-    for t, df in [(0.4, 2), (-1.7, 3), (4.24, 3), (2.5, 9)]:
-        assert student_t_cdf(t, df) == pytest.approx(_t_cdf_by_integration(t, df), abs=1e-7)
-    assert student_t_cdf(0.0, 5) == 0.5 and student_t_cdf(1.959964, 10 ** 7) == pytest.approx(0.975, abs=1e-6)
 
 
 def test_sign_flip_p_counts_the_sign_vectors_at_least_as_extreme():
@@ -211,9 +192,6 @@ def test_the_learning_benchmarks_seed_report_adjusts_several_baselines_as_one_fa
                               (3, [True] * 8 + [False] * 2))]
     table = learning.seeds_report(runs, "grpo", ["sft", "rs"])
     assert "### grpo vs sft" in table and "### grpo vs rs" in table
-    from trl_multiturn.across_seeds import seed_effect
-    from trl_multiturn.evaluation import holm
-
     p_sft = seed_effect([0.2, 0.1, 0.3]).t_p
     p_rs = seed_effect([0.5, 0.4, 0.6]).t_p
     q_sft, q_rs = holm([p_sft, p_rs])
@@ -235,9 +213,6 @@ def test_the_learning_benchmarks_seed_report_compares_with_models_in_other_files
     table = learning.seeds_report(runs, "ppo", ["sft"], [["6-turns", *short]])
     # seed 1: 7/10 against 4/10; games 0-1 won only by the long run, 6 only by the long run: +3/-0
     assert "| 7/10 | 4/10 | +30.0% | +3/-0, p=0.25 |" in table and "### ppo vs 6-turns" in table
-    from trl_multiturn.across_seeds import seed_effect
-    from trl_multiturn.evaluation import holm
-
     q_sft, q_short = holm([seed_effect([0.2, 0.3, 0.4]).t_p, seed_effect([0.3, 0.4, 0.5]).t_p])
     assert f"-> {q_sft:.3g}; vs 6-turns:" in table and table.endswith(f"-> {q_short:.3g}.")
     alone = learning.seeds_report(runs, "ppo", [], [["6-turns", *short]])
@@ -313,3 +288,111 @@ def test_the_learning_benchmark_reuses_an_evaluation_only_of_the_same_model_on_t
         learning.reused_evaluation("sft", source, tmp_path / "other", ours)
     with pytest.raises(SystemExit, match="no evaluation of 'grpo'"):
         learning.reused_evaluation("grpo", source, start, ours)
+
+
+# -- the committed results, recomputed ----------------------------------------------------------------------------
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _evaluation(spec: str, name: str) -> dict:
+    """Model `name`'s held-out evaluation in a committed results file (`FILE:NAME` names another model)."""
+    path, _, named = spec.partition(":")
+    return json.loads((RESULTS / path).read_text())["eval"][named or name]
+
+
+def _effect(arm: tuple[str, list[str]], baseline: tuple[str, list[str]]):
+    """The per-seed differences of greedy success (arm minus baseline, each `(model, files)`) and their effect."""
+    differences = []
+    for a, b in zip(*(([_evaluation(spec, name) for spec in specs]) for name, specs in (arm, baseline))):
+        differences.append(a["successes"] / a["n"] - b["successes"] / b["n"])
+    return differences, seed_effect(differences)
+
+
+def _points(x: float, digits: int = 1) -> str:
+    return f"{100 * x:+.{digits}f}"
+
+
+def _summary(differences, e, digits: int = 1) -> tuple[str, str, str]:
+    """Per-seed points, mean and t interval, as docs/results.md writes them."""
+    return (", ".join(_points(d, digits) for d in differences), _points(e.mean),
+            f"{_points(e.ci_low)} to {_points(e.ci_high)}")
+
+
+def test_the_registered_comparisons_docs_results_prints_recompute_from_the_committed_results():
+    """Every registered test docs/results.md reports (rounds 5-9), recomputed from benchmarks/results/ by this
+    module's statistics and written in the document's own rounding: a change of library or formula that moved any
+    printed figure fails here."""
+    docs = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    controls = [f"controls/seed{s}.json" for s in (1, 2, 3, 4)]
+    expected = []
+
+    # Round 5 across seeds: the 400-episode GRPO runs against the start and the control, on both held-out sets.
+    first = ["learning_converged.json", *(f"learning_round5_seed{s}.json" for s in (3, 4, 5))]
+    fresh = [f"learning_confirmation.json:grpo_r5_seed{s}_400" for s in (3, 4, 5)]
+    played = ["learning_confirmation.json"] * 3  # where the fresh set's baselines were played
+    (d1, s1), (d2, s2) = _effect(("grpo", first), ("sft", first)), _effect(("grpo", fresh), ("sft", played))
+    (_, c1), (_, c2) = _effect(("grpo", first), ("sft_more", first)), _effect(("grpo", fresh), ("sft_more", played))
+    seeds, mean, ci = _summary(d1, s1, digits=0)
+    expected.append(f"Against the SFT start: {mean} points on the first 100 games (seeds 0, 3, 4, 5: {seeds}; 95% "
+                    f"interval {ci}, t p = {s1.t_p:.2g}, sign-flip p = {s1.sign_flip_p:.3g}) and {_points(s2.mean)} "
+                    f"on the 300 fresh ones (seeds 3, 4, 5, the only 400-episode models played there: interval "
+                    f"{_summary(d2, s2)[2]}, t p = {s2.t_p:.2g}). Against the continued-SFT control: "
+                    f"{_points(c1.mean)} points on the first set (interval {_summary([], c1)[2]}, t p = "
+                    f"{c1.t_p:#.2g}) and {_points(c2.mean)} on the fresh set ({_summary([], c2)[2]}, t p = "
+                    f"{c2.t_p:.2g}).")
+    q = holm([s1.t_p, s2.t_p, c1.t_p, c2.t_p])
+    expected.append(f"Holm over them gives {q[0]:#.2g}, {q[1]:#.2g}, {q[2]:#.2g} and {q[3]:#.2g}")
+
+    # Round 6: GRPO against the two data-matched controls, Holm over the two.
+    (dm, em), (dr, er) = (_effect(("grpo", controls), (control, controls)) for control in ("sft_matched", "sft_rs"))
+    qm, qr = holm([em.t_p, er.t_p])
+    seeds, mean, ci = _summary(dm, em)
+    expected.append(f"GRPO minus `sft_matched`: {seeds} points (seeds 1-4); mean {mean}, 95% t interval {ci}, t p = "
+                    f"{em.t_p:#.2g}, Holm-adjusted {qm:#.2g}.")
+    seeds, mean, ci = _summary(dr, er)
+    expected.append(f"GRPO minus `sft_rs`: {seeds} points; mean {mean}, 95% t interval {ci}, t p = {er.t_p:#.2g}, "
+                    f"Holm {qr:#.2g}:")
+
+    # Round 7: PPO and GRPO against RLOO, Holm over the two.
+    (_, eg), (_, ep) = (_effect((arm, controls), ("rloo", controls)) for arm in ("grpo", "ppo"))
+    for e, p_format in ((eg, ".3g"), (ep, ".2g")):
+        expected.append(f"Mean **{_points(e.mean)} points** (95% t interval {_summary([], e)[2]}; seed-to-seed sd "
+                        f"{100 * e.sd:.1f}; t p = {e.t_p:{p_format}}; exact sign-flip p = {e.sign_flip_p:.3g})")
+    qp, qg = holm([ep.t_p, eg.t_p])
+    expected.append(f"PPO minus RLOO {ep.t_p:.2g} -> {qp:.2g}, GRPO minus RLOO {eg.t_p:.2g} -> {qg:.2g}.")
+
+    # Round 8: 8 turns against 6, 16 against 8, Holm over the two; 12 turns against its start (exploratory).
+    budget = {turns: [f"budget/turns{turns}_seed{s}.json" for s in (1, 2, 3, 4)] for turns in (6, 12, 16)}
+    rows = [("8 turns minus 6", *_effect(("grpo", controls), ("grpo", budget[6]))),
+            ("16 turns minus 8", *_effect(("grpo", budget[16]), ("grpo", controls)))]
+    # Round 9: the transfer arm against the start, the direct arm against the transfer arm, Holm over the two.
+    transfer = [f"transfer/seed{s}.json" for s in (1, 2, 3, 4)]
+    rows9 = [("transfer arm minus the start", *_effect(("grpo_simple", transfer), ("sft", transfer))),
+             ("direct arm minus the transfer arm", *_effect(("grpo", transfer), ("grpo_simple", transfer)))]
+    for family in (rows, rows9):
+        for (label, differences, e), q in zip(family, holm([e.t_p for _, _, e in family])):
+            seeds, mean, ci = _summary(differences, e)
+            expected.append(f"| {label} | {seeds} | {mean} | {ci} | {e.t_p:.3g} | {q:.3g} |")
+    _, e12 = _effect(("grpo", budget[12]), ("sft", budget[12]))
+    expected.append(f"12 turns {_points(e12.mean)} (interval {_summary([], e12)[2]}, p = {e12.t_p:.2g})")
+
+    missing = [line for line in expected if line not in docs]
+    assert not missing, "docs/results.md does not print these recomputed figures:\n" + "\n".join(missing)
+
+
+def test_the_committed_seed_reports_are_what_the_command_prints_now(monkeypatch):
+    """benchmarks/results/controls/round6_test.md and learning_seeds.md hold `learning.py seeds` outputs: the command
+    reprints each, table rows (per-run McNemar p) and summaries (t interval, t and sign-flip p, Holm) to the letter."""
+    learning = _learning_benchmark(monkeypatch)
+    monkeypatch.chdir(ROOT)  # the reports name the results files relative to the checkout
+    round6 = (RESULTS / "controls" / "round6_test.md").read_text()
+    runs = [f"benchmarks/results/controls/seed{s}.json" for s in (1, 2, 3, 4)]
+    assert learning.seeds_report(runs, "grpo", ["sft_matched", "sft_rs"]) == round6[round6.index("### "):].strip()
+    sections = (RESULTS / "learning_seeds.md").read_text().split("\n    python benchmarks/learning.py seeds ")[1:]
+    assert len(sections) == 4
+    for section in sections:
+        command, _, printed = section.partition("\n")
+        flag, baseline, runs_flag, *runs = command.split()
+        assert (flag, runs_flag) == ("--baseline", "--runs")
+        assert learning.seeds_report(runs, "grpo", [baseline]) == printed.split("\n## ")[0].strip(), command

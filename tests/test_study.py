@@ -11,7 +11,7 @@ import yaml
 
 from trl_multiturn.commands.study import stages as study_module
 from trl_multiturn.commands.study.spec import build_configs, load_study
-from trl_multiturn.evaluation import wilson_interval
+from trl_multiturn.statistics import wilson_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "recipes" / "paper"

@@ -168,7 +168,7 @@ def _two_run_study(tmp_path, **extra) -> Path:
 
 def test_the_report_adjusts_only_the_pre_registered_comparisons_by_holm(tmp_path):
     from trl_multiturn.commands.study.report import write_report
-    from trl_multiturn.evaluation import mcnemar_exact
+    from trl_multiturn.statistics import mcnemar_exact
 
     primary = [{"run": "a", "versus": "start"}, {"run": "a", "versus": "b"}, {"run": "c", "versus": "start"}]
     path = _two_run_study(tmp_path, primary=primary)

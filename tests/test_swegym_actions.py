@@ -100,7 +100,7 @@ def _apply_actions(files: dict[str, str], actions) -> dict[str, str]:
 @pytest.mark.parametrize("source", task_sources(), ids=lambda s: s.name)
 def test_gold_patch_as_edit_actions_reproduces_the_fix(source):
     base = source.files_at_base()
-    actions = patch_to_actions(source.gold_patch())
+    actions = patch_to_actions(source.patch)
     assert isinstance(actions[0], View) and any(isinstance(a, Replace) for a in actions)
     assert _apply_actions(base, actions) == apply_edits(base, source.fix)
 

@@ -14,6 +14,7 @@ from the registry.
 from __future__ import annotations
 
 import email
+import json
 import os
 import shutil
 import site
@@ -109,6 +110,9 @@ def test_the_wheel_holds_the_package_its_recipes_the_license_and_the_command(whe
     for pattern in ("*.py", "*.yaml"):
         expected = {p.relative_to(ROOT).as_posix() for p in package.rglob(pattern) if "__pycache__" not in p.parts}
         assert expected and expected <= names, sorted(expected - names)
+    tasks = [p for p in (package / "envs/swegym/tasks").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    shipped = {p.relative_to(ROOT).as_posix() for p in tasks}  # the SWE-Gym tasks' data: repositories, patches
+    assert any(p.suffix == ".patch" for p in tasks) and shipped <= names, sorted(shipped - names)
     assert len({n for n in names if n.startswith("trl_multiturn/recipes/")}) == len(list(RECIPES_DIR.rglob("*.yaml")))
     assert license_text == (ROOT / "LICENSE").read_text()
     assert metadata["License-Expression"] == PYPROJECT["project"]["license"]
@@ -125,6 +129,14 @@ def test_the_command_runs_the_wheels_package_and_its_shipped_recipes(venv, workd
     assert listed == recipe_names() and "quickstart" in listed
     _run(venv, workdir, "trl-multiturn", "recipes", "copy", "quickstart")
     assert (workdir / "quickstart.yaml").read_text() == (RECIPES_DIR / "quickstart.yaml").read_text()
+
+
+def test_the_installed_package_loads_the_shipped_swegym_tasks_as_the_checkout_does(venv, workdir):
+    from trl_multiturn.envs.swegym.tasks import task_rows
+
+    code = "import json; from trl_multiturn.envs.swegym.tasks import task_rows; print(json.dumps(task_rows()))"
+    installed = json.loads(_run(venv, workdir, "python", "-c", code))
+    assert len(installed) == 12 and installed == task_rows()
 
 
 def test_the_readme_main_job_runs_from_the_installed_command(venv, workdir, tiny_chatml_model, textworld_games_dir):

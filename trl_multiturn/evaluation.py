@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .rollout.episode import Episode
 from .rollout.history import get_history
+from .statistics import wilson_interval
 
 EVAL_RESULTS_FILE = "eval_results.json"
 GROUP_COLUMNS = ("task_type", "challenge", "world_size", "nb_objects", "quest_length", "repo")
@@ -39,7 +39,7 @@ class EvalResult:
         return self.successes / self.n if self.n else float("nan")
 
     def won_by_task(self) -> dict[str, bool]:
-        """Won or not per task (keyed by the task row as JSON), failed episodes left out: what `paired_test`
+        """Won or not per task (keyed by the task row as JSON), failed episodes left out: what `statistics.paired_test`
         pairs when two models played the same tasks."""
         return {json.dumps(ep.task, sort_keys=True, default=str): bool(ep.won) for ep in self.episodes
                 if not ep.failed}
@@ -108,20 +108,6 @@ def load_eval_results(output_dir: str | os.PathLike) -> list[dict]:
     folder = Path(output_dir)
     paths = [folder / EVAL_RESULTS_FILE, *sorted(folder.glob(f"{Path(EVAL_RESULTS_FILE).stem}_*.json"))]
     return [{**json.loads(path.read_text()), "file": path.name} for path in paths if path.is_file()]
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion p = successes / n:
-
-        centre = (p + z^2 / 2n) / (1 + z^2 / n),  half = z * sqrt(p(1 - p)/n + z^2 / 4n^2) / (1 + z^2 / n)
-    """
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def resolve_episode_settings(model, episode_settings: dict | str | os.PathLike | None = None, **explicit) -> dict:
@@ -200,60 +186,3 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
         runner.close()
         model.train(was_training)
     return EvalResult.from_episodes(episodes, {**settings, "temperature": temperature})
-
-
-def mcnemar_exact(only_a: int, only_b: int) -> float:
-    """Two-sided exact McNemar test of two models played on the same tasks.
-
-    Of the tasks where the two disagree, `only_a` were won by model A alone and `only_b` by model B alone. Under the
-    null hypothesis (equal success probability) each disagreement is a fair coin flip, so with n = only_a + only_b
-    and k = min(only_a, only_b):
-
-        p = min(1, 2 * sum_{i=0}^{k} C(n, i) / 2^n)
-
-    and p = 1 when the models never disagree.
-    """
-    n = only_a + only_b
-    if n == 0:
-        return 1.0
-    k = min(only_a, only_b)
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm's step-down adjustment of m p-values for multiple comparisons (family-wise error rate).
-
-    With the p-values sorted ascending, p_(1) <= ... <= p_(m), the adjusted value of the i-th smallest is
-
-        q_(i) = min(1, max_{j <= i} (m - j + 1) * p_(j))
-
-    returned in the order given. Rejecting every hypothesis with q < alpha keeps the chance of any false rejection
-    at most alpha, whatever the dependence between the tests.
-    """
-    m = len(p_values)
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
-        running = max(running, min(1.0, (m - rank) * p_values[index]))
-        adjusted[index] = running
-    return adjusted
-
-
-@dataclass(frozen=True)
-class PairedTest:
-    """Two models on the same tasks: how many tasks only A won, only B won, and the exact McNemar p-value."""
-
-    only_a: int
-    only_b: int
-    p_value: float
-
-    def __str__(self) -> str:
-        return f"+{self.only_a}/-{self.only_b} tasks, exact McNemar p = {self.p_value:.3g}"
-
-
-def paired_test(a: dict[str, bool], b: dict[str, bool]) -> PairedTest:
-    """Compare per-task outcomes `a` and `b` (task key -> won) on the tasks both have, by `mcnemar_exact`."""
-    tasks = a.keys() & b.keys()
-    only_a = sum(a[t] and not b[t] for t in tasks)
-    only_b = sum(b[t] and not a[t] for t in tasks)
-    return PairedTest(only_a, only_b, mcnemar_exact(only_a, only_b))

@@ -7,7 +7,7 @@
 OpenEnv's clients (`GenericEnvClient`, and the frameworks that speak OpenEnv) then play it over a WebSocket
 session: `reset(task={...})` (or `reset(seed=N)` with `--task`), `step({"message": "open box"})`. A trainer of
 this package connects with `environment_factory=partial(OpenEnvEnvironment, base_url="http://HOST:8000")`. The
-wire format and the failure semantics are in `trl_multiturn/envs/openenv_server.py`.
+wire format and the failure semantics are in `trl_multiturn/commands/openenv_server.py`.
 
 `--env` takes any registered environment (`trl_multiturn.envs.suites.SUITES`). `LocalServer` runs
 the command in a subprocess on a free port of this machine and waits until it answers (tests, benchmarks, a
@@ -147,7 +147,7 @@ def _positive(kind):
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..envs.openenv_server import served_app
+    from .openenv_server import served_app
 
     factory = environment_factory(args.env, dict(args.option))
     app = served_app(factory, max_sessions=args.max_sessions, env_mode=args.env_mode, env_timeout=args.env_timeout,

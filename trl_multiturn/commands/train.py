@@ -9,8 +9,9 @@ from pathlib import Path
 import trl_multiturn
 
 from ..episode_settings import played_history
-from ..evaluation import evaluate, paired_test
+from ..evaluation import evaluate
 from ..model_setup import model_setup_kwargs
+from ..statistics import paired_test
 from .script_args import START_EVAL_RESULTS_FILE, TextWorldScriptArguments
 
 TRAINERS = {

@@ -14,9 +14,9 @@ This adapter drives such a session with OpenEnv's own client (`GenericEnvClient`
   reward (None counts as 0), whose `done` is the server's, and whose `won` is the observation's `won_field` (an
   environment that reports no such field never wins: a win is never inferred from `done`).
 
-The defaults speak what `trl-multiturn serve` serves (`TextAction` / `TextObservation` of `openenv_server.py`), so
-any of our environments served on another machine trains unchanged: `environment_factory=partial(
-OpenEnvEnvironment, base_url="http://host:8000")`.
+The defaults speak what `trl-multiturn serve` serves (`TextAction` / `TextObservation` of
+`commands/openenv_server.py`), so any of our environments served on another machine trains unchanged:
+`environment_factory=partial(OpenEnvEnvironment, base_url="http://host:8000")`.
 
 Failures fail the episode, never hang it: connecting has `connect_timeout` seconds, every reply
 `message_timeout` seconds; a server that dies, times out, answers with an error or with something that is not an

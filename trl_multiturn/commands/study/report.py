@@ -7,8 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ...evaluation import holm, mcnemar_exact
-from ...power import games_for_power, mcnemar_power
+from ...statistics import games_for_power, holm, mcnemar_exact, mcnemar_power
 from .results import Results
 from .spec import Study, short
 
@@ -92,7 +91,7 @@ def _paired(outcomes: dict, other: dict, name: str) -> dict | None:
 
 def primary_comparisons(study: Study, results: Results) -> list[dict]:
     """The study's pre-registered comparisons (`Study.primary`), each with its discordant games, exact McNemar p and
-    Holm-adjusted p over all of them (`evaluation.holm`); a comparison whose runs have not both finished (or are
+    Holm-adjusted p over all of them (`statistics.holm`); a comparison whose runs have not both finished (or are
     stale) has no test and counts with p = 1, so adding runs later cannot make the others look stronger."""
     stale = stale_runs(study, results)
 
@@ -233,9 +232,9 @@ def observed_discordance(results: Results) -> list[float]:
 
 def power_report(study: Study, results: Results, discordance: float | None = None, effects=(0.05, 0.10, 0.15, 0.20),
                  power: float = 0.8, alpha: float = 0.05) -> str:
-    """A table of the paired held-out games each effect needs (exact McNemar, `power.games_for_power`) and the power
-    the study's own game count gives, at the discordance stated or else the mean one its results saw. The level is
-    alpha / m for the m pre-registered comparisons (Holm's first step; alpha when none is named)."""
+    """A table of the paired held-out games each effect needs (exact McNemar, `statistics.games_for_power`) and the
+    power the study's own game count gives, at the discordance stated or else the mean one its results saw. The level
+    is alpha / m for the m pre-registered comparisons (Holm's first step; alpha when none is named)."""
     if discordance is None:
         seen = observed_discordance(results)
         if not seen:

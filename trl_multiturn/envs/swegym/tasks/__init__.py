@@ -1,21 +1,23 @@
 """The offline SWE-Gym task set: twelve small real Python projects, each with a bug, an issue and a gold patch.
 
-Nothing is downloaded: every repository is built by `source.build_repo` from the task module's own text, with
-its git history made at build time (fixed author and dates, so the recorded `base_commit` hashes reproduce).
-`load_tasks()` returns the SWE-bench-schema rows as a `datasets.Dataset`; `LocalSandbox` builds (once, into a
-cache folder) the repository a row names through `shipped_repo`.
+Nothing is downloaded: each task is a folder of files next to this module (`source.py` says which), and
+`source.build_repo` builds its repository from them, with its git history made at build time (fixed author and
+dates, so the recorded `base_commit` hashes reproduce). `load_tasks()` returns the SWE-bench-schema rows as a
+`datasets.Dataset`; `LocalSandbox` builds (once, into a cache folder) the repository a row names through
+`shipped_repo`.
 
-To change a task, edit its module and run `python -m trl_multiturn.envs.swegym.tasks` to print the new hashes.
+To change a task, edit its folder and run `python -m trl_multiturn.envs.swegym.tasks` to print the new hashes (and
+the patches' new text where the base changed: they are diffs against it).
 """
 
 from __future__ import annotations
 
-from importlib import import_module
+import functools
 from pathlib import Path
 
 from ....cache import cache_dir
 from ...base import TaskError
-from .source import Edit, TaskSource, build_repo
+from .source import Edit, TaskSource, build_repo, load_source
 
 TASK_NAMES = (
     "intervals",
@@ -36,8 +38,13 @@ __all__ = ["TASK_NAMES", "Edit", "TaskSource", "build_repo", "default_cache_dir"
            "task_rows", "task_sources"]
 
 
+@functools.cache
+def _source(name: str) -> TaskSource:
+    return load_source(Path(__file__).parent / name)
+
+
 def task_sources() -> list[TaskSource]:
-    return [import_module(f"{__name__}.{name}").SOURCE for name in TASK_NAMES]
+    return [_source(name) for name in TASK_NAMES]
 
 
 def task_rows(names: list[str] | tuple[str, ...] | None = None) -> list[dict]:

@@ -1,13 +1,21 @@
-"""A shipped task in source form, and the reproducible build of its git repository.
+"""A shipped task as files, and the reproducible build of its git repository.
 
-Each task module defines `SOURCE = TaskSource(...)`: the project's history as a list of commits (message and the
-files each one writes), the gold fix and the test change as exact-text edits, and the test ids SWE-bench calls
-FAIL_TO_PASS and PASS_TO_PASS. `build_repo` replays the commits with a fixed author, committer and dates, so the
-base commit's hash is the same on every machine; the hash is recorded in the task and the build checks it.
+Each task is a folder (`<name>/`) of data, read by `load_source`:
+
+    task.json             summary (the README's line), commits (their messages, oldest first), FAIL_TO_PASS,
+                          PASS_TO_PASS (SWE-bench's test ids) and base_commit (the hash the build must reproduce)
+    problem_statement.md  the issue
+    gold.patch            the fix, and test.patch the test change, as unified diffs against the base commit
+    commits/<k>/...       the files commit k writes (k = 1, 2, ...), at their paths in the repository
+
+Every repository also starts with the same scaffold (`scaffold_files`: packaging, pytest settings, ignore list and a
+README). `build_repo` replays the commits with a fixed author, committer and dates, so the base commit's hash is the
+same on every machine; the hash is recorded in the task and the build checks it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,7 +23,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..patches import make_patch
+from ..actions import Create, Replace, View
+from ..patches import patch_to_actions
 
 # Plugin autoloading costs ~1 s a run and the shipped projects need no plugins.
 TEST_CMD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -rA -p no:cacheprovider"
@@ -38,8 +47,8 @@ class TaskSource:
     summary: str
     problem_statement: str
     commits: tuple[tuple[str, dict[str, str]], ...]
-    fix: tuple[Edit, ...]
-    tests: tuple[Edit, ...]
+    patch: str
+    test_patch: str
     fail_to_pass: tuple[str, ...]
     pass_to_pass: tuple[str, ...]
     base_commit: str
@@ -54,19 +63,21 @@ class TaskSource:
     def repo(self) -> str:
         return f"{ORG}/{self.name}"
 
+    @property
+    def fix(self) -> tuple[Edit, ...]:
+        """The gold patch as exact-text edits, one per hunk (its old side, context included, by its new side)."""
+        return patch_edits(self.patch)
+
+    @property
+    def tests(self) -> tuple[Edit, ...]:
+        """The test patch as exact-text edits, as `fix`."""
+        return patch_edits(self.test_patch)
+
     def files_at_base(self) -> dict[str, str]:
         files = dict(scaffold_files(self.name, self.summary))
         for _, changes in self.commits:
             files.update(changes)
         return files
-
-    def gold_patch(self) -> str:
-        base = self.files_at_base()
-        return make_patch(base, apply_edits(base, self.fix))
-
-    def test_patch(self) -> str:
-        base = self.files_at_base()
-        return make_patch(base, apply_edits(base, self.tests))
 
     def row(self) -> dict:
         """The task as a SWE-bench / SWE-Gym row, plus `test_cmd` (how this project runs its tests)."""
@@ -74,9 +85,9 @@ class TaskSource:
             "instance_id": self.instance_id,
             "repo": self.repo,
             "base_commit": self.base_commit,
-            "patch": self.gold_patch(),
-            "test_patch": self.test_patch(),
-            "problem_statement": self.problem_statement.strip() + "\n",
+            "patch": self.patch,
+            "test_patch": self.test_patch,
+            "problem_statement": self.problem_statement,
             "hints_text": self.hints_text,
             "created_at": self.created_at,
             "version": "0.1",
@@ -85,6 +96,43 @@ class TaskSource:
             "environment_setup_commit": self.base_commit,
             "test_cmd": TEST_CMD,
         }
+
+
+def _read(path: Path) -> str:
+    return path.read_bytes().decode("utf-8")  # byte for byte: no newline translation
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under `root` by its path relative to it, without Python's byte-code caches."""
+    return {path.relative_to(root).as_posix(): _read(path) for path in sorted(root.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"}
+
+
+def load_source(folder: str | Path) -> TaskSource:
+    """The task stored in `folder` (the module docstring's files); its name is the folder's."""
+    folder = Path(folder)
+    meta = json.loads(_read(folder / "task.json"))
+    commits = tuple((message, _tree(folder / "commits" / str(k))) for k, message in enumerate(meta["commits"], 1))
+    return TaskSource(
+        name=folder.name, summary=meta["summary"], problem_statement=_read(folder / "problem_statement.md"),
+        commits=commits, patch=_read(folder / "gold.patch"), test_patch=_read(folder / "test.patch"),
+        fail_to_pass=tuple(meta["FAIL_TO_PASS"]), pass_to_pass=tuple(meta["PASS_TO_PASS"]),
+        base_commit=meta["base_commit"],
+    )
+
+
+def patch_edits(patch: str) -> tuple[Edit, ...]:
+    """`patch` as `Edit`s: a hunk replaces its old side by its new side, a created file is appended to nothing; a
+    deleted file has no `Edit` form (ValueError)."""
+    edits = []
+    for action in patch_to_actions(patch):
+        if isinstance(action, Replace):
+            edits.append(Edit(action.path, action.old, action.new))
+        elif isinstance(action, Create):
+            edits.append(Edit(action.path, None, action.content))
+        elif not isinstance(action, View):
+            raise ValueError(f"a shipped task's patch only edits and creates files, not {action}")
+    return tuple(edits)
 
 
 def scaffold_files(name: str, summary: str) -> dict[str, str]:

@@ -1,0 +1,3 @@
+from .parser import parse
+
+__all__ = ["parse"]

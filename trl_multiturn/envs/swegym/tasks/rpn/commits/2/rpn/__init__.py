@@ -1,0 +1,4 @@
+from .evaluator import evaluate
+from .tokens import tokenize
+
+__all__ = ["evaluate", "tokenize"]

@@ -1,0 +1,3 @@
+from .tokenize import tokenize
+
+__all__ = ["tokenize"]
