@@ -1,9 +1,9 @@
 """`trl-multiturn eval`: greedy success of a saved model on the held-out tasks of a registered environment suite
 (`trl_multiturn.envs.suites`: TextWorld, ALFWorld, SWE-Gym, or a user's own).
 
-The rules of play and the environment come from the model's `episode_settings.json` (what it was trained with);
-every rule given (command line or `--config` YAML) replaces the saved one, and one that differs from training is
-printed as such. TextWorld plays the game shape the model was trained on unless a shape is given, ALFWorld its task types
+Episode settings and the environment come from the model's `episode_settings.json` (what it was trained with);
+every argument given (command line or `--config` YAML) wins over them, and one that differs from training is printed
+as such. TextWorld plays the game shape the model was trained on unless a shape is given, ALFWorld its task types
 unless `--task_types` is given. A model trained on an
 environment this command cannot build (a user's own) is refused rather than played on another. A training recipe works
 as `--config`: its training-only fields are ignored with a note, and when it names an `output_dir` holding a saved
@@ -25,8 +25,12 @@ import yaml
 
 from ..config_checks import Range
 from ..envs.suites import SUITES
-from ..episode_settings import (environment_factory_from_spec, load_episode_settings, saved_environment_settings,
-                                saved_rules)
+from ..episode_settings import (
+    environment_factory_from_spec,
+    load_episode_settings,
+    saved_environment_settings,
+    saved_rules,
+)
 from ..evaluation import evaluate
 from ..model_card import update_card_evaluation
 from ..rollout.rules import EpisodeRules, overrides, rule_overrides
@@ -139,7 +143,8 @@ def played_rules(saved: dict, eval_args, eval_max_turns: int | None = None) -> E
     given.update(overrides(eval_args))
     for name, value in given.items():
         if saved and value != getattr(trained, name):
-            print(f"note: {name}={value!r} differs from the rule the model was trained by ({getattr(trained, name)!r})")
+            print(f"note: {name}={value!r} differs from the rule the model was trained by "
+                  f"({getattr(trained, name)!r})")
     return dataclasses.replace(trained, **given)
 
 

@@ -66,8 +66,9 @@ class EpisodeRunner:
     Step-wise format (`episode_format="stepwise"`): each turn's context is rendered whole by the chat template from
     the messages the `history` policy returns for (opening messages, turns so far) (`trl_multiturn.rollout.history`),
     and recorded as the turn's `Turn.context`; `completion_ids` then holds the sampled replies only (`env_mask` all
-    1), so turn k's training sample is `step_contexts[k]` followed by its span of `completion_ids`. The template is used as it is
-    at inference, one that rewrites history included; it is never checked for turn-by-turn extension. There,
+    1), so turn k's training sample is `step_contexts[k]` followed by its span of `completion_ids`. The template is
+    used as it is at inference, one that rewrites history included; it is never checked for turn-by-turn extension.
+    There,
     `max_episode_tokens` caps each step's context plus its reply (not the episode), and `max_observation_tokens`
     counts an observation's own tokens (without the template's).
 
@@ -142,9 +143,9 @@ class EpisodeRunner:
         least = len(self.tokens.prompt_ids(self.opening_messages(""))) + 1
         if self.rules.max_episode_tokens < least:
             raise ValueError(
-                f"max_episode_tokens={self.rules.max_episode_tokens} is smaller than any episode can be: the chat template "
-                f"and system prompt alone take {least - 1} tokens before the first observation. Raise it to cover "
-                f"the prompt, the observations and max_turns replies (or set it to None for no cap).")
+                f"max_episode_tokens={self.rules.max_episode_tokens} is smaller than any episode can be: the chat "
+                f"template and system prompt alone take {least - 1} tokens before the first observation. Raise it to "
+                f"cover the prompt, the observations and max_turns replies (or set it to None for no cap).")
 
     def opening_messages(self, observation: str) -> list[dict]:
         return opening_messages(observation, self.rules.system_prompt)
