@@ -56,9 +56,9 @@ def main() -> None:
     from trl_multiturn.envs import TextWorldEnv
     from trl_multiturn.envs.textworld.games import CustomGameSpec
     from trl_multiturn.envs.textworld.tasks import textworld_tasks
-    from trl_multiturn.rollout.rules import EpisodeRules
     from trl_multiturn.evaluation import evaluate
     from trl_multiturn.models import OFFLINE_DEFAULT_MODEL, resolve_model
+    from trl_multiturn.rollout.rules import EpisodeRules
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
     if args.threads:
