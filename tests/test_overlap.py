@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_multiturn import StepResult
 from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.generation import CachedGenerator, hf_generate_fn
+from trl_multiturn.rollout.rules import EpisodeRules
 
 ROWS = [{"target": 3}, {"target": 1}, {"target": 5}, {"target": 2}, {"target": 4}]
 
@@ -81,8 +82,8 @@ def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live
         calls.append((start, time.time(), len(contexts)))
         return out
 
-    runner = EpisodeRunner(env, tokenizer, timed, max_turns=4, max_reply_tokens=6,
-                           action_parser=lambda reply: "go", overlap=overlap, any_live=any_live, **kwargs)
+    rules = EpisodeRules(max_turns=4, max_completion_length=6, action_parser=lambda reply: "go")
+    runner = EpisodeRunner(env, tokenizer, timed, rules, overlap=overlap, any_live=any_live, **kwargs)
     try:
         return model, tokenizer, runner(rows), calls
     finally:

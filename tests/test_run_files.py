@@ -13,6 +13,7 @@ from transformers import TrainerCallback
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs import TextWorldEnv
 from trl_multiturn.evaluation import evaluate
+from trl_multiturn.rollout.rules import EpisodeRules
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 
@@ -42,8 +43,10 @@ def trained_run(tiny_chatml_model, textworld_train_tasks, textworld_games_dir, t
                                    train_dataset=textworld_train_tasks, callbacks=[recorder])
     trainer.train()
     trainer.save_model(str(out))
-    result = evaluate(trainer.model, factory, textworld_train_tasks, trainer.processing_class, max_turns=2,
-                      max_reply_tokens=6, system_prompt=SYSTEM_PROMPT, action_parser="whole_reply", progress=False)
+    rules = EpisodeRules(max_turns=2, max_completion_length=6, system_prompt=SYSTEM_PROMPT,
+                         action_parser="whole_reply")
+    result = evaluate(trainer.model, factory, textworld_train_tasks, trainer.processing_class, rules=rules,
+                      progress=False)
     trainer.record_evaluation(result, split="train")
     return {"trainer": trainer, "out": out, "result": result, "recorder": recorder, "base": tiny_chatml_model}
 

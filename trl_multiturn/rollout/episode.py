@@ -57,7 +57,8 @@ class Episode:
     `completion_ids[i]` was sampled by the model; `logprobs[i]` is its sampling log-probability (NaN elsewhere).
     `turns[k]` is turn k's record (`Turn`); `status` where the episode stands (`Status`), `failure` why it failed.
     The per-turn lists (`turn_rewards`, `actions`, ...) and the flags (`won`, `done`, `truncated`, `failed`) are
-    read-only views of these.
+    read-only views of these: each list is made anew when read, so change a turn through `turns`, and the status
+    through `fail`, `end`, `truncate` and `score_truncated`.
 
     Step-wise format: each turn's `context` is the whole context it was generated from (rendered from the History
     policy's view of the episode), `completion_ids` holds the replies only (`env_mask` all 1), and turn k's training
@@ -127,42 +128,42 @@ class Episode:
         return len(self.prompt_ids) + len(self.completion_ids)
 
     @property
-    def turn_spans(self) -> tuple[tuple[int, int], ...]:
-        return tuple(t.span for t in self.turns)
+    def turn_spans(self) -> list[tuple[int, int]]:
+        return [t.span for t in self.turns]
 
     @property
-    def turn_rewards(self) -> tuple[float, ...]:
-        return tuple(t.reward for t in self.turns)
+    def turn_rewards(self) -> list[float]:
+        return [t.reward for t in self.turns]
 
     @property
-    def replies(self) -> tuple[str, ...]:
-        return tuple(t.reply for t in self.turns)
+    def replies(self) -> list[str]:
+        return [t.reply for t in self.turns]
 
     @property
-    def actions(self) -> tuple[str | None, ...]:
-        return tuple(t.action for t in self.turns)
+    def actions(self) -> list[str | None]:
+        return [t.action for t in self.turns]
 
     @property
-    def answered(self) -> tuple[Turn, ...]:
+    def answered(self) -> list[Turn]:
         """The turns an observation answered (all but one the environment failed on)."""
-        return tuple(t for t in self.turns if t.observation is not None)
+        return [t for t in self.turns if t.observation is not None]
 
     @property
-    def observations(self) -> tuple[str, ...]:
-        return tuple(t.observation for t in self.answered)
+    def observations(self) -> list[str]:
+        return [t.observation for t in self.answered]
 
     @property
-    def observation_roles(self) -> tuple[str, ...]:
-        return tuple(t.role for t in self.answered)
+    def observation_roles(self) -> list[str]:
+        return [t.role for t in self.answered]
 
     @property
-    def infos(self) -> tuple[dict[str, Any], ...]:
-        return tuple(t.info for t in self.answered)
+    def infos(self) -> list[dict[str, Any]]:
+        return [t.info for t in self.answered]
 
     @property
-    def step_contexts(self) -> tuple[list[int], ...]:
+    def step_contexts(self) -> list[list[int]]:
         """Step-wise format: per turn, the context it was generated from; empty in the trajectory format."""
-        return tuple(t.context for t in self.turns if t.context is not None)
+        return [t.context for t in self.turns if t.context is not None]
 
     @property
     def format_errors(self) -> list[bool]:

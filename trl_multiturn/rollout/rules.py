@@ -22,9 +22,11 @@ environment (what it is and its settings) beside the rules in `episode_settings.
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from ..config_checks import Range, check_fields, parse_json_dict
 from .history import History, get_history
@@ -74,10 +76,11 @@ class EpisodeRules:
               "cap.",
         range=Range(ge=1, text="a positive number of tokens for one observation (an integer), or None for no cap"))
     system_prompt: str | None = rule(None, "Optional system message placed before the first observation.")
-    action_parser: str = rule(
+    action_parser: str | Callable = rule(
         "first_line", "How an action is read from a reply: 'first_line', 'think_then_act', 'whole_reply', "
                       "'tool_calls' (the reply's tool calls, read with TRL's response parsing, for "
-                      "`trl_multiturn.envs.tools.ToolEnvironment`), or a 'package.module:function' path.")
+                      "`trl_multiturn.envs.tools.ToolEnvironment`), or a 'package.module:function' path (in Python, "
+                      "also a function reply -> action or None; it is saved as its path).")
     chat_template_kwargs: dict | None = rule(
         None, "Extra keyword arguments for `apply_chat_template` (e.g. `enable_thinking`, or `tools`); a JSON "
               "object on the command line.", trl=True)
@@ -89,10 +92,11 @@ class EpisodeRules:
                       "model saw it, reply as sampled), with the estimator's advantage for that turn (PPO: GAE "
                       "across the episode's steps, the critic valuing each step's context). See docs/stepwise.md.",
         choices=EPISODE_FORMATS)
-    history: str = rule(
+    history: str | Callable = rule(
         "full", "episode_format='stepwise': what each turn's context holds besides the opening messages: 'full' "
                 "(every turn so far), 'window:K' (the last K turns verbatim), or a 'package.module:function' path "
-                "to a policy `(opening, turns) -> messages` (`trl_multiturn.rollout.history`).")
+                "to a policy `(opening, turns) -> messages` (`trl_multiturn.rollout.history`; in Python, also the "
+                "policy itself, saved as its path).")
 
     def __post_init__(self):
         object.__setattr__(self, "chat_template_kwargs",
@@ -114,8 +118,11 @@ class EpisodeRules:
         return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)})
 
     def to_dict(self) -> dict:
-        """Every rule by name, as JSON data."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """Every rule by name, as JSON data (a function, as `action_parser` or `history`, by its 'module:function'
+        path)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: f"{value.__module__}:{value.__qualname__}" if callable(value) else value
+                for name, value in values.items()}
 
     @classmethod
     def from_dict(cls, values: dict) -> EpisodeRules:
@@ -155,12 +162,22 @@ def _add_fields(cls, declared: list[tuple[str, Any, dataclasses.Field]], ranges:
     return cls
 
 
+def _config_types() -> dict[str, Any]:
+    """Each rule's annotation as a config field's: what the command line can give (no functions)."""
+    hints = typing.get_type_hints(EpisodeRules)
+    for name, tp in hints.items():
+        if typing.get_origin(tp) in (Union, types.UnionType):
+            kept = tuple(member for member in typing.get_args(tp) if member is not Callable)
+            hints[name] = Union[kept] if len(kept) > 1 else kept[0]
+    return hints
+
+
 def rule_fields(cls):
     """Class decorator (under `@dataclass`): give a config class a field for every rule (default, help, choices as
     `EpisodeRules` declares them, ranges into its `_RANGES`), except those TRL's RL configs declare themselves."""
     own = [f for f in dataclasses.fields(EpisodeRules) if not f.metadata.get(TRL_FIELD)]
-    types = typing.get_type_hints(EpisodeRules)
-    declared = [(f.name, types[f.name], field(default=f.default, metadata=_config_metadata(f, f.metadata["help"])))
+    hints = _config_types()
+    declared = [(f.name, hints[f.name], field(default=f.default, metadata=_config_metadata(f, f.metadata["help"])))
                 for f in own]
     return _add_fields(cls, declared, {f.name: f.metadata["range"] for f in own if "range" in f.metadata})
 
@@ -168,9 +185,9 @@ def rule_fields(cls):
 def rule_overrides(cls):
     """Class decorator (under `@dataclass`): give an argument class an optional override of every rule, None (the
     default) meaning "as saved with the model" (`overrides`)."""
-    types = typing.get_type_hints(EpisodeRules)
-    types["chat_template_kwargs"] = dict | str  # a JSON object on the command line
-    declared = [(f.name, types[f.name] | None, field(default=None, metadata=_config_metadata(
+    hints = _config_types()
+    hints["chat_template_kwargs"] = dict | str  # a JSON object on the command line
+    declared = [(f.name, hints[f.name] | None, field(default=None, metadata=_config_metadata(
         f, f"{f.metadata['help']} [as saved with the model, else {f.default!r}]")))
         for f in dataclasses.fields(EpisodeRules)]
     return _add_fields(cls, declared, {f.name: f.metadata["range"] for f in dataclasses.fields(EpisodeRules)
