@@ -30,8 +30,8 @@ from trl_multiturn.testing import FaultyEnv
     ({"env_max_memory_mb": -1}, r"env_max_memory_mb=-1"),
     ({"env_mode": "thread", "env_max_memory_mb": 512}, r"env_max_memory_mb needs worker processes"),
     ({"max_episode_tokens": 0}, r"max_episode_tokens=0: give a positive number"),
-    ({"max_completion_length": 0}, r"max_completion_length=0: it caps each reply"),
-    ({"max_completion_length": None}, r"max_completion_length=None: it caps each reply"),
+    ({"max_completion_length": 0}, r"max_completion_length=0: give a positive number of tokens for one reply"),
+    ({"max_completion_length": None}, r"max_completion_length=None: give a positive number of tokens for one reply"),
     ({"action_parser": "no_such_package.parsers:act"}, r"action_parser='no_such_package.parsers:act' cannot be "
                                                        r"loaded \(ModuleNotFoundError"),
     ({"action_parser": "trl_multiturn.rollout.parsing:no_such_parser"}, r"cannot be loaded \(AttributeError"),

@@ -192,8 +192,8 @@ def test_fit_steps_draws_a_subset_in_order_or_pads_to_the_budget():
 
 @pytest.mark.parametrize("config_cls, overrides, message", [
     (MultiTurnGRPOConfig, {"episode_format": "steps"}, "episode_format"),
-    (MultiTurnGRPOConfig, {"history": "window:2"}, "only apply to episode_format='stepwise'"),
-    (MultiTurnGRPOConfig, {"steps_per_batch": 8}, "only apply to episode_format='stepwise'"),
+    (MultiTurnGRPOConfig, {"history": "window:2"}, "only applies to episode_format='stepwise'"),
+    (MultiTurnGRPOConfig, {"steps_per_batch": 8}, "only applies to episode_format='stepwise'"),
     (MultiTurnGRPOConfig, {"episode_format": "stepwise", "history": "window:0"}, "history='window:0'"),
     (MultiTurnGRPOConfig, {"episode_format": "stepwise", "steps_per_batch": 0}, "steps_per_batch"),
     (MultiTurnGRPOConfig, {"episode_format": "stepwise", "steps_per_batch": 3, "steps_per_generation": 2},
