@@ -48,6 +48,13 @@ class Turn:
     context: list[int] | None = None
 
 
+def _per_turn(attribute: str, doc: str, answered: bool = False) -> property:
+    """A read-only list of one `Turn` attribute over the episode's turns (with `answered`, over the turns an
+    observation answered: all but one the environment failed on)."""
+    return property(lambda ep: [getattr(t, attribute) for t in ep.turns
+                                if not answered or t.observation is not None], doc=doc)
+
+
 @dataclass
 class Episode:
     """One whole episode: the prompt, then the model's replies and the environment's observations interleaved.
@@ -127,38 +134,13 @@ class Episode:
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.completion_ids)
 
-    @property
-    def turn_spans(self) -> list[tuple[int, int]]:
-        return [t.span for t in self.turns]
-
-    @property
-    def turn_rewards(self) -> list[float]:
-        return [t.reward for t in self.turns]
-
-    @property
-    def replies(self) -> list[str]:
-        return [t.reply for t in self.turns]
-
-    @property
-    def actions(self) -> list[str | None]:
-        return [t.action for t in self.turns]
-
-    @property
-    def answered(self) -> list[Turn]:
-        """The turns an observation answered (all but one the environment failed on)."""
-        return [t for t in self.turns if t.observation is not None]
-
-    @property
-    def observations(self) -> list[str]:
-        return [t.observation for t in self.answered]
-
-    @property
-    def observation_roles(self) -> list[str]:
-        return [t.role for t in self.answered]
-
-    @property
-    def infos(self) -> list[dict[str, Any]]:
-        return [t.info for t in self.answered]
+    turn_spans = _per_turn("span", "Per turn: the (start, end) of its sampled reply in `completion_ids`.")
+    turn_rewards = _per_turn("reward", "Per turn: the environment's reward.")
+    replies = _per_turn("reply", "Per turn: the decoded reply.")
+    actions = _per_turn("action", "Per turn: the action read from the reply (None: unreadable).")
+    observations = _per_turn("observation", "Per answered turn: the observation that answered it.", answered=True)
+    observation_roles = _per_turn("role", "Per answered turn: the observation's chat role.", answered=True)
+    infos = _per_turn("info", "Per answered turn: the environment's info.", answered=True)
 
     @property
     def step_contexts(self) -> list[list[int]]:
