@@ -179,7 +179,8 @@ def rule_fields(cls):
     hints = _config_types()
     declared = [(f.name, hints[f.name], field(default=f.default, metadata=_config_metadata(f, f.metadata["help"])))
                 for f in own]
-    return _add_fields(cls, declared, {f.name: f.metadata["range"] for f in own if "range" in f.metadata})
+    return _add_fields(cls, declared, {f.name: EpisodeRules._RANGES[f.name] for f in own
+                                       if f.name in EpisodeRules._RANGES})
 
 
 def rule_overrides(cls):
@@ -190,8 +191,7 @@ def rule_overrides(cls):
     declared = [(f.name, hints[f.name] | None, field(default=None, metadata=_config_metadata(
         f, f"{f.metadata['help']} [as saved with the model, else {f.default!r}]")))
         for f in dataclasses.fields(EpisodeRules)]
-    return _add_fields(cls, declared, {f.name: f.metadata["range"] for f in dataclasses.fields(EpisodeRules)
-                                       if "range" in f.metadata})
+    return _add_fields(cls, declared, EpisodeRules._RANGES)
 
 
 def overrides(arguments) -> dict:
