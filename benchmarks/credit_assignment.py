@@ -173,7 +173,6 @@ def run(estimator: str, reward_mode: str, seed: int, *, max_steps: int, eval_eve
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from trl_multiturn.episode_settings import played_history
     from trl_multiturn.evaluation import evaluate
     from trl_multiturn.testing import build_tiny_model
 
@@ -199,8 +198,7 @@ def run(estimator: str, reward_mode: str, seed: int, *, max_steps: int, eval_eve
     success = [0.0]
 
     def greedy_success() -> float:
-        return evaluate(model, KeyDoorEnv, tasks, tokenizer, max_turns=max_turns, max_reply_tokens=1,
-                        system_prompt=SYSTEM_PROMPT, history=played_history(args)).success_rate
+        return evaluate(model, KeyDoorEnv, tasks, tokenizer, rules=args.episode_rules()).success_rate
 
     class StopAtTarget(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):

@@ -118,10 +118,13 @@ class Setting:
         return self.rl_episodes // self.episodes_per_step
 
     def episode_kwargs(self) -> dict:
-        """How every episode is played, in SFT (format), RL and evaluation alike."""
-        return dict(max_turns=self.max_turns, max_reply_tokens=self.max_reply_tokens,
-                    max_episode_tokens=self.max_episode_tokens, system_prompt=self.system_prompt,
-                    action_parser="first_line")
+        """How every episode is played, in SFT (format), RL and evaluation alike: `evaluate`'s rules. The
+        observation cap is off, as it was when the committed results were played."""
+        from trl_multiturn.rollout.rules import EpisodeRules
+
+        return dict(rules=EpisodeRules(max_turns=self.max_turns, max_completion_length=self.max_reply_tokens,
+                                       max_episode_tokens=self.max_episode_tokens, max_observation_tokens=None,
+                                       system_prompt=self.system_prompt, action_parser="first_line"))
 
 
 class Results:

@@ -118,10 +118,11 @@ def play(factory, rows, model_dir: str, turns: int, overlap: bool = False, one_a
     """(wall s, generation s, episodes) of one timed rollout after a warm-up on the same rows, as a training run's
     rollouts after its first: every episode slot's worker process is started (forked) and its environment built."""
     from trl_multiturn.rollout import EpisodeRunner
+    from trl_multiturn.rollout.rules import EpisodeRules
 
     tokenizer, generate, calls = timed_generator(model_dir)
-    runner = EpisodeRunner(factory, tokenizer, generate, max_turns=turns, max_reply_tokens=8,
-                           action_parser=parser or "first_line", overlap=overlap)
+    rules = EpisodeRules(max_turns=turns, max_completion_length=8, action_parser=parser or "first_line")
+    runner = EpisodeRunner(factory, tokenizer, generate, rules, overlap=overlap)
     try:
         runner(rows)
         calls.clear()
@@ -141,9 +142,10 @@ def delay_rows(args, model_dir):
     factory, rows = functools.partial(DelayEnv, args.delay), [{}] * args.episodes
     bound_steps = args.turns * args.delay
     out = []
-    serial_wall, serial_gen, _ = play(factory, rows, model_dir, args.turns, one_at_a_time=True, parser=wait_action)
+    serial_wall, serial_gen, _ = play(factory, rows, model_dir, args.turns, one_at_a_time=True,
+                                      parser=f"{__name__}:wait_action")
     for overlap in (False, True):
-        wall, gen, _ = play(factory, rows, model_dir, args.turns, overlap=overlap, parser=wait_action)
+        wall, gen, _ = play(factory, rows, model_dir, args.turns, overlap=overlap, parser=f"{__name__}:wait_action")
         name = "(a) delay env, defaults" + (" + rollout_overlap" if overlap else "")
         out.append((name, wall, f"generation {gen:.2f} s; bound {gen + bound_steps:.2f} s",
                     f"wall / bound {wall / (gen + bound_steps):.2f}; {serial_wall / wall:.1f}x faster than (b)"))
@@ -179,6 +181,7 @@ def environment_rows(args, model_dir, tmp):
 def heavy_tail_rows(args, model_dir):
     """Rows (f)."""
     from trl_multiturn.rollout import EpisodeRunner
+    from trl_multiturn.rollout.rules import EpisodeRules
 
     tokenizer, timed, calls = timed_generator(model_dir)
 
@@ -190,8 +193,9 @@ def heavy_tail_rows(args, model_dir):
         rows = [{"episode": k, "seed": args.seed, "median": args.tail_median} for k in range(n)]
         walls = {}
         for schedule in ("turn", "episode"):
-            runner = EpisodeRunner(HeavyTailEnv, tokenizer, timed, max_turns=args.turns, max_reply_tokens=8,
-                                   action_parser=wait_action, schedule=schedule)
+            rules = EpisodeRules(max_turns=args.turns, max_completion_length=8,
+                                 action_parser=f"{__name__}:wait_action")
+            runner = EpisodeRunner(HeavyTailEnv, tokenizer, timed, rules, schedule=schedule)
             try:
                 runner([{**row, "median": 0.0} for row in rows])  # warm-up: workers forked, environments built
                 calls.clear()

@@ -58,6 +58,7 @@ def main() -> None:
     from trl_multiturn.envs.textworld.tasks import textworld_tasks
     from trl_multiturn.evaluation import evaluate
     from trl_multiturn.models import OFFLINE_DEFAULT_MODEL, resolve_model
+    from trl_multiturn.rollout.rules import EpisodeRules
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
     if args.threads:
@@ -65,8 +66,9 @@ def main() -> None:
     model_path = resolve_model(args.model or OFFLINE_DEFAULT_MODEL)
     spec = CustomGameSpec(args.world_size, args.nb_objects, args.quest_length)
     env = functools.partial(TextWorldEnv, games_dir=args.games_dir)
-    eval_kwargs = dict(max_turns=args.max_turns, max_reply_tokens=args.max_reply_tokens,
-                       system_prompt=SYSTEM_PROMPT, action_parser="first_line")
+    eval_kwargs = dict(rules=EpisodeRules(max_turns=args.max_turns, max_completion_length=args.max_reply_tokens,
+                                          max_observation_tokens=None, system_prompt=SYSTEM_PROMPT,
+                                          action_parser="first_line"))
 
     clock = time.perf_counter()
     shape = (args.world_size, args.nb_objects, args.quest_length)

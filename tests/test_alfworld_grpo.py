@@ -21,6 +21,7 @@ from trl_multiturn.model_setup import ModelSetup
 from trl_multiturn.models import OFFLINE_DEFAULT_MODEL
 from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.generation import hf_generate_fn
+from trl_multiturn.rollout.rules import EpisodeRules
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "alfworld"
 
@@ -41,8 +42,8 @@ def scripted(actions):
 
 def play(model_path, row, actions):
     model, tokenizer = AutoModelForCausalLM.from_pretrained(model_path), AutoTokenizer.from_pretrained(model_path)
-    runner = EpisodeRunner(ALFWorldEnv, tokenizer, hf_generate_fn(model, tokenizer),
-                           max_turns=len(actions), max_reply_tokens=6, action_parser=scripted(actions))
+    rules = EpisodeRules(max_turns=len(actions), max_completion_length=6, action_parser=scripted(actions))
+    runner = EpisodeRunner(ALFWorldEnv, tokenizer, hf_generate_fn(model, tokenizer), rules)
     [episode] = runner([row])
     runner.close()
     assert_token_exact(model, episode)

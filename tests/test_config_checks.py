@@ -16,6 +16,7 @@ from trl_multiturn import (
     MultiTurnPPOConfig,
     MultiTurnRLOOConfig,
 )
+from trl_multiturn.rollout.rules import EpisodeRules
 from trl_multiturn.testing import FaultyEnv
 
 
@@ -29,8 +30,8 @@ from trl_multiturn.testing import FaultyEnv
     ({"env_max_memory_mb": -1}, r"env_max_memory_mb=-1"),
     ({"env_mode": "thread", "env_max_memory_mb": 512}, r"env_max_memory_mb needs worker processes"),
     ({"max_episode_tokens": 0}, r"max_episode_tokens=0: give a positive number"),
-    ({"max_completion_length": 0}, r"max_completion_length=0: it caps each reply"),
-    ({"max_completion_length": None}, r"max_completion_length=None: it caps each reply"),
+    ({"max_completion_length": 0}, r"max_completion_length=0: give a positive number of tokens for one reply"),
+    ({"max_completion_length": None}, r"max_completion_length=None: give a positive number of tokens for one reply"),
     ({"action_parser": "no_such_package.parsers:act"}, r"action_parser='no_such_package.parsers:act' cannot be "
                                                        r"loaded \(ModuleNotFoundError"),
     ({"action_parser": "trl_multiturn.rollout.parsing:no_such_parser"}, r"cannot be loaded \(AttributeError"),
@@ -94,8 +95,8 @@ def test_a_warning_when_most_episodes_fail_before_their_first_reply(tiny_chatml_
     def end_of_turn(contexts, max_new_tokens):
         return [[tokenizer.eos_token_id] for _ in contexts], None
 
-    runner = EpisodeRunner(FaultyEnv, tokenizer, end_of_turn, max_turns=2, max_reply_tokens=4,
-                           max_episode_tokens=100, env_mode="inline")
+    rules = EpisodeRules(max_turns=2, max_completion_length=4, max_episode_tokens=100)
+    runner = EpisodeRunner(FaultyEnv, tokenizer, end_of_turn, rules, env_mode="inline")
     with caplog.at_level(logging.WARNING, logger="trl_multiturn.rollout.runner"):
         episodes = runner([{"fault": "huge_observation"}] * 3 + [{}])
     assert [ep.failed for ep in episodes] == [True, True, True, False]

@@ -33,6 +33,7 @@ from trl_multiturn.envs.swegym.env import SWEGymConfig
 from trl_multiturn.envs.swegym.sandbox.base import SandboxConfig
 from trl_multiturn.envs.textworld.env import TextWorldConfig
 from trl_multiturn.model_setup import ModelSetup
+from trl_multiturn.rollout.rules import EpisodeRules
 from trl_multiturn.trainers.grpo import MultiTurnGRPOConfig
 from trl_multiturn.trainers.multiturn import MultiTurnArguments
 from trl_multiturn.trainers.ppo import MultiTurnPPOConfig
@@ -42,7 +43,7 @@ from trl_multiturn.trainers.sft import MultiTurnSFTConfig
 TRAINER_CONFIGS = (MultiTurnGRPOConfig, MultiTurnRLOOConfig, MultiTurnPPOConfig, MultiTurnSFTConfig)
 CONFIG_CLASSES = (*TRAINER_CONFIGS, MultiTurnArguments, ModelSetup, ModelArguments, StartComparisonArguments,
                   TextWorldScriptArguments, EnvArguments, EvalArguments, TextWorldConfig, ALFWorldConfig,
-                  ALFWorldGenConfig, SandboxConfig, SWEGymConfig, StudyData, StudyEval, OpenEnvConfig)
+                  ALFWorldGenConfig, SandboxConfig, SWEGymConfig, StudyData, StudyEval, OpenEnvConfig, EpisodeRules)
 
 # Fields that take any value of any type, each with the reason (none today).
 FREE_FORM: dict[tuple[str, str], str] = {}

@@ -39,11 +39,12 @@ def test_histories_name_the_stepwise_arms_and_are_refused_with_trajectories(benc
 @pytest.mark.parametrize("history", [None, "window:2"])
 def test_greedy_evaluation_plays_the_history_the_run_trains_with(benchmark, monkeypatch, tmp_path, history):
     """The evaluation is replaced by a recorder reporting success 1.0, so the run stops before training: what is
-    checked is the config the trainer was built with, as `played_history` reads it, reaching `evaluate`."""
+    checked is the config the trainer was built with, as its rules of play read it, reaching `evaluate`."""
     played = []
 
     def recorder(*args, **kwargs):
-        played.append(kwargs["history"])
+        rules = kwargs["rules"]
+        played.append(rules.history if rules.episode_format == "stepwise" else None)
         return SimpleNamespace(success_rate=1.0)
 
     monkeypatch.setattr(trl_multiturn.evaluation, "evaluate", recorder)

@@ -11,13 +11,14 @@ from toy_envs import CountingEnv
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnSFTConfig, MultiTurnSFTTrainer
 from trl_multiturn.episode_data import EPISODES_DIR, load_episodes
 from trl_multiturn.evaluation import evaluate
+from trl_multiturn.rollout.rules import EpisodeRules
 
 TASKS = [{"target": 1}, {"target": 2}, {"target": 3}, {"target": 1}]
 
 
 def test_an_evaluations_episodes_become_rows_that_say_how_each_went(tiny_chatml_model):
-    result = evaluate(tiny_chatml_model, CountingEnv, TASKS, max_turns=3, max_reply_tokens=6,
-                      action_parser="whole_reply", progress=False)
+    result = evaluate(tiny_chatml_model, CountingEnv, TASKS, progress=False,
+                      rules=EpisodeRules(max_turns=3, max_completion_length=6, action_parser="whole_reply"))
     data = result.to_dataset()
     assert len(data) == len(TASKS) == len(result.episodes)
     for row, ep in zip(data, result.episodes):
@@ -34,8 +35,8 @@ def test_an_evaluations_episodes_become_rows_that_say_how_each_went(tiny_chatml_
 
 
 def test_rejection_sampling_sft_trains_on_the_won_episodes(tiny_chatml_model, tmp_path):
-    result = evaluate(tiny_chatml_model, CountingEnv, TASKS, max_turns=3, max_reply_tokens=6,
-                      action_parser="whole_reply", progress=False)
+    result = evaluate(tiny_chatml_model, CountingEnv, TASKS, progress=False,
+                      rules=EpisodeRules(max_turns=3, max_completion_length=6, action_parser="whole_reply"))
     won = result.to_dataset().filter(lambda row: row["won"])
     assert 0 < len(won) <= len(TASKS)
     args = MultiTurnSFTConfig(output_dir=str(tmp_path / "sft"), max_steps=1, per_device_train_batch_size=2,

@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_multiturn import StepResult
 from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.generation import CachedGenerator, hf_generate_fn
+from trl_multiturn.rollout.rules import EpisodeRules
 
 ROWS = [{"target": 3}, {"target": 1}, {"target": 5}, {"target": 2}, {"target": 4}]
 
@@ -75,8 +76,8 @@ def play(path, rows, schedule, generator="per_context", env=CountingEnv, on_call
             on_call(len(calls), [tokenizer.decode(c) for c in contexts])
         return generate(contexts, max_new_tokens)
 
-    runner = EpisodeRunner(env, tokenizer, counted, max_turns=5, max_reply_tokens=6,
-                           action_parser=lambda reply: "go", schedule=schedule, **kwargs)
+    rules = EpisodeRules(max_turns=5, max_completion_length=6, action_parser=lambda reply: "go")
+    runner = EpisodeRunner(env, tokenizer, counted, rules, schedule=schedule, **kwargs)
     try:
         return model, tokenizer, runner(rows), calls
     finally:
@@ -140,10 +141,9 @@ def test_a_fault_mid_episode_fails_only_its_episode(tiny_chatml_model, fault, mo
 def test_a_schedule_that_does_not_exist_or_overlap_with_episode_scheduling_is_refused(tiny_chatml_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
     with pytest.raises(ValueError, match=r"rollout_schedule='lockstep': choose one of \('turn', 'episode'\)"):
-        EpisodeRunner(CountingEnv, tokenizer, None, max_turns=2, max_reply_tokens=4, schedule="lockstep")
+        EpisodeRunner(CountingEnv, tokenizer, None, EpisodeRules(max_turns=2), schedule="lockstep")
     with pytest.raises(ValueError, match="rollout_overlap=True: choose one"):
-        EpisodeRunner(CountingEnv, tokenizer, None, max_turns=2, max_reply_tokens=4, schedule="episode",
-                      overlap=True)
+        EpisodeRunner(CountingEnv, tokenizer, None, EpisodeRules(max_turns=2), schedule="episode", overlap=True)
 
 
 def test_the_config_refuses_an_unknown_schedule_and_episode_scheduling_with_overlap(tmp_path):

@@ -12,6 +12,7 @@ from toy_envs import CountingEnv
 from trl_multiturn.commands.cli import main
 from trl_multiturn.commands.episodes import episodes_page, outcome, reward_colour
 from trl_multiturn.evaluation import evaluate, load_eval_results
+from trl_multiturn.rollout.rules import EpisodeRules
 
 TASKS = [{"target": 1}, {"target": 3}, {"target": 0}]  # won in one turn; lost after 2 of 3; target 0 fails at reset
 
@@ -21,8 +22,8 @@ def run_dir(tiny_chatml_model, tmp_path_factory):
     from datasets import Dataset
 
     folder = tmp_path_factory.mktemp("evaluated")
-    result = evaluate(tiny_chatml_model, CountingEnv, Dataset.from_list(TASKS), max_turns=2, max_reply_tokens=4,
-                      action_parser="whole_reply", progress=False)
+    result = evaluate(tiny_chatml_model, CountingEnv, Dataset.from_list(TASKS), progress=False,
+                      rules=EpisodeRules(max_turns=2, max_completion_length=4, action_parser="whole_reply"))
     result.save(folder, split="test")
     return folder
 

@@ -8,13 +8,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.generation import CachedGenerator, hf_generate_fn
+from trl_multiturn.rollout.rules import EpisodeRules
 
 
 def play(path, generate_factory, rows):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float64)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    runner = EpisodeRunner(CountingEnv, tokenizer, generate_factory(model, tokenizer), max_turns=4,
-                           max_reply_tokens=6, action_parser=lambda reply: "go")
+    runner = EpisodeRunner(CountingEnv, tokenizer, generate_factory(model, tokenizer),
+                           EpisodeRules(max_turns=4, max_completion_length=6, action_parser=lambda reply: "go"))
     return model, tokenizer, runner(rows)
 
 

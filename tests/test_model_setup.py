@@ -17,6 +17,7 @@ from trl_multiturn.commands.cli import main, trainer_parser
 from trl_multiturn.evaluation import evaluate
 from trl_multiturn.model_setup import model_setup_kwargs
 from trl_multiturn.rollout.chat_tokens import ChatTemplateError
+from trl_multiturn.rollout.rules import EpisodeRules
 from trl_multiturn.testing import build_tiny_model
 
 QWEN3_TRAINING = Path(trl.__file__).parent / "chat_templates" / "qwen3_training.jinja"
@@ -92,8 +93,8 @@ def test_with_the_setting_it_trains_token_exactly(tiny_qwen3_model, tmp_path, ca
         assert "switched to TRL's training version" in caplog.text
     trainer.train()
     assert trainer.state.global_step == 1
-    result = evaluate(trainer.model, CountingEnv, TASKS, trainer.processing_class, max_turns=2, max_reply_tokens=6,
-                      action_parser="whole_reply", progress=False)
+    result = evaluate(trainer.model, CountingEnv, TASKS, trainer.processing_class, progress=False,
+                      rules=EpisodeRules(max_turns=2, max_completion_length=6, action_parser="whole_reply"))
     for episode in result.episodes:
         assert_token_exact(trainer.model, episode)
         assert_env_mask_exact(trainer.processing_class, episode)

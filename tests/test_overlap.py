@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_multiturn import StepResult
 from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.generation import CachedGenerator, hf_generate_fn
+from trl_multiturn.rollout.rules import EpisodeRules
 
 ROWS = [{"target": 3}, {"target": 1}, {"target": 5}, {"target": 2}, {"target": 4}]
 
@@ -63,7 +64,8 @@ class GatedCountingEnv(CountingEnv):
 _LOADING = threading.Lock()
 
 
-def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live=None, gate=None, **kwargs):
+def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live=None, gate=None,
+         max_episode_tokens=None, **kwargs):
     """Episodes and the (start, end, number of contexts) of each generate call; with `gate` (a file), the number of
     calls started so far is written there as each call starts."""
     with _LOADING:
@@ -81,8 +83,9 @@ def play(path, rows, overlap, generator="per_context", env=CountingEnv, any_live
         calls.append((start, time.time(), len(contexts)))
         return out
 
-    runner = EpisodeRunner(env, tokenizer, timed, max_turns=4, max_reply_tokens=6,
-                           action_parser=lambda reply: "go", overlap=overlap, any_live=any_live, **kwargs)
+    rules = EpisodeRules(max_turns=4, max_completion_length=6, max_episode_tokens=max_episode_tokens,
+                         action_parser=lambda reply: "go")
+    runner = EpisodeRunner(env, tokenizer, timed, rules, overlap=overlap, any_live=any_live, **kwargs)
     try:
         return model, tokenizer, runner(rows), calls
     finally:

@@ -9,6 +9,7 @@ from trl_multiturn.commands.train import evaluation_options
 from trl_multiturn.envs.alfworld.generator import generate_games
 from trl_multiturn.envs.textworld.tasks import textworld_tasks
 from trl_multiturn.evaluation import evaluate
+from trl_multiturn.rollout.rules import EpisodeRules
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 
@@ -31,8 +32,9 @@ def test_alfworld_game_generation_shows_progress(tmp_path, capsys):
 
 def test_evaluate_shows_progress_unless_turned_off(tiny_chatml_model, capsys):
     tasks = [{"target": 1}] * 3
-    options = dict(max_turns=1, max_reply_tokens=2, action_parser="trl_multiturn.rollout.parsing:whole_reply",
-                   env_mode="inline", batch_size=2)
+    rules = EpisodeRules(max_turns=1, max_completion_length=2,
+                         action_parser="trl_multiturn.rollout.parsing:whole_reply")
+    options = dict(rules=rules, env_mode="inline", batch_size=2)
     evaluate(tiny_chatml_model, CountingEnv, tasks, **options)
     err = capsys.readouterr().err
     assert "evaluate: 100%" in err and "3/3" in err

@@ -20,6 +20,7 @@ from test_env_pool import play_one_step
 
 from trl_multiturn.rollout import EnvFailure, EnvPool, EpisodeRunner
 from trl_multiturn.rollout.ray_pool import RayPlacement
+from trl_multiturn.rollout.rules import EpisodeRules
 from trl_multiturn.testing import FaultyEnv
 
 ray = pytest.importorskip("ray")
@@ -121,8 +122,8 @@ def test_greedy_rollouts_equal_the_process_pools(cluster, tiny_chatml_model):
     rows = [{"target": 1}, {"target": 3}, {"target": 2}, {"fault": "raise", "fault_turn": 2}]
     played = {}
     for mode, schedule in (("process", "turn"), ("ray", "turn"), ("ray", "episode")):
-        runner = EpisodeRunner(FaultyEnv, tokenizer, hf_generate_fn(model, tokenizer), max_turns=3,
-                               max_reply_tokens=5, action_parser=lambda reply: "go", env_mode=mode,
+        rules = EpisodeRules(max_turns=3, max_completion_length=5, action_parser=lambda reply: "go")
+        runner = EpisodeRunner(FaultyEnv, tokenizer, hf_generate_fn(model, tokenizer), rules, env_mode=mode,
                                env_timeout=TIMEOUT, env_ray=SPREAD if mode == "ray" else None, schedule=schedule)
         try:
             played[mode, schedule] = runner(rows)

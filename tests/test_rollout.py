@@ -9,6 +9,7 @@ from trl_multiturn.credit import shape_turn_rewards
 from trl_multiturn.rollout import ChatTemplateError, ChatTokenBuilder, EpisodeRunner
 from trl_multiturn.rollout.generation import hf_generate_fn
 from trl_multiturn.rollout.parsing import first_line, get_action_parser, think_then_act
+from trl_multiturn.rollout.rules import RULES, EpisodeRules
 
 
 def load(path):
@@ -21,10 +22,11 @@ def always_reply(text: str):
 
 
 def make_runner(path, env_factory=CountingEnv, **kwargs):
+    """A runner of `EpisodeRules` with these defaults and the keywords that name rules; the other keywords say how
+    it executes."""
     model, tokenizer = load(path)
-    kwargs.setdefault("action_parser", always_reply("go"))
-    kwargs.setdefault("max_turns", 4)
-    kwargs.setdefault("max_reply_tokens", 6)
+    rules = {"action_parser": always_reply("go"), "max_turns": 4, "max_completion_length": 6}
+    rules.update({name: kwargs.pop(name) for name in RULES if name in kwargs})
     calls = []
     generate = hf_generate_fn(model, tokenizer)
 
@@ -32,7 +34,7 @@ def make_runner(path, env_factory=CountingEnv, **kwargs):
         calls.append(len(contexts))
         return generate(contexts, max_new_tokens)
 
-    runner = EpisodeRunner(env_factory, tokenizer, counted, **kwargs)
+    runner = EpisodeRunner(env_factory, tokenizer, counted, EpisodeRules(**rules), **kwargs)
     return runner, model, tokenizer, calls
 
 
@@ -68,8 +70,8 @@ def test_scripted_episode_equals_the_templates_own_rendering(tiny_model):
         action = next(replies)
         return [builder.assistant_content_ids(action) for _ in contexts], None
 
-    runner = EpisodeRunner(CountingEnv, tokenizer, scripted, max_turns=5, max_reply_tokens=50,
-                           system_prompt="You play a text game.")
+    runner = EpisodeRunner(CountingEnv, tokenizer, scripted, EpisodeRules(
+        max_turns=5, max_completion_length=50, system_prompt="You play a text game."))
     ep = runner([{"target": 3}])[0]
     messages = list(ep.prompt_messages)
     assert messages[0] == {"role": "system", "content": "You play a text game."}
@@ -113,7 +115,7 @@ def test_episode_token_budget_is_never_exceeded(tiny_chatml_model):
 
 
 def test_a_reply_cut_at_the_cap_is_closed_by_an_unsampled_end_token(tiny_chatml_model):
-    runner, _, tokenizer, _ = make_runner(tiny_chatml_model, max_reply_tokens=3)
+    runner, _, tokenizer, _ = make_runner(tiny_chatml_model, max_completion_length=3)
     cut = 0
     for ep in runner([{"target": 4}] * 3):
         for _, end in ep.turn_spans[:-1]:

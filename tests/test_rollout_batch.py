@@ -9,6 +9,7 @@ from toy_envs import CountingEnv
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRLOOConfig, MultiTurnRLOOTrainer
 from trl_multiturn.rollout import Episode, RolloutBatch
+from trl_multiturn.rollout.episode import Status
 
 
 def _episode(**fields) -> Episode:
@@ -17,15 +18,17 @@ def _episode(**fields) -> Episode:
 
 
 def test_token_lists_give_failed_and_empty_episodes_one_masked_token():
-    batch = RolloutBatch([_episode(), _episode(failed=True), Episode(task={}, prompt_ids=[5], prompt_messages=[])],
-                         [[1.0], [0.0], []], torch.ones(1), num_generations=3)
+    empty = Episode(task={}, prompt_ids=[5], prompt_messages=[])
+    batch = RolloutBatch([_episode(), _episode(status=Status.FAILED), empty], [[1.0], [0.0], []], torch.ones(1),
+                         num_generations=3)
     lists = batch.token_lists(pad_id=0, eos_id=2)
     assert lists[0] == ([5, 6], [7, 8, 9], [1, 0, 1], [-0.1, 0.0, -0.2])
     assert [lst[:3] for lst in lists[1:]] == [([0], [2], [0])] * 2
 
 
 def test_trained_mask_drops_truncated_episodes_only_when_asked():
-    batch = RolloutBatch([_episode(), _episode(truncated=True)], [[1.0], [1.0]], torch.ones(1), num_generations=2)
+    batch = RolloutBatch([_episode(), _episode(status=Status.TRUNCATED)], [[1.0], [1.0]], torch.ones(1),
+                         num_generations=2)
     masks = [[1, 0, 1], [1, 0, 1]]
     assert batch.trained_mask(masks, mask_truncated=False) == masks
     assert batch.trained_mask(masks, mask_truncated=True) == [[1, 0, 1], [0, 0, 0]]

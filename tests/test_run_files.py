@@ -1,6 +1,7 @@
 """What a run leaves beside its model: episode settings read back by evaluation, eval_results.json, trl-multiturn's
 model card (and the folder push_to_hub would upload), learning curves drawn from the trainer's logs."""
 
+import dataclasses
 import functools
 import json
 import shutil
@@ -12,7 +13,9 @@ from transformers import TrainerCallback
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs import TextWorldEnv
+from trl_multiturn.episode_settings import saved_rules
 from trl_multiturn.evaluation import evaluate
+from trl_multiturn.rollout.rules import EpisodeRules
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 
@@ -42,8 +45,10 @@ def trained_run(tiny_chatml_model, textworld_train_tasks, textworld_games_dir, t
                                    train_dataset=textworld_train_tasks, callbacks=[recorder])
     trainer.train()
     trainer.save_model(str(out))
-    result = evaluate(trainer.model, factory, textworld_train_tasks, trainer.processing_class, max_turns=2,
-                      max_reply_tokens=6, system_prompt=SYSTEM_PROMPT, action_parser="whole_reply", progress=False)
+    rules = EpisodeRules(max_turns=2, max_completion_length=6, system_prompt=SYSTEM_PROMPT,
+                         action_parser="whole_reply")
+    result = evaluate(trainer.model, factory, textworld_train_tasks, trainer.processing_class, rules=rules,
+                      progress=False)
     trainer.record_evaluation(result, split="train")
     return {"trainer": trainer, "out": out, "result": result, "recorder": recorder, "base": tiny_chatml_model}
 
@@ -71,7 +76,7 @@ def test_checkpoints_carry_episode_settings(tiny_chatml_model, textworld_train_t
     assert "trained with multi-turn GRPO" in card and "fine-tuned version of [None]" not in card
 
 
-def test_evaluate_reads_the_saved_settings_and_explicit_arguments_win(trained_run, textworld_train_tasks):
+def test_evaluate_reads_the_saved_rules_and_explicit_rules_win(trained_run, textworld_train_tasks):
     out = str(trained_run["out"])
     result = evaluate(out, None, textworld_train_tasks, progress=False)  # the environment comes from the file too
     played = result.settings
@@ -80,8 +85,8 @@ def test_evaluate_reads_the_saved_settings_and_explicit_arguments_win(trained_ru
     assert all(ep.prompt_messages[0] == {"role": "system", "content": SYSTEM_PROMPT} for ep in result.episodes)
     assert all(ep.num_turns <= 2 for ep in result.episodes)
     assert all(len(ep.completion_ids) > 0 for ep in result.episodes)
-    override = evaluate(out, None, textworld_train_tasks.select([0]), max_turns=1, system_prompt="other",
-                        progress=False)
+    rules = dataclasses.replace(saved_rules(out), max_turns=1, system_prompt="other")
+    override = evaluate(out, None, textworld_train_tasks.select([0]), rules=rules, progress=False)
     assert override.settings["max_turns"] == 1 and override.episodes[0].num_turns == 1
     assert override.episodes[0].prompt_messages[0]["content"] == "other"
 

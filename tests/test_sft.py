@@ -14,6 +14,7 @@ from trl_multiturn import EpisodeRunner, MultiTurnSFTConfig, MultiTurnSFTTrainer
 from trl_multiturn.envs import TextWorldEnv
 from trl_multiturn.expert import ExpertTrajectoryError, conversation_token_ids, expert_trajectories, split_conversation
 from trl_multiturn.rollout import ChatTokenBuilder
+from trl_multiturn.rollout.rules import EpisodeRules
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 
@@ -120,8 +121,8 @@ def test_sft_ids_equal_the_runners_ids_for_the_replayed_expert(tiny_model, env_f
             calls.append(contexts)
             return [replies[len(calls) - 1]], None
 
-        runner = EpisodeRunner(env_factory, tokenizer, generate, max_turns=len(actions) + 2,
-                               max_reply_tokens=64, system_prompt=system_prompt)
+        runner = EpisodeRunner(env_factory, tokenizer, generate, EpisodeRules(
+            max_turns=len(actions) + 2, max_completion_length=64, system_prompt=system_prompt))
         try:
             (episode,) = runner([task])
         finally:

@@ -60,7 +60,10 @@ def test_paired_test_counts_disagreements_on_shared_tasks_only():
 def test_eval_result_won_by_task_pairs_episodes_by_task_and_skip_failed_ones():
     def episode(seed, won, failed=False):
         ep = Episode(task={"seed": seed, "game": "g"}, prompt_ids=[], prompt_messages=[])
-        ep.won, ep.failed = won, failed
+        if failed:
+            ep.fail("the engine crashed")
+        else:
+            ep.end(won)
         return ep
 
     result = EvalResult(1, 2, 0.0, 1.0, 1.0, 1, [episode(1, True), episode(2, False), episode(3, True, failed=True)])

@@ -9,17 +9,20 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_multiturn.rollout import ChatTokenBuilder, EpisodeRunner
 from trl_multiturn.rollout.generation import CachedGenerator, hf_generate_fn
 from trl_multiturn.rollout.history import full, get_history, window
+from trl_multiturn.rollout.rules import EpisodeRules
 
 
 def load(path):
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
-def play(model, tokenizer, history, generate=None, rows=({"target": 4}, {"target": 2}), **kwargs):
-    kwargs.setdefault("max_turns", 5)
-    kwargs.setdefault("max_reply_tokens", 6)
+def play(model, tokenizer, history, generate=None, rows=({"target": 4}, {"target": 2}), **rules):
+    """Play `rows` step-wise with the `history` policy (None: the trajectory format) under these rules."""
+    rules = {"max_turns": 5, "max_completion_length": 6, "action_parser": lambda reply: "go", **rules}
+    if history is not None:
+        rules.update(episode_format="stepwise", history=history)
     runner = EpisodeRunner(CountingEnv, tokenizer, generate or hf_generate_fn(model, tokenizer),
-                           action_parser=lambda reply: "go", history=history, **kwargs)
+                           EpisodeRules(**rules))
     try:
         return runner([dict(r) for r in rows])
     finally:
@@ -74,8 +77,8 @@ def test_full_history_contexts_are_the_trajectory_formats_tokens(tiny_model):
     def scripted(contexts, max_new_tokens):
         return [builder.assistant_content_ids("go north") for _ in contexts], None
 
-    trajectory = play(model, tokenizer, None, generate=scripted, rows=[{"target": 3}], max_reply_tokens=50)[0]
-    stepwise = play(model, tokenizer, full, generate=scripted, rows=[{"target": 3}], max_reply_tokens=50)[0]
+    trajectory = play(model, tokenizer, None, generate=scripted, rows=[{"target": 3}], max_completion_length=50)[0]
+    stepwise = play(model, tokenizer, full, generate=scripted, rows=[{"target": 3}], max_completion_length=50)[0]
     assert stepwise.completion_ids == [t for t, m in zip(trajectory.completion_ids, trajectory.env_mask) if m]
     for k, (start, _) in enumerate(trajectory.turn_spans):
         assert stepwise.step_contexts[k] == trajectory.prompt_ids + trajectory.completion_ids[:start]
@@ -102,7 +105,7 @@ def test_a_template_that_strips_earlier_reasoning_is_used_as_at_inference(tiny_c
         return [tokenizer.encode(next(reasoning), add_special_tokens=False) + [tokenizer.eos_token_id]
                 for _ in contexts], None
 
-    ep = play(model, tokenizer, full, generate=thinking, rows=[{"target": 3}], max_reply_tokens=50)[0]
+    ep = play(model, tokenizer, full, generate=thinking, rows=[{"target": 3}], max_completion_length=50)[0]
     assert ep.num_turns == 3
     for k in range(1, 3):
         text = tokenizer.decode(ep.step_contexts[k])

@@ -2,6 +2,7 @@
 the configured estimator (turn-level GRPO/RLOO, GiGPO's anchor-state groups, REINFORCE++'s batch normalisation), a
 non-zero gradient, and the configs that cannot work refused when they are built."""
 
+import dataclasses
 import logging
 import random
 import statistics
@@ -25,6 +26,7 @@ from trl_multiturn.episode_settings import episode_settings
 from trl_multiturn.evaluation import evaluate
 from trl_multiturn.rollout.batch import fit_steps
 from trl_multiturn.rollout.history import window
+from trl_multiturn.rollout.rules import EpisodeRules
 from trl_multiturn.trainers.step import turn_kl_penalties
 
 
@@ -154,19 +156,23 @@ def test_held_out_evaluation_plays_the_history_the_model_was_trained_with(tiny_c
     args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, episode_format="stepwise", history=policy, max_turns=4)
     trajectory = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, max_turns=4)
     # what a training script passes to evaluate, and what every checkpoint saves for `trl-multiturn eval`
-    assert evaluation_options(args)["history"] == episode_settings(args)["history"] == policy
-    assert evaluation_options(trajectory)["history"] is None and episode_settings(trajectory)["history"] is None
+    rules = evaluation_options(args)["rules"]
+    assert rules == EpisodeRules.from_dict(episode_settings(args)) and (rules.episode_format, rules.history) == (
+        "stepwise", policy)
+    assert evaluation_options(trajectory)["rules"].history_policy() is None
     model, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_chatml_model), AutoTokenizer.from_pretrained(
         tiny_chatml_model)
     rows = [{"target": 3}]
-    for how in ({**evaluation_options(args), "progress": False}, {"episode_settings": episode_settings(args)}):
+    go = f"{__name__}:always_go"
+    for how in ({"rules": dataclasses.replace(rules, action_parser=go)},
+                {"episode_settings": {**episode_settings(args), "action_parser": go}}):
         WINDOWS_RENDERED.clear()
-        result = evaluate(model, CountingEnv, rows, tokenizer, **{**how, "action_parser": f"{__name__}:always_go"})
+        result = evaluate(model, CountingEnv, rows, tokenizer, progress=False, **how)
         assert result.success_rate == 1.0 and WINDOWS_RENDERED == [1, 2]  # turns 1 and 2 of 3, through the policy
         assert len(result.episodes[0].step_contexts) == 3
     WINDOWS_RENDERED.clear()
-    result = evaluate(model, CountingEnv, rows, tokenizer, **{**evaluation_options(trajectory), "progress": False,
-                                                                "action_parser": f"{__name__}:always_go"})
+    result = evaluate(model, CountingEnv, rows, tokenizer, progress=False,
+                      rules=dataclasses.replace(evaluation_options(trajectory)["rules"], action_parser=go))
     assert WINDOWS_RENDERED == [] and result.episodes[0].step_contexts == [] and result.success_rate == 1.0
 
 
@@ -187,8 +193,8 @@ def test_fit_steps_draws_a_subset_in_order_or_pads_to_the_budget():
 
 @pytest.mark.parametrize("config_cls, overrides, message", [
     (MultiTurnGRPOConfig, {"episode_format": "steps"}, "episode_format"),
-    (MultiTurnGRPOConfig, {"history": "window:2"}, "only apply to episode_format='stepwise'"),
-    (MultiTurnGRPOConfig, {"steps_per_batch": 8}, "only apply to episode_format='stepwise'"),
+    (MultiTurnGRPOConfig, {"history": "window:2"}, "only applies to episode_format='stepwise'"),
+    (MultiTurnGRPOConfig, {"steps_per_batch": 8}, "only applies to episode_format='stepwise'"),
     (MultiTurnGRPOConfig, {"episode_format": "stepwise", "history": "window:0"}, "history='window:0'"),
     (MultiTurnGRPOConfig, {"episode_format": "stepwise", "steps_per_batch": 0}, "steps_per_batch"),
     (MultiTurnGRPOConfig, {"episode_format": "stepwise", "steps_per_batch": 3, "steps_per_generation": 2},

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 from trl_multiturn import EpisodeRunner, MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.envs.tools import ToolEnvironment, tool_chat_template_kwargs, tool_environment
 from trl_multiturn.rollout import get_action_parser
+from trl_multiturn.rollout.rules import EpisodeRules
 from trl_multiturn.rollout.runner import UNREADABLE_REPLY
 
 
@@ -49,10 +50,10 @@ def scripted(tokenizer, replies):
 
 
 def play(tokenizer, replies, **kwargs):
-    runner = EpisodeRunner(
-        tool_environment(CounterTools, success_reward=1.0), tokenizer, scripted(tokenizer, replies), max_turns=4,
-        max_reply_tokens=200, action_parser="tool_calls", env_mode="inline",
-        chat_template_kwargs=tool_chat_template_kwargs(CounterTools), **kwargs)
+    rules = EpisodeRules(max_turns=4, max_completion_length=200, action_parser="tool_calls",
+                         chat_template_kwargs=tool_chat_template_kwargs(CounterTools), **kwargs)
+    runner = EpisodeRunner(tool_environment(CounterTools, success_reward=1.0), tokenizer,
+                           scripted(tokenizer, replies), rules, env_mode="inline")
     try:
         [episode] = runner([{"prompt": [{"role": "user", "content": "Reach the target."}], "target": 3}])
     finally:
@@ -143,5 +144,5 @@ def test_a_template_that_cannot_render_tool_messages_is_refused_naming_the_fix(t
     tokenizer.chat_template = template
     with pytest.raises(ChatTemplateError, match=f"cannot render 'tool' messages \\({why}.*chat_template_path.*"
                                                 "observation_role = \"user\""):
-        EpisodeRunner(tool_environment(CounterTools), tokenizer, lambda contexts, n: ([], None), max_turns=2,
-                      max_reply_tokens=8, action_parser="first_line", env_mode="inline")
+        EpisodeRunner(tool_environment(CounterTools), tokenizer, lambda contexts, n: ([], None),
+                      EpisodeRules(max_turns=2, max_completion_length=8), env_mode="inline")

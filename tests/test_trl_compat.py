@@ -1,17 +1,15 @@
 """The private TRL API the trainers rely on (`trainers/trl_compat.py`) matches the installed TRL, and a change is
 refused with a message naming the supported TRL versions."""
 
-import inspect
 
 import pytest
 import trl
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 from trl import GRPOTrainer, RLOOTrainer
 
 from trl_multiturn import MultiTurnGRPOTrainer, MultiTurnPPOTrainer, MultiTurnRLOOTrainer, MultiTurnSFTTrainer
 from trl_multiturn.trainers import trl_compat
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
-
 from trl_multiturn.trainers.trl_compat import (
     PRIVATE_NAMES,
     SUPPORTED_TRL,
@@ -45,8 +43,9 @@ def test_the_private_names_are_few_and_each_in_the_docstring_table():
 
 
 def test_the_declared_trl_range_is_the_supported_one():
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     pyproject = tomllib.loads((Path(trl_compat.__file__).parents[2] / "pyproject.toml").read_text())
     declared = [d for d in pyproject["project"]["dependencies"] if d.startswith("trl")]

@@ -10,6 +10,7 @@ _PUBLIC = {
     "StepResult": ".envs.base",
     "EpisodeRunner": ".rollout.runner",
     "Episode": ".rollout.episode",
+    "EpisodeRules": ".rollout.rules",
     "MultiTurnGRPOTrainer": ".trainers.grpo",
     "MultiTurnGRPOConfig": ".trainers.grpo",
     "MultiTurnRLOOTrainer": ".trainers.rloo",

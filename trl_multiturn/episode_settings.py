@@ -1,17 +1,19 @@
 """How a model played its episodes in training, saved with every checkpoint so that evaluation plays them the same way.
 
-Each saved model folder (`save_model`, every `checkpoint-N`) holds `episode_settings.json`:
+Each saved model folder (`save_model`, every `checkpoint-N`) holds `episode_settings.json`: every rule of play
+(`trl_multiturn.rollout.rules.EpisodeRules.to_dict`), the environment and the training tasks:
 
-    {"max_turns": 4, "max_completion_length": 12, "max_episode_tokens": 1024, "system_prompt": "...",
-     "action_parser": "first_line", "chat_template_kwargs": null, "history": null,
+    {"max_turns": 4, "max_completion_length": 12, "max_episode_tokens": 1024, "max_observation_tokens": 8192,
+     "system_prompt": "...", "action_parser": "first_line", "chat_template_kwargs": null,
+     "episode_format": "trajectory", "history": "full",
      "environment": {"name": "textworld", "class": "trl_multiturn.envs.textworld:TextWorldEnv",
                      "settings": {"games_dir": "...", ...}},
      "tasks": {"num_tasks": 8, "shapes": [{"world_size": 1, "nb_objects": 2, "quest_length": 2}]}}
 
 `tasks` is the training distribution (`task_distribution`), which `trl-multiturn eval` plays unless told otherwise.
-`history` is the step-wise format's history policy (`played_history`), null for the trajectory format.
 
-`trl-multiturn eval` and `evaluation.evaluate(..., episode_settings="auto")` read it back; explicit arguments win.
+`evaluation.evaluate` (and so `trl-multiturn eval`, `play` and `study`) plays by the rules read back whole
+(`saved_rules`); rules given explicitly replace them.
 """
 
 from __future__ import annotations
@@ -27,13 +29,11 @@ from huggingface_hub import hf_hub_download
 
 from .envs.base import Environment
 from .envs.suites import SUITES, load_entry_point, suite_of_class
+from .rollout.rules import EpisodeRules
 
 logger = logging.getLogger(__name__)
 
 EPISODE_SETTINGS_FILE = "episode_settings.json"
-EPISODE_FIELDS = ("max_turns", "max_completion_length", "max_episode_tokens", "system_prompt", "action_parser",
-                  "chat_template_kwargs")
-"""Config fields that decide how an episode is played (the RL configs' names; SFT configs have some of them)."""
 
 
 def _json_value(value):
@@ -97,20 +97,11 @@ def task_distribution(dataset) -> dict | None:
     return {"num_tasks": len(dataset), "shapes": shapes}
 
 
-def played_history(args) -> str | None:
-    """The `history` policy a config's episodes are played with: its `history` under `episode_format="stepwise"`,
-    None for the trajectory format (or a config without the field)."""
-    return args.history if getattr(args, "episode_format", None) == "stepwise" else None
-
-
 def episode_settings(args, environment_factory=None, tasks: dict | None = None) -> dict:
-    """The episode fields of a trainer config (those it has), its step-wise history (`played_history`), the
-    environment's spec and the training tasks' distribution (`task_distribution`)."""
-    settings = {name: getattr(args, name) for name in EPISODE_FIELDS if hasattr(args, name)}
-    settings["history"] = played_history(args)
-    settings["environment"] = environment_spec(environment_factory)
-    settings["tasks"] = tasks
-    return settings
+    """A trainer config's rules of play (`EpisodeRules.from_config`), the environment's spec and the training tasks'
+    distribution (`task_distribution`)."""
+    return {**EpisodeRules.from_config(args).to_dict(), "environment": environment_spec(environment_factory),
+            "tasks": tasks}
 
 
 def save_episode_settings(output_dir: str | os.PathLike, settings: dict) -> Path:
@@ -135,6 +126,14 @@ def load_episode_settings(model: str | os.PathLike | None) -> dict:
             logger.info("no %s for %s (%s)", EPISODE_SETTINGS_FILE, model, type(exc).__name__)
             return {}
     return json.loads(path.read_text())
+
+
+def saved_rules(settings: dict | str | os.PathLike | None) -> EpisodeRules:
+    """The rules a model was trained by: from its episode settings (the dict `load_episode_settings` read, or the
+    model folder or Hub id to read them from); the defaults where none were saved."""
+    if not isinstance(settings, dict):
+        settings = load_episode_settings(settings)
+    return EpisodeRules.from_dict(settings)
 
 
 def saved_environment_settings(spec: dict | None, name: str | None = None) -> dict:

@@ -8,16 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .rollout.episode import Episode
-from .rollout.history import get_history
+from .rollout.rules import EpisodeRules
 from .statistics import wilson_interval
 
 EVAL_RESULTS_FILE = "eval_results.json"
 GROUP_COLUMNS = ("task_type", "challenge", "world_size", "nb_objects", "quest_length", "repo")
 """Task-row columns the summary is broken down by, where the rows have them (ALFWorld's task type, TextWorld's
 game kind and complexity, SWE-Gym's repository)."""
-
-_DEFAULTS = {"max_turns": 8, "max_completion_length": 32, "max_episode_tokens": None, "system_prompt": None,
-             "action_parser": "first_line", "chat_template_kwargs": None, "history": None}
 
 
 @dataclass
@@ -110,54 +107,35 @@ def load_eval_results(output_dir: str | os.PathLike) -> list[dict]:
     return [{**json.loads(path.read_text()), "file": path.name} for path in paths if path.is_file()]
 
 
-def resolve_episode_settings(model, episode_settings: dict | str | os.PathLike | None = None, **explicit) -> dict:
-    """The episode settings an evaluation plays with: each explicit (not None) value, else the saved one
-    (`episode_settings` as a dict or a folder; by default the folder `model` names, when it is a path), else the
-    default. The saved environment spec is kept under "environment"."""
-    from .episode_settings import load_episode_settings
-
-    if episode_settings is None and isinstance(model, (str, os.PathLike)):
-        episode_settings = model
-    saved = episode_settings if isinstance(episode_settings, dict) else load_episode_settings(episode_settings)
-    settings = {name: explicit[name] if explicit.get(name) is not None else saved.get(name, default)
-                for name, default in _DEFAULTS.items()}
-    settings["environment"] = saved.get("environment")
-    return settings
-
-
-def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: int | None = None,
-             max_reply_tokens: int | None = None, max_episode_tokens: int | None = None, temperature: float = 0.0,
-             system_prompt: str | None = None, action_parser=None, chat_template_kwargs: dict | None = None,
-             history: str | None = None, batch_size: int = 16, env_mode: str = "auto",
-             env_timeout: float | None = None, episode_settings: dict | str | os.PathLike | None = None,
-             progress: bool = True) -> EvalResult:
+def evaluate(model, environment_factory, tasks, tokenizer=None, *, rules: EpisodeRules | None = None,
+             temperature: float = 0.0, batch_size: int = 16, env_mode: str = "auto", env_timeout: float | None = None,
+             episode_settings: dict | str | os.PathLike | None = None, progress: bool = True) -> EvalResult:
     """Play every task once and report success. Greedy by default (`temperature=0`), independent of training
     sampling. `model` is a model object or a path/Hub id; `tasks` is a list of rows or a `datasets.Dataset`.
     Failed episodes (environment crashes) are counted apart and left out of the success rate.
 
-    Episode settings left None (`max_turns`, `max_reply_tokens`, `max_episode_tokens`, `system_prompt`,
-    `action_parser`, `chat_template_kwargs`, `history`) and `environment_factory=None` come from
-    `episode_settings.json`, the file every trainer saves with a model: in `episode_settings` (a folder, or the dict
-    itself), by default in the folder `model` names; without one, the defaults (8 turns, 32 tokens a reply,
-    `first_line`, the trajectory format). `history` (a `trl_multiturn.rollout.history` spelling such as "window:2")
-    plays the step-wise format: each turn's context is that policy's view of the episode, as a model trained with
-    `episode_format="stepwise"` saw it. `progress` shows a progress bar over the tasks."""
+    The episodes are played by `rules` (`trl_multiturn.rollout.rules.EpisodeRules`), taken whole. Without them, by
+    the rules the model was trained by, read from `episode_settings.json`, the file every trainer saves with a
+    model: in `episode_settings` (a folder, or the dict itself), by default in the folder `model` names; without one,
+    `EpisodeRules()`' defaults. To change one rule of the saved ones: `rules=dataclasses.replace(
+    saved_rules(folder), max_turns=4)` (`trl_multiturn.episode_settings.saved_rules`). `environment_factory=None`
+    plays the environment the same file names. `progress` shows a progress bar over the tasks."""
     # The engine (torch, transformers) is imported here, not with the module: the CLI imports this module for its
     # statistics and result files, and `trl-multiturn serve` must start without torch.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .episode_settings import environment_factory_from_spec
+    from .episode_settings import environment_factory_from_spec, load_episode_settings
     from .models import resolve_model
     from .progress import progress_bar
     from .rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
     from .rollout.runner import EpisodeRunner
 
-    settings = resolve_episode_settings(
-        model, episode_settings, max_turns=max_turns, max_completion_length=max_reply_tokens,
-        max_episode_tokens=max_episode_tokens, system_prompt=system_prompt, action_parser=action_parser,
-        chat_template_kwargs=chat_template_kwargs, history=history)
+    if episode_settings is None and isinstance(model, (str, os.PathLike)):
+        episode_settings = model
+    saved = episode_settings if isinstance(episode_settings, dict) else load_episode_settings(episode_settings)
+    rules = rules if rules is not None else EpisodeRules.from_dict(saved)
     if environment_factory is None:
-        environment_factory = environment_factory_from_spec(settings["environment"])
+        environment_factory = environment_factory_from_spec(saved.get("environment"))
     if isinstance(model, str):
         path = resolve_model(model)
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
@@ -167,14 +145,9 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
     was_training = model.training
     model.eval()
     eos = reply_eos_ids(tokenizer, generation_eos_ids(model))
-    runner = EpisodeRunner(
-        environment_factory, tokenizer, CachedGenerator(model, tokenizer, eos, temperature=temperature),
-        max_turns=settings["max_turns"], max_reply_tokens=settings["max_completion_length"],
-        max_episode_tokens=settings["max_episode_tokens"], action_parser=settings["action_parser"],
-        system_prompt=settings["system_prompt"], eos_token_ids=eos,
-        chat_template_kwargs=settings["chat_template_kwargs"], env_mode=env_mode, env_timeout=env_timeout,
-        history=get_history(settings["history"]) if settings["history"] is not None else None,
-    )
+    generate = CachedGenerator(model, tokenizer, eos, temperature=temperature)
+    runner = EpisodeRunner(environment_factory, tokenizer, generate, rules, eos_token_ids=eos, env_mode=env_mode,
+                           env_timeout=env_timeout)
     rows = list(tasks)
     episodes: list[Episode] = []
     try:
@@ -185,4 +158,5 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, max_turns: in
     finally:
         runner.close()
         model.train(was_training)
-    return EvalResult.from_episodes(episodes, {**settings, "temperature": temperature})
+    return EvalResult.from_episodes(episodes, {**rules.to_dict(), "environment": saved.get("environment"),
+                                               "temperature": temperature})

@@ -21,11 +21,12 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .cache import cache_root
 from .episode_settings import load_episode_settings
+from .rollout.rules import RULES
 
 TRAINING_FIELDS = ("reward_mode", "success_reward", "format_penalty", "turn_gamma", "advantage_estimator",
                    "estimator_kwargs", "loss_type", "beta", "num_generations", "learning_rate",
                    "per_device_train_batch_size", "gradient_accumulation_steps", "temperature", "max_steps", "seed")
-EPISODE_ROWS = ("max_turns", "max_completion_length", "max_episode_tokens", "action_parser", "system_prompt")
+EPISODE_ROWS = RULES  # every rule of play (`trl_multiturn.rollout.rules.EpisodeRules`)
 
 
 def base_model_name(name_or_path: str | os.PathLike | None) -> str | None:

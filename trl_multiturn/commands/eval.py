@@ -14,6 +14,7 @@ the digest is of the episode settings played), never over another, and the model
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -24,30 +25,27 @@ import yaml
 
 from ..config_checks import Range
 from ..envs.suites import SUITES
-from ..episode_settings import environment_factory_from_spec, load_episode_settings, saved_environment_settings
+from ..episode_settings import (
+    environment_factory_from_spec,
+    load_episode_settings,
+    saved_environment_settings,
+    saved_rules,
+)
 from ..evaluation import evaluate
 from ..model_card import update_card_evaluation
+from ..rollout.rules import EpisodeRules, overrides, rule_overrides
 from .env_tasks import SHAPE_FIELDS, environment_overrides, shape_name, suite_tasks
 from .episodes import episode_text
 from .script_args import EnvArguments
 
 
 @dataclass
+@rule_overrides
 class EvalArguments(EnvArguments):
-    """Episode settings and held-out tasks of `trl-multiturn eval`. Episode settings left unset come from the
-    model's `episode_settings.json`, else the defaults in brackets."""
+    """Rules of play and held-out tasks of `trl-multiturn eval`. Each rule of play (`EpisodeRules`) is an optional
+    argument: left unset, it is the one saved in the model's `episode_settings.json`, else the default in
+    brackets."""
 
-    max_turns: int | None = field(default=None, metadata={"help": "The most replies per episode [8]."})
-    max_completion_length: int | None = field(default=None, metadata={"help": "Cap on one reply's tokens [32]."})
-    max_episode_tokens: int | None = field(
-        default=None, metadata={"help": "Cap on a whole episode's tokens [no cap]."}
-    )
-    system_prompt: str | None = field(
-        default=None, metadata={"help": "System message before the first observation [none]."}
-    )
-    action_parser: str | None = field(
-        default=None, metadata={"help": "How an action is read from a reply [first_line]."}
-    )
     batch_size: int = field(default=16, metadata={"help": "Episodes played at once."})
     results_dir: str | None = field(
         default=None,
@@ -64,8 +62,7 @@ class EvalArguments(EnvArguments):
         metadata={"help": "Write the results file and update the model card (--no_save_results, as `play` does: "
                           "nothing written)."},
     )
-    _RANGES = {"max_turns": Range(ge=1), "max_completion_length": Range(ge=1), "max_episode_tokens": Range(ge=1),
-               "batch_size": Range(ge=1), "show_episodes": Range(ge=0)}
+    _RANGES = {"batch_size": Range(ge=1), "show_episodes": Range(ge=0)}
 
 
 def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | None:
@@ -138,6 +135,19 @@ def results_name(env: str, split: str, tasks: str, settings: dict) -> str:
     return f"eval_results_{env}_{split}_{tasks}_{digest}.json"
 
 
+def played_rules(saved: dict, eval_args, eval_max_turns: int | None = None) -> EpisodeRules:
+    """The rules saved with the model (`saved_rules`) with those the arguments give (`--max_turns`, else the
+    recipe's `eval_max_turns`) in their place; each given rule that differs from the saved one is printed."""
+    trained = saved_rules(saved)
+    given = {"max_turns": eval_max_turns} if eval_max_turns else {}
+    given.update(overrides(eval_args))
+    for name, value in given.items():
+        if saved and value != getattr(trained, name):
+            print(f"note: {name}={value!r} differs from the rule the model was trained by "
+                  f"({getattr(trained, name)!r})")
+    return dataclasses.replace(trained, **given)
+
+
 def run_eval(parser, argv: list[str]) -> int:
     """Parse `argv` with `parser` (a `TrlParser` of `TextWorldScriptArguments` and `EvalArguments`), evaluate,
     print and save the result; exit code 0 when at least one episode was scored."""
@@ -169,13 +179,10 @@ def run_eval(parser, argv: list[str]) -> int:
         script_args.games_dir = settings.get(suite.aliases["games_dir"])  # held-out games beside the training games
     tasks = suite_tasks(env, "eval", script_args, eval_args, settings)
     print(f"evaluating {model_path} on {len(tasks)} held-out {env} tasks ({suite.held_out})"
-          + (f" with the episode settings saved in {model_path}" if saved else ""))
-    result = evaluate(
-        model_path, factory, tasks, max_turns=eval_args.max_turns or script_args.eval_max_turns,
-        max_reply_tokens=eval_args.max_completion_length, max_episode_tokens=eval_args.max_episode_tokens,
-        system_prompt=eval_args.system_prompt, action_parser=eval_args.action_parser,
-        temperature=script_args.eval_temperature, batch_size=eval_args.batch_size, episode_settings=saved,
-        progress=eval_args.progress)
+          + (f" by the rules of play saved in {model_path}" if saved else ""))
+    result = evaluate(model_path, factory, tasks, rules=played_rules(saved, eval_args, script_args.eval_max_turns),
+                      temperature=script_args.eval_temperature, batch_size=eval_args.batch_size,
+                      episode_settings=saved, progress=eval_args.progress)
     how = "greedy" if script_args.eval_temperature == 0 else f"temperature-{script_args.eval_temperature:g}"
     for record in result.outcomes()[:eval_args.show_episodes]:
         print(episode_text(record))

@@ -3,14 +3,15 @@ evaluation that ends a run, resuming, and the run's end (save, evaluate, push, e
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
 import trl_multiturn
 
-from ..episode_settings import played_history
 from ..evaluation import evaluate
 from ..model_setup import model_setup_kwargs
+from ..rollout.rules import EpisodeRules
 from ..statistics import paired_test
 from .script_args import START_EVAL_RESULTS_FILE, TextWorldScriptArguments
 
@@ -73,20 +74,12 @@ def side_by_side(before, after, start: str, trainer_name: str) -> str:
 
 
 def evaluation_options(training_args, max_turns: int | None = None) -> dict:
-    """`evaluate` keyword arguments that play held-out episodes as the trainer's rollouts were played (`max_turns`
-    overrides the config's); fields a config lacks (an SFT config has no rollout fields) stay None, for `evaluate`
-    to take from the model's saved episode settings or its defaults. A config's `disable_tqdm` turns the progress
-    bar off."""
-    return dict(
-        max_turns=max_turns or getattr(training_args, "max_turns", None),
-        max_reply_tokens=getattr(training_args, "max_completion_length", None),
-        max_episode_tokens=getattr(training_args, "max_episode_tokens", None),
-        system_prompt=getattr(training_args, "system_prompt", None),
-        action_parser=getattr(training_args, "action_parser", None),
-        chat_template_kwargs=getattr(training_args, "chat_template_kwargs", None),
-        history=played_history(training_args),
-        progress=not getattr(training_args, "disable_tqdm", False),
-    )
+    """`evaluate` keyword arguments that play held-out episodes by the rules the trainer's rollouts were played by
+    (`EpisodeRules.from_config`, the rules the trainer saves with the model; `max_turns` overrides the config's). A
+    config's `disable_tqdm` turns the progress bar off."""
+    rules = EpisodeRules.from_config(training_args)
+    return dict(rules=dataclasses.replace(rules, max_turns=max_turns) if max_turns else rules,
+                progress=not getattr(training_args, "disable_tqdm", False))
 
 
 RESUME_LATEST = ("true", "latest")

@@ -10,8 +10,11 @@ _PUBLIC = {
     "EnvFailure": ".env_pool",
     "EnvPool": ".env_pool",
     "Episode": ".episode",
+    "EpisodeRules": ".rules",
     "EpisodeRunner": ".runner",
     "RolloutBatch": ".batch",
+    "Status": ".episode",
+    "Turn": ".episode",
     "get_action_parser": ".parsing",
 }
 

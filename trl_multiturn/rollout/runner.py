@@ -11,9 +11,9 @@ from typing import Callable, Sequence
 from ..envs.base import EnvironmentFactory, StepResult
 from .chat_tokens import ChatTokenBuilder
 from .env_pool import EnvFailure, EnvPool, PendingCalls, declared
-from .episode import Episode
-from .history import History
-from .parsing import ActionParser, get_action_parser
+from .episode import Episode, Turn
+from .parsing import get_action_parser
+from .rules import EpisodeRules
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +48,10 @@ class EpisodeRunner:
     action out of each reply, steps every environment at once through an `EnvPool`, and appends the observation as the
     chat template's token delta for a new message (never re-tokenising history): a user turn, or a tool message for
     environments whose `observation_role` is "tool" (the request for an action after an unreadable reply stays a user
-    turn). An episode stops when its
-    environment says done, at `max_turns`, when the next observation would exceed `max_episode_tokens` (prompt
-    included), or when one observation's message is longer than `max_observation_tokens` (its last info's
-    "truncation" says why): under no episode budget, one huge observation would otherwise go whole through every
-    forward pass.
+    turn). It plays by the rules it is given whole (`EpisodeRules`). An episode stops when its environment says done,
+    at `max_turns`, when the next observation would exceed `max_episode_tokens` (prompt included), or when one
+    observation's message is longer than `max_observation_tokens` (its last turn's info's "truncation" says why):
+    under no episode budget, one huge observation would otherwise go whole through every forward pass.
 
     An episode fails (it is dropped from the baseline and the loss, and its `failure` says why) when its environment
     raises, hangs past `env_timeout`, loses its worker or returns what breaks the contract (see
@@ -60,15 +59,16 @@ class EpisodeRunner:
     `max_episode_tokens` or is longer than `max_observation_tokens`: cutting the observation would train on a task
     the environment never stated.
 
-    A reply cut at `max_reply_tokens` has no sampled end-of-turn token. The documented choice here: the turn is
+    A reply cut at `max_completion_length` has no sampled end-of-turn token. The documented choice here: the turn is
     closed with the template's end-of-turn token under mask 0 (the model is not trained to have emitted it) and the
     episode goes on.
 
-    Step-wise format (`history` given): each turn's context is rendered whole by the chat template from the messages
-    `history(opening messages, turns so far)` returns (`trl_multiturn.rollout.history`), and recorded in
-    `Episode.step_contexts`; `completion_ids` then holds the sampled replies only (`env_mask` all 1), so turn k's
-    training sample is `step_contexts[k]` followed by its span of `completion_ids`. The template is used as it is
-    at inference, one that rewrites history included; it is never checked for turn-by-turn extension. There,
+    Step-wise format (`episode_format="stepwise"`): each turn's context is rendered whole by the chat template from
+    the messages the `history` policy returns for (opening messages, turns so far) (`trl_multiturn.rollout.history`),
+    and recorded as the turn's `Turn.context`; `completion_ids` then holds the sampled replies only (`env_mask` all
+    1), so turn k's training sample is `step_contexts[k]` followed by its span of `completion_ids`. The template is
+    used as it is at inference, one that rewrites history included; it is never checked for turn-by-turn extension.
+    There,
     `max_episode_tokens` caps each step's context plus its reply (not the episode), and `max_observation_tokens`
     counts an observation's own tokens (without the template's).
 
@@ -76,13 +76,9 @@ class EpisodeRunner:
         environment_factory: callable returning a fresh `Environment`.
         tokenizer: the policy's tokenizer, with a prefix-preserving chat template.
         generate_fn: `(contexts, max_new_tokens) -> (completions, logprobs | None)`; one call per turn.
-        max_turns: the most replies per episode.
-        max_reply_tokens: the cap on one reply (TRL's `max_completion_length`).
-        max_episode_tokens: the cap on the whole conversation, prompt included; None for no cap.
-        max_observation_tokens: the cap on one observation's message (chat template tokens included); None for no
-            cap.
-        action_parser: a parser name from `ACTION_PARSERS`, a `"module:function"` path, or a callable.
-        system_prompt: an optional system message before the first observation.
+        rules: the `EpisodeRules` every episode is played by (turns, the reply, observation and episode caps, the
+            system prompt, the action parser, the chat template's arguments, the episode format and history).
+        The keywords say how the episodes are executed, never what is played:
         eos_token_ids: token ids that end a reply; defaults to the tokenizer's eos.
         env_mode / env_timeout / env_max_memory_mb / env_ray: see `EnvPool` (`mode`, `timeout`, `max_memory_mb`,
             `ray`).
@@ -92,7 +88,6 @@ class EpisodeRunner:
             while the model generates for the other (`_play_overlapped`); each generate call then holds half the
             episodes. The episodes played are the same as without it (with a generate function that treats each
             context on its own, e.g. greedy decoding).
-        history: a `History` policy for the step-wise format; None (default) for the trajectory format.
         schedule: "turn" (lockstep: each turn is one generate call for every live episode, and the next turn waits
             for the slowest environment step of this one) or "episode" (`_play_by_episode`: an episode whose step
             has returned goes back to generation at the next call, batched with every other episode ready by then,
@@ -106,46 +101,31 @@ class EpisodeRunner:
         environment_factory: EnvironmentFactory,
         tokenizer,
         generate_fn: GenerateFn,
+        rules: EpisodeRules,
         *,
-        max_turns: int,
-        max_reply_tokens: int,
-        max_episode_tokens: int | None = None,
-        max_observation_tokens: int | None = None,
-        action_parser: str | ActionParser = "first_line",
-        system_prompt: str | None = None,
         eos_token_ids: Sequence[int] | None = None,
-        chat_template_kwargs: dict | None = None,
         env_mode: str = "auto",
         env_timeout: float | None = None,
         env_max_memory_mb: float | None = None,
         env_ray=None,
         any_live: Callable[[int], bool] | None = None,
         overlap: bool = False,
-        history: History | None = None,
         schedule: str = "turn",
     ):
-        if max_turns < 1:
-            raise ValueError(f"max_turns={max_turns}: an episode needs at least one turn")
-        if max_reply_tokens is None or max_reply_tokens < 1:
-            raise ValueError(f"max_completion_length={max_reply_tokens}: each reply needs a cap of at least one "
-                             "token (e.g. 64)")
+        if not isinstance(rules, EpisodeRules):
+            raise TypeError(f"rules must be an EpisodeRules, got {type(rules).__name__}: build it with "
+                            "EpisodeRules(max_turns=..., ...) or EpisodeRules.from_config(args)")
         self.tokenizer = tokenizer
         self.generate_fn = generate_fn
-        self.max_turns = max_turns
-        self.max_reply_tokens = max_reply_tokens
-        self.max_episode_tokens = max_episode_tokens
-        if max_observation_tokens is not None and not max_observation_tokens >= 1:
-            raise ValueError(f"max_observation_tokens={max_observation_tokens}: give a positive number of tokens "
-                             "(e.g. 8192), or None for no cap")
-        self.max_observation_tokens = max_observation_tokens
-        self.action_parser = get_action_parser(action_parser, tokenizer)
-        self.system_prompt = system_prompt
-        self.history = history
-        self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs, extend_turns=history is None)
+        self.rules = rules
+        self.action_parser = get_action_parser(rules.action_parser, tokenizer)
+        self.history = rules.history_policy()
+        self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, rules.chat_template_kwargs,
+                                       extend_turns=self.history is None)
         self.eos_token_ids = self.tokens.eos_token_ids
         self._check_episode_budget()
         self.observation_role = declared(environment_factory, "observation_role", "user")
-        if self.observation_role != "user" and history is None:
+        if self.observation_role != "user" and self.history is None:
             self.tokens.check_observation_role(self.observation_role)  # refuse a template without it now
         self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb,
                             ray=env_ray)
@@ -158,17 +138,17 @@ class EpisodeRunner:
     def _check_episode_budget(self) -> None:
         """Refuse a `max_episode_tokens` that no episode fits: the chat template around an empty first observation
         (and the system prompt) plus one reply token."""
-        if self.max_episode_tokens is None:
+        if self.rules.max_episode_tokens is None:
             return
         least = len(self.tokens.prompt_ids(self.opening_messages(""))) + 1
-        if self.max_episode_tokens < least:
+        if self.rules.max_episode_tokens < least:
             raise ValueError(
-                f"max_episode_tokens={self.max_episode_tokens} is smaller than any episode can be: the chat template "
-                f"and system prompt alone take {least - 1} tokens before the first observation. Raise it to cover "
-                f"the prompt, the observations and max_turns replies (or set it to None for no cap).")
+                f"max_episode_tokens={self.rules.max_episode_tokens} is smaller than any episode can be: the chat "
+                f"template and system prompt alone take {least - 1} tokens before the first observation. Raise it to "
+                f"cover the prompt, the observations and max_turns replies (or set it to None for no cap).")
 
     def opening_messages(self, observation: str) -> list[dict]:
-        return opening_messages(observation, self.system_prompt)
+        return opening_messages(observation, self.rules.system_prompt)
 
     def __call__(self, rows: list[dict]) -> list[Episode]:
         episodes = self._reset(rows)
@@ -177,14 +157,12 @@ class EpisodeRunner:
         elif self.overlap and len(episodes) > 1:
             self._play_overlapped(episodes)
         else:
-            for _ in range(self.max_turns):
+            for _ in range(self.rules.max_turns):
                 live = [i for i, ep in enumerate(episodes) if self._is_live(ep)]
                 if not self.any_live(len(live)):
                     break
                 self._play_turn(episodes, live)
         self._finish_cut_episodes(episodes)
-        for ep in episodes:
-            del ep.step_contexts[ep.num_turns:]  # the context rendered after the last turn was never played
         return episodes
 
     def close(self) -> None:
@@ -196,18 +174,18 @@ class EpisodeRunner:
         episodes = []
         for row, first in zip(rows, self.pool.reset(list(rows))):
             if isinstance(first, EnvFailure):
-                ep = Episode(task=row, prompt_ids=[], prompt_messages=[], failed=True, failure=first.reason)
+                ep = Episode(task=row, prompt_ids=[], prompt_messages=[])
+                ep.fail(first.reason)
             else:
                 messages = self.opening_messages(first)
                 ep = Episode(task=row, prompt_ids=self.tokens.prompt_ids(messages), prompt_messages=messages)
                 if self.history is not None:
-                    ep.step_contexts.append(ep.prompt_ids)
+                    ep.next_context = ep.prompt_ids
                 if self._budget(ep) < 1:
-                    ep.failed, ep.failure = True, (
-                        f"the first observation makes a prompt of {len(ep.prompt_ids)} tokens, leaving no room for a "
-                        f"reply within max_episode_tokens={self.max_episode_tokens}")
+                    ep.fail(f"the first observation makes a prompt of {len(ep.prompt_ids)} tokens, leaving no room "
+                            f"for a reply within max_episode_tokens={self.rules.max_episode_tokens}")
                 elif reason := self._over_observation_cap(len(ep.prompt_ids) - self._empty_prompt_tokens):
-                    ep.failed, ep.failure = True, f"the first observation: {reason}"
+                    ep.fail(f"the first observation: {reason}")
             episodes.append(ep)
         self._warn_if_most_over_budget(episodes)
         return episodes
@@ -218,9 +196,10 @@ class EpisodeRunner:
 
     def _over_observation_cap(self, tokens: int) -> str | None:
         """Why an observation of `tokens` tokens ends its episode, or None when it fits `max_observation_tokens`."""
-        if self.max_observation_tokens is None or tokens <= self.max_observation_tokens:
+        cap = self.rules.max_observation_tokens
+        if cap is None or tokens <= cap:
             return None
-        return f"an observation of {tokens} tokens exceeds max_observation_tokens={self.max_observation_tokens}"
+        return f"an observation of {tokens} tokens exceeds max_observation_tokens={cap}"
 
     def _warn_if_most_over_budget(self, episodes: list[Episode]) -> None:
         over = [len(ep.prompt_ids) for ep in episodes if ep.failed and ep.prompt_ids]  # reset failures have none
@@ -229,19 +208,20 @@ class EpisodeRunner:
             logger.warning(
                 "%d of %d episodes failed before their first reply: their prompts (%d to %d tokens) leave no room "
                 "within max_episode_tokens=%d. Raise max_episode_tokens.", len(over), len(episodes), min(over),
-                max(over), self.max_episode_tokens)
+                max(over), self.rules.max_episode_tokens)
 
     def _budget(self, ep: Episode) -> int:
         """Tokens the episode may still sample in its next reply."""
-        if self.max_episode_tokens is None:
-            return self.max_reply_tokens
-        used = len(ep.step_contexts[-1]) if self.history is not None else ep.num_tokens  # no list copied per turn
-        return int(min(self.max_reply_tokens, self.max_episode_tokens - used))
+        reply_cap, episode_cap = self.rules.max_completion_length, self.rules.max_episode_tokens
+        if episode_cap is None:
+            return reply_cap
+        used = len(ep.next_context) if self.history is not None else ep.num_tokens  # no list copied per turn
+        return int(min(reply_cap, episode_cap - used))
 
     def _context(self, ep: Episode) -> list[int]:
         """The tokens the episode's next reply is generated from."""
         if self.history is not None:
-            return ep.step_contexts[-1]
+            return ep.next_context
         return ep.prompt_ids + ep.completion_ids
 
     def _play_turn(self, episodes: list[Episode], live: list[int]) -> None:
@@ -305,14 +285,14 @@ class EpisodeRunner:
         return [i for i in returned if self._is_live(episodes[i])]
 
     def _is_live(self, ep: Episode) -> bool:
-        return not (ep.done or ep.failed) and ep.num_turns < self.max_turns
+        return ep.live and ep.num_turns < self.rules.max_turns
 
     def _reply(self, episodes: list[Episode], live: list[int]) -> tuple[list[int], list[str]]:
         """One generate call for the `live` episodes; records each reply and returns the episodes whose reply holds
         an action, with their actions."""
         budgets = [self._budget(episodes[i]) for i in live]
         contexts = [self._context(episodes[i]) for i in live]
-        completions, logprobs = self.generate_fn(contexts, max(budgets, default=self.max_reply_tokens))
+        completions, logprobs = self.generate_fn(contexts, max(budgets, default=self.rules.max_completion_length))
         to_step, actions = [], []
         for j, i in enumerate(live):
             ep = episodes[i]
@@ -322,11 +302,10 @@ class EpisodeRunner:
             ep.completion_ids += reply_ids
             ep.env_mask += [1] * len(reply_ids)
             ep.logprobs += reply_logps
-            ep.turn_spans.append((start, len(ep.completion_ids)))
             reply = self.tokenizer.decode(reply_ids, skip_special_tokens=True)
-            ep.replies.append(reply)
             action = self.action_parser(reply)
-            ep.actions.append(action)
+            ep.turns.append(Turn(reply, action, (start, len(ep.completion_ids)), context=contexts[j]
+                                 if self.history is not None else None))
             if action is not None:
                 to_step.append(i)
                 actions.append(action)
@@ -343,30 +322,29 @@ class EpisodeRunner:
 
     def _record(self, ep: Episode, result: StepResult | EnvFailure, role: str) -> None:
         if isinstance(result, EnvFailure):
-            ep.failed, ep.failure = True, result.reason
-            ep.turn_rewards.append(0.0)
+            ep.fail(result.reason)
             return
-        ep.turn_rewards.append(float(result.reward))
-        ep.observations.append(result.observation)
-        ep.observation_roles.append(role)
-        ep.infos.append(result.info)
+        turn = ep.turns[-1]
+        turn.reward, turn.observation, turn.role, turn.info = float(result.reward), result.observation, role, \
+            result.info
         if result.done:
-            ep.done, ep.won = True, bool(result.won)
+            ep.end(bool(result.won))
             return
         if self.history is not None:
             self._next_step_context(ep, result.observation)
             return
-        start, end = ep.turn_spans[-1]
+        start, end = turn.span
         appended = self.tokens.close_ids(ep.completion_ids[start:end])
         observation_ids = self.tokens.observation_ids(result.observation, role)
         appended += observation_ids
         reason = self._over_observation_cap(len(observation_ids))
         if reason is not None:
-            ep.done = ep.truncated = True
-            ep.infos[-1] = {**ep.infos[-1], "truncation": reason}
+            turn.info = {**turn.info, "truncation": reason}
+            ep.truncate()
             return
-        if self.max_episode_tokens is not None and ep.num_tokens + len(appended) >= self.max_episode_tokens:
-            ep.done = ep.truncated = True  # no room left for the observation and a reply after it
+        cap = self.rules.max_episode_tokens
+        if cap is not None and ep.num_tokens + len(appended) >= cap:
+            ep.truncate()  # no room left for the observation and a reply after it
             return
         ep.completion_ids += appended
         ep.env_mask += [0] * len(appended)
@@ -377,29 +355,29 @@ class EpisodeRunner:
         episode as truncated when the observation or the context leaves no room within the caps."""
         reason = self._over_observation_cap(len(self.tokenizer.encode(observation, add_special_tokens=False)))
         if reason is not None:
-            ep.done = ep.truncated = True
-            ep.infos[-1] = {**ep.infos[-1], "truncation": reason}
+            ep.turns[-1].info = {**ep.turns[-1].info, "truncation": reason}
+            ep.truncate()
             return
         exchanged = ep.messages()[len(ep.prompt_messages):]
         turns = [exchanged[k: k + 2] for k in range(0, len(exchanged), 2)]
         context = self.tokens.prompt_ids(self.history(list(ep.prompt_messages), turns))
-        if self.max_episode_tokens is not None and len(context) >= self.max_episode_tokens:
-            ep.done = ep.truncated = True  # no room left for a reply after this context
+        if self.rules.max_episode_tokens is not None and len(context) >= self.rules.max_episode_tokens:
+            ep.truncate()  # no room left for a reply after this context
             return
-        ep.step_contexts.append(context)
+        ep.next_context = context
 
     def _finish_cut_episodes(self, episodes: list[Episode]) -> None:
         """Episodes still live after `max_turns`, or cut by the token budget, are truncated; an environment that
         can still score them does so in `finish()`."""
-        cut = [i for i, ep in enumerate(episodes) if not ep.failed and (ep.truncated or not ep.done)]
+        cut = [i for i, ep in enumerate(episodes) if ep.truncated or ep.live]
         for i in cut:
-            episodes[i].done = episodes[i].truncated = True
+            episodes[i].truncate()
         for i, result in zip(cut, self.pool.finish(cut)):
             ep = episodes[i]
             if isinstance(result, EnvFailure):
-                ep.failed, ep.failure = True, result.reason
+                ep.fail(result.reason)
             elif result is not None:
-                if ep.turn_rewards:
-                    ep.turn_rewards[-1] += float(result.reward)
-                ep.won = bool(result.won)
+                if ep.turns:
+                    ep.turns[-1].reward += float(result.reward)
+                ep.score_truncated(bool(result.won))
 

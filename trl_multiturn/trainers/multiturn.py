@@ -34,9 +34,8 @@ from ..rollout import Episode, EpisodeRunner
 from ..rollout.batch import RolloutBatch, fit_steps
 from ..rollout.env_pool import check_env_settings, sigterm_stops_the_run
 from ..rollout.generation import CachedGenerator
-from ..rollout.history import get_history
-from ..rollout.parsing import get_action_parser
 from ..rollout.ray_pool import RayPlacement, check_ray_placement, parse_ray_resources
+from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
 from ..rollout.training_template import prepare_chat_template, read_chat_template, use_training_chat_template_field
 from .policy_lag import LaggedRollouts, stale_episodes
@@ -63,27 +62,13 @@ def mask_truncated_field():
 
 
 @dataclass
+@rule_fields
 class MultiTurnArguments:
-    """Config fields shared by the multi-turn RL trainers (mixed into their TRL configs)."""
+    """Config fields shared by the multi-turn RL trainers (mixed into their TRL configs). The rules of play
+    (`max_turns`, `max_episode_tokens`, `max_observation_tokens`, `system_prompt`, `action_parser`,
+    `episode_format`, `history`) are `trl_multiturn.rollout.rules.EpisodeRules`' fields, added here by `rule_fields`
+    with their defaults, help and ranges; `max_completion_length` and `chat_template_kwargs` are TRL's fields."""
 
-    max_turns: int = field(default=8, metadata={"help": "The most replies the model makes in one episode."})
-    episode_format: str = field(
-        default="trajectory",
-        metadata={"help": "How an episode becomes training data. 'trajectory': one growing token sequence per episode "
-                          "(observations appended as template deltas), trained as one sample. 'stepwise': each "
-                          "turn's context is rendered whole by the chat template from the `history` policy's view of "
-                          "the episode, and each turn is its own sample (context as the model saw it, reply as "
-                          "sampled), with the estimator's advantage for that turn (PPO: GAE across the episode's "
-                          "steps, the critic valuing each step's context). See docs/stepwise.md.",
-                  "choices": ["trajectory", "stepwise"]},
-    )
-    history: str = field(
-        default="full",
-        metadata={"help": "episode_format='stepwise': what each turn's context holds besides the opening messages: "
-                          "'full' (every turn so far), 'window:K' (the last K turns verbatim), or a "
-                          "'package.module:function' path to a policy `(opening, turns) -> messages` "
-                          "(`trl_multiturn.rollout.history`)."},
-    )
     steps_per_batch: int | None = field(
         default=None,
         metadata={"help": "episode_format='stepwise': the number of step samples each process trains on per "
@@ -91,18 +76,6 @@ class MultiTurnArguments:
                           "padded with untrained samples when fewer. None: every step played, padded up to a "
                           "multiple of num_generations * steps_per_generation (one process only). Must be a multiple "
                           "of steps_per_generation, and (times the number of processes) of num_generations."},
-    )
-    max_episode_tokens: int | None = field(
-        default=None,
-        metadata={"help": "Cap on a whole episode's tokens (prompt, replies and observations). An episode that "
-                          "would exceed it ends as truncated. `max_completion_length` caps one reply."},
-    )
-    max_observation_tokens: int | None = field(
-        default=8192,
-        metadata={"help": "Cap on one observation's tokens. A later observation longer than this ends its episode "
-                          "as truncated (its last info's 'truncation' says why); a longer first observation fails "
-                          "the episode. Without it, one huge observation (a 1 MB file listing) would go whole through "
-                          "every forward pass. None for no cap."},
     )
     reward_mode: str = field(
         default="sparse",
@@ -131,15 +104,6 @@ class MultiTurnArguments:
         default=None,
         metadata={"help": "Extra options of the advantage estimator, e.g. {'step_weight': 0.5} for 'gigpo' (a JSON "
                           "string on the command line)."},
-    )
-    action_parser: str = field(
-        default="first_line",
-        metadata={"help": "How an action is read from a reply: 'first_line', 'think_then_act', 'whole_reply', "
-                          "'tool_calls' (the reply's tool calls, read with TRL's response parsing, for "
-                          "`trl_multiturn.envs.tools.ToolEnvironment`), or a 'package.module:function' path."},
-    )
-    system_prompt: str | None = field(
-        default=None, metadata={"help": "Optional system message placed before the first observation."}
     )
     env_mode: str = field(
         default="auto",
@@ -250,12 +214,7 @@ class MultiTurnArguments:
 
     # The allowed values of the numeric fields (`trl_multiturn.config_checks`; the types come from the annotations).
     _RANGES = {
-        "max_turns": Range(ge=1, text="an integer >= 1 (an episode needs at least one turn)"),
         "steps_per_batch": Range(ge=1, text="a positive number of step samples per process (an integer), or None"),
-        "max_episode_tokens": Range(ge=1, text="a positive number of tokens for the whole episode (an integer), or "
-                                                "None for no cap"),
-        "max_observation_tokens": Range(ge=1, text="a positive number of tokens for one observation (an integer), "
-                                                    "or None for no cap"),
         "success_reward": Range(),
         "format_penalty": Range(ge=0, text="a number >= 0 (it is subtracted from the reward of a turn whose reply "
                                            "the action parser cannot read)"),
@@ -290,17 +249,17 @@ class MultiTurnArguments:
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
+        self.episode_rules()
         self.check_episode_format()
-        max_completion_length = getattr(self, "max_completion_length", 1)
-        if max_completion_length is None or max_completion_length < 1:
-            raise ValueError(f"max_completion_length={max_completion_length}: it caps each reply and must be a "
-                             "positive number of tokens (e.g. 64)")
-        get_action_parser(self.action_parser)
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
         check_schedule(self.rollout_schedule, self.rollout_overlap)
         self.check_policy_lag()
         self.env_ray_resources = parse_ray_resources(self.env_ray_resources)
         check_ray_placement(self.env_mode, self.ray_placement())
+
+    def episode_rules(self) -> EpisodeRules:
+        """The rules this config's episodes are played by (checked: a bad rule raises naming it)."""
+        return EpisodeRules.from_config(self)
 
     def ray_placement(self) -> RayPlacement:
         """The `env_ray_*` fields, for `EnvPool(mode="ray")`."""
@@ -313,18 +272,14 @@ class MultiTurnArguments:
         return {}
 
     def check_episode_format(self) -> None:
-        """Refuse step-wise fields outside the step-wise format, a `history` that names no policy, and a
-        `steps_per_batch` that does not split into `steps_per_generation` equal parts."""
+        """Refuse `steps_per_batch` outside the step-wise format, and one that does not split into
+        `steps_per_generation` equal parts (the rules check `history`)."""
         if self.episode_format != "stepwise":
-            given = [f"{name}={getattr(self, name)!r}" for name, default in (("history", "full"),
-                                                                             ("steps_per_batch", None))
-                     if getattr(self, name) != default]
-            if given:
-                raise ValueError(f"{', '.join(given)} only apply to episode_format='stepwise' (this config has "
-                                 f"episode_format={self.episode_format!r}): set episode_format='stepwise' or leave "
-                                 "them at their defaults")
+            if self.steps_per_batch is not None:
+                raise ValueError(f"steps_per_batch={self.steps_per_batch!r} only applies to "
+                                 f"episode_format='stepwise' (this config has episode_format={self.episode_format!r}"
+                                 "): set episode_format='stepwise' or leave it at its default (None)")
             return
-        get_history(self.history)
         per_generation = getattr(self, "steps_per_generation", None) or 1
         if self.steps_per_batch is not None and self.steps_per_batch % per_generation:
             raise ValueError(f"steps_per_batch={self.steps_per_batch} must be a multiple of steps_per_generation="
@@ -603,29 +558,12 @@ class MultiTurnMixin(RunFilesMixin):
         self._lagged_rollouts = self._make_lagged_rollouts() if self.args.max_policy_lag else None
 
     def _episode_runner(self, generate_fn, tokenizer) -> EpisodeRunner:
-        """An `EpisodeRunner` of this config's episodes over `generate_fn`."""
-        stepwise = self.args.episode_format == "stepwise"
-        return EpisodeRunner(
-            self.environment_factory,
-            tokenizer,
-            generate_fn,
-            max_turns=self.args.max_turns,
-            max_reply_tokens=self.args.max_completion_length,
-            max_episode_tokens=self.args.max_episode_tokens,
-            max_observation_tokens=self.args.max_observation_tokens,
-            action_parser=self.args.action_parser,
-            system_prompt=self.args.system_prompt,
-            eos_token_ids=self.stop_token_ids,
-            chat_template_kwargs=self.chat_template_kwargs,
-            env_mode=self.args.env_mode,
-            env_timeout=self.args.env_timeout,
-            env_max_memory_mb=self.args.env_max_memory_mb,
-            env_ray=self.args.ray_placement(),
-            any_live=self._any_live,
-            overlap=self.args.rollout_overlap,
-            history=get_history(self.args.history) if stepwise else None,
-            schedule=self.args.rollout_schedule,
-        )
+        """An `EpisodeRunner` of this config's rules over `generate_fn`, executed as the config says."""
+        args = self.args
+        return EpisodeRunner(self.environment_factory, tokenizer, generate_fn, args.episode_rules(),
+                             eos_token_ids=self.stop_token_ids, env_mode=args.env_mode, env_timeout=args.env_timeout,
+                             env_max_memory_mb=args.env_max_memory_mb, env_ray=args.ray_placement(),
+                             any_live=self._any_live, overlap=args.rollout_overlap, schedule=args.rollout_schedule)
 
     def _make_lagged_rollouts(self) -> LaggedRollouts:
         """The off-policy schedule of `max_policy_lag`: a second runner (its own environments and tokenizer copy)

@@ -16,6 +16,7 @@ import yaml
 
 from ...config_checks import Range, check_fields
 from ...envs.suites import SUITES
+from ...rollout.rules import RULES
 from ...trainers.sft import MultiTurnSFTConfig
 from ..train import RL_ALGORITHMS, config_class
 
@@ -25,7 +26,8 @@ RUNNER_FIELDS = ("output_dir",)  # set by the runner for every stage; a study do
 EVAL_DATA_FIELDS = ("num_eval_games", "eval_shapes", "eval_task_types", "eval_split", "eval_tiers")
 # ... and those that only the RL and held-out games read: runs differing in them share an SFT checkpoint.
 RL_EVAL_DATA_FIELDS = ("num_train_games", *EVAL_DATA_FIELDS)
-SFT_FORMAT_FIELDS = ("system_prompt", "action_parser", "chat_template_kwargs")  # copied from `rl` into the SFT
+# The rules of play an SFT config has: copied from `rl` into the SFT config unless its own section sets them.
+SFT_FORMAT_FIELDS = tuple(f.name for f in dataclasses.fields(MultiTurnSFTConfig) if f.name in RULES)
 
 
 @dataclass

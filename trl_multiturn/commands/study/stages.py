@@ -115,7 +115,7 @@ def evaluate_run(run: StudyRun, model: str, tasks, environment_factory, episode)
 def evaluation_key(run: StudyRun, policy: str, tasks, episode) -> str:
     """Digest of what a held-out result depends on: the policy's name, the eval settings, the episode settings and
     the held-out games."""
-    options = {k: v for k, v in evaluation_options(episode, run.eval.max_turns).items() if k != "progress"}
+    options = evaluation_options(episode, run.eval.max_turns)["rules"].to_dict()
     settings = {k: v for k, v in dataclasses.asdict(run.eval).items() if k != "start"}
     return digest({"policy": policy, "eval": settings, "episode": options, "env": run.data.env,
                     "tasks": [SUITES[run.data.env].key(task) for task in tasks]})[:12]
