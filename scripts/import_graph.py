@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "power", "across_seeds")),
     ("contract", ("envs.base",)),
     ("credit", ("credit",)),
-    ("rollout", ("rollout", "episode_data")),
+    ("rollout", ("rollout", "episode_data", "agents")),
     ("envs", ("envs",)),
     ("evaluation", ("evaluation", "episode_settings", "model_card", "plotting", "models", "model_setup", "expert",
                     "testing")),

@@ -27,6 +27,7 @@ from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_availab
 from trl.models.utils import unwrap_model_for_generation
 from trl.trainer.utils import add_fused_lm_head, pad, use_adapter
 
+from ..agents import AgentEnvironment, AgentRunner  # issue 52
 from ..config_checks import Range, check_fields, check_value, parse_json_dict
 from ..credit import CreditBatch, get_estimator, shape_turn_rewards, turn_to_token_advantages
 from ..credit.rewards import REWARD_MODES
@@ -564,8 +565,13 @@ class MultiTurnMixin(RunFilesMixin):
         self._history_cache = self._make_history_cache()
         self._lagged_rollouts = self._make_lagged_rollouts() if self.args.max_policy_lag else None
 
-    def _episode_runner(self, generate_fn, tokenizer) -> EpisodeRunner:
-        """An `EpisodeRunner` of this config's episodes over `generate_fn`."""
+    def _episode_runner(self, generate_fn, tokenizer) -> EpisodeRunner | AgentRunner:
+        """An `EpisodeRunner` of this config's episodes over `generate_fn` (an `AgentRunner` for an agent)."""
+        if isinstance(self.environment_factory, AgentEnvironment):  # issue 52: an agent function plays each episode
+            return self.environment_factory.runner(
+                tokenizer, generate_fn, self.args, reward_funcs=self.reward_funcs[1:],
+                eos_token_ids=self.eos_token_ids, chat_template_kwargs=self.chat_template_kwargs,
+                any_live=self._any_live if self.accelerator.num_processes > 1 else None)
         stepwise = self.args.episode_format == "stepwise"
         return EpisodeRunner(
             self.environment_factory,
@@ -821,8 +827,8 @@ class MultiTurnMixin(RunFilesMixin):
             prompt = ep.prompt_messages or [{"role": "user", "content": ""}]
             rows.append({**row, "prompt": prompt, "episode_return": self._episode_return(ep), "won": ep.won,
                          "num_turns": ep.num_turns})
-        if self.args.episode_format == "stepwise":
-            return self._step_rows(rows, batch)
+        if self.args.episode_format == "stepwise" or any(ep.step_contexts for ep in episodes):  # issue 52: an agent
+            return self._step_rows(rows, batch)  # that rewrote its history gives step samples in either format
         return rows, batch
 
     def _play(self, inputs: list[dict]) -> list[Episode]:
