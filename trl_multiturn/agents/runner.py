@@ -367,8 +367,8 @@ class AgentRunner:
             if slot is None:
                 return 410, error_body("no episode of the rollout under way has this key (it ended)", 410)
             if not slot.running:
-                if slot.failure is None:
-                    self._fail(slot, "the agent made a request after its episode ended")
+                if slot.failure is None:  # a thread or task the agent left behind: its episode is not what it played
+                    slot.failure = "the agent made a request after its episode ended"
                 return 410, error_body(f"this episode is over: {slot.failure}", 410)
         with slot.lock:
             try:
