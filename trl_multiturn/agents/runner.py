@@ -112,6 +112,9 @@ class AgentEnvironment:
             raise ValueError(f"reward_funcs={list(reward_funcs)!r} with an AgentEnvironment: the agent function's "
                              "return value is the episode's reward; compute any other score inside the agent and "
                              "drop reward_funcs")
+        if getattr(args, "reward_mode", None) == "sparse":
+            logger.warning("reward_mode='sparse' trains on the agents' `won` verdicts only (AgentResult.won), not on "
+                           "the rewards they return: set reward_mode='dense' to train on those")
         return AgentRunner(self, tokenizer, generate_fn, max_turns=args.max_turns,
                            max_reply_tokens=args.max_completion_length, max_episode_tokens=args.max_episode_tokens,
                            episode_format=args.episode_format, **kwargs)
