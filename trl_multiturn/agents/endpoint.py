@@ -23,6 +23,11 @@ MAX_BODY_BYTES = 16 * 2**20
 ServeFn = Callable[[str, object], "tuple[int, dict]"]
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # every episode may connect at once (the default backlog of 5 drops the others' SYNs)
+
+
 class ChatEndpoint:
     """A running endpoint. `key(episode_id)` is the API key of one episode: the run's secret and the episode's id;
     `serve` receives the episode id of a request that carries a valid key. `close()` stops it."""
@@ -34,6 +39,7 @@ class ChatEndpoint:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            timeout = 120  # seconds a connection may stall mid-request (a hung client) before its thread gives up
 
             def log_message(self, *args):  # quiet: one line per request would flood the training log
                 pass
@@ -73,8 +79,7 @@ class ChatEndpoint:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(target=self._server.serve_forever, name="agent-endpoint", daemon=True)
