@@ -310,12 +310,9 @@ class AgentRunner:
 
         def run():
             try:
-                if inspect.iscoroutinefunction(agent):
-                    result = self._run_async(slot, agent, session)
-                else:
-                    result = agent(slot.record.task, session)
-                    if inspect.isawaitable(result):
-                        raise TypeError("the agent returned an awaitable from a plain function: make it `async def`")
+                result = agent(slot.record.task, session)
+                if inspect.isawaitable(result):  # an async agent: its own event loop, on this thread
+                    result = self._run_async(slot, result)
                 outcome, failure = _checked_result(result), None
             except BaseException as exc:  # noqa: BLE001 - whatever the agent raises fails its episode only
                 outcome, failure = None, f"the agent raised {type(exc).__name__}: {exc}"
@@ -323,13 +320,14 @@ class AgentRunner:
 
         threading.Thread(target=run, name="agent-episode", daemon=True).start()
 
-    def _run_async(self, slot: _Slot, agent, session: AgentSession):
+    def _run_async(self, slot: _Slot, awaitable):
         loop = asyncio.new_event_loop()
         try:
-            task = loop.create_task(agent(slot.record.task, session))
+            task = asyncio.ensure_future(awaitable, loop=loop)
             slot.cancel = lambda: loop.call_soon_threadsafe(task.cancel)
             return loop.run_until_complete(task)
         finally:
+            slot.cancel = None  # under no lock: a cancel racing this sees a closed loop, which `_fail` ignores
             loop.close()
 
     def _finish(self, slot: _Slot, outcome: AgentResult | None, failure: str | None) -> None:
@@ -358,9 +356,13 @@ class AgentRunner:
         for pending in [p for p in self._queue if p.slot is slot]:
             pending.answer(410, error_body(f"this episode failed: {reason}", 410))
         self._queue = [p for p in self._queue if p.slot is not slot]
-        if slot.cancel is not None:
-            slot.cancel()
         self._cond.notify_all()
+        cancel = slot.cancel
+        if cancel is not None:
+            try:
+                cancel()
+            except RuntimeError:  # its event loop closed meanwhile: the agent has returned
+                pass
 
     # -- the endpoint's request threads --------------------------------------------------------------------------
 
