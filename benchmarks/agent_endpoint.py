@@ -5,8 +5,9 @@
 
 Each row plays `--episodes` agents of `--turns` model calls each, every agent a loop on the real `openai` client
 that appends the reply it got and a short user message (so every call after the first joins its episode's sample).
-All agents are waiting for the model at every turn, so each turn is one generate call for every episode (the
-benchmark checks it). Per turn and episode:
+All agents are waiting for the model at every turn (they start together, after a barrier, and `batch_wait` is 60 s,
+a bound that the gathering never reaches: a call goes when every episode's request is in), so each turn is one
+generate call for every episode (the benchmark checks it). Per turn and episode:
 
 * through the endpoint: the time from the agent's `chat.completions.create` call to its return (HTTP on loopback,
   JSON, the chat template's rendering of the request, the join check, gathering the batch, the generate call,
@@ -15,7 +16,7 @@ benchmark checks it). Per turn and episode:
 * direct: the wall time of one generate call on the same contexts, as `EpisodeRunner` makes it.
 
 The first turn is reported apart: it also holds the client's one-time costs (its first connection, and the `openai`
-package building its response models on first use) and the agents' threads starting.
+package building its response models on first use).
 
 Backends: "scripted" (a generate function that returns 8 fixed tokens at once: the endpoint's own cost alone) and
 "tiny model" (a 2-layer random model in-process, `hf_generate_fn`, 8 new tokens greedy: a real, small generate
@@ -30,6 +31,7 @@ import shlex
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,9 +59,10 @@ class Timed:
         return out
 
 
-def looping_agent(turns: int, latencies: dict):
+def looping_agent(turns: int, latencies: dict, start: threading.Barrier):
     def agent(task, session):
         client = session.openai()
+        start.wait()  # every agent's thread and client made: the first turn times requests, not thread start-up
         messages = [{"role": "user", "content": f"Task {task['i']}: explore."}]
         own = latencies.setdefault(task["i"], [])
         for k in range(turns):
@@ -91,8 +94,9 @@ def backends(names: list[str]):
 def row(tokenizer, make_generate, episodes: int, turns: int) -> dict:
     latencies: dict[int, list[float]] = {}
     endpoint_gen = Timed(make_generate())
-    runner = AgentRunner(AgentEnvironment(looping_agent(turns, latencies), batch_wait=5.0), tokenizer, endpoint_gen,
-                         max_turns=turns, max_reply_tokens=NEW_TOKENS)
+    start = threading.Barrier(episodes, timeout=600)
+    runner = AgentRunner(AgentEnvironment(looping_agent(turns, latencies, start), batch_wait=60.0), tokenizer,
+                         endpoint_gen, max_turns=turns, max_reply_tokens=NEW_TOKENS)
     try:
         played = runner([{"i": i} for i in range(episodes)])
     finally:

@@ -107,11 +107,7 @@ class EpisodeRecord:
                 ep.completion_ids += delta
                 ep.env_mask += [0] * len(delta)
                 ep.logprobs += [math.nan] * len(delta)
-            start = len(ep.completion_ids)
-            ep.completion_ids += call.sampled
-            ep.env_mask += [1] * len(call.sampled)
-            ep.logprobs += call.logprobs
-            ep.turn_spans.append((start, len(ep.completion_ids)))
+            _append_reply(ep, call)
         return ep
 
     def stepwise_episode(self, turn_rewards: list[float], won: bool, truncated: bool) -> Episode:
@@ -119,11 +115,7 @@ class EpisodeRecord:
         ep = self._base(self.calls[0].context, turn_rewards, won, truncated)
         for call in self.calls:
             ep.step_contexts.append(call.context)
-            start = len(ep.completion_ids)
-            ep.completion_ids += call.sampled
-            ep.env_mask += [1] * len(call.sampled)
-            ep.logprobs += call.logprobs
-            ep.turn_spans.append((start, len(ep.completion_ids)))
+            _append_reply(ep, call)
         return ep
 
     def _base(self, prompt_ids: list[int], turn_rewards: list[float], won: bool, truncated: bool) -> Episode:
@@ -134,6 +126,15 @@ class EpisodeRecord:
                        actions=[c.text for c in calls], observations=observations,
                        observation_roles=[_new_messages_role(calls[k + 1]) for k in range(len(calls) - 1)],
                        infos=[{"joined": c.joined} for c in calls], won=won, done=True, truncated=truncated)
+
+
+def _append_reply(ep: Episode, call: Call) -> None:
+    """Append a call's reply, as sampled, to `ep` as its next turn (mask 1, the sampling log-probs)."""
+    start = len(ep.completion_ids)
+    ep.completion_ids += call.sampled
+    ep.env_mask += [1] * len(call.sampled)
+    ep.logprobs += call.logprobs
+    ep.turn_spans.append((start, len(ep.completion_ids)))
 
 
 def _new_messages_text(previous: Call, call: Call) -> str:
