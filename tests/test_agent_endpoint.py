@@ -5,6 +5,7 @@ run's secret, and every fault failing only its episode."""
 import http.client
 import json
 import math
+import socket
 import threading
 
 import openai
@@ -279,6 +280,13 @@ def faulty_agent(release: threading.Event, late_done: threading.Event | None = N
             raise RuntimeError("agent crashed")
         if mode == "hang":
             release.wait()
+        if mode == "stall":  # a client that sends half a request and waits for an answer that cannot come
+            host, port = session.base_url.removeprefix("http://").split("/")[0].split(":")
+            with socket.create_connection((host, int(port))) as stalled:
+                key = session.api_key.encode()
+                stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nAuthorization: Bearer " + key
+                                + b"\r\nContent-Length: 1000\r\n\r\n{")
+                release.wait()
         if mode == "malformed":
             post(session.base_url, session.api_key, b"{not json")
         if mode == "bad_role":
@@ -325,16 +333,16 @@ def test_every_fault_fails_its_episode_and_no_other(policy):
     assert late_done.is_set() and late["late_status"] == 410
 
 
-def test_a_hung_agent_fails_at_its_deadline_and_the_others_finish(policy):
+def test_a_hung_agent_or_client_fails_at_its_deadline_and_the_others_finish(policy):
     _, tokenizer = policy
     release = threading.Event()
-    rows = [{"mode": "ok"}, {"mode": "hang"}, {"mode": "ok"}]
+    rows = [{"mode": "ok"}, {"mode": "hang"}, {"mode": "stall"}, {"mode": "ok"}]
     runner = make_runner(faulty_agent(release), policy, scripted(tokenizer.encode("fine") + [tokenizer.eos_token_id]),
                          agent_timeout=8.0)
     try:
         episodes = runner(rows)
-        assert [ep.failed for ep in episodes] == [False, True, False]
-        assert "agent_timeout=8.0s" in episodes[1].failure
+        assert [ep.failed for ep in episodes] == [False, True, True, False]
+        assert all("agent_timeout=8.0s" in ep.failure for ep in episodes[1:3])
     finally:
         release.set()  # the hung agent's thread goes on and ends; what it asks the endpoint now is refused
         runner.close()
