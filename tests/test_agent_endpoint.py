@@ -5,6 +5,7 @@ run's secret, and every fault failing only its episode."""
 import http.client
 import json
 import math
+import queue
 import socket
 import threading
 
@@ -107,6 +108,41 @@ def test_turns_that_extend_the_history_join_one_token_exact_sample(policy, agent
         assert "You see room 1." in env_text or "Room 1." in env_text
     if agent is not async_appending_agent:
         assert '"name": "go"' in tokenizer.decode(episodes[0].prompt_ids)  # the tools reached the model's prompt
+
+
+def test_turns_join_on_llama3s_template_which_trl_parses_no_tool_calls_of(tiny_llama3_model, caplog):
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama3_model).eval()
+    runner = make_runner(appending_agent(2), (model, AutoTokenizer.from_pretrained(tiny_llama3_model)))
+    try:
+        episodes = runner(ROWS[:2])
+    finally:
+        runner.close()
+    assert runner.last_stats == {"joined": 2, "new_samples": 2, "failed": 0, "stepwise": 0}
+    for ep in episodes:
+        assert_token_exact(model, ep)
+    assert caplog.text.count("replies come back as text, without tool_calls") == 1
+
+
+def test_a_failing_generate_call_stops_the_rollout_and_answers_every_agent(policy):
+    answered = queue.Queue()
+
+    def agent(task, session):
+        try:
+            session.openai().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        except openai.APIStatusError as exc:
+            answered.put(exc.status_code)
+        return 1.0
+
+    def broken(contexts, max_new_tokens):
+        raise RuntimeError("CUDA out of memory")
+
+    runner = make_runner(agent, policy, broken, batch_wait=60.0)
+    try:
+        with pytest.raises(RuntimeError, match="out of memory"):  # the trainer's own failure is the trainer's
+            runner(ROWS)
+    finally:
+        runner.close()
+    assert [answered.get(timeout=120) for _ in ROWS] == [410, 410, 410]  # each agent's thread got its answer
 
 
 def char_ids(tokenizer, text: str) -> list[int]:

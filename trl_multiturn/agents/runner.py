@@ -193,7 +193,7 @@ class AgentRunner:
         self._cond = threading.Condition()
         self._slots: dict[str, _Slot] = {}
         self._queue: list[_Pending] = []
-        self._parses_tools = False
+        self._parses_tools: bool | None = None  # decided on the first request with tools
 
     # -- the rollout (the calling thread) -----------------------------------------------------------------------
 
@@ -214,13 +214,12 @@ class AgentRunner:
             self._serve_model()
         finally:
             with self._cond:  # every request from now on is refused; a request still waiting is answered
+                for slot in slots:
+                    self._fail(slot, "the rollout stopped before the agent returned")
                 self._slots = {}
                 for pending in self._queue:
                     pending.answer(410, error_body("the rollout ended", 410))
                 self._queue = []
-            for slot in slots:
-                if slot.running:
-                    self._fail(slot, "the rollout stopped before the agent returned")
         return self._episodes(slots)
 
     def close(self) -> None:
@@ -291,17 +290,31 @@ class AgentRunner:
 
     def _parse(self, call: Call) -> dict:
         """The reply as an assistant message: with tools, TRL's `parse_response` on the sampled ids (tool calls
-        out of the model's own template syntax); without, the decoded text."""
-        if not call.request.tools:
-            return {"role": "assistant", "content": self.tokenizer.decode(call.sampled, skip_special_tokens=True)}
-        from trl.chat_template_utils import add_response_schema, parse_response
+        out of the model's own template syntax); without, or for a template TRL has no response parser for (warned
+        once), the decoded text."""
+        if call.request.tools and self._tool_parser():
+            from trl.chat_template_utils import parse_response
 
-        if not self._parses_tools:
+            return parse_response(self.tokenizer, call.sampled, prefix=call.context, tools=call.request.tools)
+        return {"role": "assistant", "content": self.tokenizer.decode(call.sampled, skip_special_tokens=True)}
+
+    def _tool_parser(self) -> bool:
+        """Whether the tokenizer parses tool calls (given TRL's response schema on first use, as GRPO does)."""
+        if self._parses_tools is None:
+            from trl.chat_template_utils import add_response_schema
+
+            self._parses_tools = True
             if getattr(self.tokenizer, "response_template", None) is None and getattr(
                     self.tokenizer, "response_schema", None) is None:
-                add_response_schema(self.tokenizer)
-            self._parses_tools = True
-        return parse_response(self.tokenizer, call.sampled, prefix=call.context, tools=call.request.tools)
+                try:
+                    add_response_schema(self.tokenizer)
+                except ValueError as exc:
+                    self._parses_tools = False
+                    logger.warning("agents' requests carry tools, but the policy's chat template has no response "
+                                   "parser (%s): replies come back as text, without tool_calls. Set the tokenizer's "
+                                   "response_schema, or use a template TRL knows (Qwen2.5/3, Llama 3.1/3.2, ...)",
+                                   str(exc).split(".")[0])
+        return self._parses_tools
 
     # -- the agents' threads -------------------------------------------------------------------------------------
 
