@@ -2,8 +2,11 @@
 framework, which rewrites its history, so its calls become step samples of one episode) and a hand-written loop on
 the `openai` client (every call joins one trajectory sample). The ids trained are the ids the model sampled."""
 
+import inspect
 import json
+import runpy
 from importlib.resources import files
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +15,7 @@ from conftest import tiny_rl_args
 from datasets import Dataset
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 from transformers import AutoTokenizer
+from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.agents import AgentEnvironment, AgentResult, AgentRunner
@@ -175,3 +179,18 @@ def test_smolagents_runs_the_tool_the_models_template_output_calls(tiny_chatml_m
         runner.close()
     assert not ep.failed and seen["answer"] == "opened" and ep.num_turns == 2
     assert "You go north. You see a chest." in ep.observations[0]
+
+
+def test_the_agent_example_trains_and_saves(tiny_chatml_model, tmp_path):
+    example = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "agent_grpo.py"),
+                             run_name="example")
+    classes = [p.annotation for p in inspect.signature(example["main"]).parameters.values()]
+    args = TrlParser(tuple(classes)).parse_args_and_config(args=[
+        "--model_name_or_path", tiny_chatml_model, "--output_dir", str(tmp_path), "--max_steps", "1",
+        "--num_tasks", "4", "--num_generations", "2", "--per_device_train_batch_size", "4",
+        "--max_completion_length", "8", "--use_cpu", "true", "--bf16", "false", "--report_to", "none",
+        "--save_strategy", "no"])
+    example["main"](*args)
+    saved = json.loads((tmp_path / "episode_settings.json").read_text())
+    assert saved["environment"]["class"] == "trl_multiturn.agents.runner:AgentEnvironment"
+    assert json.loads((tmp_path / "trainer_state.json").read_text())["global_step"] == 1
