@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("contract", ("envs.base",)),
     ("envs", ("envs",)),
     ("credit", ("credit",)),
-    ("rollout", ("rollout", "episode_data")),
+    ("rollout", ("rollout", "episode_data", "agents")),
     ("evaluation", ("evaluation", "episode_settings", "model_card", "plotting", "models", "model_setup", "expert",
                     "testing")),
     ("trainers", ("trainers",)),

@@ -62,7 +62,8 @@ def environment_spec(environment_factory) -> dict | None:
                 bound.update(dataclasses.asdict(arg))
         settings = {**bound, **factory.keywords, **settings}
         factory = factory.func
-    spec = {"class": f"{factory.__module__}:{factory.__qualname__}"}
+    qualname = getattr(factory, "__qualname__", type(factory).__qualname__)  # an instance (AgentEnvironment): class
+    spec = {"class": f"{factory.__module__}:{qualname}"}
     if isinstance(factory, type):
         spec["name"] = suite_of_class(factory) or factory.__name__
     kept = {}

@@ -26,6 +26,7 @@ from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_availab
 from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
 from trl.trainer.utils import pad, use_adapter
 
+from ..agents import AgentEnvironment, AgentRunner
 from ..config_checks import Range, check_fields, check_value, parse_json_dict
 from ..credit import get_estimator, shape_turn_rewards
 from ..credit.rewards import REWARD_MODES
@@ -557,9 +558,15 @@ class MultiTurnMixin(RunFilesMixin):
         self._history_cache = self._make_history_cache()
         self._lagged_rollouts = self._make_lagged_rollouts() if self.args.max_policy_lag else None
 
-    def _episode_runner(self, generate_fn, tokenizer) -> EpisodeRunner:
-        """An `EpisodeRunner` of this config's rules over `generate_fn`, executed as the config says."""
+    def _episode_runner(self, generate_fn, tokenizer) -> EpisodeRunner | AgentRunner:
+        """An `EpisodeRunner` of this config's rules over `generate_fn`, executed as the config says (an
+        `AgentRunner` when an agent function plays each episode)."""
         args = self.args
+        if isinstance(self.environment_factory, AgentEnvironment):
+            return self.environment_factory.runner(
+                tokenizer, generate_fn, args, reward_funcs=self.reward_funcs[1:], eos_token_ids=self.stop_token_ids,
+                chat_template_kwargs=self.chat_template_kwargs,
+                any_live=self._any_live if self.accelerator.num_processes > 1 else None)
         return EpisodeRunner(self.environment_factory, tokenizer, generate_fn, args.episode_rules(),
                              eos_token_ids=self.stop_token_ids, env_mode=args.env_mode, env_timeout=args.env_timeout,
                              env_max_memory_mb=args.env_max_memory_mb, env_ray=args.ray_placement(),
@@ -795,7 +802,8 @@ class MultiTurnMixin(RunFilesMixin):
             prompt = ep.prompt_messages or [{"role": "user", "content": ""}]
             rows.append({**row, "prompt": prompt, "episode_return": self._episode_return(ep), "won": ep.won,
                          "num_turns": ep.num_turns})
-        if self.args.episode_format == "stepwise":
+        # an agent that rewrote its history gives step samples in either format
+        if self.args.episode_format == "stepwise" or any(ep.step_contexts for ep in episodes):
             return self._step_rows(rows, batch)
         return rows, batch
 

@@ -1,0 +1,115 @@
+"""A verifiers environment (a taskset written here against verifiers 0.4's API, offline) trains with GRPO through
+the chat endpoint, scored by its own rubric; a rubric that breaks fails its episode only."""
+
+import pytest
+import torch
+from conftest import tiny_rl_args
+from datasets import Dataset
+from transformers import AutoTokenizer
+
+from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+from trl_multiturn.agents import AgentRunner
+from trl_multiturn.agents.verifiers_suite import verifiers_environment
+
+vf = pytest.importorskip("verifiers.v1", reason="the verifiers extra: pip install 'trl-multiturn[verifiers]'")
+
+
+class DirectionData(vf.TaskData):
+    answer: str = ""
+    mode: str = "ok"
+
+
+class DirectionTask(vf.Task[DirectionData]):
+    """Say the direction: 1 for naming it, plus a little for a short reply (signal under a random policy)."""
+
+    @vf.reward
+    async def names_it(self, task, trace) -> float:
+        if task.mode == "raise":
+            raise RuntimeError("rubric crashed")
+        return float(task.answer in trace.last_reply)
+
+    @vf.reward(weight=0.5)
+    async def brevity(self, task, trace) -> float:
+        return 1.0 / (1.0 + len(trace.last_reply))
+
+
+
+class SandboxedTask(DirectionTask):
+    @vf.reward
+    async def in_sandbox(self, task, trace, runtime) -> float:  # needs a runtime: runs only where one is given
+        return 0.0
+
+
+class DirectionTaskset(vf.Taskset[DirectionTask]):
+    def __init__(self, config, modes=("ok",) * 4):
+        super().__init__(config)
+        self.modes = modes
+
+    def load(self):
+        for k, mode in enumerate(self.modes):
+            direction = ["north", "south"][k % 2]
+            yield DirectionTask(DirectionData(prompt=f"Which way? Say {direction}.", system_prompt="Be brief.",
+                                              answer=direction, mode=mode), self.config.task)
+
+
+def taskset(modes=("ok",) * 4):
+    return DirectionTaskset(vf.TasksetConfig(id="directions"), modes)
+
+
+def test_the_rubric_scores_the_reply_the_model_sampled(tiny_chatml_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
+    reply = tokenizer.encode("north", add_special_tokens=False) + [tokenizer.eos_token_id]
+    rows, environment = verifiers_environment(taskset(("ok", "ok", "raise", "ok")))
+    seen = []
+
+    def generate(contexts, max_new_tokens):
+        seen.extend(tokenizer.decode(c) for c in contexts)
+        return [reply for _ in contexts], None
+
+    runner = AgentRunner(environment, tokenizer, generate, max_turns=2, max_reply_tokens=8)
+    try:
+        episodes = runner(rows)
+    finally:
+        runner.close()
+    assert rows[0] == {"verifiers_task": 0, "prompt": "Which way? Say north."}
+    assert any("Be brief." in s and "Say north." in s for s in seen)  # the task's system prompt and prompt
+    north, south, crashed, south_again = episodes
+    assert crashed.failed and "rubric crashed" in crashed.failure and not south_again.failed
+    # verifiers' own sum: names_it 1 + brevity 0.5 / (1 + 5) for "north"; 0 + the same for "south"'s task
+    assert north.turn_rewards == [pytest.approx(1.0 + 0.5 / 6)]
+    assert south.turn_rewards == [pytest.approx(0.5 / 6)]
+    assert north.infos[-1]["rewards"] == {"names_it": 1.0, "brevity": pytest.approx(1 / 6)}
+
+
+def test_a_rubric_reward_that_needs_a_runtime_fails_the_episode(tiny_chatml_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
+
+    class NeedsRuntime(vf.Taskset[SandboxedTask]):
+        def load(self):
+            yield SandboxedTask(DirectionData(prompt="Say north.", answer="north"), self.config.task)
+
+    rows, environment = verifiers_environment(NeedsRuntime(vf.TasksetConfig(id="sandboxed")))
+    runner = AgentRunner(environment, tokenizer, lambda c, n: ([[tokenizer.eos_token_id]] * len(c), None),
+                         max_turns=1, max_reply_tokens=4)
+    try:
+        (episode,) = runner(rows)
+    finally:
+        runner.close()
+    assert episode.failed and "in_sandbox" in episode.failure
+
+
+def test_grpo_trains_a_verifiers_environment_with_its_rubric_as_the_reward(tiny_chatml_model, tmp_path):
+    rows, environment = verifiers_environment(taskset())
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, max_steps=1, reward_mode="dense", max_turns=1)
+    trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, train_dataset=Dataset.from_list(rows),
+                                   environment_factory=environment)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert trainer.state.global_step == 1
+    batch = trainer.last_rollout
+    assert not any(ep.failed for ep in batch.episodes)
+    for ep in batch.episodes:  # each episode's reward is its rubric's weighted sum over the reply sampled
+        answer = "north" if ep.task["verifiers_task"] % 2 == 0 else "south"
+        reply = ep.replies[-1].strip()
+        assert ep.turn_rewards == [pytest.approx(float(answer in reply) + 0.5 / (1 + len(reply)))]
+    assert any(not torch.equal(b, a) for b, a in zip(before, trainer.model.parameters()))

@@ -1,0 +1,149 @@
+"""Token recording of one agent episode: each request's context ids, the ids sampled for it and their log-probs,
+and the `Episode` they make.
+
+A request joins the episode's trajectory when its messages are the previous request's messages, then the reply the
+endpoint returned, then new messages, with the same tools, and the chat template renders such a conversation by
+appending only (the assistant turn extends the previous generation prompt, and the new messages extend the closed
+assistant turn). Its context is then the previous context, the reply's ids exactly as sampled (closed with the
+end-of-turn token where the reply was cut), and the template's tokens for the new messages: no sampled id is ever
+decoded and re-encoded. Otherwise (the agent truncated, summarised or rewrote its history, changed its tools, or the
+template rewrites earlier turns) the request's context is the template's rendering of its messages, and a new sample
+starts.
+
+An episode whose requests all joined is one trajectory sample (`Episode` in the trajectory format: sampled tokens
+under mask 1, the template's tokens for the agent's messages under mask 0). Otherwise each request is a step sample
+(`Episode.step_contexts`), all of one episode, so the credit gives them that episode's advantages.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..rollout.episode import Episode
+from .protocol import ChatRequest, same_reply
+
+
+@dataclass
+class Call:
+    """One model call of an episode: the request, the context ids it was generated from, the reply as sampled."""
+
+    request: ChatRequest
+    context: list[int]
+    joined: bool
+    rendered_prompt: list[int]
+    sampled: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    reply: dict | None = None  # the assistant message returned (`protocol.reply_message`)
+    text: str = ""
+
+
+class Renderer:
+    """The chat template's token renderings of a request's messages (its tools included)."""
+
+    def __init__(self, tokenizer, eos_token_ids, chat_template_kwargs: dict | None = None):
+        self.tokenizer = tokenizer
+        self.eos_token_ids = set(eos_token_ids)
+        self.kwargs = dict(chat_template_kwargs or {})
+
+    def render(self, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool) -> list[int]:
+        out = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                                 tokenize=True, return_dict=True, **self.kwargs)
+        return list(out["input_ids"])
+
+    def joined_context(self, previous: Call, request: ChatRequest) -> list[int] | None:
+        """The context of `request` as the continuation of `previous` (see the module docstring), or None where
+        it does not join (`previous` not answered yet included)."""
+        before = previous.request
+        n = len(before.messages)
+        messages = request.messages
+        if (previous.reply is None or request.tools != before.tools or len(messages) <= n + 1
+                or messages[:n] != before.messages or not same_reply(messages[n], previous.reply)):
+            return None
+        closed = self.render(messages[: n + 1], request.tools, add_generation_prompt=False)
+        full = self.render(messages, request.tools, add_generation_prompt=True)
+        prompt = previous.rendered_prompt
+        if closed[: len(prompt)] != prompt or full[: len(closed)] != closed:
+            return None  # the template rewrites earlier turns
+        end = max((i for i in range(len(prompt), len(closed)) if closed[i] in self.eos_token_ids), default=None)
+        if end is None:
+            return None  # no end-of-turn token closes the assistant turn: no place to join the sampled reply
+        sampled = previous.sampled
+        close = [] if sampled and sampled[-1] in self.eos_token_ids else [closed[end]]
+        return previous.context + sampled + close + closed[end + 1:] + full[len(closed):]
+
+
+class EpisodeRecord:
+    """The calls of one episode, in order, and the `Episode` they make."""
+
+    def __init__(self, task: dict):
+        self.task = task
+        self.calls: list[Call] = []
+
+    def context_for(self, request: ChatRequest, renderer: Renderer) -> Call:
+        """The call `request` makes: joined to the previous call where it continues it, else rendered whole."""
+        full = renderer.render(request.messages, request.tools, add_generation_prompt=True)
+        joined = renderer.joined_context(self.calls[-1], request) if self.calls else None
+        call = Call(request, joined if joined is not None else full, joined is not None, full)
+        self.calls.append(call)
+        return call
+
+    @property
+    def joined(self) -> int:
+        return sum(c.joined for c in self.calls)
+
+    @property
+    def samples(self) -> int:
+        """The number of training samples the calls make: one per call that did not join."""
+        return sum(not c.joined for c in self.calls)
+
+    def episode(self, turn_rewards: list[float], won: bool, truncated: bool) -> Episode:
+        """The trajectory-format `Episode` of a one-sample record (`samples == 1`); see `stepwise_episode`."""
+        first = self.calls[0]
+        ep = self._base(first.context, turn_rewards, won, truncated)
+        for k, call in enumerate(self.calls):
+            if k > 0:  # the template's tokens for the agent's messages after the previous reply
+                delta = call.context[len(first.context) + len(ep.completion_ids):]
+                ep.completion_ids += delta
+                ep.env_mask += [0] * len(delta)
+                ep.logprobs += [math.nan] * len(delta)
+            _append_reply(ep, call)
+        return ep
+
+    def stepwise_episode(self, turn_rewards: list[float], won: bool, truncated: bool) -> Episode:
+        """Every call as a step sample: its context exactly as generated from, its reply as sampled."""
+        ep = self._base(self.calls[0].context, turn_rewards, won, truncated)
+        for call in self.calls:
+            ep.step_contexts.append(call.context)
+            _append_reply(ep, call)
+        return ep
+
+    def _base(self, prompt_ids: list[int], turn_rewards: list[float], won: bool, truncated: bool) -> Episode:
+        calls = self.calls
+        observations = [_new_messages_text(calls[k], calls[k + 1]) for k in range(len(calls) - 1)]
+        return Episode(task=self.task, prompt_ids=list(prompt_ids), prompt_messages=list(calls[0].request.messages),
+                       turn_rewards=list(turn_rewards), replies=[c.text for c in calls],
+                       actions=[c.text for c in calls], observations=observations,
+                       observation_roles=[_new_messages_role(calls[k + 1]) for k in range(len(calls) - 1)],
+                       infos=[{"joined": c.joined} for c in calls], won=won, done=True, truncated=truncated)
+
+
+def _append_reply(ep: Episode, call: Call) -> None:
+    """Append a call's reply, as sampled, to `ep` as its next turn (mask 1, the sampling log-probs)."""
+    start = len(ep.completion_ids)
+    ep.completion_ids += call.sampled
+    ep.env_mask += [1] * len(call.sampled)
+    ep.logprobs += call.logprobs
+    ep.turn_spans.append((start, len(ep.completion_ids)))
+
+
+def _new_messages_text(previous: Call, call: Call) -> str:
+    """What the agent sent after a reply, as one text (for logs and anchor-state credit): the messages after the
+    reply where the call joined, else its last message."""
+    after = len(previous.request.messages) + 1
+    messages = call.request.messages[after:] if call.joined else call.request.messages[-1:]
+    return "\n".join(m["content"] for m in messages)
+
+
+def _new_messages_role(call: Call) -> str:
+    return call.request.messages[-1]["role"]
