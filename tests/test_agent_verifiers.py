@@ -78,7 +78,7 @@ def test_the_rubric_scores_the_reply_the_model_sampled(tiny_chatml_model):
     # verifiers' own sum: names_it 1 + brevity 0.5 / (1 + 5) for "north"; 0 + the same for "south"'s task
     assert north.turn_rewards == [pytest.approx(1.0 + 0.5 / 6)]
     assert south.turn_rewards == [pytest.approx(0.5 / 6)]
-    assert north.infos[-1]["rewards"] == {"names_it": 1.0, "brevity": pytest.approx(1 / 6)}
+    assert north.turns[-1].info["rewards"] == {"names_it": 1.0, "brevity": pytest.approx(1 / 6)}
 
 
 def test_a_rubric_reward_that_needs_a_runtime_fails_the_episode(tiny_chatml_model):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..rollout.episode import Episode
+from ..rollout.episode import Episode, Turn
 from .protocol import ChatRequest, same_reply
 
 
@@ -100,41 +100,51 @@ class EpisodeRecord:
     def episode(self, turn_rewards: list[float], won: bool, truncated: bool) -> Episode:
         """The trajectory-format `Episode` of a one-sample record (`samples == 1`); see `stepwise_episode`."""
         first = self.calls[0]
-        ep = self._base(first.context, turn_rewards, won, truncated)
+        ep = self._base(first.context)
         for k, call in enumerate(self.calls):
             if k > 0:  # the template's tokens for the agent's messages after the previous reply
                 delta = call.context[len(first.context) + len(ep.completion_ids):]
                 ep.completion_ids += delta
                 ep.env_mask += [0] * len(delta)
                 ep.logprobs += [math.nan] * len(delta)
-            _append_reply(ep, call)
-        return ep
+            self._append_turn(ep, k, turn_rewards, context=None)
+        return _ended(ep, won, truncated)
 
     def stepwise_episode(self, turn_rewards: list[float], won: bool, truncated: bool) -> Episode:
         """Every call as a step sample: its context exactly as generated from, its reply as sampled."""
-        ep = self._base(self.calls[0].context, turn_rewards, won, truncated)
-        for call in self.calls:
-            ep.step_contexts.append(call.context)
-            _append_reply(ep, call)
-        return ep
+        ep = self._base(self.calls[0].context)
+        for k, call in enumerate(self.calls):
+            self._append_turn(ep, k, turn_rewards, context=call.context)
+        return _ended(ep, won, truncated)
 
-    def _base(self, prompt_ids: list[int], turn_rewards: list[float], won: bool, truncated: bool) -> Episode:
-        calls = self.calls
-        observations = [_new_messages_text(calls[k], calls[k + 1]) for k in range(len(calls) - 1)]
-        return Episode(task=self.task, prompt_ids=list(prompt_ids), prompt_messages=list(calls[0].request.messages),
-                       turn_rewards=list(turn_rewards), replies=[c.text for c in calls],
-                       actions=[c.text for c in calls], observations=observations,
-                       observation_roles=[_new_messages_role(calls[k + 1]) for k in range(len(calls) - 1)],
-                       infos=[{"joined": c.joined} for c in calls], won=won, done=True, truncated=truncated)
+    def _base(self, prompt_ids: list[int]) -> Episode:
+        return Episode(task=self.task, prompt_ids=list(prompt_ids),
+                       prompt_messages=list(self.calls[0].request.messages))
+
+    def _append_turn(self, ep: Episode, k: int, turn_rewards: list[float], context: list[int] | None) -> None:
+        """Append call k's reply, as sampled, to `ep` as its turn k (mask 1, the sampling log-probs), answered by the
+        messages the agent sent next (none after its last call)."""
+        calls, call = self.calls, self.calls[k]
+        start = len(ep.completion_ids)
+        ep.completion_ids += call.sampled
+        ep.env_mask += [1] * len(call.sampled)
+        ep.logprobs += call.logprobs
+        answered = k + 1 < len(calls)
+        ep.turns.append(Turn(reply=call.text, action=call.text, span=(start, len(ep.completion_ids)),
+                             reward=turn_rewards[k] if k < len(turn_rewards) else 0.0,
+                             observation=_new_messages_text(call, calls[k + 1]) if answered else None,
+                             role=_new_messages_role(calls[k + 1]) if answered else "user",
+                             info={"joined": call.joined}, context=context))
 
 
-def _append_reply(ep: Episode, call: Call) -> None:
-    """Append a call's reply, as sampled, to `ep` as its next turn (mask 1, the sampling log-probs)."""
-    start = len(ep.completion_ids)
-    ep.completion_ids += call.sampled
-    ep.env_mask += [1] * len(call.sampled)
-    ep.logprobs += call.logprobs
-    ep.turn_spans.append((start, len(ep.completion_ids)))
+def _ended(ep: Episode, won: bool, truncated: bool) -> Episode:
+    """`ep` ended by the agent (won or not) or cut by the turn budget (`truncated`, the agent's verdict kept)."""
+    if truncated:
+        ep.truncate()
+        ep.score_truncated(won)
+    else:
+        ep.end(won)
+    return ep
 
 
 def _new_messages_text(previous: Call, call: Call) -> str:

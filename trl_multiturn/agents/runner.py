@@ -442,8 +442,9 @@ class AgentRunner:
         for slot in slots:
             record = slot.record
             if slot.failure is not None:
-                out.append(Episode(task=record.task, prompt_ids=[], prompt_messages=[], failed=True,
-                                   failure=slot.failure))
+                failed = Episode(task=record.task, prompt_ids=[], prompt_messages=[])
+                failed.fail(slot.failure)
+                out.append(failed)
                 continue
             result = slot.result
             rewards = [float(r) for r in result.turn_rewards] if result.turn_rewards is not None else [0.0] * len(
@@ -452,7 +453,7 @@ class AgentRunner:
             build = record.stepwise_episode if stepwise else record.episode
             ep = build(rewards, bool(result.won), slot.truncated)
             if result.info:
-                ep.infos[-1] = {**ep.infos[-1], **result.info}
+                ep.turns[-1].info = {**ep.turns[-1].info, **result.info}
             out.append(ep)
         return out
 
