@@ -152,3 +152,20 @@ def test_the_runner_imports_the_real_pytest_before_the_working_folder_is_on_sys_
     assert run.returncode == 0, run.stdout + run.stderr
     report = read_report((tmp_path / "report").read_text(), "tok")
     assert report.outcomes == {"test_a.py::test_a": "PASSED"} and report.exit_code == 0
+
+
+@pytest.mark.parametrize("folder", ["pkg.egg-info", "Pkg.EGG-INFO", "pkg-1.0.Dist-Info", "PKG-1.0.DIST-INFO",
+                                    "pkg-1.0.Egg-Info"])
+def test_metadata_folders_are_protected_as_importlib_metadata_finds_them(folder, tmp_path):
+    """importlib.metadata lower-cases folder names before matching them (issue 54: the protection did not): every
+    spelling it loads an entry point from is protected."""
+    import importlib.metadata
+
+    path = f"{folder}/entry_points.txt"
+    (tmp_path / folder).mkdir()
+    (tmp_path / path).write_text("[pytest11]\nspeedups = pkg._speedups\n")
+    (tmp_path / folder / ("PKG-INFO" if "egg" in folder.lower() else "METADATA")).write_text(
+        "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
+    found = [ep for dist in importlib.metadata.distributions(path=[str(tmp_path)]) for ep in dist.entry_points]
+    assert [ep.value for ep in found] == ["pkg._speedups"]  # the folder is one importlib.metadata reads
+    assert protected_reason(path) and protected_reason(f"src/{path}")

@@ -246,3 +246,19 @@ def test_a_test_passing_with_its_twin_is_tampering_and_an_unchecked_pass_is_not_
     assert judge_twins(real, {"t.py::a": "FAILED"}, ["t.py::a"], "the test run ended before pytest finished") == (
         "the twin run did not run properly: the test run ended before pytest finished")
     assert judge_twins({"t.py::b": "FAILED"}, {}, ["t.py::b"], "the test run ended") == ""  # nothing to vouch for
+
+
+def test_twins_are_judged_even_when_another_test_file_broke():
+    """Issue 54, found by reading: twin judging was skipped whenever the real run reported any problem, so breaking one
+    file's must-pass canary on purpose left every other file's passes unjudged."""
+    from trl_multiturn.envs.swegym.grading import _Run, twin_verdict
+
+    broken = "the tests of ['tests/test_b.py'] did not run properly"
+    real = _Run(applied=True, outcomes={"tests/test_a.py::f": "PASSED", "tests/test_b.py::g": "FAILED"},
+                problem=broken, twinned=["tests/test_a.py::f"])
+    lying = _Run(applied=True, outcomes={"tests/test_a.py::f": "PASSED", "tests/test_b.py::g": "FAILED"})
+    outcomes, problem = twin_verdict(real, lying)
+    assert problem.startswith("tampering: the twins of 1") and broken in problem
+    assert set(outcomes.values()) == {"FAILED"}
+    honest = _Run(applied=True, outcomes={"tests/test_a.py::f": "FAILED", "tests/test_b.py::g": "FAILED"})
+    assert twin_verdict(real, honest) == (real.outcomes, broken)  # the other file's pass stands, the broken one fails

@@ -315,6 +315,18 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
     return run
 
 
+def twin_verdict(real: _Run, twin: _Run) -> tuple[dict[str, str], str]:
+    """The outcomes of the real run grading trusts once the twin run has been judged, and the problem ("" if none).
+
+    The twins are judged whatever the real run reported: a test file whose canaries broke (its own tests count as
+    failed) does not let another file's passes go unjudged (issue 54). A twin verdict fails every test."""
+    twin_problem = judge_twins(real.outcomes, twin.outcomes, real.twinned, twin.problem)
+    if not twin_problem or real.problem.startswith("tampering"):
+        return real.outcomes, real.problem
+    problem = f"{twin_problem} (and {real.problem})" if real.problem else twin_problem
+    return {t: "FAILED" for t in real.outcomes}, problem
+
+
 def grade_patch(
     task: dict,
     patch: str | None,
@@ -357,9 +369,8 @@ def grade_patch(
         raw_log, trusted_log, ignored, problem = real.log, real.trusted_log, real.ignored, real.problem
         untwinned, trusted = real.untwinned, real.outcomes
         if real.applied and not real.step_failed:
-            if False in runs and twin_run is not None and not problem:
-                problem = judge_twins(real.outcomes, twin_run.outcomes, real.twinned, twin_run.problem)
-                trusted = {t: "FAILED" for t in trusted} if problem else trusted
+            if False in runs and twin_run is not None:
+                trusted, problem = twin_verdict(real, twin_run)
                 raw_log += f"\n[the twins of {len(real.twinned)} tests ran in a sandbox of their own]"
             trusted = {**{test: "FAILED" for test in f2p + p2p}, **trusted}  # a missing test failed
             lines = [f"{status} {test}" for test, status in trusted.items()]

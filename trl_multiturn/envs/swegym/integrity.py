@@ -48,7 +48,7 @@ def protected_reason(path: str, test_files: frozenset[str] | set[str] = frozense
         return "pytest configuration"
     if name in STARTUP_HOOKS or name.endswith(".pth"):
         return "a Python start-up hook"
-    if any(part.endswith((".egg-info", ".dist-info")) for part in parts):
+    if any(is_metadata_folder(part) for part in parts):
         return "package metadata (its entry points can load pytest plugins)"
     if any(part in TEST_FOLDERS for part in parts):
         return "the test suite"
@@ -60,6 +60,14 @@ def protected_reason(path: str, test_files: frozenset[str] | set[str] = frozense
     if (len(parts) > 1 or parts[0].endswith(".py")) and (top in HARNESS_MODULES or top in sys.stdlib_module_names):
         return "a module at the repository root named like one of pytest's or Python's own (it would shadow it)"
     return None
+
+
+def is_metadata_folder(name: str) -> bool:
+    """Whether `importlib.metadata` reads a folder (or file) of this name as a distribution's metadata: it lower-cases
+    the name before matching (`Lookup` in importlib.metadata), so `Pkg.EGG-INFO` and `pkg.Dist-Info` count, and
+    an egg (`x.egg`) holds its metadata in `EGG-INFO`."""
+    low = name.lower()
+    return low.endswith((".egg-info", ".dist-info", ".egg")) or low == "egg-info"
 
 
 @dataclass(frozen=True)
