@@ -1,6 +1,7 @@
 """The pure parts of SWE-Gym's grading integrity: which paths a patch may not change, canary planting, and how the
 runner's report is read and judged. (The attacks themselves, in sandboxes: test_swegym_attacks.py.)"""
 
+import json
 import random
 import subprocess
 import sys
@@ -144,14 +145,22 @@ def test_the_runner_imports_the_real_pytest_before_the_working_folder_is_on_sys_
     """A `pytest.py` in the folder the tests run in must not stand in for pytest (it would forge the records)."""
     (tmp_path / "pytest.py").write_text("import os\nos._exit(7)\n")
     (tmp_path / "test_a.py").write_text("def test_a():\n    assert True\n")
-    (tmp_path / "token").write_text("tok")
-    (tmp_path / "report").write_text("")
-    runner = Path(grading.__file__).with_name("pytest_runner.py")
-    run = subprocess.run([sys.executable, "-s", str(runner), "token", "report", "-p", "no:cacheprovider", "test_a.py"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    report = read_report((tmp_path / "report").read_text(), "tok")
+    report = run_runner(tmp_path, ["test_a.py"])
     assert report.outcomes == {"test_a.py::test_a": "PASSED"} and report.exit_code == 0
+
+
+def run_runner(folder: Path, tests: list[str], added: dict | None = None):
+    """Run pytest_runner.py in `folder` on `tests`, with `added` ({path: [[first, last]]}) as the patch's lines; its
+    report. (In grading it runs in a sandbox; here the runner alone is under test.)"""
+    (folder / "token").write_text("tok")
+    (folder / "report").write_text("")
+    (folder / "audit.json").write_text(json.dumps({"added": added or {}, "tests": tests}))
+    runner = Path(grading.__file__).with_name("pytest_runner.py")
+    run = subprocess.run([sys.executable, "-s", str(runner), "token", "report", "audit.json", "-p", "no:cacheprovider",
+                          *tests], cwd=folder, capture_output=True, text=True, timeout=300)
+    assert run.returncode in (0, 1), run.stdout + run.stderr
+    assert not (folder / "token").exists() and not (folder / "audit.json").exists()  # gone before any test ran
+    return read_report((folder / "report").read_text(), "tok")
 
 
 @pytest.mark.parametrize("folder", ["pkg.egg-info", "Pkg.EGG-INFO", "pkg-1.0.Dist-Info", "PKG-1.0.DIST-INFO",

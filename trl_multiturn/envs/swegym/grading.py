@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import secrets
 import shlex
 import tempfile
@@ -146,7 +147,7 @@ def run_script(workdir: str, assignments: list[str], python: str, scratch: str, 
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
     command = [*assignments, python, "-s", f"{scratch}/pytest_runner.py", f"{scratch}/token", f"{scratch}/report",
-               *args, *files]
+               f"{scratch}/audit.json", *args, *files]
     return "\n".join([
         "#!/bin/bash", "set -uo pipefail", f"cd {shlex.quote(workdir)}", f"echo '{START_TEST_OUTPUT}'",
         " ".join(shlex.quote(w) for w in command), f"echo '{END_TEST_OUTPUT}'",
@@ -233,6 +234,24 @@ class _Grading:
                 raise _TrustedStepFailed(f"restoring protected files: {result.output[-500:]}")
         return sorted(set(restore) | set(remove))
 
+    def added_lines(self, untracked_before: set[str]) -> dict[str, list[list[int]]]:
+        """The Python lines the patch added or changed, by file, as [first, last] spans of the patched file (a file
+        the patch created: all of it), for the runner's audit hook."""
+        diff, untracked = self._paths(
+            f"git -c core.quotePath=false diff -U0 --no-color --no-ext-diff --no-textconv --no-renames {self.base} "
+            "| grep -aE '^(\\+\\+\\+ |@@ )' || true", "git ls-files --others -z")
+        added: dict[str, list[list[int]]] = {p: [[1, 1 << 30]] for p in untracked
+                                             if p.endswith(".py") and p not in untracked_before}
+        path = None
+        for line in "".join(diff).splitlines():
+            if line.startswith("+++ "):
+                path = line[6:] if line.startswith("+++ b/") else None
+            elif path and path.endswith(".py") and (hunk := _HUNK_NEW.match(line)):
+                first, count = int(hunk.group(1)), int(hunk.group(2) or 1)
+                if count:
+                    added.setdefault(path, []).append([first, first + count - 1])
+        return added
+
     def apply_test_patch(self) -> None:
         """Reset the test files to the base commit and apply the test patch, as swebench's eval script does."""
         files = [shlex.quote(f) for f in patch_paths(self.task["test_patch"])]
@@ -246,6 +265,9 @@ class _Grading:
         result = self.run(f"rm -f -- {scratch}/test.patch {scratch}/model.patch")
         if result.exit_code != 0:
             raise _TrustedStepFailed(f"removing the patches from scratch: {result.output[-500:]}")
+
+
+_HUNK_NEW = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 
 
 class _TrustedStepFailed(RuntimeError):
@@ -285,6 +307,7 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             if not run.applied:
                 return run
             run.ignored = steps.restore_protected(untracked, set(patch_paths(task["test_patch"])))
+            audit = {"added": steps.added_lines(untracked), "tests": files}
             steps.apply_test_patch()
             rng = random.Random(secrets.randbits(64))
             canaries = []
@@ -300,6 +323,7 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             token = secrets.token_hex(16)
             sandbox.write_scratch("pytest_runner.py", RUNNER.read_text())
             sandbox.write_scratch("token", token)
+            sandbox.write_scratch("audit.json", json.dumps(audit))
             sandbox.write_scratch("report", "", write_only=True)
             script = run_script(sandbox.workdir, assignments, python, sandbox.scratch_dir, pytest_args, files)
             result = sandbox.run(f"/bin/bash {shlex.quote(sandbox.write_scratch('eval.sh', script))}",

@@ -23,7 +23,7 @@ import json
 import random
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 CONFIG_FILES = {"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml"}
@@ -163,6 +163,7 @@ class Report:
     outcomes: dict[str, str]
     exit_code: int | None
     forged_lines: int
+    audits: list[dict] = field(default_factory=list)
 
 
 def read_report(text: str | None, token: str) -> Report:
@@ -182,14 +183,17 @@ def read_report(text: str | None, token: str) -> Report:
             report.outcomes[record["test"]] = record["status"]
         elif isinstance(record.get("exit"), int):
             report.exit_code = record["exit"]
+        elif isinstance(record.get("audit"), str):
+            report.audits.append(record)
     return report
 
 
 def judge(report: Report, canaries: list[Canary]) -> tuple[dict[str, str], str]:
     """The outcomes grading may trust, without the canaries, and what was wrong with the run ("" if nothing).
 
-    Forged lines in the report, or a must-fail canary reported as passing (PASSED, XPASS, or XFAIL, which
-    swebench counts as a pass), mean the run was tampered with: every test counts as failed. A run without its
+    Forged lines in the report, an audit record (the patch's code looked into the test process: frames, code,
+    object scans, the runner's internals, see `pytest_runner.py`), or a must-fail canary reported as passing (PASSED,
+    XPASS, or XFAIL, which swebench counts as a pass), mean the run was tampered with: every test counts as failed. A run without its
     end record did not finish: likewise. A file whose must-pass canary did not pass (or whose canaries never
     ran) did not run properly: its tests count as failed.
     """
@@ -198,6 +202,11 @@ def judge(report: Report, canaries: list[Canary]) -> tuple[dict[str, str], str]:
     failed_all = {t: "FAILED" for t in real}
     if report.forged_lines:
         return failed_all, f"tampering: {report.forged_lines} lines of the test report were not the runner's"
+    if report.audits:
+        first = report.audits[0]
+        return failed_all, (f"tampering: the patch's code inspects the test process ({first['audit']} "
+                            f"{first.get('what', '')} at {first.get('where', '?')}; {len(report.audits)} such "
+                            "events): its outcomes cannot vouch for it")
     tampered = [c.nodeid for c in canaries if not c.must_pass and outcomes.get(c.nodeid) in PASSING]
     if tampered:
         return failed_all, f"tampering: a test written to fail was reported {outcomes[tampered[0]]} ({tampered[0]})"
