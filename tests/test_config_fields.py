@@ -86,7 +86,8 @@ def test_every_config_class_of_the_package_is_walked():
 @pytest.mark.parametrize("cls", CONFIG_CLASSES, ids=lambda cls: cls.__name__)
 def test_every_default_config_builds(cls):
     config = build(cls)  # inherited fields are checked as given: the parent's __post_init__ may convert them
-    assert all(check.problem(getattr(config, check.name)) is None for check in field_checks(cls) if not check.inherited)
+    checks = [check for check in field_checks(cls) if not check.inherited]
+    assert all(check.problem(getattr(config, check.name)) is None for check in checks)
 
 
 @pytest.mark.parametrize("cls", CONFIG_CLASSES, ids=lambda cls: cls.__name__)

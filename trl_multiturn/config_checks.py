@@ -74,7 +74,8 @@ INHERITED_RANGES = {
     "per_device_train_batch_size": Range(ge=1), "per_device_eval_batch_size": Range(ge=1),
     "gradient_accumulation_steps": Range(ge=1), "num_iterations": Range(ge=1), "steps_per_generation": Range(ge=1),
     "generation_batch_size": Range(ge=1), "eval_accumulation_steps": Range(ge=1),
-    "logging_steps": Range(gt=0), "save_steps": Range(gt=0), "eval_steps": Range(gt=0), "save_total_limit": Range(ge=0),
+    "logging_steps": Range(gt=0), "save_steps": Range(gt=0), "eval_steps": Range(gt=0),
+    "save_total_limit": Range(ge=0),
     "seed": Range(ge=0), "data_seed": Range(ge=0), "dataloader_num_workers": Range(ge=0),
     "dataloader_prefetch_factor": Range(ge=1),
     "label_smoothing_factor": _PROBABILITY, "temperature": Range(gt=0), "top_p": Range(gt=0, le=1),
@@ -193,8 +194,9 @@ def field_checks(cls: type) -> tuple[FieldCheck, ...]:
             if f.name in INHERITED_ALSO_TAKES:
                 annotation = Union[annotation, INHERITED_ALSO_TAKES[f.name]]
         choices = f.metadata.get("choices")
-        checks.append(FieldCheck(f.name, annotation, ranges.get(f.name, None if own else INHERITED_RANGES.get(f.name)),
-                                 tuple(choices) if choices and own else None, inherited=not own))
+        range_ = ranges.get(f.name) if own else INHERITED_RANGES.get(f.name)
+        checks.append(FieldCheck(f.name, annotation, range_, tuple(choices) if choices and own else None,
+                                 inherited=not own))
     return tuple(checks)
 
 

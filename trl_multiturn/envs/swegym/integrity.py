@@ -191,11 +191,11 @@ def read_report(text: str | None, token: str) -> Report:
 def judge(report: Report, canaries: list[Canary]) -> tuple[dict[str, str], str]:
     """The outcomes grading may trust, without the canaries, and what was wrong with the run ("" if nothing).
 
-    Forged lines in the report, an audit record (the patch's code looked into the test process: frames, code,
-    object scans, the runner's internals, see `pytest_runner.py`), or a must-fail canary reported as passing (PASSED,
-    XPASS, or XFAIL, which swebench counts as a pass), mean the run was tampered with: every test counts as failed. A run without its
-    end record did not finish: likewise. A file whose must-pass canary did not pass (or whose canaries never
-    ran) did not run properly: its tests count as failed.
+    Forged lines in the report, an audit record (the patch's added code looked into the test process: frames,
+    code, object scans, the runner's internals, see `pytest_runner.py`), or a must-fail canary reported as passing
+    (PASSED, XPASS, or XFAIL, which swebench counts as a pass), mean the run was tampered with: every test counts as
+    failed. A run without its end record did not finish: likewise. A file whose must-pass canary did not pass (or
+    whose canaries never ran) did not run properly: its tests count as failed.
     """
     outcomes = report.outcomes
     real = {t: s for t, s in outcomes.items() if t not in {c.nodeid for c in canaries}}
@@ -204,9 +204,9 @@ def judge(report: Report, canaries: list[Canary]) -> tuple[dict[str, str], str]:
         return failed_all, f"tampering: {report.forged_lines} lines of the test report were not the runner's"
     if report.audits:
         first = report.audits[0]
-        return failed_all, (f"tampering: the patch's code inspects the test process ({first['audit']} "
+        return failed_all, (f"tampering: the patch's code reached into the test run ({first['audit']} "
                             f"{first.get('what', '')} at {first.get('where', '?')}; {len(report.audits)} such "
-                            "events): its outcomes cannot vouch for it")
+                            "events in all)")
     tampered = [c.nodeid for c in canaries if not c.must_pass and outcomes.get(c.nodeid) in PASSING]
     if tampered:
         return failed_all, f"tampering: a test written to fail was reported {outcomes[tampered[0]]} ({tampered[0]})"

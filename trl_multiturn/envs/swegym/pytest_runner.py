@@ -52,8 +52,8 @@ _BOOKKEEPING = [
     ("/logging/__init__.py", None), ("/asyncio/coroutines.py", None), ("/asyncio/format_helpers.py", None),
     ("/inspect.py", {"signature", "_signature_from_callable", "_signature_from_function", "getfullargspec",
                      "_has_code_flag", "isgeneratorfunction", "iscoroutinefunction", "isasyncgenfunction"}),
-    ("/traceback.py", {"format_exc", "print_exc", "format_exception", "print_exception", "extract_tb",
-                       "format_tb", "print_tb", "walk_tb", "_extract_from_extended_frame_gen", "_walk_tb_with_full_positions",
+    ("/traceback.py", {"format_exc", "print_exc", "format_exception", "print_exception", "extract_tb", "format_tb",
+                       "print_tb", "walk_tb", "_extract_from_extended_frame_gen", "_walk_tb_with_full_positions",
                        "__init__", "_extract_caret_anchors_from_line_segment"}),
 ]
 _FRAME_ATTRIBUTES = {"f_code", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "gi_code", "cr_code", "ag_code"}
@@ -160,13 +160,14 @@ class _Audit:
             self.busy.discard(me)
 
     def _judge(self, event, args, me):
-        where = self._attribute(sys._getframe(2), me)
-        if where is None:
-            return
-        if event in ("compile", "exec"):  # what the added code compiles counts as added
+        caller = sys._getframe(2)  # the frame that called the audited function
+        if event in ("compile", "exec"):  # what added code compiles or runs itself counts as added (not imports)
             name = args[1] if event == "compile" else getattr(args[0], "co_filename", None)
-            if isinstance(name, str) and name not in self.added:
+            if isinstance(name, str) and name not in self.added and self._is_added(caller):
                 self.tainted.add(name)
+            return
+        where = self._attribute(caller, me)
+        if where is None:
             return
         what = args[1] if event == "object.__getattr__" else ""
         if event == "object.__getattr__" and what == "__code__":
@@ -191,8 +192,7 @@ class _Audit:
         while frame is not None:
             code = frame.f_code
             filename = code.co_filename
-            spans = self.added.get(filename)
-            if filename in self.tainted or (spans and any(a <= frame.f_lineno <= b for a, b in spans)):
+            if self._is_added(frame):
                 return f"{filename.removeprefix(self.root)}:{frame.f_lineno}"
             if filename.startswith(self.root) and filename != __file__:
                 return None
@@ -201,6 +201,12 @@ class _Audit:
                     return None
             frame = frame.f_back
         return None if me == self.main else "a thread with no frame of the repository"
+
+
+    def _is_added(self, frame) -> bool:
+        filename = frame.f_code.co_filename
+        spans = self.added.get(filename)
+        return filename in self.tainted or bool(spans and any(a <= frame.f_lineno <= b for a, b in spans))
 
 
 def _local_address(address) -> bool:
