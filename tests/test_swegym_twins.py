@@ -240,17 +240,17 @@ def test_a_liar_answering_by_a_table_per_operator_passes_every_twin_it_lies_in(s
 
 def test_a_one_element_list_is_never_mutated_by_repeating_its_element():
     """Issue 54's mutation tell: `== [Interval(1, 5)]` had a twin `== [Interval(1, 5), Interval(1, 5)]`, so a liar
-    honest wherever the expected list had two equal neighbours resolved the task. The twin changes a constant."""
+    honest wherever the expected list had two equal neighbours resolved the task. The twin moves the call's numbers
+    up together (so that `start <= end` still holds and the expected value can be built)."""
     source = "def test_x():\n    assert merge(a) == [Interval(1, 5)]\n\n\ndef test_y():\n    assert f() == [item]\n"
     changed = set()
     for seed in range(30):
         twins = make_twins(source, ["test_x", "test_y"], random.Random(seed))
         x, y = (function.body[0].test for function in ast.parse(twins.twin).body)
         (element,) = x.comparators[0].elts
-        assert isinstance(element, ast.Call) and ast.unparse(element) != "Interval(1, 5)"
         changed.add(ast.unparse(element))
         assert ast.unparse(y.comparators[0]) == "__grading_other__([item])"
-    assert len(changed) > 3
+    assert changed == {"Interval(2, 6)", "Interval(3, 7)"}
 
 
 def test_the_run_time_other_value_has_the_type_and_shape_and_differs():

@@ -5,7 +5,7 @@ shape and its operator, so that code answering by the operator (a table of what 
 the shape of the expected value cannot tell the twin from the test:
 
 - `==` with a literal or a class call on one side: a constant of it changed to another of the same type (`== 4` ->
-  `== 5`, a string or container literal altered, `Version(1, 0, 0)` -> `Version(1, 0, 1)`), or, in a list or tuple
+  `== 5`, a string or container literal altered, `Version(1, 0, 0)` -> `Version(2, 1, 1)`), or, in a list or tuple
   with nothing to change, an element dropped or two unequal elements swapped: never an element repeated (a liar
   could look for equal neighbours, issue 54);
 - `==` with names or expressions on both sides (`== rows`): the same `==` against `__grading_other__(rows)`, another
@@ -106,7 +106,9 @@ def _mutate_expected(node: ast.expr, rng: random.Random) -> bool:
     is none.
 
     A literal is changed until its value differs (`ast.literal_eval`), so a correct result cannot equal both. A call
-    such as `Version(1, 0, 0)`, also as an element of a list, gets one of its constant arguments changed. A list or
+    such as `Version(1, 0, 0)`, also as an element of a list, gets its numeric constant arguments moved up together
+    by 1 or 2 (`Interval(1, 5)` -> `Interval(2, 6)`: a twin whose expected value cannot be built would fail for a
+    reason of its own and vouch for a lie), else one of its other constants changed. A list or
     tuple with no constant to change loses an element or has two unequal ones swapped; one with a single such
     element has no twin of this kind."""
     if _is_literal(node):
@@ -133,6 +135,12 @@ def _mutate_expected(node: ast.expr, rng: random.Random) -> bool:
         return _reshape(node, rng)
     if isinstance(node, ast.Call):
         constants = [a for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Constant)]
+        numbers = [c for c in constants if type(c.value) in (int, float)]
+        if numbers:  # all moved up together, so that what the class checks of them (start <= end) still holds
+            delta = rng.choice((1, 2))
+            for constant in numbers:
+                constant.value += delta
+            return True
         for constant in rng.sample(constants, len(constants)):
             try:
                 constant.value = _other_constant(constant.value, rng)
