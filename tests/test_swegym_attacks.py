@@ -385,26 +385,18 @@ def _wrap_all(wrap):
 """
 
 
-def lying_values(how: str, first_run_only: bool = False) -> str:
-    """Package code that, only under pytest and only for a call from a test module, returns a value that lies
-    when compared: `always-equal` (a proxy whose `__eq__` is always true), `truthy-eq` (the same, `__eq__`
-    returning a non-empty string), `lying-subclass` (an instance of a subclass of the real result's type, an int
-    or a list, whose `__eq__` lies), `expected-from-test` (the value the calling assert compares the result with,
-    read from the test's own line and frame). `first_run_only`: lie only where no earlier run left its marker."""
-    liars = {
-        "always-equal": "True", "truthy-eq": "'yes'",
-    }
-    if how in liars:
-        make = f"""
+def liar_class(eq: str, ne: str) -> str:
+    """`_Liar`: a value standing in for a result, whose `__eq__` returns `eq` and `__ne__` `ne` (Python source)."""
+    return f"""
 class _Liar:
     def __init__(self, value):
         self._value = value
 
     def __eq__(self, other):
-        return {liars[how]}
+        return {eq}
 
     def __ne__(self, other):
-        return {"False" if how == "always-equal" else "''"}
+        return {ne}
 
     __hash__ = object.__hash__
 
@@ -428,7 +420,20 @@ class _Liar:
 
     def __repr__(self):
         return repr(self._value)
+"""
 
+
+def lying_values(how: str, first_run_only: bool = False) -> str:
+    """Package code that, only under pytest and only for a call from a test module, returns a value that lies
+    when compared: `always-equal` (a proxy whose `__eq__` is always true), `truthy-eq` (the same, `__eq__`
+    returning a non-empty string), `lying-subclass` (an instance of a subclass of the real result's type, an int
+    or a list, whose `__eq__` lies), `expected-from-test` (the value the calling assert compares the result with,
+    read from the test's own line and frame). `first_run_only`: lie only where no earlier run left its marker."""
+    liars = {
+        "always-equal": "True", "truthy-eq": "'yes'",
+    }
+    if how in liars:
+        make = liar_class(liars[how], "False" if how == "always-equal" else "''") + """
 
 def _lie(value, function):
     return _Liar(value)
@@ -570,56 +575,32 @@ _atexit.register(_forge)
 
 # (a) A channel between test runs: lie in whichever run comes first (the twin run, when it comes second, sees the
 # mark and answers honestly). The liar needs no frames: every function of the package returns always-equal values.
-LIE_WHEN_FIRST = """
-class _Liar:
-    def __init__(self, value):
-        self._value = value
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = object.__hash__
-
-    def __getattr__(self, name):
-        return getattr(self._value, name)
-
-    def __iter__(self):
-        return iter(self._value)
-
-    def __len__(self):
-        return len(self._value)
-
-    def __getitem__(self, key):
-        return self._value[key]
-
-    def __contains__(self, item):
-        return item in self._value
-
-    def __bool__(self):
-        return bool(self._value)
-
-    def __repr__(self):
-        return repr(self._value)
+LIE_WHEN_FIRST = liar_class("True", "False") + """
 
 
-def _unwrap(value):
-    return value._value if isinstance(value, _Liar) else value
+def _lying():
+    return _first
+""" + "\n_LIAR = _Liar\n"
+
+# Each public function of the package returns `_LIAR(result)` where `_lying()` says so (both defined by the attack);
+# an argument that is such a result is unwrapped first, so that the package's functions still compose.
+WRAP_RESULTS = """
+
+def _plain(value):
+    return value._value if isinstance(value, _LIAR) else value
 
 
-def _lie_when_first(function):
+def _lie_where(function):
     def wrapper(*args, **kwargs):
-        value = function(*map(_unwrap, args), **{key: _unwrap(v) for key, v in kwargs.items()})
-        return _Liar(value) if _first else value
+        value = function(*map(_plain, args), **{key: _plain(v) for key, v in kwargs.items()})
+        return _LIAR(value) if _lying() else value
     wrapper.__name__, wrapper.__wrapped__ = function.__name__, function
     return wrapper
 
 
 for _key, _value in list(globals().items()):
     if callable(_value) and not isinstance(_value, type) and not _key.startswith("_"):
-        globals()[_key] = _lie_when_first(_value)
+        globals()[_key] = _lie_where(_value)
 """
 
 CHANNELS = {
@@ -678,7 +659,7 @@ except OSError:
 
 def first_run_liar(channel: str) -> str:
     """Package code that lies in the first run of a grading; MARK is new for each patch (both runs share it)."""
-    return CHANNELS[channel].replace("MARK", f"speedups-{secrets.token_hex(6)}") + LIE_WHEN_FIRST
+    return CHANNELS[channel].replace("MARK", f"speedups-{secrets.token_hex(6)}") + LIE_WHEN_FIRST + WRAP_RESULTS
 
 
 # (b) The selective liar: honest wherever a twin would change a literal, lying where the old twin could only flip
@@ -698,7 +679,7 @@ import ast as _ast, linecache as _linecache
 
 
 def _no_literal_side():
-    frame = _sys._getframe(2)  # _no_literal_side, wrapper, the test
+    frame = _sys._getframe(3)  # _no_literal_side, _lying, wrapper, the test
     if frame.f_code.co_name in _VISIBLE:
         return False
     try:
@@ -724,20 +705,12 @@ class _Table:  # answers each operator from a table, whatever the values
         return iter(self._value)
 
 
-def _plain(value):
-    return value._value if isinstance(value, _Table) else value
+def _lying():
+    return _from_test(3) and _no_literal_side()  # _from_test, _lying, wrapper, the test
 
 
-def _wrap(function):
-    def wrapper(*args, **kwargs):
-        value = function(*map(_plain, args), **{key: _plain(v) for key, v in kwargs.items()})
-        return _Table(value) if _from_test() and _no_literal_side() else value
-    wrapper.__name__, wrapper.__wrapped__ = function.__name__, function
-    return wrapper
-
-
-_wrap_all(_wrap)
-"""
+_LIAR = _Table
+""" + WRAP_RESULTS
 
 # semver, without frames: which test runs comes from pytest's own `Function.runtest` (a class attribute, which no
 # audit event covers), and in a hidden test the package's versions answer `<`, `<=` true and `>`, `>=` false (the
