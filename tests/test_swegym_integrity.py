@@ -117,6 +117,16 @@ def test_lines_without_the_token_are_forgeries():
     assert read_report(_report(HONEST, token="wrong"), "tok").outcomes == {}
 
 
+def test_an_audit_record_of_the_runner_is_tampering_and_a_forged_one_a_forgery():
+    audit = 'tok {"audit": "sys._getframe", "where": "pkg/core.py:12", "what": ""}\n'
+    report = read_report(_report(HONEST, extra=audit), "tok")
+    trusted, problem = judge(report, CANARIES)
+    assert problem.startswith("tampering: the patch's code reached into the test run (sys._getframe")
+    assert "pkg/core.py:12" in problem and set(trusted.values()) == {"FAILED"}
+    assert judge(read_report(_report(HONEST, extra=audit.replace("tok", "bad")), "tok"), CANARIES)[1].startswith(
+        "tampering: 1 lines")
+
+
 def test_an_unfinished_run_fails_and_a_broken_file_fails_alone():
     trusted, problem = judge(read_report(_report(HONEST, exit_code=None), "tok"), CANARIES)
     assert problem == "the test run ended before pytest finished" and set(trusted.values()) == {"FAILED"}
