@@ -74,7 +74,8 @@ def test_the_audit_records_what_the_added_lines_do_to_look_into_the_test_process
     tests = "from pkg import core\n\n\ndef callback(a, b):\n    return a + b\n" + "".join(
         f"\n\ndef test_{name}():\n    core.{name}(callback)\n" for name in {**LEGIT, **ATTACKS})
     (tmp_path / "tests" / "test_hidden.py").write_text(tests)
-    report = run_runner(tmp_path, ["tests/test_hidden.py"], added={"pkg/core.py": [[first, 1 << 30]]})
+    report = run_runner(tmp_path, ["tests/test_hidden.py"], added={"pkg/core.py": [[first, 1 << 30]]},
+                        known=["pkg/__init__.py", "pkg/core.py"])
     assert report.exit_code is not None and len(report.outcomes) == len(LEGIT) + len(ATTACKS)
     assert all(report.outcomes[f"tests/test_hidden.py::test_{name}"] == "PASSED" for name in LEGIT), report.outcomes
     recorded: dict[str, set] = {}
@@ -95,5 +96,25 @@ def test_without_added_lines_nothing_is_recorded(tmp_path):
     (tmp_path / "pkg" / "__init__.py").write_text(BASE)
     (tmp_path / "test_base.py").write_text("import pkg\n\n\ndef test_a():\n    assert pkg.caller_module() == "
                                            "'test_base' and pkg.arity(lambda a: a) == 1\n")
-    report = run_runner(tmp_path, ["test_base.py"], added={"pkg/other.py": [[1, 1 << 30]]})
+    report = run_runner(tmp_path, ["test_base.py"], added={"pkg/other.py": [[1, 1 << 30]]},
+                        known=["pkg/__init__.py"])
     assert report.outcomes == {"test_base.py::test_a": "PASSED"} and report.audits == []
+
+
+def test_a_module_reached_through_a_link_or_written_while_the_tests_run_counts_as_added(tmp_path):
+    """Evasions of the line attribution: the added module imported under another name (a symbolic link the patch
+    adds), and a module the added code writes into the repository and imports while the tests run."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "core.py").write_text("import sys\n\n\ndef peek():\n    return sys._getframe(1)\n")
+    (tmp_path / "alias").symlink_to(tmp_path / "pkg")
+    (tmp_path / "pkg" / "writer.py").write_text(
+        "import importlib, pathlib\n\n\ndef generate():\n"
+        "    pathlib.Path(__file__).with_name('gen.py').write_text('import gc\\n\\n\\ndef scan():\\n"
+        "    return len(gc.get_objects())\\n')\n    return importlib.import_module('pkg.gen').scan()\n")
+    (tmp_path / "test_x.py").write_text("from alias import core\nfrom pkg import writer\n\n\ndef test_link():\n"
+                                        "    core.peek()\n\n\ndef test_written():\n    writer.generate()\n")
+    report = run_runner(tmp_path, ["test_x.py"], added={"pkg/core.py": [[5, 5]], "pkg/writer.py": [[4, 7]]},
+                        known=["pkg/__init__.py", "pkg/core.py", "pkg/writer.py"])
+    assert {(r["audit"], r["where"]) for r in report.audits} == {("sys._getframe", "pkg/core.py:5"),
+                                                                ("gc.get_objects", "pkg/gen.py:5")}

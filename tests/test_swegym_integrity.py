@@ -159,18 +159,24 @@ def test_the_runner_imports_the_real_pytest_before_the_working_folder_is_on_sys_
     assert report.outcomes == {"test_a.py::test_a": "PASSED"} and report.exit_code == 0
 
 
-def run_runner(folder: Path, tests: list[str], added: dict | None = None):
-    """Run pytest_runner.py in `folder` on `tests`, with `added` ({path: [[first, last]]}) as the patch's lines; its
-    report. (In grading it runs in a sandbox; here the runner alone is under test.)"""
-    (folder / "token").write_text("tok")
-    (folder / "report").write_text("")
-    (folder / "audit.json").write_text(json.dumps({"added": added or {}, "tests": tests}))
+def run_runner(folder: Path, tests: list[str], added: dict | None = None, known: list[str] | None = None):
+    """Run pytest_runner.py in `folder` on `tests`, with `added` ({path: [[first, last]]}) as the patch's lines and
+    `known` the Python files of the base commit (by default every Python file in `folder`); its report. (In grading
+    it runs in a sandbox; here the runner alone is under test.)"""
+    scratch = folder.parent / f"{folder.name}-scratch"  # grading's scratch folder is outside the checkout
+    scratch.mkdir()
+    (scratch / "token").write_text("tok")
+    (scratch / "report").write_text("")
+    if known is None:
+        known = [str(p.relative_to(folder)) for p in folder.rglob("*.py")]
+    (scratch / "audit.json").write_text(json.dumps({"added": added or {}, "known": known, "tests": tests}))
     runner = Path(grading.__file__).with_name("pytest_runner.py")
-    run = subprocess.run([sys.executable, "-s", str(runner), "token", "report", "audit.json", "-p", "no:cacheprovider",
-                          *tests], cwd=folder, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-s", str(runner), *(str(scratch / f) for f in ("token", "report",
+                          "audit.json")), "-p", "no:cacheprovider", *tests], cwd=folder, capture_output=True,
+                         text=True, timeout=300)
     assert run.returncode in (0, 1), run.stdout + run.stderr
-    assert not (folder / "token").exists() and not (folder / "audit.json").exists()  # gone before any test ran
-    return read_report((folder / "report").read_text(), "tok")
+    assert not (scratch / "token").exists() and not (scratch / "audit.json").exists()  # gone before any test ran
+    return read_report((scratch / "report").read_text(), "tok")
 
 
 @pytest.mark.parametrize("folder", ["pkg.egg-info", "Pkg.EGG-INFO", "pkg-1.0.Dist-Info", "PKG-1.0.DIST-INFO",
@@ -188,3 +194,11 @@ def test_metadata_folders_are_protected_as_importlib_metadata_finds_them(folder,
     found = [ep for dist in importlib.metadata.distributions(path=[str(tmp_path)]) for ep in dist.entry_points]
     assert [ep.value for ep in found] == ["pkg._speedups"]  # the folder is one importlib.metadata reads
     assert protected_reason(path) and protected_reason(f"src/{path}")
+
+
+def test_diff_header_paths_are_read_as_git_quotes_them():
+    """A file named with a quote or a non-ASCII character is C-quoted in `git diff`'s header: its added lines are
+    still the runner's to audit."""
+    assert grading._unquoted("b/pkg/core.py") == "b/pkg/core.py"
+    assert grading._unquoted('"b/pkg/we\\"ird.py"') == 'b/pkg/we"ird.py'
+    assert grading._unquoted('"b/pkg/\\303\\251t\\303\\251.py"') == "b/pkg/été.py"

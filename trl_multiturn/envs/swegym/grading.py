@@ -28,6 +28,7 @@ scores 0. Our repositories are not in swebench's repository map, so the test spe
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import re
@@ -234,23 +235,26 @@ class _Grading:
                 raise _TrustedStepFailed(f"restoring protected files: {result.output[-500:]}")
         return sorted(set(restore) | set(remove))
 
-    def added_lines(self, untracked_before: set[str]) -> dict[str, list[list[int]]]:
-        """The Python lines the patch added or changed, by file, as [first, last] spans of the patched file (a file
-        the patch created: all of it), for the runner's audit hook."""
-        diff, untracked = self._paths(
-            f"git -c core.quotePath=false diff -U0 --no-color --no-ext-diff --no-textconv --no-renames {self.base} "
-            "| grep -aE '^(\\+\\+\\+ |@@ )' || true", "git ls-files --others -z")
-        added: dict[str, list[list[int]]] = {p: [[1, 1 << 30]] for p in untracked
-                                             if p.endswith(".py") and p not in untracked_before}
+    def audit_scope(self, untracked_before: set[str]) -> dict[str, Any]:
+        """What the runner's audit hook needs of the patch: `added`, the Python lines it added or changed, by file,
+        as [first, last] spans of the patched file, and `known`, the Python files of the base commit, of the clean
+        checkout and of the test patch (any other Python file of the repository counts as added: one the patch
+        made, or one its code writes while the tests run)."""
+        diff, tracked = self._paths(
+            f"git diff -U0 --no-color --no-ext-diff --no-textconv --no-renames {self.base} "
+            "| grep -aE '^(\\+\\+\\+ |@@ )' || true", f"git ls-tree -r -z --name-only {self.base}")
+        added: dict[str, list[list[int]]] = {}
         path = None
         for line in "".join(diff).splitlines():
             if line.startswith("+++ "):
-                path = line[6:] if line.startswith("+++ b/") else None
+                path = _unquoted(line[4:])
+                path = path[2:] if path.startswith("b/") else None
             elif path and path.endswith(".py") and (hunk := _HUNK_NEW.match(line)):
                 first, count = int(hunk.group(1)), int(hunk.group(2) or 1)
                 if count:
                     added.setdefault(path, []).append([first, first + count - 1])
-        return added
+        known = {*tracked, *untracked_before, *patch_paths(self.task["test_patch"])}
+        return {"added": added, "known": sorted(p for p in known if p.endswith(".py"))}
 
     def apply_test_patch(self) -> None:
         """Reset the test files to the base commit and apply the test patch, as swebench's eval script does."""
@@ -268,6 +272,13 @@ class _Grading:
 
 
 _HUNK_NEW = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+
+
+def _unquoted(path: str) -> str:
+    """A path as git writes it in a diff header: as is, or C-quoted (`"b/a\\"b.py"`, octal escapes for bytes)."""
+    if not path.startswith('"'):
+        return path
+    return ast.literal_eval("b" + path).decode("utf-8", "surrogateescape")
 
 
 class _TrustedStepFailed(RuntimeError):
@@ -307,7 +318,7 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             if not run.applied:
                 return run
             run.ignored = steps.restore_protected(untracked, set(patch_paths(task["test_patch"])))
-            audit = {"added": steps.added_lines(untracked), "tests": files}
+            audit = {**steps.audit_scope(untracked), "tests": files}
             steps.apply_test_patch()
             rng = random.Random(secrets.randbits(64))
             canaries = []

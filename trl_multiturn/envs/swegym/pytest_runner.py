@@ -13,10 +13,12 @@ imported before the working folder goes on sys.path, so no module of the reposit
 reads nothing else the test run prints or writes.
 
 **The audit hook** (PEP 578; Python offers no way to remove one): AUDIT_PATH (deleted before pytest starts) holds
-the lines the patch added, `{"added": {path: [[first, last], ...]}, "tests": [test files]}`. The hook is installed
-before pytest and the repository are importable, and records an audited event when the innermost frame of the
-repository on the stack is on a line the patch added (frames of the standard library and site-packages are passed
-over: a call through `inspect` or `traceback` is the caller's; code the patch compiled or exec'd counts as added):
+the lines the patch added, `{"added": {path: [[first, last], ...]}, "known": [Python files of the base commit],
+"tests": [test files]}`. The hook is installed before pytest and the repository are importable, and records an
+audited event when the innermost frame of the repository on the stack is on a line the patch added (frames of the
+standard library and site-packages are passed over: a call through `inspect` or `traceback` is the caller's; code
+the patch compiled or exec'd, and a Python file of the repository that was not at the base commit, count as added;
+files are compared by real path, so a symbolic link to a module is the module):
 
 - frames and code: `sys._getframe`, `sys._current_frames`, `sys._current_exceptions`, and reading `f_code`,
   `tb_frame`, `gi_frame`/`cr_frame`/`ag_frame`, their `*_code`, and the `__code__` of a function of a test file or of
@@ -121,12 +123,14 @@ class _Audit:
     """The audit hook (see the module docstring); `record(event, where, what)` writes a signed record."""
 
     def __init__(self, watch: dict, scratch: str, record):
-        root = os.getcwd()
+        root = os.path.realpath(os.getcwd())
         self.added = {os.path.join(root, path): [tuple(span) for span in spans]
                       for path, spans in watch.get("added", {}).items()}
         self.tests = {os.path.join(root, path) for path in watch.get("tests", [])}
+        self.known = {os.path.join(root, path) for path in watch.get("known", [])} | self.tests
         self.root, self.scratch, self.record = root + os.sep, scratch.rstrip("/") + "/", record
         self.tainted: set[str] = set()
+        self.real: dict[str, str] = {}
         self.busy: set[int] = set()
         self.seen: set = set()
         import _thread
@@ -171,7 +175,7 @@ class _Audit:
             return
         what = args[1] if event == "object.__getattr__" else ""
         if event == "object.__getattr__" and what == "__code__":
-            filename = getattr(getattr(args[0], "__code__", None), "co_filename", "")
+            filename = self._resolved(getattr(getattr(args[0], "__code__", None), "co_filename", ""))
             if filename.startswith(self.root) and filename not in self.tests:
                 return  # the package's own functions
             what = f"__code__ of {getattr(args[0], '__qualname__', '?')}"
@@ -191,10 +195,10 @@ class _Audit:
         """`path:line` of the added line responsible for the event, or None when nothing the patch added is."""
         while frame is not None:
             code = frame.f_code
-            filename = code.co_filename
+            filename = self._resolved(code.co_filename)
             if self._is_added(frame):
                 return f"{filename.removeprefix(self.root)}:{frame.f_lineno}"
-            if filename.startswith(self.root) and filename != __file__:
+            if filename.startswith(self.root):
                 return None
             for ending, names in _BOOKKEEPING:
                 if filename.endswith(ending) and (names is None or code.co_name in names):
@@ -202,11 +206,26 @@ class _Audit:
             frame = frame.f_back
         return None if me == self.main else "a thread with no frame of the repository"
 
+    def _resolved(self, filename: str) -> str:
+        """The real path of a code object's file (a symbolic link to a module is the module), cached."""
+        if filename not in self.real:
+            self.real[filename] = os.path.realpath(filename) if filename.startswith("/") else filename
+        return self.real[filename]
 
     def _is_added(self, frame) -> bool:
+        """Whether `frame` runs a line the patch added: in its added spans, in a file of the repository that was
+        not there at the base commit (one the patch made, or one its code wrote while the tests ran), or in code
+        the added lines compiled."""
         filename = frame.f_code.co_filename
+        if filename in self.tainted:
+            return True
+        filename = self._resolved(filename)
+        if not filename.startswith(self.root):
+            return filename in self.tainted
         spans = self.added.get(filename)
-        return filename in self.tainted or bool(spans and any(a <= frame.f_lineno <= b for a, b in spans))
+        if spans is None:
+            return filename not in self.known
+        return any(a <= frame.f_lineno <= b for a, b in spans)
 
 
 def _local_address(address) -> bool:
@@ -253,7 +272,7 @@ def main() -> int:
     def write(record: dict) -> None:
         os.write(fd, f"{token} {json.dumps(record)}\n".encode())
 
-    sys.addaudithook(_Audit(watch, os.path.dirname(token_path), write))
+    sys.addaudithook(_Audit(watch, os.path.dirname(os.path.abspath(token_path)), write))
     install_twin_helpers()
     import linecache
 
