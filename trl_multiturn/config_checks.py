@@ -1,11 +1,13 @@
 """Type and range checks of every config field, derived from the dataclass annotations.
 
-A config class of the package calls `check_fields(self)` first thing in its `__post_init__`. Every field of the
-dataclass is checked, inherited TRL and transformers fields included, against its annotation (`int`, `float`,
-`bool`, `str`, `dict`, `list[X]`, `Literal[...]`, an enum or other class, `X | None`, unions of these; a part of an
-annotation the checks do not understand takes any value) and, when numeric, against its `Range`: the `_RANGES`
-tables of the package's classes in the MRO (a subclass's table extends its parents'), else `INHERITED_RANGES` (the
-meaning of TRL's and transformers' fields, by name, e.g. `max_grad_norm >= 0`), else any finite number. A float
+A config class of the package calls `check_fields(self)` first thing in its `__post_init__`. Every field that a
+class of the package declares, and every numeric field it inherits from TRL or transformers, is checked against
+its annotation (`int`, `float`, `bool`, `str`, `dict`, `list[X]`, `Literal[...]`, an enum or other class,
+`X | None`, unions of these; a part of an inherited annotation the checks do not understand takes any value) and,
+when numeric, against its `Range`: the `_RANGES` tables of the package's classes in the MRO (a subclass's table
+extends its parents'), else `INHERITED_RANGES` (the meaning of TRL's and transformers' fields, by name, e.g.
+`max_grad_norm >= 0`), else any finite number. The parents' other fields (strings, lists, enums) are theirs to
+check: their `__post_init__` converts what the command line gives (`debug=None`, `scale_rewards=False`). A float
 must be finite; a bool is not a number; an int field takes no float; a `str` field whose metadata has `choices`
 (argparse's key, so the command line refuses the same values) takes one of them. Field metadata cannot carry the
 ranges: `HfArgumentParser` passes every metadata key on to argparse.
@@ -83,9 +85,6 @@ INHERITED_RANGES = {
     "beta": Range(ge=0), "epsilon": Range(ge=0), "epsilon_high": Range(ge=0), "delta": Range(gt=0),
     "learning_rate": Range(ge=0),
 }
-
-# Inherited fields that take more than their annotation says, because the parent's `__post_init__` converts it.
-INHERITED_ALSO_TAKES = {"scale_rewards": bool}  # TRL: True -> "group", False -> "none"
 
 
 @dataclass(frozen=True)
@@ -189,10 +188,9 @@ def field_checks(cls: type) -> tuple[FieldCheck, ...]:
                 if own:
                     raise
                 annotation = Any
-        if not own:
+        if not own:  # a parent's numeric field: checked; its other fields are its own to check and convert
             annotation = _understood(annotation)
-            if f.name in INHERITED_ALSO_TAKES:
-                annotation = Union[annotation, INHERITED_ALSO_TAKES[f.name]]
+            annotation = annotation if is_numeric(annotation) else Any
         choices = f.metadata.get("choices")
         range_ = ranges.get(f.name) if own else INHERITED_RANGES.get(f.name)
         checks.append(FieldCheck(f.name, annotation, range_, tuple(choices) if choices and own else None,
