@@ -13,8 +13,8 @@ imported before the working folder goes on sys.path, so no module of the reposit
 reads nothing else the test run prints or writes.
 
 **The audit hook** (PEP 578; Python offers no way to remove one): AUDIT_PATH (deleted before pytest starts) holds
-the lines the patch added, `{"added": {path: [[first, last], ...]}, "known": [Python files of the base commit],
-"tests": [test files]}`. The hook is installed before pytest and the repository are importable, and records an
+the lines the patch added, `{"added": {path: [[first, last], ...]}, "known": [Python files of the base commit, the
+clean checkout and the test patch], "tests": [test files]}`. The hook is installed before pytest and the repository are importable, and records an
 audited event when the innermost frame of the repository on the stack is on a line the patch added (frames of the
 standard library and site-packages are passed over: a call through `inspect` or `traceback` is the caller's; code
 the patch compiled or exec'd, and a Python file of the repository that was not at the base commit, count as added;
@@ -25,7 +25,8 @@ files are compared by real path, so a symbolic link to a module is the module):
   pytest (the package's own functions are its business);
 - object scans and tracing: `gc.get_objects`/`get_referrers`/`get_referents`, `sys.settrace`/`setprofile`, a new
   audit hook, code or function objects made by hand (a frame's file name can then lie);
-- the test runner's internals: importing `_pytest`, `pluggy` or `ctypes`; any `ctypes` call;
+- the test runner's internals: importing `_pytest`, `pluggy` or `ctypes` (seen when the import loads the module:
+  pytest's are loaded before the package is); any `ctypes` call;
 - ways out of the process that a second run could read: starting a process (its Python has no hook), binding or
   connecting a socket to an abstract Unix address or the loopback;
 - reads of the hidden tests' files, of `/proc/<pid>` and of grading's scratch folder.
