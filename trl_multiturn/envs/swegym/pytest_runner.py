@@ -14,10 +14,11 @@ reads nothing else the test run prints or writes.
 
 **The audit hook** (PEP 578; Python offers no way to remove one): AUDIT_PATH (deleted before pytest starts) holds
 the lines the patch added, `{"added": {path: [[first, last], ...]}, "known": [Python files of the base commit, the
-clean checkout and the test patch], "tests": [test files]}`. The hook is installed before pytest and the repository are importable, and records an
-audited event when the innermost frame of the repository on the stack is on a line the patch added (frames of the
-standard library and site-packages are passed over: a call through `inspect` or `traceback` is the caller's; code
-the patch compiled or exec'd, and a Python file of the repository that was not at the base commit, count as added;
+clean checkout and the test patch], "tests": [test files]}`. The hook is installed before pytest and the
+repository are importable, and records an audited event when the innermost frame of the repository on the stack is
+on a line the patch added (frames of the standard library and site-packages are passed over: a call through
+`inspect` or `traceback` is the caller's; code the patch compiled or exec'd, and a Python file of the repository
+that is not known, count as added;
 files are compared by real path, so a symbolic link to a module is the module):
 
 - frames and code: `sys._getframe`, `sys._current_frames`, `sys._current_exceptions`, and reading `f_code`,
