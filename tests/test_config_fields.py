@@ -13,6 +13,7 @@ import inspect
 import math
 import pkgutil
 import re
+from typing import Any
 
 import pytest
 
@@ -60,16 +61,15 @@ def build(cls, **values):
     return cls(**values)
 
 
-def checked_fields():
-    return [pytest.param(cls, check, id=f"{cls.__name__}.{check.name}")
-            for cls in CONFIG_CLASSES for check in field_checks(cls)]
-
-
-def refuses(cls, name, value):
-    """Assert that building `cls` with `name=value` raises an error that names the field."""
-    with pytest.raises((ValueError, TypeError)) as caught:
+def refused(cls, name, value) -> str | None:
+    """None when building `cls` with `name=value` raises an error naming the field, else what went wrong."""
+    try:
         build(cls, **{name: value})
-    assert re.search(rf"\b{re.escape(name)}\b", str(caught.value)), (name, value, str(caught.value))
+    except Exception as error:  # noqa: BLE001 - any other error is reported, with every other failing field
+        if isinstance(error, (ValueError, TypeError)) and re.search(rf"\b{re.escape(name)}\b", str(error)):
+            return None
+        return f"{cls.__name__}.{name}={value!r}: {type(error).__name__} not naming the field: {error}"
+    return f"{cls.__name__}.{name}={value!r} was accepted"
 
 
 def test_every_config_class_of_the_package_is_walked():
@@ -86,19 +86,22 @@ def test_every_config_class_of_the_package_is_walked():
 
 @pytest.mark.parametrize("cls", CONFIG_CLASSES, ids=lambda cls: cls.__name__)
 def test_every_default_config_builds(cls):
-    config = build(cls)
-    assert all(check.problem(getattr(config, check.name)) is None for check in field_checks(cls))
+    config = build(cls)  # inherited fields are checked as given: the parent's __post_init__ may convert them
+    checks = [check for check in field_checks(cls) if not check.inherited]
+    assert all(check.problem(getattr(config, check.name)) is None for check in checks)
 
 
 @pytest.mark.parametrize("cls", CONFIG_CLASSES, ids=lambda cls: cls.__name__)
-def test_every_field_the_package_declares_is_checked(cls):
-    """Each field a class of the package declares has a check (the walk below covers it), and each numeric one a
-    range; inherited TRL fields are checked only when named in a `_RANGES` table."""
+def test_every_field_is_checked_and_every_numeric_field_the_package_declares_has_a_range(cls):
+    """Each field of the class, inherited ones too, has a check (the walk below covers it; an inherited field that
+    takes no number is its parent's to check); each numeric one a class of the package declares has a range
+    (inherited ones: `INHERITED_RANGES` where their meaning gives one, else any finite number)."""
     own = {name for base in cls.__mro__ if base.__module__.startswith("trl_multiturn.")
            for name in vars(base).get("__annotations__", {}) if not name.startswith("_")}
     checks = {check.name: check for check in field_checks(cls)}
-    assert own <= set(checks)
-    unranged = [name for name, check in checks.items() if is_numeric(check.annotation) and check.range is None]
+    assert set(checks) == {f.name for f in dataclasses.fields(cls)} and own <= set(checks)
+    unranged = [name for name, check in checks.items() if name in own and is_numeric(check.annotation)
+                and check.range is None]
     assert not unranged, f"{cls.__name__}: give these numeric fields a _RANGES entry: {unranged}"
 
 
@@ -110,31 +113,46 @@ def members(annotation) -> tuple:
     return getattr(annotation, "__args__", (annotation,))
 
 
-@pytest.mark.parametrize(("cls", "check"), checked_fields())
-def test_a_value_of_the_wrong_type_is_refused_naming_the_field(cls, check):
-    if (cls.__name__, check.name) in FREE_FORM:
-        pytest.skip(FREE_FORM[(cls.__name__, check.name)])
-    kind = next((kind for kind in WRONG_TYPE if kind in members(check.annotation)), None)
-    for value in [object(), *WRONG_TYPE.get(kind, [])]:
-        refuses(cls, check.name, value)
+def wrong_values(annotation) -> list:
+    """Values whose type none of the annotation's members names (an int is a float; a bool is neither)."""
+    types_ = members(annotation)
+    if Any in types_:
+        return []
+    kind = next((kind for kind in WRONG_TYPE if kind in types_), None)
+    taken = set(types_) | ({int} if float in types_ else set())
+    return [object(), *(v for v in WRONG_TYPE.get(kind, []) if type(v) not in taken)]
 
 
-@pytest.mark.parametrize(("cls", "check"), [p for p in checked_fields() if is_numeric(p.values[1].annotation)])
-def test_a_number_that_is_nan_infinite_negative_or_out_of_range_is_refused(cls, check):
+def bad_numbers(check) -> list:
+    """NaN, infinities, a negative number (unless the field is signed) and the numbers just past its range."""
     step = 0.5 if float in members(check.annotation) else 1
-    for value in (math.nan, math.inf, -math.inf):
-        refuses(cls, check.name, value)
-    if check.name not in SIGNED:
-        refuses(cls, check.name, -step)
+    values = [math.nan, math.inf, -math.inf]
     bounds = check.range
+    if bounds is None:
+        return values
+    if check.name not in SIGNED and not check.inherited:
+        values.append(-step)
     beyond = [bounds.ge - step if bounds.ge is not None else None, bounds.gt,
               bounds.le + step if bounds.le is not None else None, bounds.lt]
-    for value in beyond:
-        if value is not None:
-            refuses(cls, check.name, value if step == 0.5 else int(value))
+    return values + [v if step == 0.5 else int(v) for v in beyond if v is not None]
 
 
-# The values the issue found accepted (they destroyed the model) or failing late with a raw error naming no field.
+@pytest.mark.parametrize("cls", CONFIG_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_field_refuses_wrong_types_nan_infinities_and_values_out_of_its_range(cls):
+    """The whole dataclass, inherited TRL and transformers fields included (issue 54: `max_grad_norm`,
+    `weight_decay`, SFT's `max_length` and `num_train_epochs` took NaN and inf); every failing field is reported."""
+    failures, tried = [], 0
+    for check in field_checks(cls):
+        if (cls.__name__, check.name) in FREE_FORM:
+            continue
+        values = wrong_values(check.annotation) + (bad_numbers(check) if is_numeric(check.annotation) else [])
+        tried += len(values)
+        failures += [f for value in values if (f := refused(cls, check.name, value))]
+    assert tried and not failures, "\n".join(failures)
+
+
+# The values issues 36 and 54 found accepted (they destroyed the model) or failing late with a raw error naming no
+# field.
 ISSUE_CASES = [
     (MultiTurnGRPOConfig, "success_reward", math.nan), (MultiTurnGRPOConfig, "turn_gamma", math.nan),
     (MultiTurnGRPOConfig, "format_penalty", math.nan), (MultiTurnGRPOConfig, "turn_gamma", -0.5),
@@ -146,15 +164,25 @@ ISSUE_CASES = [
     (MultiTurnPPOConfig, "critic_learning_rate", -1e-3), (MultiTurnPPOConfig, "vf_coef", math.nan),
     (MultiTurnPPOConfig, "num_generations", 0), (MultiTurnGRPOConfig, "num_generations", 0),
     (MultiTurnGRPOConfig, "learning_rate", math.nan), (MultiTurnSFTConfig, "learning_rate", -1e-5),
+    *((cls, name, value) for cls in TRAINER_CONFIGS for name in ("max_grad_norm", "weight_decay")
+      for value in (math.nan, math.inf)),
+    (MultiTurnSFTConfig, "max_length", math.nan), (MultiTurnSFTConfig, "num_train_epochs", math.inf),
+    (MultiTurnGRPOConfig, "warmup_steps", math.nan), (MultiTurnRLOOConfig, "adam_beta1", 1.5),
+    (MultiTurnPPOConfig, "adam_epsilon", -math.inf), (MultiTurnGRPOConfig, "logging_steps", "10"),
+    (MultiTurnSFTConfig, "max_grad_norm", "1.0"), (MultiTurnGRPOConfig, "temperature", 0.0),
 ]
 
 
-@pytest.mark.parametrize(("cls", "name", "value"), ISSUE_CASES, ids=lambda v: getattr(v, "__name__", repr(v)))
-def test_the_values_the_issue_found_accepted_are_refused(cls, name, value):
-    with pytest.raises(ValueError) as caught:
-        build(cls, **{name: value})
-    message = str(caught.value)
-    assert f"{name}={value!r}" in message and "give " in message, message
+def test_the_values_the_issues_found_accepted_are_refused_naming_field_value_and_fix():
+    failures = []
+    for cls, name, value in ISSUE_CASES:
+        try:
+            build(cls, **{name: value})
+            failures.append(f"{cls.__name__}.{name}={value!r} was accepted")
+        except ValueError as error:
+            if f"{name}={value!r}" not in str(error) or "give " not in str(error):
+                failures.append(f"{cls.__name__}.{name}={value!r}: {error}")
+    assert not failures, "\n".join(failures)
 
 
 def test_the_error_names_the_allowed_values():
@@ -162,6 +190,8 @@ def test_the_error_names_the_allowed_values():
         build(MultiTurnGRPOConfig, turn_gamma=-0.5)
     with pytest.raises(ValueError, match=r"max_turns='3': give an integer >= 1 .*\(got str\)"):
         build(MultiTurnGRPOConfig, max_turns="3")
+    with pytest.raises(ValueError, match=r"MultiTurnSFTConfig\.max_grad_norm=nan: give a number >= 0 \(0 turns"):
+        build(MultiTurnSFTConfig, max_grad_norm=math.nan)
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "turn_grpo", "gigpo"])

@@ -1,6 +1,7 @@
 """The pure parts of SWE-Gym's grading integrity: which paths a patch may not change, canary planting, and how the
 runner's report is read and judged. (The attacks themselves, in sandboxes: test_swegym_attacks.py.)"""
 
+import json
 import random
 import subprocess
 import sys
@@ -116,6 +117,16 @@ def test_lines_without_the_token_are_forgeries():
     assert read_report(_report(HONEST, token="wrong"), "tok").outcomes == {}
 
 
+def test_an_audit_record_of_the_runner_is_tampering_and_a_forged_one_a_forgery():
+    audit = 'tok {"audit": "sys._getframe", "where": "pkg/core.py:12", "what": ""}\n'
+    report = read_report(_report(HONEST, extra=audit), "tok")
+    trusted, problem = judge(report, CANARIES)
+    assert problem.startswith("tampering: the patch's code reached into the test run (sys._getframe")
+    assert "pkg/core.py:12" in problem and set(trusted.values()) == {"FAILED"}
+    assert judge(read_report(_report(HONEST, extra=audit.replace("tok", "bad")), "tok"), CANARIES)[1].startswith(
+        "tampering: 1 lines")
+
+
 def test_an_unfinished_run_fails_and_a_broken_file_fails_alone():
     trusted, problem = judge(read_report(_report(HONEST, exit_code=None), "tok"), CANARIES)
     assert problem == "the test run ended before pytest finished" and set(trusted.values()) == {"FAILED"}
@@ -144,11 +155,50 @@ def test_the_runner_imports_the_real_pytest_before_the_working_folder_is_on_sys_
     """A `pytest.py` in the folder the tests run in must not stand in for pytest (it would forge the records)."""
     (tmp_path / "pytest.py").write_text("import os\nos._exit(7)\n")
     (tmp_path / "test_a.py").write_text("def test_a():\n    assert True\n")
-    (tmp_path / "token").write_text("tok")
-    (tmp_path / "report").write_text("")
-    runner = Path(grading.__file__).with_name("pytest_runner.py")
-    run = subprocess.run([sys.executable, "-s", str(runner), "token", "report", "-p", "no:cacheprovider", "test_a.py"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    report = read_report((tmp_path / "report").read_text(), "tok")
+    report = run_runner(tmp_path, ["test_a.py"])
     assert report.outcomes == {"test_a.py::test_a": "PASSED"} and report.exit_code == 0
+
+
+def run_runner(folder: Path, tests: list[str], added: dict | None = None, known: list[str] | None = None):
+    """Run pytest_runner.py in `folder` on `tests`, with `added` ({path: [[first, last]]}) as the patch's lines and
+    `known` the Python files of the base commit (by default every Python file in `folder`); its report. (In grading
+    it runs in a sandbox; here the runner alone is under test.)"""
+    scratch = folder.parent / f"{folder.name}-scratch"  # grading's scratch folder is outside the checkout
+    scratch.mkdir()
+    (scratch / "token").write_text("tok")
+    (scratch / "report").write_text("")
+    if known is None:
+        known = [str(p.relative_to(folder)) for p in folder.rglob("*.py")]
+    (scratch / "audit.json").write_text(json.dumps({"added": added or {}, "known": known, "tests": tests}))
+    runner = Path(grading.__file__).with_name("pytest_runner.py")
+    run = subprocess.run([sys.executable, "-s", str(runner), *(str(scratch / f) for f in ("token", "report",
+                          "audit.json")), "-p", "no:cacheprovider", *tests], cwd=folder, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode in (0, 1), run.stdout + run.stderr
+    assert not (scratch / "token").exists() and not (scratch / "audit.json").exists()  # gone before any test ran
+    return read_report((scratch / "report").read_text(), "tok")
+
+
+@pytest.mark.parametrize("folder", ["pkg.egg-info", "Pkg.EGG-INFO", "pkg-1.0.Dist-Info", "PKG-1.0.DIST-INFO",
+                                    "pkg-1.0.Egg-Info"])
+def test_metadata_folders_are_protected_as_importlib_metadata_finds_them(folder, tmp_path):
+    """importlib.metadata lower-cases folder names before matching them (issue 54: the protection did not): every
+    spelling it loads an entry point from is protected."""
+    import importlib.metadata
+
+    path = f"{folder}/entry_points.txt"
+    (tmp_path / folder).mkdir()
+    (tmp_path / path).write_text("[pytest11]\nspeedups = pkg._speedups\n")
+    (tmp_path / folder / ("PKG-INFO" if "egg" in folder.lower() else "METADATA")).write_text(
+        "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")
+    found = [ep for dist in importlib.metadata.distributions(path=[str(tmp_path)]) for ep in dist.entry_points]
+    assert [ep.value for ep in found] == ["pkg._speedups"]  # the folder is one importlib.metadata reads
+    assert protected_reason(path) and protected_reason(f"src/{path}")
+
+
+def test_diff_header_paths_are_read_as_git_quotes_them():
+    """A file named with a quote or a non-ASCII character is C-quoted in `git diff`'s header: its added lines are
+    still the runner's to audit."""
+    assert grading._unquoted("b/pkg/core.py") == "b/pkg/core.py"
+    assert grading._unquoted('"b/pkg/we\\"ird.py"') == 'b/pkg/we"ird.py'
+    assert grading._unquoted('"b/pkg/\\303\\251t\\303\\251.py"') == "b/pkg/été.py"

@@ -1,13 +1,19 @@
 """Type and range checks of every config field, derived from the dataclass annotations.
 
-A config class of the package calls `check_fields(self)` first thing in its `__post_init__`. Each field that a
-class of `trl_multiturn` declares, and each inherited TRL or transformers field that such a class names in its
-`_RANGES` (the parents' fields our maths depends on, e.g. `learning_rate`; the others are TRL's to check), is
-checked against its annotation (`int`, `float`, `bool`, `str`, `dict`, `list[X]`, `Literal[...]`, `X | None`,
-unions of these) and, when numeric, against its `Range` in the `_RANGES` tables of the package's classes in the
-MRO (a subclass's table extends its parents'). A float must be finite; a bool is not a number; an int field takes
-no float; a `str` field whose metadata has `choices` (argparse's key, so the command line refuses the same values)
-takes one of them. Field metadata cannot carry the ranges: `HfArgumentParser` passes every metadata key on to argparse.
+A config class of the package calls `check_fields(self)` first thing in its `__post_init__`. Every field that a
+class of the package declares, and every numeric field it inherits from TRL or transformers, is checked against
+its annotation (`int`, `float`, `bool`, `str`, `dict`, `list[X]`, `Literal[...]`, an enum or other class,
+`X | None`, unions of these; a part of an inherited annotation the checks do not understand takes any value) and,
+when numeric, against its `Range`: the `_RANGES` tables of the package's classes in the MRO (a subclass's table
+extends its parents'), else `INHERITED_RANGES` (the meaning of TRL's and transformers' fields, by name, e.g.
+`max_grad_norm >= 0`), else any finite number. The parents' other fields (strings, lists, enums) are theirs to
+check: their `__post_init__` converts what the command line gives (`debug=None`, `scale_rewards=False`). A float
+must be finite; a bool is not a number; an int field takes no float; a `str` field whose metadata has `choices`
+(argparse's key, so the command line refuses the same values) takes one of them. Field metadata cannot carry the
+ranges: `HfArgumentParser` passes every metadata key on to argparse.
+
+Inherited fields are checked as given (`check_fields(self)` before the parent's `__post_init__`, which turns some of
+them into objects of its own); `check_fields(self, inherited=False)` checks the package's fields alone.
 
     _RANGES = {"max_turns": Range(ge=1), "turn_gamma": Range(ge=0, le=1), "success_reward": Range()}
 
@@ -57,14 +63,40 @@ class Range:
         return " and ".join(parts)
 
 
+# The ranges of TRL's and transformers' numeric fields that their meaning gives (a field of these names that a class
+# of the package declares, or names in a `_RANGES` table, takes its own range instead).
+_PROBABILITY = Range(ge=0, le=1)
+INHERITED_RANGES = {
+    "max_grad_norm": Range(ge=0, text="a number >= 0 (0 turns gradient clipping off)"),
+    "weight_decay": Range(ge=0), "adam_beta1": Range(ge=0, lt=1), "adam_beta2": Range(ge=0, lt=1),
+    "adam_epsilon": Range(ge=0),
+    "num_train_epochs": Range(ge=0), "max_steps": Range(ge=-1, text="an integer >= -1 (-1: num_train_epochs decides)"),
+    "warmup_ratio": _PROBABILITY, "warmup_steps": Range(ge=0, text="a number >= 0 (below 1: a fraction of the steps)"),
+    "max_length": Range(ge=1), "max_prompt_length": Range(ge=1), "max_seq_length": Range(ge=1),
+    "per_device_train_batch_size": Range(ge=1), "per_device_eval_batch_size": Range(ge=1),
+    "gradient_accumulation_steps": Range(ge=1), "num_iterations": Range(ge=1), "steps_per_generation": Range(ge=1),
+    "generation_batch_size": Range(ge=1), "eval_accumulation_steps": Range(ge=1),
+    "logging_steps": Range(gt=0), "save_steps": Range(gt=0), "eval_steps": Range(gt=0),
+    "save_total_limit": Range(ge=0),
+    "seed": Range(ge=0), "data_seed": Range(ge=0), "dataloader_num_workers": Range(ge=0),
+    "dataloader_prefetch_factor": Range(ge=1),
+    "label_smoothing_factor": _PROBABILITY, "temperature": Range(gt=0), "top_p": Range(gt=0, le=1),
+    "top_k": Range(ge=0), "min_p": _PROBABILITY, "repetition_penalty": Range(gt=0),
+    "beta": Range(ge=0), "epsilon": Range(ge=0), "epsilon_high": Range(ge=0), "delta": Range(gt=0),
+    "learning_rate": Range(ge=0),
+}
+
+
 @dataclass(frozen=True)
 class FieldCheck:
-    """What one field takes: its annotation, its range (numeric fields) and its choices (`metadata["choices"]`)."""
+    """What one field takes: its annotation, its range (numeric fields) and its choices (`metadata["choices"]`).
+    `inherited`: a field of TRL or transformers that no class of the package declares or ranges."""
 
     name: str
     annotation: Any
     range: Range | None = None
     choices: tuple | None = None
+    inherited: bool = False
 
     def describe(self) -> str:
         """What the field takes, in words, e.g. "an integer >= 1, or None"."""
@@ -117,10 +149,11 @@ def did_you_mean(value: str, choices) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def check_fields(config) -> None:
-    """Raise one ValueError naming every field of `config`'s own classes (see the module docstring) whose value has
-    the wrong type or lies outside its range."""
-    problems = [p for check in field_checks(type(config)) if (p := check.problem(getattr(config, check.name)))]
+def check_fields(config, inherited: bool = True) -> None:
+    """Raise one ValueError naming every field of `config` (see the module docstring; with `inherited=False` only
+    the package's own and ranged ones) whose value has the wrong type or lies outside its range."""
+    problems = [p for check in field_checks(type(config)) if inherited or not check.inherited
+                if (p := check.problem(getattr(config, check.name)))]
     if problems:
         raise ValueError("; ".join(f"{type(config).__name__}.{p}" for p in problems))
 
@@ -134,9 +167,9 @@ def check_value(name: str, value, annotation, range: Range | None = None) -> Non
 
 @functools.cache
 def field_checks(cls: type) -> tuple[FieldCheck, ...]:
-    """The checks of the fields of `cls` that classes of this package declare or name in a `_RANGES` table (its
-    own and its bases'), in field order: each with its resolved annotation, its `_RANGES` entry and its
-    `metadata["choices"]`."""
+    """The checks of every field of `cls`, in field order: each with its resolved annotation (the parts the checks
+    do not understand replaced by `Any`), its range (`_RANGES` of the package's classes, else `INHERITED_RANGES`)
+    and its `metadata["choices"]`."""
     ranges: dict[str, Range] = {}
     annotations: dict[str, Any] = {}
     for base in reversed(cls.__mro__):
@@ -147,13 +180,38 @@ def field_checks(cls: type) -> tuple[FieldCheck, ...]:
     checks = []
     for f in dataclasses.fields(cls):
         declared_by, annotation = annotations[f.name]
-        if declared_by.__module__.split(".")[0] == PACKAGE or f.name in ranges:
-            if isinstance(annotation, str):
+        own = declared_by.__module__.split(".")[0] == PACKAGE or f.name in ranges
+        if isinstance(annotation, str):
+            try:
                 annotation = eval(annotation, vars(sys.modules[declared_by.__module__]))
-            choices = f.metadata.get("choices")
-            checks.append(FieldCheck(f.name, annotation, ranges.get(f.name),
-                                     tuple(choices) if choices else None))
+            except Exception:  # a parent's annotation naming what only its type checker imports
+                if own:
+                    raise
+                annotation = Any
+        if not own:  # a parent's numeric field: checked; its other fields are its own to check and convert
+            annotation = _understood(annotation)
+            annotation = annotation if is_numeric(annotation) else Any
+        choices = f.metadata.get("choices")
+        range_ = ranges.get(f.name) if own else INHERITED_RANGES.get(f.name)
+        checks.append(FieldCheck(f.name, annotation, range_, tuple(choices) if choices and own else None,
+                                 inherited=not own))
     return tuple(checks)
+
+
+def _understood(annotation):
+    """`annotation` with each part `_matches` cannot check (a generic other than list or dict, a callable, a
+    forward reference) replaced by `Any`."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        members = [_understood(member) for member in args]
+        return Any if Any in members else Union[tuple(members)]
+    if origin is Literal or annotation in (Any, type(None)):
+        return annotation
+    if origin is list and len(args) == 1:
+        return list[_understood(args[0])]
+    if origin is dict and len(args) == 2:
+        return dict[_understood(args[0]), _understood(args[1])]
+    return annotation if isinstance(annotation, type) and origin is None else Any
 
 
 def is_numeric(annotation) -> bool:

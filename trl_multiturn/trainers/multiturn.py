@@ -244,7 +244,7 @@ class MultiTurnArguments:
     def check_multiturn_args(self) -> None:
         """Refuse values that cannot work, naming the field and the fix (values that need the tokenizer or the
         environment are checked by the trainer's constructor)."""
-        check_fields(self)
+        check_fields(self, inherited=False)  # inherited fields: checked as given, before the parent's __post_init__
         self.estimator_kwargs = parse_estimator_kwargs(self.estimator_kwargs)
         refuse_unused_fields(self, self.unused_fields())
         if self.reward_mode not in REWARD_MODES:

@@ -28,8 +28,10 @@ scores 0. Our repositories are not in swebench's repository map, so the test spe
 
 from __future__ import annotations
 
+import ast
 import json
 import random
+import re
 import secrets
 import shlex
 import tempfile
@@ -146,7 +148,7 @@ def run_script(workdir: str, assignments: list[str], python: str, scratch: str, 
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
     command = [*assignments, python, "-s", f"{scratch}/pytest_runner.py", f"{scratch}/token", f"{scratch}/report",
-               *args, *files]
+               f"{scratch}/audit.json", *args, *files]
     return "\n".join([
         "#!/bin/bash", "set -uo pipefail", f"cd {shlex.quote(workdir)}", f"echo '{START_TEST_OUTPUT}'",
         " ".join(shlex.quote(w) for w in command), f"echo '{END_TEST_OUTPUT}'",
@@ -233,6 +235,27 @@ class _Grading:
                 raise _TrustedStepFailed(f"restoring protected files: {result.output[-500:]}")
         return sorted(set(restore) | set(remove))
 
+    def audit_scope(self, untracked_before: set[str]) -> dict[str, Any]:
+        """What the runner's audit hook needs of the patch: `added`, the Python lines it added or changed, by file,
+        as [first, last] spans of the patched file, and `known`, the Python files of the base commit, of the clean
+        checkout and of the test patch (any other Python file of the repository counts as added: one the patch
+        made, or one its code writes while the tests run)."""
+        diff, tracked = self._paths(
+            f"git diff -U0 --no-color --no-ext-diff --no-textconv --no-renames {self.base} "
+            "| grep -aE '^(\\+\\+\\+ |@@ )' || true", f"git ls-tree -r -z --name-only {self.base}")
+        added: dict[str, list[list[int]]] = {}
+        path = None
+        for line in "".join(diff).splitlines():
+            if line.startswith("+++ "):
+                path = _unquoted(line[4:])
+                path = path[2:] if path.startswith("b/") else None
+            elif path and path.endswith(".py") and (hunk := _HUNK_NEW.match(line)):
+                first, count = int(hunk.group(1)), int(hunk.group(2) or 1)
+                if count:
+                    added.setdefault(path, []).append([first, first + count - 1])
+        known = {*tracked, *untracked_before, *patch_paths(self.task["test_patch"])}
+        return {"added": added, "known": sorted(p for p in known if p.endswith(".py"))}
+
     def apply_test_patch(self) -> None:
         """Reset the test files to the base commit and apply the test patch, as swebench's eval script does."""
         files = [shlex.quote(f) for f in patch_paths(self.task["test_patch"])]
@@ -246,6 +269,16 @@ class _Grading:
         result = self.run(f"rm -f -- {scratch}/test.patch {scratch}/model.patch")
         if result.exit_code != 0:
             raise _TrustedStepFailed(f"removing the patches from scratch: {result.output[-500:]}")
+
+
+_HUNK_NEW = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+
+
+def _unquoted(path: str) -> str:
+    """A path as git writes it in a diff header: as is, or C-quoted (`"b/a\\"b.py"`, octal escapes for bytes)."""
+    if not path.startswith('"'):
+        return path
+    return ast.literal_eval("b" + path).decode("utf-8", "surrogateescape")
 
 
 class _TrustedStepFailed(RuntimeError):
@@ -285,6 +318,7 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             if not run.applied:
                 return run
             run.ignored = steps.restore_protected(untracked, set(patch_paths(task["test_patch"])))
+            audit = {**steps.audit_scope(untracked), "tests": files}
             steps.apply_test_patch()
             rng = random.Random(secrets.randbits(64))
             canaries = []
@@ -300,6 +334,7 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             token = secrets.token_hex(16)
             sandbox.write_scratch("pytest_runner.py", RUNNER.read_text())
             sandbox.write_scratch("token", token)
+            sandbox.write_scratch("audit.json", json.dumps(audit))
             sandbox.write_scratch("report", "", write_only=True)
             script = run_script(sandbox.workdir, assignments, python, sandbox.scratch_dir, pytest_args, files)
             result = sandbox.run(f"/bin/bash {shlex.quote(sandbox.write_scratch('eval.sh', script))}",
@@ -313,6 +348,18 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             run.trusted_log += f"\n{TESTS_ERROR}: {e}"
             run.log += f"\n{e}"
     return run
+
+
+def twin_verdict(real: _Run, twin: _Run) -> tuple[dict[str, str], str]:
+    """The outcomes of the real run grading trusts once the twin run has been judged, and the problem ("" if none).
+
+    The twins are judged whatever the real run reported: a test file whose canaries broke (its own tests count as
+    failed) does not let another file's passes go unjudged (issue 54). A twin verdict fails every test."""
+    twin_problem = judge_twins(real.outcomes, twin.outcomes, real.twinned, twin.problem)
+    if not twin_problem or real.problem.startswith("tampering"):
+        return real.outcomes, real.problem
+    problem = f"{twin_problem} (and {real.problem})" if real.problem else twin_problem
+    return {t: "FAILED" for t in real.outcomes}, problem
 
 
 def grade_patch(
@@ -357,9 +404,8 @@ def grade_patch(
         raw_log, trusted_log, ignored, problem = real.log, real.trusted_log, real.ignored, real.problem
         untwinned, trusted = real.untwinned, real.outcomes
         if real.applied and not real.step_failed:
-            if False in runs and twin_run is not None and not problem:
-                problem = judge_twins(real.outcomes, twin_run.outcomes, real.twinned, twin_run.problem)
-                trusted = {t: "FAILED" for t in trusted} if problem else trusted
+            if False in runs and twin_run is not None:
+                trusted, problem = twin_verdict(real, twin_run)
                 raw_log += f"\n[the twins of {len(real.twinned)} tests ran in a sandbox of their own]"
             trusted = {**{test: "FAILED" for test in f2p + p2p}, **trusted}  # a missing test failed
             lines = [f"{status} {test}" for test, status in trusted.items()]

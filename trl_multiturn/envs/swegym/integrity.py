@@ -23,7 +23,7 @@ import json
 import random
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 CONFIG_FILES = {"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml"}
@@ -48,7 +48,7 @@ def protected_reason(path: str, test_files: frozenset[str] | set[str] = frozense
         return "pytest configuration"
     if name in STARTUP_HOOKS or name.endswith(".pth"):
         return "a Python start-up hook"
-    if any(part.endswith((".egg-info", ".dist-info")) for part in parts):
+    if any(is_metadata_folder(part) for part in parts):
         return "package metadata (its entry points can load pytest plugins)"
     if any(part in TEST_FOLDERS for part in parts):
         return "the test suite"
@@ -60,6 +60,14 @@ def protected_reason(path: str, test_files: frozenset[str] | set[str] = frozense
     if (len(parts) > 1 or parts[0].endswith(".py")) and (top in HARNESS_MODULES or top in sys.stdlib_module_names):
         return "a module at the repository root named like one of pytest's or Python's own (it would shadow it)"
     return None
+
+
+def is_metadata_folder(name: str) -> bool:
+    """Whether `importlib.metadata` reads a folder (or file) of this name as a distribution's metadata: it lower-cases
+    the name before matching (`Lookup` in importlib.metadata), so `Pkg.EGG-INFO` and `pkg.Dist-Info` count, and
+    an egg (`x.egg`) holds its metadata in `EGG-INFO`."""
+    low = name.lower()
+    return low.endswith((".egg-info", ".dist-info", ".egg")) or low == "egg-info"
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,7 @@ class Report:
     outcomes: dict[str, str]
     exit_code: int | None
     forged_lines: int
+    audits: list[dict] = field(default_factory=list)
 
 
 def read_report(text: str | None, token: str) -> Report:
@@ -174,22 +183,30 @@ def read_report(text: str | None, token: str) -> Report:
             report.outcomes[record["test"]] = record["status"]
         elif isinstance(record.get("exit"), int):
             report.exit_code = record["exit"]
+        elif isinstance(record.get("audit"), str):
+            report.audits.append(record)
     return report
 
 
 def judge(report: Report, canaries: list[Canary]) -> tuple[dict[str, str], str]:
     """The outcomes grading may trust, without the canaries, and what was wrong with the run ("" if nothing).
 
-    Forged lines in the report, or a must-fail canary reported as passing (PASSED, XPASS, or XFAIL, which
-    swebench counts as a pass), mean the run was tampered with: every test counts as failed. A run without its
-    end record did not finish: likewise. A file whose must-pass canary did not pass (or whose canaries never
-    ran) did not run properly: its tests count as failed.
+    Forged lines in the report, an audit record (the patch's added code looked into the test process: frames,
+    code, object scans, the runner's internals, see `pytest_runner.py`), or a must-fail canary reported as passing
+    (PASSED, XPASS, or XFAIL, which swebench counts as a pass), mean the run was tampered with: every test counts as
+    failed. A run without its end record did not finish: likewise. A file whose must-pass canary did not pass (or
+    whose canaries never ran) did not run properly: its tests count as failed.
     """
     outcomes = report.outcomes
     real = {t: s for t, s in outcomes.items() if t not in {c.nodeid for c in canaries}}
     failed_all = {t: "FAILED" for t in real}
     if report.forged_lines:
         return failed_all, f"tampering: {report.forged_lines} lines of the test report were not the runner's"
+    if report.audits:
+        first = report.audits[0]
+        return failed_all, (f"tampering: the patch's code reached into the test run ({first['audit']} "
+                            f"{first.get('what', '')} at {first.get('where', '?')}; {len(report.audits)} such "
+                            "events in all)")
     tampered = [c.nodeid for c in canaries if not c.must_pass and outcomes.get(c.nodeid) in PASSING]
     if tampered:
         return failed_all, f"tampering: a test written to fail was reported {outcomes[tampered[0]]} ({tampered[0]})"

@@ -1,20 +1,252 @@
 """Run pytest for SWE-Gym grading and record each test's outcome in a report file.
 
-    python -s pytest_runner.py TOKEN_PATH REPORT_PATH PYTEST_ARGS...
+    python -s pytest_runner.py TOKEN_PATH REPORT_PATH AUDIT_PATH PYTEST_ARGS...
 
 Grading copies this file into the sandbox and runs it in place of `python -m pytest`; it imports nothing of
 trl_multiturn. Each record is one line `TOKEN JSON` appended to REPORT_PATH: `{"test": nodeid, "status": S}`
-with S as pytest's short summary names it (PASSED, FAILED, ERROR, SKIPPED, XFAIL, XPASS), and a last
-`{"exit": code}` once pytest returns. The token is read from TOKEN_PATH, which is deleted before pytest (and so
+with S as pytest's short summary names it (PASSED, FAILED, ERROR, SKIPPED, XFAIL, XPASS), `{"audit": event,
+"where": "path:line", "what": detail}` for each way the patch's code looked into the test process (below), and a
+last `{"exit": code}` once pytest returns. The token is read from TOKEN_PATH, which is deleted before pytest (and so
 any of the agent's code) starts: it is in no file, argument or environment variable the tests can read. The
 report file is write-only for the sandbox, so the records cannot be read back for their token either. pytest is
 imported before the working folder goes on sys.path, so no module of the repository can stand in for it. Grading
 reads nothing else the test run prints or writes.
+
+**The audit hook** (PEP 578; Python offers no way to remove one): AUDIT_PATH (deleted before pytest starts) holds
+the lines the patch added, `{"added": {path: [[first, last], ...]}, "known": [Python files of the base commit, the
+clean checkout and the test patch], "tests": [test files]}`. The hook is installed before pytest and the
+repository are importable, and records an audited event when the innermost frame of the repository on the stack is
+on a line the patch added (frames of the standard library and site-packages are passed over: a call through
+`inspect` or `traceback` is the caller's; code the patch compiled or exec'd, and a Python file of the repository
+that is not known, count as added;
+files are compared by real path, so a symbolic link to a module is the module):
+
+- frames and code: `sys._getframe`, `sys._current_frames`, `sys._current_exceptions`, and reading `f_code`,
+  `tb_frame`, `gi_frame`/`cr_frame`/`ag_frame`, their `*_code`, and the `__code__` of a function of a test file or of
+  pytest (the package's own functions are its business);
+- object scans and tracing: `gc.get_objects`/`get_referrers`/`get_referents`, `sys.settrace`/`setprofile`, a new
+  audit hook, code or function objects made by hand (a frame's file name can then lie);
+- the test runner's internals: importing `_pytest`, `pluggy` or `ctypes` (seen when the import loads the module:
+  pytest's are loaded before the package is); any `ctypes` call;
+- ways out of the process that a second run could read: starting a process (its Python has no hook), binding or
+  connecting a socket to an abstract Unix address or the loopback;
+- reads of the hidden tests' files, of `/proc/<pid>` and of grading's scratch folder.
+
+Some standard functions use frames for their own bookkeeping and hand none to their caller (`namedtuple`, `enum`,
+`typing`, `dataclasses`, `warnings`, `logging`, `inspect.signature`, formatting a caught exception with
+`traceback`): an event under them is not recorded. An event in a thread the tests' process started, with no frame
+of the repository on its stack (a standard function run by an executor), is recorded too. The runner also leaves
+`PYTEST_CURRENT_TEST` unset and empties `linecache` before each test (pytest fills it with a test file's text when
+it reports a failure), so which test runs is not written where the tests' process can read it unaudited.
+
+**Twin helpers**: `__grading_other__(value)` (a different value of the same type) and `__grading_absent__(item,
+container)` (a value of the item's type the container does not hold) are put in `builtins` in every run, real and
+twin alike; the twins of `twins.py` call them where a test's expected side is a name rather than a literal.
 """
 
+import builtins
 import json
 import os
 import sys
+
+# Standard functions that use frames or code for their own bookkeeping: (file name ending, function names).
+_BOOKKEEPING = [
+    ("/collections/__init__.py", {"namedtuple"}), ("/enum.py", None), ("/typing.py", None),
+    ("/dataclasses.py", None), ("/abc.py", None), ("/functools.py", None), ("/warnings.py", None),
+    ("/logging/__init__.py", None), ("/asyncio/coroutines.py", None), ("/asyncio/format_helpers.py", None),
+    ("/inspect.py", {"signature", "_signature_from_callable", "_signature_from_function", "getfullargspec",
+                     "_has_code_flag", "isgeneratorfunction", "iscoroutinefunction", "isasyncgenfunction"}),
+    ("/traceback.py", {"format_exc", "print_exc", "format_exception", "print_exception", "extract_tb", "format_tb",
+                       "print_tb", "walk_tb", "_extract_from_extended_frame_gen", "_walk_tb_with_full_positions",
+                       "__init__", "_extract_caret_anchors_from_line_segment"}),
+]
+_FRAME_ATTRIBUTES = {"f_code", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "gi_code", "cr_code", "ag_code"}
+_ALWAYS = {"sys._getframe", "sys._current_frames", "sys._current_exceptions", "gc.get_objects", "gc.get_referrers",
+           "gc.get_referents", "sys.settrace", "sys.setprofile", "sys.addaudithook", "code.__new__",
+           "function.__new__", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+           "os.forkpty", "pty.spawn"}
+_RUNNER_MODULES = ("_pytest", "pluggy", "ctypes", "_ctypes")
+_LIMIT = 20  # audit records per run: enough to judge, too few to flood the report
+
+
+def _other(value):
+    """A value that differs from `value`: of the same type for the builtin ones (an int plus one, a string with its
+    last character changed, a container with one element changed, else one element fewer or one more), a fresh
+    object for others (whose honest `__eq__` says it differs)."""
+    kind = type(value)
+    if kind is bool:
+        return not value
+    if kind in (int, float, complex):
+        return value + 1 if value == value and abs(value) != float("inf") else kind(0)
+    if kind is str:
+        return value[:-1] + ("b" if value[-1:] == "a" else "a")
+    if kind is bytes:
+        return value[:-1] + (b"b" if value[-1:] == b"a" else b"a")
+    if kind in (list, tuple):
+        for i, item in enumerate(value):
+            other = _other(item)
+            if type(other) is type(item) and other != item:
+                return kind([*value[:i], other, *value[i + 1:]])
+        return kind(value[1:]) if value else kind([0])
+    if kind is dict:
+        for key, item in value.items():
+            other = _other(item)
+            if type(other) is type(item) and other != item:
+                return {**value, key: other}
+        return dict(list(value.items())[1:]) if value else {0: 0}
+    if kind in (set, frozenset):
+        return kind(list(value)[1:]) if value else kind({0})
+    return object()
+
+
+def _absent(item, container):
+    """A value of `item`'s type (for an int, float, str or bytes; else `_other`'s) that `container` does not hold:
+    the k-th next value (`item + k`, the last character moved on by k) for the first k that is not in it; a
+    container that claims to hold every value tried gets the last, and the twin's check then passes: tampering."""
+    kind, candidate = type(item), item
+    for k in range(1, 9):
+        if kind in (int, float):
+            candidate = item + k
+        elif kind in (str, bytes) and item:
+            candidate = item[:-1] + kind([item[-1] + k]) if kind is bytes else item[:-1] + chr(ord(item[-1]) + k)
+        else:
+            candidate = _other(item)
+        if candidate not in container:
+            break
+    return candidate
+
+
+def install_twin_helpers() -> None:
+    builtins.__grading_other__ = _other
+    builtins.__grading_absent__ = _absent
+
+
+class _Audit:
+    """The audit hook (see the module docstring); `record(event, where, what)` writes a signed record."""
+
+    def __init__(self, watch: dict, scratch: str, record):
+        root = os.path.realpath(os.getcwd())
+        self.added = {os.path.join(root, path): [tuple(span) for span in spans]
+                      for path, spans in watch.get("added", {}).items()}
+        self.tests = {os.path.join(root, path) for path in watch.get("tests", [])}
+        self.known = {os.path.join(root, path) for path in watch.get("known", [])} | self.tests
+        self.root, self.scratch, self.record = root + os.sep, scratch.rstrip("/") + "/", record
+        self.tainted: set[str] = set()
+        self.real: dict[str, str] = {}
+        self.busy: set[int] = set()
+        self.seen: set = set()
+        import _thread
+        import threading
+        self.ident, self.main = _thread.get_ident, threading.main_thread().ident
+
+    def __call__(self, event, args):
+        if event == "object.__getattr__":
+            if args[1] not in _FRAME_ATTRIBUTES and args[1] != "__code__":
+                return
+        elif event == "open":
+            if not isinstance(args[0], (str, bytes)):
+                return
+        elif event == "import":
+            if not str(args[0]).startswith(_RUNNER_MODULES):
+                return
+        elif event in ("socket.bind", "socket.connect"):
+            if not _local_address(args[1]):
+                return
+        elif event in ("compile", "exec"):
+            pass
+        elif event not in _ALWAYS and not event.startswith("ctypes."):
+            return
+        me = self.ident()
+        if me in self.busy:
+            return
+        self.busy.add(me)
+        try:
+            self._judge(event, args, me)
+        finally:
+            self.busy.discard(me)
+
+    def _judge(self, event, args, me):
+        caller = sys._getframe(2)  # the frame that called the audited function
+        if event in ("compile", "exec"):  # what added code compiles or runs itself counts as added (not imports)
+            name = args[1] if event == "compile" else getattr(args[0], "co_filename", None)
+            if isinstance(name, str) and name not in self.added and self._is_added(caller):
+                self.tainted.add(name)
+            return
+        where = self._attribute(caller, me)
+        if where is None:
+            return
+        what = args[1] if event == "object.__getattr__" else ""
+        if event == "object.__getattr__" and what == "__code__":
+            filename = self._resolved(getattr(getattr(args[0], "__code__", None), "co_filename", ""))
+            if filename.startswith(self.root) and filename not in self.tests:
+                return  # the package's own functions
+            what = f"__code__ of {getattr(args[0], '__qualname__', '?')}"
+        if event == "open":
+            path = os.path.realpath(os.fsdecode(args[0]))
+            if not (path in self.tests or path.startswith(self.scratch) or _is_process_file(path)):
+                return
+            what = path
+        if event == "import":
+            what = str(args[0])
+        key = (event, where)
+        if key not in self.seen and len(self.seen) < _LIMIT:
+            self.seen.add(key)
+            self.record({"audit": event, "where": where, "what": str(what)[:200]})
+
+    def _attribute(self, frame, me) -> str | None:
+        """`path:line` of the added line responsible for the event, or None when nothing the patch added is."""
+        while frame is not None:
+            code = frame.f_code
+            filename = self._resolved(code.co_filename)
+            if self._is_added(frame):
+                return f"{filename.removeprefix(self.root)}:{frame.f_lineno}"
+            if filename.startswith(self.root):
+                return None
+            for ending, names in _BOOKKEEPING:
+                if filename.endswith(ending) and (names is None or code.co_name in names):
+                    return None
+            frame = frame.f_back
+        return None if me == self.main else "a thread with no frame of the repository"
+
+    def _resolved(self, filename: str) -> str:
+        """The real path of a code object's file (a symbolic link to a module is the module), cached."""
+        if filename not in self.real:
+            self.real[filename] = os.path.realpath(filename) if filename.startswith("/") else filename
+        return self.real[filename]
+
+    def _is_added(self, frame) -> bool:
+        """Whether `frame` runs a line the patch added: in its added spans, in a file of the repository that was
+        not there at the base commit (one the patch made, or one its code wrote while the tests ran), or in code
+        the added lines compiled."""
+        filename = frame.f_code.co_filename
+        if filename in self.tainted:
+            return True
+        filename = self._resolved(filename)
+        if not filename.startswith(self.root):
+            return filename in self.tainted
+        spans = self.added.get(filename)
+        if spans is None:
+            return filename not in self.known
+        return any(a <= frame.f_lineno <= b for a, b in spans)
+
+
+def _local_address(address) -> bool:
+    if isinstance(address, (bytes, str)):  # AF_UNIX: an abstract name starts with a NUL byte
+        return address[:1] in (b"\0", "\0")
+    host = address[0] if isinstance(address, tuple) and address else ""
+    return isinstance(host, str) and (host in ("", "localhost", "::1", "0.0.0.0", "::") or host.startswith("127."))
+
+
+def _is_process_file(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) > 3 and parts[1] == "proc" and (parts[2].isdigit() or parts[2] in ("self", "thread-self"))
+
+
+def _read_and_delete(path: str) -> str:
+    with open(path) as f:
+        text = f.read()
+    os.unlink(path)
+    return text
 
 
 def _status(report):
@@ -34,19 +266,29 @@ def _status(report):
 
 
 def main() -> int:
-    token_path, report_path, *args = sys.argv[1:]
-    with open(token_path) as f:
-        token = f.read().strip()
-    os.unlink(token_path)
+    token_path, report_path, audit_path, *args = sys.argv[1:]
+    token = _read_and_delete(token_path).strip()
+    watch = json.loads(_read_and_delete(audit_path))
     fd = os.open(report_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-    import pytest  # before the working folder is on sys.path: a `pytest.py` of the repository cannot stand in
-
-    sys.path[0] = os.getcwd()  # the working folder first, as `python -m pytest` has it (not this file's folder)
 
     def write(record: dict) -> None:
         os.write(fd, f"{token} {json.dumps(record)}\n".encode())
 
+    sys.addaudithook(_Audit(watch, os.path.dirname(os.path.abspath(token_path)), write))
+    install_twin_helpers()
+    import linecache
+
+    import _pytest.runner
+    import pytest  # before the working folder is on sys.path: a `pytest.py` of the repository cannot stand in
+
+    _pytest.runner._update_current_test_var = lambda item, when: None  # no PYTEST_CURRENT_TEST
+    sys.path[0] = os.getcwd()  # the working folder first, as `python -m pytest` has it (not this file's folder)
+
     class Recorder:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_setup(self, item):
+            linecache.clearcache()
+
         def pytest_runtest_logreport(self, report):
             status = _status(report)
             if status is not None:
