@@ -27,6 +27,7 @@ from ..envs.suites import SUITES
 from ..episode_settings import environment_factory_from_spec, load_episode_settings, saved_environment_settings
 from ..evaluation import evaluate
 from ..model_card import update_card_evaluation
+from ..model_setup import ModelSetup, set_cpu_threads
 from .env_tasks import SHAPE_FIELDS, environment_overrides, shape_name, suite_tasks
 from .episodes import episode_text
 from .script_args import EnvArguments
@@ -64,8 +65,10 @@ class EvalArguments(EnvArguments):
         metadata={"help": "Write the results file and update the model card (--no_save_results, as `play` does: "
                           "nothing written)."},
     )
+    cpu_threads: int | None = field(default=None, metadata={"help": ModelSetup.__dataclass_fields__["cpu_threads"]
+                                                            .metadata["help"]})
     _RANGES = {"max_turns": Range(ge=1), "max_completion_length": Range(ge=1), "max_episode_tokens": Range(ge=1),
-               "batch_size": Range(ge=1), "show_episodes": Range(ge=0)}
+               "batch_size": Range(ge=1), "show_episodes": Range(ge=0), "cpu_threads": Range(ge=1)}
 
 
 def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | None:
@@ -170,6 +173,10 @@ def run_eval(parser, argv: list[str]) -> int:
     tasks = suite_tasks(env, "eval", script_args, eval_args, settings)
     print(f"evaluating {model_path} on {len(tasks)} held-out {env} tasks ({suite.held_out})"
           + (f" with the episode settings saved in {model_path}" if saved else ""))
+    import torch
+
+    if not torch.cuda.is_available():
+        set_cpu_threads(eval_args.cpu_threads)
     result = evaluate(
         model_path, factory, tasks, max_turns=eval_args.max_turns or script_args.eval_max_turns,
         max_reply_tokens=eval_args.max_completion_length, max_episode_tokens=eval_args.max_episode_tokens,
