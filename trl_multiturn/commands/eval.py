@@ -147,7 +147,7 @@ def run_eval(parser, argv: list[str]) -> int:
     script_args, eval_args, config_remaining, cli_remaining = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True)
     if cli_remaining:
-        parser.error(f"unrecognized arguments: {' '.join(cli_remaining)}")
+        parser.error(parser.unknown_options(cli_remaining))
     trained = config_model_dir(config_remaining, argv)
     if trained:
         print(f"note: evaluating the model the recipe trained, output_dir={trained} "

@@ -43,14 +43,26 @@ def resolve_config(value: str) -> str:
         return value
 
 
+def config_file(value: str) -> str:
+    """A `--config` value that must exist: the file as given, else the shipped recipe of that name; a
+    FileNotFoundError with a did-you-mean otherwise."""
+    if Path(value).is_file():
+        return value
+    if (RECIPES_DIR / (value if value.endswith(".yaml") else f"{value}.yaml")).is_file():
+        return str(recipe_path(value))
+    hint = did_you_mean(value, recipe_names())
+    raise FileNotFoundError(f"--config {value!r}: neither a file nor a shipped recipe{hint}; `trl-multiturn recipes "
+                            "list` names the recipes")
+
+
 def resolve_config_option(options: list[str]) -> list[str]:
-    """`options` with the value of `--config NAME` (or `--config=NAME`) resolved by `resolve_config`."""
+    """`options` with the value of `--config NAME` (or `--config=NAME`) resolved by `config_file`."""
     resolved = list(options)
     for index, option in enumerate(resolved):
         if option == "--config" and index + 1 < len(resolved):
-            resolved[index + 1] = resolve_config(resolved[index + 1])
+            resolved[index + 1] = config_file(resolved[index + 1])
         elif option.startswith("--config="):
-            resolved[index] = f"--config={resolve_config(option.partition('=')[2])}"
+            resolved[index] = f"--config={config_file(option.partition('=')[2])}"
     return resolved
 
 
