@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,13 +23,18 @@ import yaml
 
 from ..config_checks import Range
 from ..envs.suites import SUITES
-from ..episode_settings import environment_factory_from_spec, load_episode_settings, saved_environment_settings
+from ..episode_settings import (
+    environment_factory_from_spec,
+    load_episode_settings,
+    saved_environment_settings,
+    saved_suite,
+)
 from ..evaluation import evaluate
 from ..model_card import update_card_evaluation
 from ..model_setup import ModelSetup, set_cpu_threads
 from .env_tasks import SHAPE_FIELDS, environment_overrides, shape_name, suite_tasks
 from .episodes import episode_text
-from .script_args import EnvArguments
+from .script_args import EnvArguments, task_noun
 
 
 @dataclass
@@ -72,11 +76,37 @@ class EvalArguments(EnvArguments):
 
 
 def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | None:
-    """The `output_dir` a training recipe names, when it holds a saved model and the command line names none."""
+    """The `output_dir` a training recipe names, when the command line names no model: the model that recipe
+    trains. Refused, naming the folder and what to run, when it holds no saved model yet (its starting model is
+    not evaluated in its place)."""
     if "--model_name_or_path" in cli_args or "--output_dir" not in config_remaining:
         return None
     output_dir = config_remaining[config_remaining.index("--output_dir") + 1]
-    return output_dir if Path(output_dir, "config.json").is_file() else None
+    if not Path(output_dir, "config.json").is_file():
+        recipe = cli_args[cli_args.index("--config") + 1] if "--config" in cli_args[:-1] else "RECIPE"
+        algorithm = next((name for name in ("sft", "ppo", "rloo") if name in Path(recipe).stem), "grpo")
+        raise FileNotFoundError(
+            f"--config {recipe}: the model it trains is not there (no {Path(output_dir, 'config.json')}); train it "
+            f"first (trl-multiturn train {algorithm} --config {recipe}), or name the model to evaluate with "
+            "--model_name_or_path")
+    return output_dir
+
+
+def default_results_dir(model_name_or_path: str, model_path: str) -> Path:
+    """Where `eval` writes when no --results_dir is given: the folder of a model the user named by its folder (a
+    trained run's; its card lists the evaluation), else `outputs/eval/<model>`: never the shared model cache that
+    the offline default (or a Hub id) resolves to."""
+    if Path(model_name_or_path).expanduser().is_dir():
+        return Path(model_path)
+    return Path("outputs", "eval", model_name_or_path.replace(":", "-").replace("/", "--"))
+
+
+def check_scored(result, tasks: int) -> None:
+    """Refuse an evaluation in which every task failed before it could be scored (a success rate of 0/0 says
+    nothing): one error naming the first failure's reason, which names the field and the fix."""
+    if result.n == 0 and result.failed:
+        first = next(ep.failure for ep in result.episodes if ep.failed)
+        raise ValueError(f"all {tasks} held-out tasks failed before they could be scored; the first: {first}")
 
 
 def given_fields(argv: list[str]) -> set[str]:
@@ -88,9 +118,10 @@ def given_fields(argv: list[str]) -> set[str]:
 
 
 def choose_env(requested: str | None, trained_on: dict, model: str) -> str:
-    """The environment to play: `--env`, else the one the model was trained on. A model trained on an environment
-    this command cannot build is refused unless `--env` names one; an `--env` other than training's is printed."""
-    trained = trained_on.get("name")
+    """The environment to play: `--env`, else the one the model was trained on (the suite of its saved import path,
+    `saved_suite`). A model trained on an environment this command cannot build is refused unless `--env` names
+    one; an `--env` other than training's is printed."""
+    trained = saved_suite(trained_on) or trained_on.get("name")
     if requested is None:
         if trained_on and trained not in SUITES:
             raise ValueError(f"{model} was trained on {trained_on.get('class') or trained!r}, which no registered "
@@ -100,7 +131,8 @@ def choose_env(requested: str | None, trained_on: dict, model: str) -> str:
                              "those anyway")
         return trained or "textworld"
     if trained and requested != trained:
-        print(f"note: --env {requested} differs from the environment the model was trained on ({trained})")
+        print(f"note: --env {requested} differs from the environment the model was trained on "
+              f"({trained_on.get('class') or trained})")
     return requested
 
 
@@ -186,9 +218,10 @@ def run_eval(parser, argv: list[str]) -> int:
     how = "greedy" if script_args.eval_temperature == 0 else f"temperature-{script_args.eval_temperature:g}"
     for record in result.outcomes()[:eval_args.show_episodes]:
         print(episode_text(record))
-    print(f"held-out {how} evaluation on {len(tasks)} test games: {result}")
-    results_dir = eval_args.results_dir or (model_path if os.path.isdir(model_path) else None)
-    if results_dir and eval_args.save_results:
+    check_scored(result, len(tasks))
+    print(f"held-out {how} evaluation on {len(tasks)} {task_noun(env)}: {result}")
+    results_dir = eval_args.results_dir or default_results_dir(script_args.model_name_or_path, model_path)
+    if eval_args.save_results:
         split = {"alfworld": eval_args.eval_split, "swegym": "held-out"}.get(env, "test")
         textworld_shape = env == "textworld" and not script_args.challenge
         shape = (shape_name({k: getattr(script_args, k) for k in SHAPE_FIELDS}) if textworld_shape

@@ -44,6 +44,12 @@ class ModelArguments:
         return path
 
 
+def task_noun(env: str | None) -> str:
+    """How the printed results name an environment's held-out tasks: TextWorld's and ALFWorld's are games of their
+    test split; another environment's (a user's own) are tasks."""
+    return "test games" if env in ("textworld", "alfworld") else "tasks"
+
+
 START_EVAL_RESULTS_FILE = "start_eval_results.json"
 """The starting model's held-out evaluation (`train_and_evaluate` with `eval_start_model`); not an `eval_results_*`
 file, which are evaluations of the trained model."""

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import trl_multiturn
 
-from ..episode_settings import played_history
+from ..episode_settings import environment_spec, played_history
 from ..evaluation import evaluate, paired_test
 from ..model_setup import model_setup_kwargs
 from ..progress import TurnProgress
-from .script_args import START_EVAL_RESULTS_FILE, TextWorldScriptArguments
+from .script_args import START_EVAL_RESULTS_FILE, TextWorldScriptArguments, task_noun
 
 TRAINERS = {
     "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
@@ -42,7 +42,8 @@ def evaluate_on_tasks(script_args: TextWorldScriptArguments, held_out, environme
     result = evaluate(model, environment_factory, tasks, tokenizer, temperature=script_args.eval_temperature,
                       **options)
     how = "greedy" if script_args.eval_temperature == 0 else f"temperature-{script_args.eval_temperature:g}"
-    print(f"{label}held-out {how} evaluation on {len(tasks)} test games: {result}")
+    env = (environment_spec(environment_factory) or {}).get("name")
+    print(f"{label}held-out {how} evaluation on {len(tasks)} {task_noun(env)}: {result}")
     if trainer is not None:
         trainer.record_evaluation(result, split="test")
     return result
