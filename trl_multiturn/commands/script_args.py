@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..config_checks import Range, check_fields
 from ..envs.suites import SUITES
+from ..model_card import START_EVAL_RESULTS_FILE
 from ..models import OFFLINE_DEFAULT_MODEL, resolve_model
 
 
@@ -50,9 +51,6 @@ def task_noun(env: str | None) -> str:
     return "test games" if env in ("textworld", "alfworld") else "tasks"
 
 
-START_EVAL_RESULTS_FILE = "start_eval_results.json"
-"""The starting model's held-out evaluation (`train_and_evaluate` with `eval_start_model`); not an `eval_results_*`
-file, which are evaluations of the trained model."""
 
 
 @dataclass

@@ -10,9 +10,10 @@ import trl_multiturn
 
 from ..episode_settings import environment_spec, played_history
 from ..evaluation import evaluate, paired_test
+from ..model_card import START_EVAL_RESULTS_FILE
 from ..model_setup import model_setup_kwargs
 from ..progress import TurnProgress
-from .script_args import START_EVAL_RESULTS_FILE, TextWorldScriptArguments, task_noun
+from .script_args import TextWorldScriptArguments, task_noun
 
 TRAINERS = {
     "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
