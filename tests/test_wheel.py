@@ -106,9 +106,10 @@ def test_the_wheel_holds_the_package_its_recipes_the_license_and_the_command(whe
         entry_points = archive.read(f"{dist_info}/entry_points.txt").decode()
         metadata = email.message_from_bytes(archive.read(f"{dist_info}/METADATA"))
     package = ROOT / "trl_multiturn"
-    for pattern in ("*.py", "*.yaml"):
+    for pattern in ("*.py", "*.yaml", "*.md"):  # *.md: the SWE-Gym reward's threat model (envs/swegym/README.md)
         expected = {p.relative_to(ROOT).as_posix() for p in package.rglob(pattern) if "__pycache__" not in p.parts}
         assert expected and expected <= names, sorted(expected - names)
+    assert "trl_multiturn/envs/swegym/README.md" in names
     assert len({n for n in names if n.startswith("trl_multiturn/recipes/")}) == len(list(RECIPES_DIR.rglob("*.yaml")))
     assert license_text == (ROOT / "LICENSE").read_text()
     assert metadata["License-Expression"] == PYPROJECT["project"]["license"]
