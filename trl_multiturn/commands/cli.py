@@ -229,8 +229,8 @@ def eval_parser(command: str = "eval"):
         description="Greedy success of a model on held-out tasks (of a registered suite: TextWorld, ALFWorld, SWE-Gym "
                     "or your own) with a 95% "
                     "Wilson interval, played with the episode settings saved with the model (episode_settings.json; "
-                    "arguments given here win). --config accepts a training recipe. Writes eval_results.json to the "
-                    "model's folder.")
+                    "arguments given here win). --config accepts a training recipe. Writes eval_results_*.json to the "
+                    "folder of a model given by its folder, else to outputs/eval/<model> (--results_dir: elsewhere).")
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -6,10 +6,13 @@ every argument given (command line or `--config` YAML) wins over them, and one t
 as such. TextWorld plays the game shape the model was trained on unless a shape is given, ALFWorld its task types
 unless `--task_types` is given. A model trained on an
 environment this command cannot build (a user's own) is refused rather than played on another. A training recipe works
-as `--config`: its training-only fields are ignored with a note, and when it names an `output_dir` holding a saved
-model (and no `--model_name_or_path` is given on the command line), that trained model is evaluated. Each evaluation
-is written to its own `eval_results_<env>_<split>_<tasks>_<digest>.json` in the model's folder (or `--results_dir`;
-the digest is of the episode settings played), never over another, and the model card lists them all.
+as `--config`: its training-only fields are ignored with a note, and when it names an `output_dir` (and no
+`--model_name_or_path` is given on the command line), the model trained there is evaluated, or refused with what to
+run when there is none yet. Each evaluation is written to its own `eval_results_<env>_<split>_<tasks>_<digest>.json`
+(the digest is of the episode settings played), never over another: in the folder of a model given by its folder,
+whose model card lists them all, else in `outputs/eval/<model>` (never the shared model cache of the offline
+default), or `--results_dir`. An evaluation whose every task fails before it is scored is an error naming the first
+reason.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ class EvalArguments(EnvArguments):
     batch_size: int = field(default=16, metadata={"help": "Episodes played at once."})
     results_dir: str | None = field(
         default=None,
-        metadata={"help": "Where to write eval_results.json (default: the model's folder when it is local)."},
+        metadata={"help": "Where to write the results (default: the folder of a model given by its folder, else "
+                          "outputs/eval/<model>, never the shared model cache)."},
     )
     progress: bool = field(default=True, metadata={"help": "A progress bar while playing (--no_progress: none)."})
     show_episodes: int = field(
