@@ -122,7 +122,8 @@ def test_the_command_runs_the_wheels_package_and_its_shipped_recipes(venv, workd
     imported = _run(venv, workdir, "python", "-c", "import trl_multiturn; print(trl_multiturn.__file__)").strip()
     assert Path(imported).is_relative_to(venv) and not Path(imported).is_relative_to(ROOT)
     assert _run(venv, workdir, "trl-multiturn", "--version").startswith(f"trl-multiturn {trl_multiturn.__version__} (")
-    listed = [line.split()[0] for line in _run(venv, workdir, "trl-multiturn", "recipes", "list").splitlines()]
+    listed = [line.split()[0] for line in _run(venv, workdir, "trl-multiturn", "recipes", "list").splitlines()
+              if not line.startswith(" ")]  # a description's continuation lines are indented
     assert listed == recipe_names() and "quickstart" in listed
     _run(venv, workdir, "trl-multiturn", "recipes", "copy", "quickstart")
     assert (workdir / "quickstart.yaml").read_text() == (RECIPES_DIR / "quickstart.yaml").read_text()
