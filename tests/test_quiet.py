@@ -82,7 +82,8 @@ def test_deepspeeds_cpu_note_is_dropped_and_its_other_warnings_show(caplog):
             logger.warning("ZeRO stage 3 needs a config")
     finally:
         logger.propagate = False
-    assert [r.getMessage() for r in caplog.records] == ["ZeRO stage 3 needs a config"]
+    messages = {r.getMessage() for r in caplog.records}
+    assert "ZeRO stage 3 needs a config" in messages and DEEPSPEED_CPU_NOTE not in messages
 
 
 def test_a_cpu_run_with_deepspeed_installed_prints_no_accelerator_note():
