@@ -20,7 +20,7 @@ def _listed(capsys) -> dict[str, str]:
     entries: dict[str, str] = {}
     for line in capsys.readouterr().out.splitlines():
         if line.startswith(" "):
-            entries[name] += " " + line.strip()
+            entries[next(reversed(entries))] += " " + line.strip()  # a continuation of the last recipe's text
         else:
             name, _, text = line.partition(" ")
             entries[name] = text.strip()
