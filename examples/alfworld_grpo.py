@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnSFTConfig, MultiTurnSFTTrainer
+from trl_multiturn.commands.parsing import CommandParser
 from trl_multiturn.commands.script_args import StartComparisonArguments
 from trl_multiturn.commands.train import checkpoint_to_resume, evaluation_options, train_and_evaluate
 from trl_multiturn.envs.alfworld import TASK_TYPES, ALFWorldConfig, ALFWorldEnv
@@ -240,6 +240,6 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MultiTurnGRPOConfig, ALFWorldConfig, ALFWorldGenConfig, ModelSetup))
+    parser = CommandParser((ScriptArguments, MultiTurnGRPOConfig, ALFWorldConfig, ALFWorldGenConfig, ModelSetup))
     parser.set_defaults_with_config(**SMOKE_DEFAULTS)
     main(*parser.parse_args_and_config())

@@ -16,9 +16,9 @@ import functools
 from dataclasses import dataclass, field
 
 from datasets import load_dataset
-from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+from trl_multiturn.commands.parsing import CommandParser
 from trl_multiturn.commands.train import checkpoint_to_resume, finish_run
 from trl_multiturn.envs.swegym import SWEGymConfig, SWEGymEnv, load_tasks
 from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
@@ -58,5 +58,5 @@ def main(script_args: ScriptArguments, training_args: MultiTurnGRPOConfig, env_a
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MultiTurnGRPOConfig, SWEGymConfig, ModelSetup))
+    parser = CommandParser((ScriptArguments, MultiTurnGRPOConfig, SWEGymConfig, ModelSetup))
     main(*parser.parse_args_and_config())

@@ -16,9 +16,8 @@ Every field of `TextWorldScriptArguments` and `MultiTurnPPOConfig` can be set in
 
 import functools
 
-from trl import TrlParser
-
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
+from trl_multiturn.commands.parsing import CommandParser
 from trl_multiturn.commands.script_args import TextWorldScriptArguments
 from trl_multiturn.commands.train import evaluate_on_textworld, train_and_evaluate
 from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
@@ -46,5 +45,5 @@ def main(script_args: TextWorldScriptArguments, training_args: MultiTurnPPOConfi
 
 
 if __name__ == "__main__":
-    parser = TrlParser((TextWorldScriptArguments, MultiTurnPPOConfig, ModelSetup))
+    parser = CommandParser((TextWorldScriptArguments, MultiTurnPPOConfig, ModelSetup))
     main(*parser.parse_args_and_config())

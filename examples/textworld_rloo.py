@@ -15,9 +15,8 @@ in the YAML or on the command line.
 
 import functools
 
-from trl import TrlParser
-
 from trl_multiturn import MultiTurnRLOOConfig, MultiTurnRLOOTrainer
+from trl_multiturn.commands.parsing import CommandParser
 from trl_multiturn.commands.script_args import TextWorldScriptArguments
 from trl_multiturn.commands.train import evaluate_on_textworld, train_and_evaluate
 from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
@@ -45,5 +44,5 @@ def main(script_args: TextWorldScriptArguments, training_args: MultiTurnRLOOConf
 
 
 if __name__ == "__main__":
-    parser = TrlParser((TextWorldScriptArguments, MultiTurnRLOOConfig, ModelSetup))
+    parser = CommandParser((TextWorldScriptArguments, MultiTurnRLOOConfig, ModelSetup))
     main(*parser.parse_args_and_config())

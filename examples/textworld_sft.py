@@ -15,9 +15,8 @@ of `TextWorldScriptArguments` and `MultiTurnSFTConfig` can be set in the YAML or
 
 import functools
 
-from trl import TrlParser
-
 from trl_multiturn import MultiTurnSFTConfig, MultiTurnSFTTrainer
+from trl_multiturn.commands.parsing import CommandParser
 from trl_multiturn.commands.script_args import TextWorldScriptArguments
 from trl_multiturn.commands.train import evaluate_on_textworld, train_and_evaluate
 from trl_multiturn.model_setup import ModelSetup, model_setup_kwargs
@@ -46,5 +45,5 @@ def main(script_args: TextWorldScriptArguments, training_args: MultiTurnSFTConfi
 
 
 if __name__ == "__main__":
-    parser = TrlParser((TextWorldScriptArguments, MultiTurnSFTConfig, ModelSetup))
+    parser = CommandParser((TextWorldScriptArguments, MultiTurnSFTConfig, ModelSetup))
     main(*parser.parse_args_and_config())

@@ -17,9 +17,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from trl import TrlParser
-
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+from trl_multiturn.commands.parsing import CommandParser
 from trl_multiturn.commands.script_args import TextWorldScriptArguments
 from trl_multiturn.commands.train import train_on_textworld
 from trl_multiturn.envs.textworld.env import TextWorldEnv
@@ -193,5 +192,5 @@ def main(script_args: TextWorldToolsArguments, training_args: MultiTurnGRPOConfi
 
 
 if __name__ == "__main__":
-    parser = TrlParser((TextWorldToolsArguments, MultiTurnGRPOConfig, ModelSetup))
+    parser = CommandParser((TextWorldToolsArguments, MultiTurnGRPOConfig, ModelSetup))
     main(*parser.parse_args_and_config())

@@ -76,7 +76,8 @@ def test_eval_evaluates_the_model_the_recipe_trained(tiny_chatml_model, tmp_path
 
     assert config_model_dir(["--output_dir", tiny_chatml_model], []) == tiny_chatml_model
     assert config_model_dir(["--output_dir", tiny_chatml_model], ["--model_name_or_path", "x"]) is None
-    assert config_model_dir(["--output_dir", str(tmp_path)], []) is None  # nothing saved there
+    with pytest.raises(FileNotFoundError, match="the model it trains is not there"):  # nothing saved there
+        config_model_dir(["--output_dir", str(tmp_path)], ["--config", "quickstart.yaml"])
 
 
 def test_an_input_error_is_one_line_naming_the_flag_and_debug_shows_the_traceback(tmp_path, capsys):

@@ -14,15 +14,36 @@ def test_the_checkouts_recipes_folder_is_the_packages():
     assert (ROOT / "recipes").resolve() == RECIPES_DIR
 
 
-def test_list_names_every_recipe_with_its_first_comment(capsys):
+def _listed(capsys) -> dict[str, str]:
+    """`recipes list` as {name: description}, continuation lines joined."""
     assert main(["recipes", "list"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    names = [line.split()[0] for line in lines]
-    assert names == recipe_names()
-    assert {"quickstart", "alfworld_grpo", "paper/algorithms_cpu"} <= set(names)
-    assert len(names) == len(list(RECIPES_DIR.rglob("*.yaml")))
-    (quickstart,) = [line for line in lines if line.split()[0] == "quickstart"]
-    assert "Step 2 of the README" in quickstart
+    entries: dict[str, str] = {}
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith(" "):
+            entries[next(reversed(entries))] += " " + line.strip()  # a continuation of the last recipe's text
+        else:
+            name, _, text = line.partition(" ")
+            entries[name] = text.strip()
+    return entries
+
+
+def test_list_names_every_recipe_with_its_first_sentence_whole(capsys):
+    entries = _listed(capsys)
+    assert list(entries) == recipe_names() and len(entries) == len(list(RECIPES_DIR.rglob("*.yaml")))
+    assert entries["quickstart"] == (
+        "Step 2 of the README's main job (scripts/quickstart.sh): a short multi-turn GRPO run on generated w1-o2-q2 "
+        "TextWorld games, from the SFT warm start of step 1, ending with greedy success on held-out (test-split) "
+        "games.")
+    assert all(text.endswith(".") for text in entries.values()), entries  # no description cut mid-sentence
+
+
+def test_list_tells_a_cpu_study_from_its_paper_scale_twin(capsys):
+    entries = _listed(capsys)
+    assert entries["paper/algorithms_cpu"] != entries["paper/algorithms"]
+    assert entries["paper/algorithms_cpu"].endswith("CPU scale: 2 cores, offline.")
+    assert entries["paper/algorithms"].endswith("Paper scale: GPUs.")
+    assert "at CPU scale" in entries["alfworld_gigpo_stepwise_cpu"]
+    assert "at paper scale" in entries["alfworld_gigpo_stepwise"]
 
 
 def test_show_prints_the_recipe(capsys):

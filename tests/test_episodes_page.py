@@ -59,6 +59,23 @@ def test_cli_writes_the_page_and_names_a_folder_without_evaluations(run_dir, tmp
     assert "no eval_results*.json here" in capsys.readouterr().err
 
 
+def test_the_page_shows_the_starting_models_episodes_first(run_dir, tmp_path):
+    """A run with `eval_start_model` keeps the start's evaluation in start_eval_results.json: its episodes lead the
+    page, labelled, before the trained model's."""
+    from trl_multiturn.commands.episodes import write_episodes_page
+    from trl_multiturn.model_card import START_EVAL_RESULTS_FILE
+
+    folder = shutil.copytree(run_dir, tmp_path / "run")
+    record = json.loads((folder / "eval_results.json").read_text())
+    record["outcomes"] = record["outcomes"][:1]
+    record["summary"] = {**record["summary"], "n": 1, "successes": 1, "failed": 0}
+    (folder / START_EVAL_RESULTS_FILE).write_text(json.dumps({**record, "model": "outputs/quickstart_sft"}))
+    page = write_episodes_page(folder).read_text()
+    start = page.index("start_eval_results.json (the starting model (outputs/quickstart_sft), before training)")
+    assert start < page.index("<h2>eval_results.json")
+    assert page.count('class="episode') == 1 + len(TASKS)  # the start's one episode and the trained model's
+
+
 def _browser():
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if not (chromium and driver):

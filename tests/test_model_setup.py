@@ -151,22 +151,27 @@ def torch_threads():
     torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("local_world_size,asked,expected", [
-    (None, None, lambda cores: cores),  # `accelerate launch` without --cpu pins OMP_NUM_THREADS=1: every core back
-    ("2", None, lambda cores: max(1, cores // 2)),  # two processes on this machine share its cores
-    (None, 1, lambda cores: 1),  # the user's number wins
+@pytest.mark.parametrize("omp,local_world_size,asked,expected", [
+    (None, None, None, lambda cores: cores),  # nothing set: every core this process may use
+    ("1", None, None, lambda cores: 1),  # OMP_NUM_THREADS=1 is respected: never more threads than it
+    (None, "2", None, lambda cores: max(1, cores // 2)),  # two processes on this machine share its cores
+    ("64", None, None, lambda cores: cores),  # OMP_NUM_THREADS caps the default, never raises it
+    ("1", None, 2, lambda cores: 2),  # the user's number wins
 ])
-def test_a_cpu_run_uses_the_cores_it_may(torch_threads, monkeypatch, local_world_size, asked, expected):
+def test_a_cpu_run_uses_the_cores_it_may(torch_threads, monkeypatch, omp, local_world_size, asked, expected):
     import os
 
     from trl_multiturn.model_setup import ModelSetup
 
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
     if local_world_size is None:
         monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     else:
         monkeypatch.setenv("LOCAL_WORLD_SIZE", local_world_size)
-    torch.set_num_threads(1 if asked is None else len(os.sched_getaffinity(0)) + 1)
+    torch.set_num_threads(len(os.sched_getaffinity(0)) + 1)  # a count no case expects: the call must set it
     model_setup_kwargs(ModelSetup(cpu_threads=asked), MultiTurnGRPOConfig(output_dir="unused", use_cpu=True))
     assert torch.get_num_threads() == expected(len(os.sched_getaffinity(0)))
 

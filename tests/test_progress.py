@@ -48,6 +48,44 @@ def test_evaluate_shows_progress_unless_turned_off(tiny_chatml_model, capsys):
         enable_progress_bars()
 
 
+def test_evaluation_progress_moves_per_task_within_a_batch(tiny_chatml_model, monkeypatch):
+    """One batch of three tasks ending at turns 1, 2 and 3: the bar reaches 1/3 and 2/3 before the batch ends (it
+    moved once per batch before), with the turn reached."""
+    from trl_multiturn import progress
+
+    seen = []
+
+    class Recording(progress.TurnProgress):
+        def __call__(self, finished, episodes, turn):
+            super().__call__(finished, episodes, turn)
+            seen.append((self.bar.n, self.bar.total, turn))
+
+    monkeypatch.setattr(progress, "TurnProgress", Recording)
+    evaluate(tiny_chatml_model, CountingEnv, [{"target": 1}, {"target": 2}, {"target": 3}], max_turns=3,
+             max_reply_tokens=2, action_parser="trl_multiturn.rollout.parsing:whole_reply", env_mode="inline",
+             batch_size=3)
+    assert seen[0] == (0, 3, 0) and (1, 3, 1) in seen and (2, 3, 2) in seen and seen[-1] == (3, 3, 3)
+
+
+def test_turn_progress_counts_across_batches_or_per_call(capsys):
+    """With a total, one bar over every call's episodes; without, a new bar per call (a training step's rollout)."""
+    from trl_multiturn.progress import TurnProgress
+
+    with TurnProgress("evaluate", total=5) as bar:
+        for finished, episodes, turn in [(0, 3, 0), (2, 3, 1), (3, 3, 2), (0, 2, 0), (1, 2, 1)]:
+            bar(finished, episodes, turn)
+        assert (bar.bar.n, bar.bar.total) == (4, 5)
+    step = TurnProgress("rollout")
+    step(0, 4, 0)
+    step(1, 4, 1)
+    first = step.bar
+    assert (first.n, first.total) == (1, 4)
+    step(0, 6, 0)
+    assert step.bar is not first and (step.bar.n, step.bar.total) == (0, 6)
+    step(6, 6, 3)
+    assert step.bar is None  # every episode ended: the bar is closed
+
+
 def test_a_trainer_configs_disable_tqdm_turns_evaluation_progress_off(tmp_path):
     from trl_multiturn import MultiTurnGRPOConfig
 
@@ -84,3 +122,28 @@ def test_training_prints_one_short_line_per_logged_step_and_logs_every_metric(ti
     assert [log["step"] for log in steps] == [1, 2]
     assert all({"episodes/success_rate", "episodes/mean_tokens", "episodes/truncated", "grad_norm",
                 "learning_rate", "step_time"} <= set(log) for log in steps)
+
+
+def test_a_training_step_shows_its_rollout_turn_by_turn(tiny_chatml_model, tmp_path, capsys):
+    """Within a step, a `rollout` bar counts the episodes that have ended and the turn reached (before, nothing
+    moved until the step ended); `disable_tqdm` turns it off."""
+    from conftest import tiny_rl_args
+    from datasets import Dataset
+
+    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
+    from trl_multiturn.commands.train import train_and_evaluate
+
+    for disable_tqdm in (False, True):
+        args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path / str(disable_tqdm), max_turns=2, max_completion_length=2,
+                            per_device_train_batch_size=2, max_steps=1, disable_tqdm=disable_tqdm, env_mode="inline")
+        trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                                       train_dataset=Dataset.from_list([{"target": 2}] * 4))
+        capsys.readouterr()
+        train_and_evaluate(trainer, args, None, "tiny")
+        err = capsys.readouterr().err
+        if disable_tqdm:
+            assert "rollout" not in err
+        else:
+            lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("rollout:")]
+            assert any("0/2 [" in line and "turn 1]" in line for line in lines), err  # within the step
+            assert any("2/2 [" in line and "turn 2]" in line for line in lines), err

@@ -250,3 +250,23 @@ def test_card_names_the_lineage_an_adapter_and_the_model_index(trained_run, tmp_
     assert f"through GRPO (`{parent.name}`, 2 steps), trained with multi-turn RLOO as a LoRA adapter" in card.text
     assert "'games_dir': '<cache>/games'" in card.text and str(tmp_path) not in card.text
     assert card.data.eval_results is None  # nothing evaluated in the child's folder yet
+
+
+def test_card_names_the_training_tasks_and_the_starting_models_score(trained_run, tmp_path):
+    """The card says which tasks the model trained on (their number and kinds) and, when the start played the same
+    held-out tasks first (`eval_start_model`), its score beside the trained model's."""
+    from huggingface_hub import ModelCard
+
+    from trl_multiturn.model_card import START_EVAL_RESULTS_FILE, update_card_evaluation
+
+    text = ModelCard.load(trained_run["out"] / "README.md").text
+    tasks = trained_run["trainer"].episode_settings()["tasks"]
+    assert f"| training tasks | {tasks['num_tasks']} tasks (`" in text and "quest_length=4" in text
+    assert "The starting model" not in text  # this run did not evaluate its start
+    folder = shutil.copytree(trained_run["out"], tmp_path / "run")
+    trained_run["result"].save(folder, START_EVAL_RESULTS_FILE, model="outputs/start")
+    assert update_card_evaluation(folder)
+    text = ModelCard.load(folder / "README.md").text
+    summary = trained_run["result"].summary()
+    assert (f"The starting model (`outputs/start`) on the same held-out tasks before training: "
+            f"{summary['successes']}/{summary['n']} won") in text

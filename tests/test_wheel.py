@@ -107,12 +107,13 @@ def test_the_wheel_holds_the_package_its_recipes_the_license_and_the_command(whe
         entry_points = archive.read(f"{dist_info}/entry_points.txt").decode()
         metadata = email.message_from_bytes(archive.read(f"{dist_info}/METADATA"))
     package = ROOT / "trl_multiturn"
-    for pattern in ("*.py", "*.yaml"):
+    for pattern in ("*.py", "*.yaml", "*.md"):  # *.md: the SWE-Gym reward's threat model (envs/swegym/README.md)
         expected = {p.relative_to(ROOT).as_posix() for p in package.rglob(pattern) if "__pycache__" not in p.parts}
         assert expected and expected <= names, sorted(expected - names)
     tasks = [p for p in (package / "envs/swegym/tasks").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     shipped = {p.relative_to(ROOT).as_posix() for p in tasks}  # the SWE-Gym tasks' data: repositories, patches
     assert any(p.suffix == ".patch" for p in tasks) and shipped <= names, sorted(shipped - names)
+    assert "trl_multiturn/envs/swegym/README.md" in names
     assert len({n for n in names if n.startswith("trl_multiturn/recipes/")}) == len(list(RECIPES_DIR.rglob("*.yaml")))
     assert license_text == (ROOT / "LICENSE").read_text()
     assert metadata["License-Expression"] == PYPROJECT["project"]["license"]
@@ -125,7 +126,8 @@ def test_the_command_runs_the_wheels_package_and_its_shipped_recipes(venv, workd
     imported = _run(venv, workdir, "python", "-c", "import trl_multiturn; print(trl_multiturn.__file__)").strip()
     assert Path(imported).is_relative_to(venv) and not Path(imported).is_relative_to(ROOT)
     assert _run(venv, workdir, "trl-multiturn", "--version").startswith(f"trl-multiturn {trl_multiturn.__version__} (")
-    listed = [line.split()[0] for line in _run(venv, workdir, "trl-multiturn", "recipes", "list").splitlines()]
+    listed = [line.split()[0] for line in _run(venv, workdir, "trl-multiturn", "recipes", "list").splitlines()
+              if not line.startswith(" ")]  # a description's continuation lines are indented
     assert listed == recipe_names() and "quickstart" in listed
     _run(venv, workdir, "trl-multiturn", "recipes", "copy", "quickstart")
     assert (workdir / "quickstart.yaml").read_text() == (RECIPES_DIR / "quickstart.yaml").read_text()

@@ -137,10 +137,28 @@ def saved_rules(settings: dict | str | os.PathLike | None) -> EpisodeRules:
     return EpisodeRules.from_dict(settings)
 
 
-def saved_environment_settings(spec: dict | None, name: str | None = None) -> dict:
-    """The environment settings a spec saved, when it describes suite `name` (all of them for None); {} else."""
+def saved_suite(spec: dict | None) -> str | None:
+    """The registered suite that plays the environment a saved spec describes, found by its import path (`class`):
+    the suite whose entry point names that class (as defined or re-exported), so a model trained on a user's
+    environment before its suite was registered (the spec then holds its class name) is still matched. By the saved
+    name when the class cannot be imported; None when no suite plays it."""
     spec = spec or {}
-    return dict(spec.get("settings") or {}) if name is None or spec.get("name") == name else {}
+    target = spec.get("class")
+    if target:
+        try:
+            cls = load_entry_point(target)
+        except (ImportError, AttributeError):
+            cls = None
+        if isinstance(cls, type):
+            return suite_of_class(cls)
+    return spec.get("name") if spec.get("name") in SUITES else None
+
+
+def saved_environment_settings(spec: dict | None, name: str | None = None) -> dict:
+    """The environment settings a spec saved, when it describes suite `name` (`saved_suite`; all of them for
+    None); {} else."""
+    spec = spec or {}
+    return dict(spec.get("settings") or {}) if name is None or saved_suite(spec) == name else {}
 
 
 def environment_factory_from_spec(spec: dict | None, name: str | None = None, **overrides):

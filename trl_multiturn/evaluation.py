@@ -126,7 +126,7 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, rules: Episod
 
     from .episode_settings import environment_factory_from_spec, load_episode_settings
     from .models import resolve_model
-    from .progress import progress_bar
+    from .progress import TurnProgress
     from .rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
     from .rollout.runner import EpisodeRunner
 
@@ -151,10 +151,9 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, rules: Episod
     rows = list(tasks)
     episodes: list[Episode] = []
     try:
-        with progress_bar(total=len(rows), desc="evaluate", unit="task", enabled=progress) as bar:
+        with TurnProgress("evaluate", total=len(rows), enabled=progress, unit="task") as runner.on_progress:
             for start in range(0, len(rows), batch_size):
                 episodes += runner(rows[start: start + batch_size])
-                bar.update(len(rows[start: start + batch_size]))
     finally:
         runner.close()
         model.train(was_training)

@@ -11,6 +11,7 @@ nothing about the machine it was written on.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -27,6 +28,18 @@ TRAINING_FIELDS = ("reward_mode", "success_reward", "format_penalty", "turn_gamm
                    "estimator_kwargs", "loss_type", "beta", "num_generations", "learning_rate",
                    "per_device_train_batch_size", "gradient_accumulation_steps", "temperature", "max_steps", "seed")
 EPISODE_ROWS = RULES  # every rule of play (`trl_multiturn.rollout.rules.EpisodeRules`)
+START_EVAL_RESULTS_FILE = "start_eval_results.json"
+"""The starting model's held-out evaluation, played on the same tasks before training (`eval_start_model`); not an
+`eval_results_*` file, which are evaluations of the trained model. The card and the episodes page show it beside
+them."""
+
+
+def load_start_result(folder: str | os.PathLike | None) -> dict | None:
+    """The starting model's evaluation kept in `folder` (`START_EVAL_RESULTS_FILE`, with "file" set), or None."""
+    path = Path(folder) / START_EVAL_RESULTS_FILE if folder else None
+    if path is None or not path.is_file():
+        return None
+    return {**json.loads(path.read_text()), "file": path.name}
 
 
 def base_model_name(name_or_path: str | os.PathLike | None) -> str | None:
@@ -136,8 +149,9 @@ def evaluation_table(summary: dict) -> str:
          f"{s['mean_turns']:.2f}", f"{s['mean_return']:.3f}", s["failed"]) for name, s in rows])
 
 
-def evaluation_section(eval_results: list[dict]) -> str:
-    """The card's "## Evaluation" section: one paragraph and table per kept evaluation (`load_eval_results`)."""
+def evaluation_section(eval_results: list[dict], start: dict | None = None) -> str:
+    """The card's "## Evaluation" section: one paragraph and table per kept evaluation (`load_eval_results`), then
+    the starting model's on the same tasks (`load_start_result`) when there is one."""
     parts = ["## Evaluation"]
     for record in eval_results:
         played = record.get("settings") or {}
@@ -147,6 +161,11 @@ def evaluation_section(eval_results: list[dict]) -> str:
         parts.append(f"Held-out tasks{f' ({where})' if where else ''}, played {how} with at most "
                      f"{played.get('max_turns', '?')} turns (`{source}` holds every task's outcome).\n\n"
                      + evaluation_table(record["summary"]))
+    if start is not None:
+        summary = start["summary"]
+        parts.append(f"The starting model (`{display_path(start.get('model'))}`) on the same held-out tasks before "
+                     f"training: {summary['successes']}/{summary['n']} won ({_percent(summary['success_rate'])}; "
+                     f"`{start['file']}` holds every task's outcome).")
     return "\n\n".join(parts)
 
 
@@ -183,9 +202,16 @@ def update_card_evaluation(folder: str | os.PathLike) -> bool:
     environment = (load_episode_settings(folder).get("environment") or {})
     card.data.eval_results = model_index(eval_results, environment.get("name") or "unknown")
     card.data.model_name = card.data.model_name or Path(folder).name
-    card.text = f"{head}\n\n{evaluation_section(eval_results)}\n\n## Evaluate it\n{tail}"
+    card.text = f"{head}\n\n{evaluation_section(eval_results, load_start_result(folder))}\n\n## Evaluate it\n{tail}"
     card.save(readme)
     return True
+
+
+def training_tasks(tasks: dict) -> str:
+    """The card's "training tasks" cell: how many task rows, and each kind of task among them (`task_distribution`:
+    TextWorld's game shape, ALFWorld's task type, SWE-Gym's tier)."""
+    kinds = "; ".join(", ".join(f"{key}={value}" for key, value in shape.items()) for shape in tasks.get("shapes", []))
+    return f"{tasks.get('num_tasks', '?')} tasks" + (f" ({_cell(kinds)})" if kinds else "")
 
 
 def _stage(stage: dict) -> str:
@@ -225,6 +251,8 @@ def build_model_card(*, model_name: str, trainer_name: str, base_model: str | No
     if environment.get("settings"):
         shown = {key: display_path(value) for key, value in environment["settings"].items()}
         training.append(("environment settings", _cell(shown)))
+    if settings.get("tasks"):
+        training.append(("training tasks", training_tasks(settings["tasks"])))
     training += [(name, _cell(getattr(args, name))) for name in TRAINING_FIELDS if hasattr(args, name)]
     episode = [(name, _cell(settings[name])) for name in EPISODE_ROWS if name in settings]
     sections = [
@@ -237,8 +265,9 @@ def build_model_card(*, model_name: str, trainer_name: str, base_model: str | No
         "## Episodes\n\nEvery episode was played with these settings; they are saved in `episode_settings.json` "
         "beside the weights, and `trl-multiturn eval` reads them back.\n\n" + _table(("setting", "value"), episode),
     ]
-    if eval_results:
-        sections.append(evaluation_section(eval_results))
+    start = load_start_result(folder)
+    if eval_results or start:
+        sections.append(evaluation_section(eval_results or [], start))
     model_ref = hub_model_id or (_folder_ref(folder) if folder else model_name)
     sections.append(
         "## Evaluate it\n\n```bash\n"

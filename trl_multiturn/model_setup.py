@@ -39,9 +39,10 @@ class ModelSetup(ModelConfig):
     cpu_threads: int | None = field(
         default=None,
         metadata={"help": "PyTorch threads per process on a run without a GPU. None: the cores this process may use, "
-                  "shared among the processes on this machine (`accelerate launch` without --cpu sets "
-                  "OMP_NUM_THREADS=1 on a machine with no GPU, which would leave every other core idle); N: N "
-                  "threads. Ignored on a GPU."},
+                  "shared among the processes on this machine, and never more than OMP_NUM_THREADS when it is set "
+                  "(on a machine busy with other work, 1 thread is often several times faster than 2: set "
+                  "OMP_NUM_THREADS=1 or --cpu_threads 1; `accelerate launch` sets OMP_NUM_THREADS=1 on a machine "
+                  "with no GPU unless given --num_cpu_threads_per_process); N: N threads. Ignored on a GPU."},
     )
 
     def __post_init__(self):
@@ -53,10 +54,23 @@ class ModelSetup(ModelConfig):
 
 def cpu_threads(requested: int | None) -> int:
     """The PyTorch threads of a run without a GPU: `requested`, or by default the cores this process may use divided
-    among the processes a launcher started on this machine (`LOCAL_WORLD_SIZE`), at least 1."""
+    among the processes a launcher started on this machine (`LOCAL_WORLD_SIZE`), at most `OMP_NUM_THREADS` when that
+    is set to a positive number, and at least 1."""
     if requested is not None:
         return requested
-    return max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    threads = max(1, len(os.sched_getaffinity(0)) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return min(threads, int(omp)) if omp.isdigit() and int(omp) > 0 else threads
+
+
+def set_cpu_threads(requested: int | None) -> None:
+    """Set PyTorch's thread count to `cpu_threads(requested)` (call it on a run without a GPU)."""
+    import torch
+
+    threads = cpu_threads(requested)
+    if threads != torch.get_num_threads():
+        logger.info("PyTorch threads: %d -> %d (--cpu_threads sets it)", torch.get_num_threads(), threads)
+        torch.set_num_threads(threads)
 
 
 def model_setup_kwargs(model_args: ModelConfig | None, training_args) -> dict:
@@ -68,10 +82,7 @@ def model_setup_kwargs(model_args: ModelConfig | None, training_args) -> dict:
     import torch
 
     if training_args.use_cpu or not torch.cuda.is_available():
-        threads = cpu_threads(getattr(model_args, "cpu_threads", None))
-        if threads != torch.get_num_threads():
-            logger.info("PyTorch threads: %d -> %d (--cpu_threads sets it)", torch.get_num_threads(), threads)
-            torch.set_num_threads(threads)
+        set_cpu_threads(getattr(model_args, "cpu_threads", None))
     from trl import get_peft_config, get_quantization_config
 
     init_kwargs = dict(revision=model_args.model_revision, attn_implementation=model_args.attn_implementation,

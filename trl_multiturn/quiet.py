@@ -1,4 +1,4 @@
-"""Third-party warnings a trl-multiturn user cannot act on, filtered once when the package is imported.
+"""Third-party warnings and log lines a trl-multiturn user cannot act on, filtered once when the package is imported.
 
 Each entry is one exact warning (category and the start of its message) raised by a dependency's own call into
 another dependency, with the reason it says nothing to the user. Everything else is left as it is: a warning about
@@ -15,7 +15,19 @@ KNOWN_WARNINGS = (
      "transformers 5.2x renamed gradient checkpointing to activation checkpointing; TRL 1.16's configs (their "
      "`gradient_checkpointing` default) and trainers still use the old names, so every run warns, whatever the "
      "user sets"),
+    (FutureWarning, r"`is_gradient_checkpointing` is deprecated and will be removed in v6",
+     "TRL 1.16's `unwrap_model_for_generation` (trl/models/utils.py), called around every generation of a training "
+     "step, reads the model's old property name on transformers 5.2x; the user's code has no say in it"),
 )
+KNOWN_WARNING_MODULES = {"`is_gradient_checkpointing`": r"transformers\.modeling_utils"}
+"""Where a known warning must be raised for the filter to apply (a message's start -> the module regex): the
+property's own `warnings.warn` in transformers, reached here only through TRL's call."""
+
+DEEPSPEED_LOGGER = "DeepSpeed"
+DEEPSPEED_CPU_NOTE = "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it."
+"""DeepSpeed's accelerator detection logs this as a warning on every run without CUDA once DeepSpeed is installed
+(the dev set-up's `deepspeed` extra), DeepSpeed used or not: on a CPU run it says nothing (accelerate already chose
+the CPU), and on a machine whose GPU torch cannot see, torch and accelerate say so themselves."""
 
 
 NO_REWARD_LOGGERS = ("trl.trainer.grpo_trainer", "trl.trainer.rloo_trainer")
@@ -32,12 +44,19 @@ def _not_an_unscored_episode(record: logging.LogRecord) -> bool:
     return not ("All reward functions returned None" in message and "'episode_return': None" in message)
 
 
+def _not_the_cpu_note(record: logging.LogRecord) -> bool:
+    return record.getMessage() != DEEPSPEED_CPU_NOTE
+
+
 def filter_known_warnings() -> None:
-    """Ignore each of `KNOWN_WARNINGS` (added in front of the filters: they win over `-W default`), and TRL's
-    "All reward functions returned None" log for our failed episodes and padding rows (`NO_REWARD_LOGGERS`)."""
+    """Ignore each of `KNOWN_WARNINGS` (added in front of the filters: they win over `-W default`; only from its
+    module where `KNOWN_WARNING_MODULES` names one), TRL's "All reward functions returned None" log for our failed
+    episodes and padding rows (`NO_REWARD_LOGGERS`), and DeepSpeed's `DEEPSPEED_CPU_NOTE`."""
     for category, message, _why in KNOWN_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=category)
-    for name in NO_REWARD_LOGGERS:
+        module = next((where for start, where in KNOWN_WARNING_MODULES.items() if message.startswith(start)), "")
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+    for name, keep in [*((name, _not_an_unscored_episode) for name in NO_REWARD_LOGGERS),
+                       (DEEPSPEED_LOGGER, _not_the_cpu_note)]:
         logger = logging.getLogger(name)
-        if _not_an_unscored_episode not in logger.filters:
-            logger.addFilter(_not_an_unscored_episode)
+        if keep not in logger.filters:
+            logger.addFilter(keep)

@@ -13,7 +13,8 @@
 
 Adding a subcommand: write `_add_<name>(subparsers)` that builds its parser and sets `func` (called with the parsed
 arguments, returns an exit code), and list it in `SUBCOMMANDS`. A command whose options are dataclass fields
-registers with `add_help=False` and `takes_options=True`, and parses `args.options` with its own `TrlParser`.
+registers with `add_help=False` and `takes_options=True`, and parses `args.options` with its own `CommandParser` (TRL's
+`TrlParser` with one-line errors). No parser matches a prefix of an option (`allow_abbrev` is off everywhere).
 Help strings are %-formatted by argparse: write a literal percent sign as %%. Adding an environment to
 `make-games`: an argument group for its options in `_add_make_games` and a handler in `MAKE_GAMES`.
 """
@@ -27,13 +28,12 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from trl import TrlParser
-
 from .. import __version__
 from ..data import split_seeds
 from ..envs.suites import load_installed_suites
 from ..model_setup import ModelSetup
 from .episodes import add_episodes_parser
+from .parsing import CommandParser
 from .recipes import add_recipes_parser, resolve_config_option
 from .script_args import EnvArguments, TextWorldScriptArguments
 from .serve import add_serve_parser
@@ -186,7 +186,7 @@ def _add_make_games(subparsers) -> None:
 def trainer_parser(algo: str):
     """The `TrlParser` of `trl-multiturn train <algo>`: `TextWorldScriptArguments`, `EnvArguments`, the trainer's
     config and `ModelSetup` (TRL's `ModelConfig`: dtype, LoRA, 4/8-bit)."""
-    return TrlParser(
+    return CommandParser(
         (TextWorldScriptArguments, EnvArguments, config_class(algo), ModelSetup),
         prog=f"trl-multiturn train {algo}",
         description=f"Train {TRAINERS[algo][0]} on a registered environment (--env: textworld, alfworld, swegym or "
@@ -224,13 +224,13 @@ def eval_parser(command: str = "eval"):
     """The `TrlParser` of `trl-multiturn eval` (and of `play`, which takes the same fields)."""
     from .eval import EvalArguments
 
-    return TrlParser(
+    return CommandParser(
         (TextWorldScriptArguments, EvalArguments), prog=f"trl-multiturn {command}",
         description="Greedy success of a model on held-out tasks (of a registered suite: TextWorld, ALFWorld, SWE-Gym "
                     "or your own) with a 95% "
                     "Wilson interval, played with the episode settings saved with the model (episode_settings.json; "
-                    "arguments given here win). --config accepts a training recipe. Writes eval_results.json to the "
-                    "model's folder.")
+                    "arguments given here win). --config accepts a training recipe. Writes eval_results_*.json to the "
+                    "folder of a model given by its folder, else to outputs/eval/<model> (--results_dir: elsewhere).")
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -312,17 +312,29 @@ def build_parser() -> argparse.ArgumentParser:
     for command in subparsers.choices.values():
         command.add_argument("--debug", action="store_true",
                              help="Show the full traceback of an input error instead of one `error:` line.")
+    _no_abbreviations(parser)
     return parser
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """Turn off argparse's prefix matching in `parser` and every parser under it: `--max_step` must not be taken as
+    `--max_steps`, nor `--d` as `--debug`."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _no_abbreviations(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if getattr(args, "takes_options", False):
-        args.options = resolve_config_option(rest)  # `--config FILE|NAME` and field overrides, parsed by TrlParser
-    elif rest:
+    if rest and not getattr(args, "takes_options", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
+        if getattr(args, "takes_options", False):
+            # `--config FILE|NAME` and field overrides, parsed by the command's CommandParser
+            args.options = resolve_config_option(rest)
         load_installed_suites()
         return args.func(args)
     except USER_ERRORS as error:

@@ -73,5 +73,5 @@ def train_on_env(trainer_cls, script_args: TextWorldScriptArguments, env_args: E
         return train_on_textworld(trainer_cls, script_args, training_args, model_args, factory, **trainer_kwargs)
     return train_on_tasks(trainer_cls, script_args, training_args, model_args, factory,
                           suite_tasks(env, "train", script_args, env_args, settings),
-                          functools.partial(suite_tasks, env, "eval", script_args, env_args, settings),
+                          functools.partial(suite_tasks, env, "eval", script_args, env_args, settings), env=env,
                           **trainer_kwargs)

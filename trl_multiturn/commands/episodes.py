@@ -1,11 +1,12 @@
 """`trl-multiturn episodes RUN_DIR`: one self-contained HTML page of the episodes a run's evaluations played.
 
-Every `eval_results*.json` in the folder (a trainer's held-out evaluation, each `trl-multiturn eval`) contributes its
-episodes: the conversation turn by turn (the environment's observations, the model's replies, the action read from
-each reply), each turn's reward coloured (green above zero, red below, the stronger the larger), its advantage too
-when the record has one, and the outcome (won, lost, failed with its reason). Buttons filter won / lost / failed;
-the settings the episodes were played with head each evaluation. No script or style is fetched from anywhere: the
-page opens offline, from disk, in any browser.
+Every `eval_results*.json` in the folder (a trainer's held-out evaluation, each `trl-multiturn eval`), and the starting
+model's `start_eval_results.json` (played on the same tasks before training, shown first), contributes its episodes:
+the conversation turn by turn (the environment's observations, the model's replies, the action read from each
+reply), each turn's reward coloured (green above zero, red below, the stronger the larger), its advantage too when
+the record has one, and the outcome (won, lost, failed with its reason). Buttons filter won / lost / failed; the
+settings the episodes were played with head each evaluation. No script or style is fetched from anywhere: the page
+opens offline, from disk, in any browser.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 from pathlib import Path
 
 from ..evaluation import load_eval_results
+from ..model_card import load_start_result
 
 PAGE_FILE = "episodes.html"
 
@@ -154,7 +156,8 @@ def episodes_page(evaluations: list[dict], title: str) -> str:
     for evaluation in evaluations:
         summary = evaluation.get("summary") or {}
         where = ", ".join(str(evaluation[key]) for key in ("env", "split", "tasks") if evaluation.get(key))
-        body.append(f"<h2>{html.escape(evaluation.get('file', 'evaluation'))}"
+        label = f" ({html.escape(evaluation['label'])})" if evaluation.get("label") else ""
+        body.append(f"<h2>{html.escape(evaluation.get('file', 'evaluation'))}{label}"
                     f"{f' ({html.escape(where)})' if where else ''}: {summary.get('successes', '?')}/"
                     f"{summary.get('n', '?')} won, {summary.get('failed', 0)} failed</h2>")
         body.append(f"<details><summary>settings</summary>{_settings_table(evaluation.get('settings') or {})}"
@@ -170,7 +173,9 @@ def episodes_page(evaluations: list[dict], title: str) -> str:
 def write_episodes_page(run_dir: str | os.PathLike, output: str | os.PathLike | None = None) -> Path:
     """Write the page of every evaluation kept in `run_dir` to `output` (default `run_dir/episodes.html`); a
     FileNotFoundError naming the folder when it keeps none."""
-    evaluations = load_eval_results(run_dir)
+    start = load_start_result(run_dir)
+    evaluations = ([{**start, "label": f"the starting model ({start.get('model')}), before training"}] if start
+                   else []) + load_eval_results(run_dir)
     if not evaluations:
         raise FileNotFoundError(f"{run_dir}: no eval_results*.json here; evaluate the model first "
                                 f"(trl-multiturn eval --model_name_or_path {run_dir})")

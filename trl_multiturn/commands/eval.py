@@ -6,10 +6,13 @@ every argument given (command line or `--config` YAML) wins over them, and one t
 as such. TextWorld plays the game shape the model was trained on unless a shape is given, ALFWorld its task types
 unless `--task_types` is given. A model trained on an
 environment this command cannot build (a user's own) is refused rather than played on another. A training recipe works
-as `--config`: its training-only fields are ignored with a note, and when it names an `output_dir` holding a saved
-model (and no `--model_name_or_path` is given on the command line), that trained model is evaluated. Each evaluation
-is written to its own `eval_results_<env>_<split>_<tasks>_<digest>.json` in the model's folder (or `--results_dir`;
-the digest is of the episode settings played), never over another, and the model card lists them all.
+as `--config`: its training-only fields are ignored with a note, and when it names an `output_dir` (and no
+`--model_name_or_path` is given on the command line), the model trained there is evaluated, or refused with what to
+run when there is none yet. Each evaluation is written to its own `eval_results_<env>_<split>_<tasks>_<digest>.json`
+(the digest is of the episode settings played), never over another: in the folder of a model given by its folder,
+whose model card lists them all, else in `outputs/eval/<model>` (never the shared model cache of the offline
+default), or `--results_dir`. An evaluation whose every task fails before it is scored is an error naming the first
+reason.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,13 +32,15 @@ from ..episode_settings import (
     load_episode_settings,
     saved_environment_settings,
     saved_rules,
+    saved_suite,
 )
 from ..evaluation import evaluate
 from ..model_card import update_card_evaluation
+from ..model_setup import ModelSetup, set_cpu_threads
 from ..rollout.rules import EpisodeRules, overrides, rule_overrides
 from .env_tasks import SHAPE_FIELDS, environment_overrides, shape_name, suite_tasks
 from .episodes import episode_text
-from .script_args import EnvArguments
+from .script_args import EnvArguments, task_noun
 
 
 @dataclass
@@ -49,7 +53,8 @@ class EvalArguments(EnvArguments):
     batch_size: int = field(default=16, metadata={"help": "Episodes played at once."})
     results_dir: str | None = field(
         default=None,
-        metadata={"help": "Where to write eval_results.json (default: the model's folder when it is local)."},
+        metadata={"help": "Where to write the results (default: the folder of a model given by its folder, else "
+                          "outputs/eval/<model>, never the shared model cache)."},
     )
     progress: bool = field(default=True, metadata={"help": "A progress bar while playing (--no_progress: none)."})
     show_episodes: int = field(
@@ -62,15 +67,43 @@ class EvalArguments(EnvArguments):
         metadata={"help": "Write the results file and update the model card (--no_save_results, as `play` does: "
                           "nothing written)."},
     )
-    _RANGES = {"batch_size": Range(ge=1), "show_episodes": Range(ge=0)}
+    cpu_threads: int | None = field(default=None, metadata={"help": ModelSetup.__dataclass_fields__["cpu_threads"]
+                                                            .metadata["help"]})
+    _RANGES = {"batch_size": Range(ge=1), "show_episodes": Range(ge=0), "cpu_threads": Range(ge=1)}
 
 
 def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | None:
-    """The `output_dir` a training recipe names, when it holds a saved model and the command line names none."""
+    """The `output_dir` a training recipe names, when the command line names no model: the model that recipe
+    trains. Refused, naming the folder and what to run, when it holds no saved model yet (its starting model is
+    not evaluated in its place)."""
     if "--model_name_or_path" in cli_args or "--output_dir" not in config_remaining:
         return None
     output_dir = config_remaining[config_remaining.index("--output_dir") + 1]
-    return output_dir if Path(output_dir, "config.json").is_file() else None
+    if not Path(output_dir, "config.json").is_file():
+        recipe = cli_args[cli_args.index("--config") + 1] if "--config" in cli_args[:-1] else "RECIPE"
+        algorithm = next((name for name in ("sft", "ppo", "rloo") if name in Path(recipe).stem), "grpo")
+        raise FileNotFoundError(
+            f"--config {recipe}: the model it trains is not there (no {Path(output_dir, 'config.json')}); train it "
+            f"first (trl-multiturn train {algorithm} --config {recipe}), or name the model to evaluate with "
+            "--model_name_or_path")
+    return output_dir
+
+
+def default_results_dir(model_name_or_path: str, model_path: str) -> Path:
+    """Where `eval` writes when no --results_dir is given: the folder of a model the user named by its folder (a
+    trained run's; its card lists the evaluation), else `outputs/eval/<model>`: never the shared model cache that
+    the offline default (or a Hub id) resolves to."""
+    if Path(model_name_or_path).expanduser().is_dir():
+        return Path(model_path)
+    return Path("outputs", "eval", model_name_or_path.replace(":", "-").replace("/", "--"))
+
+
+def check_scored(result, tasks: int) -> None:
+    """Refuse an evaluation in which every task failed before it could be scored (a success rate of 0/0 says
+    nothing): one error naming the first failure's reason, which names the field and the fix."""
+    if result.n == 0 and result.failed:
+        first = next(ep.failure for ep in result.episodes if ep.failed)
+        raise ValueError(f"all {tasks} held-out tasks failed before they could be scored; the first: {first}")
 
 
 def given_fields(argv: list[str]) -> set[str]:
@@ -82,9 +115,10 @@ def given_fields(argv: list[str]) -> set[str]:
 
 
 def choose_env(requested: str | None, trained_on: dict, model: str) -> str:
-    """The environment to play: `--env`, else the one the model was trained on. A model trained on an environment
-    this command cannot build is refused unless `--env` names one; an `--env` other than training's is printed."""
-    trained = trained_on.get("name")
+    """The environment to play: `--env`, else the one the model was trained on (the suite of its saved import path,
+    `saved_suite`). A model trained on an environment this command cannot build is refused unless `--env` names
+    one; an `--env` other than training's is printed."""
+    trained = saved_suite(trained_on) or trained_on.get("name")
     if requested is None:
         if trained_on and trained not in SUITES:
             raise ValueError(f"{model} was trained on {trained_on.get('class') or trained!r}, which no registered "
@@ -94,7 +128,8 @@ def choose_env(requested: str | None, trained_on: dict, model: str) -> str:
                              "those anyway")
         return trained or "textworld"
     if trained and requested != trained:
-        print(f"note: --env {requested} differs from the environment the model was trained on ({trained})")
+        print(f"note: --env {requested} differs from the environment the model was trained on "
+              f"({trained_on.get('class') or trained})")
     return requested
 
 
@@ -154,7 +189,7 @@ def run_eval(parser, argv: list[str]) -> int:
     script_args, eval_args, config_remaining, cli_remaining = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True)
     if cli_remaining:
-        parser.error(f"unrecognized arguments: {' '.join(cli_remaining)}")
+        parser.error(parser.unknown_options(cli_remaining))
     trained = config_model_dir(config_remaining, argv)
     if trained:
         print(f"note: evaluating the model the recipe trained, output_dir={trained} "
@@ -180,15 +215,20 @@ def run_eval(parser, argv: list[str]) -> int:
     tasks = suite_tasks(env, "eval", script_args, eval_args, settings)
     print(f"evaluating {model_path} on {len(tasks)} held-out {env} tasks ({suite.held_out})"
           + (f" by the rules of play saved in {model_path}" if saved else ""))
+    import torch
+
+    if not torch.cuda.is_available():
+        set_cpu_threads(eval_args.cpu_threads)
     result = evaluate(model_path, factory, tasks, rules=played_rules(saved, eval_args, script_args.eval_max_turns),
                       temperature=script_args.eval_temperature, batch_size=eval_args.batch_size,
                       episode_settings=saved, progress=eval_args.progress)
     how = "greedy" if script_args.eval_temperature == 0 else f"temperature-{script_args.eval_temperature:g}"
     for record in result.outcomes()[:eval_args.show_episodes]:
         print(episode_text(record))
-    print(f"held-out {how} evaluation on {len(tasks)} test games: {result}")
-    results_dir = eval_args.results_dir or (model_path if os.path.isdir(model_path) else None)
-    if results_dir and eval_args.save_results:
+    check_scored(result, len(tasks))
+    print(f"held-out {how} evaluation on {len(tasks)} {task_noun(env)}: {result}")
+    results_dir = eval_args.results_dir or default_results_dir(script_args.model_name_or_path, model_path)
+    if eval_args.save_results:
         split = {"alfworld": eval_args.eval_split, "swegym": "held-out"}.get(env, "test")
         textworld_shape = env == "textworld" and not script_args.challenge
         shape = (shape_name({k: getattr(script_args, k) for k in SHAPE_FIELDS}) if textworld_shape

@@ -9,7 +9,9 @@ name: `quickstart` is recipes/quickstart.yaml, `paper/algorithms` is recipes/pap
 
 from __future__ import annotations
 
+import re
 import shutil
+import textwrap
 from pathlib import Path
 
 from ..config_checks import did_you_mean
@@ -43,22 +45,41 @@ def resolve_config(value: str) -> str:
         return value
 
 
+def config_file(value: str) -> str:
+    """A `--config` value that must exist: the file as given, else the shipped recipe of that name; a
+    FileNotFoundError with a did-you-mean otherwise."""
+    if Path(value).is_file():
+        return value
+    if (RECIPES_DIR / (value if value.endswith(".yaml") else f"{value}.yaml")).is_file():
+        return str(recipe_path(value))
+    hint = did_you_mean(value, recipe_names())
+    raise FileNotFoundError(f"--config {value!r}: neither a file nor a shipped recipe{hint}; `trl-multiturn recipes "
+                            "list` names the recipes")
+
+
 def resolve_config_option(options: list[str]) -> list[str]:
-    """`options` with the value of `--config NAME` (or `--config=NAME`) resolved by `resolve_config`."""
+    """`options` with the value of `--config NAME` (or `--config=NAME`) resolved by `config_file`."""
     resolved = list(options)
     for index, option in enumerate(resolved):
         if option == "--config" and index + 1 < len(resolved):
-            resolved[index + 1] = resolve_config(resolved[index + 1])
+            resolved[index + 1] = config_file(resolved[index + 1])
         elif option.startswith("--config="):
-            resolved[index] = f"--config={resolve_config(option.partition('=')[2])}"
+            resolved[index] = f"--config={config_file(option.partition('=')[2])}"
     return resolved
 
 
-def _first_comment_line(path: Path) -> str:
-    for line in path.read_text().splitlines():
-        if line.startswith("#") and line.strip("# "):
-            return line.strip("# ")
-    return ""
+def description(name: str) -> str:
+    """What `recipes list` says of a recipe: the first sentence of its header comment, whole, and for a paper study
+    its scale (a `_cpu` study shares its first sentence with its paper-scale twin)."""
+    lines = []
+    for line in (RECIPES_DIR / f"{name}.yaml").read_text().splitlines():
+        if not line.startswith("#") or line.startswith("#  ") or (lines and not line.strip("# ")):
+            break  # the header ends at a non-comment line, an indented command or an empty comment line
+        lines.append(line.strip("# "))
+    sentence = re.split(r"(?<=\.)\s+(?=[A-Z`])", " ".join(lines), maxsplit=1)[0]
+    if name.startswith("paper/"):
+        sentence += " CPU scale: 2 cores, offline." if name.endswith("_cpu") else " Paper scale: GPUs."
+    return sentence
 
 
 def _recipes_command(args) -> int:
@@ -66,7 +87,8 @@ def _recipes_command(args) -> int:
         names = recipe_names()
         width = max(map(len, names))
         for name in names:
-            print(f"{name:<{width}}  {_first_comment_line(RECIPES_DIR / f'{name}.yaml')}")
+            print(textwrap.fill(description(name), width=max(60, shutil.get_terminal_size().columns - 1),
+                                initial_indent=f"{name:<{width}}  ", subsequent_indent=" " * (width + 2)))
         return 0
     source = recipe_path(args.name)
     if args.action == "show":
@@ -88,7 +110,7 @@ def add_recipes_parser(subparsers) -> None:
         description="The YAML recipes inside the package: `list` names them, `show NAME` prints one, `copy NAME "
                     "[DEST]` writes it to edit. Any --config (and `study`) also takes a NAME.")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    actions.add_parser("list", help="Every shipped recipe with its first comment line.")
+    actions.add_parser("list", help="Every shipped recipe with the first sentence of its description.")
     show = actions.add_parser("show", help="Print a recipe.")
     show.add_argument("name", metavar="NAME", help="e.g. quickstart or paper/algorithms_cpu")
     copy = actions.add_parser("copy", help="Copy a recipe to edit it.")

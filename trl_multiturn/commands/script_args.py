@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..config_checks import Range, check_fields
 from ..envs.suites import SUITES
+from ..model_card import START_EVAL_RESULTS_FILE
 from ..models import OFFLINE_DEFAULT_MODEL, resolve_model
 
 
@@ -44,9 +45,12 @@ class ModelArguments:
         return path
 
 
-START_EVAL_RESULTS_FILE = "start_eval_results.json"
-"""The starting model's held-out evaluation (`train_and_evaluate` with `eval_start_model`); not an `eval_results_*`
-file, which are evaluations of the trained model."""
+def task_noun(env: str | None) -> str:
+    """How the printed results name an environment's held-out tasks: TextWorld's and ALFWorld's are games of their
+    test split; another environment's (a user's own) are tasks."""
+    return "test games" if env in ("textworld", "alfworld") else "tasks"
+
+
 
 
 @dataclass

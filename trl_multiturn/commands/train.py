@@ -10,10 +10,12 @@ from pathlib import Path
 import trl_multiturn
 
 from ..evaluation import evaluate
+from ..model_card import START_EVAL_RESULTS_FILE
 from ..model_setup import model_setup_kwargs
+from ..progress import TurnProgress
 from ..rollout.rules import EpisodeRules
 from ..statistics import paired_test
-from .script_args import START_EVAL_RESULTS_FILE, TextWorldScriptArguments
+from .script_args import TextWorldScriptArguments, task_noun
 
 TRAINERS = {
     "grpo": ("MultiTurnGRPOTrainer", "MultiTurnGRPOConfig"),
@@ -34,16 +36,16 @@ def config_class(algorithm: str) -> type:
 
 
 def evaluate_on_tasks(script_args: TextWorldScriptArguments, held_out, environment_factory, model, tokenizer,
-                      training_args, trainer=None, label: str = ""):
-    """Success on the held-out tasks `held_out()` at `eval_temperature` (greedy by default), printed (after
-    `label`) and returned; with a `trainer`, also kept by `trainer.record_evaluation` (eval_results.json,
-    `report_to`, model card)."""
+                      training_args, trainer=None, label: str = "", env: str = "textworld"):
+    """Success on the held-out tasks `held_out()` of environment `env` at `eval_temperature` (greedy by default),
+    printed (after `label`) and returned; with a `trainer`, also kept by `trainer.record_evaluation`
+    (eval_results.json, `report_to`, model card)."""
     options = evaluation_options(training_args, script_args.eval_max_turns)
     tasks = held_out()
     result = evaluate(model, environment_factory, tasks, tokenizer, temperature=script_args.eval_temperature,
                       **options)
     how = "greedy" if script_args.eval_temperature == 0 else f"temperature-{script_args.eval_temperature:g}"
-    print(f"{label}held-out {how} evaluation on {len(tasks)} test games: {result}")
+    print(f"{label}held-out {how} evaluation on {len(tasks)} {task_noun(env)}: {result}")
     if trainer is not None:
         trainer.record_evaluation(result, split="test")
     return result
@@ -110,6 +112,7 @@ def train_and_evaluate(trainer, training_args, evaluate_held_out, start: str, ev
     games before training, and both results are printed side by side (`side_by_side`, `start` naming the start);
     the start's per-task outcomes go to `START_EVAL_RESULTS_FILE` beside the trained model's `eval_results.json`, so
     that the paired test can be recomputed from the files."""
+    show_rollout_progress(trainer)
     before = None
     if evaluate_held_out is not None and eval_start_model:
         before = evaluate_held_out(trainer.model, trainer.processing_class, label="starting model, ")
@@ -123,6 +126,14 @@ def train_and_evaluate(trainer, training_args, evaluate_held_out, start: str, ev
             print(side_by_side(before, after, start, type(trainer).__name__))
 
     finish_run(trainer, training_args, held_out if evaluate_held_out is not None else None)
+
+
+def show_rollout_progress(trainer) -> None:
+    """A bar under the training bar that moves within a step, as the rollout's episodes end turn by turn (a step on a
+    CPU can take minutes), unless the config's `disable_tqdm` is set."""
+    runner = getattr(trainer, "episode_runner", None)
+    if runner is not None and not trainer.args.disable_tqdm:
+        runner.on_progress = TurnProgress("rollout")
 
 
 def finish_run(trainer, training_args, held_out=None, **push_kwargs) -> None:
@@ -141,17 +152,18 @@ def finish_run(trainer, training_args, held_out=None, **push_kwargs) -> None:
 
 
 def train_on_tasks(trainer_cls, script_args: TextWorldScriptArguments, training_args, model_args, environment_factory,
-                   train_dataset, held_out, **trainer_kwargs):
+                   train_dataset, held_out, env: str = "textworld", **trainer_kwargs):
     """Train `trainer_cls` on `train_dataset` with `environment_factory`, save, evaluate greedily on the held-out
-    tasks `held_out()` (when `num_eval_games > 0`), push to the Hub if asked, and end the run (`finish_run`).
-    `model_args` (a `ModelSetup`: dtype, LoRA, 4/8-bit) is passed on as TRL's scripts do. Returns the trainer."""
+    tasks `held_out()` of environment `env` (when `num_eval_games > 0`), push to the Hub if asked, and end the run
+    (`finish_run`). `model_args` (a `ModelSetup`: dtype, LoRA, 4/8-bit) is passed on as TRL's scripts do. Returns
+    the trainer."""
     trainer_kwargs = {**model_setup_kwargs(model_args, training_args), **trainer_kwargs}
     trainer = trainer_cls(model=script_args.model_path, args=training_args, environment_factory=environment_factory,
                           train_dataset=train_dataset, **trainer_kwargs)
     evaluate_held_out = None
     if script_args.num_eval_games > 0:
         evaluate_held_out = functools.partial(evaluate_on_tasks, script_args, held_out, environment_factory,
-                                              training_args=training_args)
+                                              training_args=training_args, env=env)
     train_and_evaluate(trainer, training_args, evaluate_held_out, script_args.model_name_or_path,
                        script_args.eval_start_model)
     return trainer

@@ -134,6 +134,10 @@ class EpisodeRunner:
         self.overlap = overlap
         self.schedule = schedule
         self._warned_over_budget = False
+        self.on_progress: Callable[[int, int, int], None] | None = None
+        """Called as `on_progress(finished, episodes, turn)` after the resets and after each turn's observations of
+        a call: how many of its episodes have ended, of how many, and the most turns any has played (0: the call
+        has just reset its episodes). A progress bar (`trl_multiturn.progress.TurnProgress`) or None."""
 
     def _check_episode_budget(self) -> None:
         """Refuse a `max_episode_tokens` that no episode fits: the chat template around an empty first observation
@@ -188,7 +192,13 @@ class EpisodeRunner:
                     ep.fail(f"the first observation: {reason}")
             episodes.append(ep)
         self._warn_if_most_over_budget(episodes)
+        self._report_progress(episodes)
         return episodes
+
+    def _report_progress(self, episodes: list[Episode]) -> None:
+        if self.on_progress is not None:
+            self.on_progress(sum(not self._is_live(ep) for ep in episodes), len(episodes),
+                             max((ep.num_turns for ep in episodes), default=0))
 
     @functools.cached_property
     def _empty_prompt_tokens(self) -> int:
@@ -319,6 +329,7 @@ class EpisodeRunner:
                 self._record(episodes[i], results[i], self.observation_role)
             else:
                 self._record(episodes[i], StepResult(observation=UNREADABLE_REPLY), "user")
+        self._report_progress(episodes)
 
     def _record(self, ep: Episode, result: StepResult | EnvFailure, role: str) -> None:
         if isinstance(result, EnvFailure):

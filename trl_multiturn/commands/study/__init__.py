@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ...model_setup import set_cpu_threads
 from ..recipes import resolve_config
 
 
@@ -80,6 +81,10 @@ def _study_command(args: argparse.Namespace) -> int:
     unknown = sorted(set(args.runs or []) - {run.name for run in study.runs})
     if unknown:
         raise SystemExit(f"--runs: {unknown} are not runs of {study.name}")
+    import torch
+
+    if not torch.cuda.is_available():
+        set_cpu_threads(args.cpu_threads)
     results = run_study(study, args.runs)
     print(markdown_table(study, results.data["table"], results.data["primary"]))
     return 0
@@ -108,7 +113,16 @@ def add_study_parser(subparsers) -> None:
                         help="With --power: the share of games exactly one of two policies wins (default: the mean "
                              "its results saw).")
     parser.add_argument("--target-power", type=_unit_interval, default=0.8, help="With --power: default 0.8.")
+    parser.add_argument("--cpu-threads", type=_positive, metavar="N",
+                        help="PyTorch threads on a machine without a GPU (default: the cores this process may use, "
+                             "never more than OMP_NUM_THREADS when it is set).")
     parser.set_defaults(func=_study_command)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of threads, at least 1")
+    return int(text)
 
 
 def _unit_interval(text: str) -> float:
