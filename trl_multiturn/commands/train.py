@@ -12,7 +12,6 @@ import trl_multiturn
 from ..evaluation import evaluate
 from ..model_card import START_EVAL_RESULTS_FILE
 from ..model_setup import model_setup_kwargs
-from ..progress import TurnProgress
 from ..rollout.rules import EpisodeRules
 from ..statistics import paired_test
 from .script_args import TextWorldScriptArguments, task_noun
@@ -112,7 +111,6 @@ def train_and_evaluate(trainer, training_args, evaluate_held_out, start: str, ev
     games before training, and both results are printed side by side (`side_by_side`, `start` naming the start);
     the start's per-task outcomes go to `START_EVAL_RESULTS_FILE` beside the trained model's `eval_results.json`, so
     that the paired test can be recomputed from the files."""
-    show_rollout_progress(trainer)
     before = None
     if evaluate_held_out is not None and eval_start_model:
         before = evaluate_held_out(trainer.model, trainer.processing_class, label="starting model, ")
@@ -126,14 +124,6 @@ def train_and_evaluate(trainer, training_args, evaluate_held_out, start: str, ev
             print(side_by_side(before, after, start, type(trainer).__name__))
 
     finish_run(trainer, training_args, held_out if evaluate_held_out is not None else None)
-
-
-def show_rollout_progress(trainer) -> None:
-    """A bar under the training bar that moves within a step, as the rollout's episodes end turn by turn (a step on a
-    CPU can take minutes), unless the config's `disable_tqdm` is set."""
-    runner = getattr(trainer, "episode_runner", None)
-    if runner is not None and not trainer.args.disable_tqdm:
-        runner.on_progress = TurnProgress("rollout")
 
 
 def finish_run(trainer, training_args, held_out=None, **push_kwargs) -> None:

@@ -31,6 +31,7 @@ from ..config_checks import Range, check_fields, check_value, parse_json_dict
 from ..credit import get_estimator, shape_turn_rewards
 from ..credit.rewards import REWARD_MODES
 from ..episode_data import save_episodes
+from ..progress import TurnProgress
 from ..rollout import Episode, EpisodeRunner
 from ..rollout.batch import RolloutBatch, fit_steps
 from ..rollout.env_pool import check_env_settings, sigterm_stops_the_run
@@ -553,6 +554,9 @@ class MultiTurnMixin(RunFilesMixin):
             prepare_chat_template(self.text_tokenizer, self.args.chat_template_path,
                                   self.args.use_training_chat_template, self.stop_token_ids, self.chat_template_kwargs)
         self.episode_runner = self._episode_runner(self._generate_turn, self.text_tokenizer)
+        if isinstance(self.episode_runner, EpisodeRunner) and not self.args.disable_tqdm:
+            # a bar under the training bar that moves within a step, as the rollout's episodes end turn by turn
+            self.episode_runner.on_progress = TurnProgress("rollout")
         self.last_rollout: RolloutBatch | None = None  # the last step's batch, for inspection only
         self.step = MultiTurnStep(self, self._credit())
         self._history_cache = self._make_history_cache()
