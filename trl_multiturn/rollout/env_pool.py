@@ -35,7 +35,6 @@ import pickle
 import signal
 import threading
 import time
-from contextlib import contextmanager
 from typing import Any, Callable
 
 import psutil
@@ -349,29 +348,6 @@ class _ProcessRunner:
             return True
         except ChildProcessError:  # reaped, or not our child ("forkserver"): ask multiprocessing
             return self.proc.exitcode is None
-
-
-@contextmanager
-def sigterm_stops_the_run():
-    """Within the block (in the main thread, where SIGTERM has its default action): the first SIGTERM raises
-    SystemExit(143) instead of ending the process at once, so that `finally` blocks close the environments, stop the
-    workers and kill their process groups; a SIGTERM during that shutdown is ignored. SIGINT needs nothing: its
-    KeyboardInterrupt unwinds the same way (the workers ignore it, and run in process groups of their own)."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        yield
-        return
-    stopping = []
-
-    def stop(signum, frame):
-        if not stopping:
-            stopping.append(signum)
-            raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class PendingCalls:
