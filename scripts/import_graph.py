@@ -23,7 +23,8 @@ from pathlib import Path
 PACKAGE = "trl_multiturn"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "statistics")),
+    ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "statistics",
+              "run_lifetime")),
     ("contract", ("envs.base",)),
     ("envs", ("envs",)),
     ("credit", ("credit",)),

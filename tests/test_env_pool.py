@@ -4,6 +4,7 @@ once by default, workers released on close and on the owner's death, leaking wor
 import functools
 import multiprocessing as mp
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -28,6 +29,31 @@ def alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def wait_for_exit(pids: list[int], timeout: float = 300.0) -> bool:
+    """Wait until every process of `pids` has exited (a zombie counts as exited), on the kernel's exit events (a
+    pidfd turns readable when its process exits); `timeout` only stops a broken test from hanging. Whether they
+    all exited."""
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            pass  # gone already
+    try:
+        poll = select.poll()
+        for fd in fds:
+            poll.register(fd, select.POLLIN)
+        deadline, left = time.monotonic() + timeout, set(fds)
+        while left and time.monotonic() < deadline:
+            for fd, _ in poll.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                left.discard(fd)
+                poll.unregister(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return not any(alive(pid) for pid in pids)
 
 
 def play_one_step(pool, tasks):
@@ -159,6 +185,33 @@ def test_auto_mode_is_what_the_environment_declares():
         resolve_env_mode("fast", TextWorldEnv)
 
 
+def test_every_mode_is_one_runner_chosen_once():
+    """Each mode is an `EnvRunner` in `RUNNERS`, chosen when the pool is built; the pool's methods never ask which mode
+    they run (no comparison with a mode, no test of a runner's type), so a new mode is a runner and a table line."""
+    import ast
+    import inspect
+
+    from trl_multiturn.rollout import env_pool
+    from trl_multiturn.rollout.env_runner import EnvRunner
+
+    assert env_pool.ENV_MODES == ("auto", "process", "thread", "ray", "inline")
+    assert all(issubclass(r, EnvRunner) and not inspect.isabstract(r) for r in env_pool.RUNNERS.values())
+    for mode in ("process", "thread", "inline"):  # (Ray's: tests/test_ray_pool.py)
+        with EnvPool(FaultyEnv, mode=mode) as pool:
+            assert type(pool.runner) is env_pool.RUNNERS[mode]
+            assert all(r.won for r in play_one_step(pool, [{"target": 1}] * 2))
+    branches = []
+    for cls in (env_pool.EnvPool, env_pool.PendingCalls):
+        for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(cls)))):
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(side, ast.Constant) and side.value in env_pool.ENV_MODES
+                    for side in (node.left, *node.comparators)):
+                branches.append(ast.unparse(node))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
+                branches.append(ast.unparse(node))
+    assert branches == []
+
+
 def test_close_stops_every_worker_and_the_pool_starts_again_on_demand():
     pool = EnvPool(FaultyEnv, mode="process")
     play_one_step(pool, [{"target": 1}] * 3)
@@ -171,10 +224,15 @@ def test_close_stops_every_worker_and_the_pool_starts_again_on_demand():
 
 
 _OWNER = """
-import sys, time
 from trl_multiturn.rollout import EnvPool
 from trl_multiturn.testing import FaultyEnv
-pool = EnvPool(FaultyEnv, mode="process")
+
+class ReportingFaultyEnv(FaultyEnv):
+    def step(self, action):
+        print("hanging", flush=True)  # the worker inherits the owner's stdout
+        return super().step(action)
+
+pool = EnvPool(ReportingFaultyEnv, mode="process")
 pool.reset([{"fault": "hang"}, {}, {}])
 print(" ".join(map(str, pool.worker_pids())), flush=True)
 pool.step([0], ["go"])  # hangs: no deadline
@@ -188,14 +246,11 @@ def test_workers_die_with_the_process_that_owns_the_pool():
     try:
         pids = [int(p) for p in owner.stdout.readline().split()]
         assert len(pids) == 3 and all(alive(p) for p in pids)
-        time.sleep(0.5)  # the first worker is inside its hanging step
+        assert owner.stdout.readline() == "hanging\n"  # the first worker is inside its hanging step
     finally:
         owner.send_signal(signal.SIGKILL)
         owner.wait()
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(p) for p in pids)
+    assert wait_for_exit(pids)
 
 
 class LeakyEnv(FaultyEnv):

@@ -32,7 +32,7 @@ class DelayedCountingEnv(CountingEnv):
         return super().step(action)
 
 
-class GatedCountingEnv(CountingEnv):
+class EventGatedEnv(CountingEnv):
     """`CountingEnv` in threads; the first step of a task with "gate" waits until `GATE` is set and reports it."""
 
     execution = "thread"
@@ -104,7 +104,7 @@ def test_fast_episodes_take_turns_while_a_slow_step_runs(tiny_chatml_model):
     rows = [{"target": 2, "gate": True}, {"target": 4}, {"target": 3}]
     GATE.set()
     try:
-        _, _, reference, ref_calls = play(tiny_chatml_model, rows, "turn", env=GatedCountingEnv)
+        _, _, reference, ref_calls = play(tiny_chatml_model, rows, "turn", env=EventGatedEnv)
     finally:
         GATE.clear()
     gated_in_call = []
@@ -114,7 +114,7 @@ def test_fast_episodes_take_turns_while_a_slow_step_runs(tiny_chatml_model):
         if n == 3:
             GATE.set()
 
-    _, _, episodes, calls = play(tiny_chatml_model, rows, "episode", env=GatedCountingEnv, on_call=on_call)
+    _, _, episodes, calls = play(tiny_chatml_model, rows, "episode", env=EventGatedEnv, on_call=on_call)
     assert episodes[0].infos[0]["gate_opened"] is True
     assert gated_in_call[:3] == [True, False, False]  # the second and third calls went on without it
     assert True in gated_in_call[3:]  # its second reply

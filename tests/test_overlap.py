@@ -31,7 +31,7 @@ class TimedCountingEnv(CountingEnv):
                           {"start": start, "end": time.time()})
 
 
-class GatedCountingEnv(CountingEnv):
+class CallGatedEnv(CountingEnv):
     """`CountingEnv` whose step of half `task["half"]` (0: the runner's first half of the rows, 1: the second) at turn
     t does not return before `2 t + half` generate calls have started (the runner counts them in the file `gate`):
     under overlap that is the other half's call made while this step runs, so the step overlaps it whatever the
@@ -116,7 +116,7 @@ def test_steps_run_while_the_other_half_generates(tiny_chatml_model, mode, tmp_p
     gate = tmp_path / "calls"
     gate.write_text("0")
     rows = [{"target": 4, "half": 0}] * 2 + [{"target": 4, "half": 1}] * 2
-    episodes, calls = play(tiny_chatml_model, rows, overlap=True, env=functools.partial(GatedCountingEnv, gate),
+    episodes, calls = play(tiny_chatml_model, rows, overlap=True, env=functools.partial(CallGatedEnv, gate),
                            env_mode=mode, gate=gate)[2:]
     assert all(ep.won and ep.num_turns == 4 for ep in episodes)
     # Each half's 4 turns are one call each; every one but the first starts while the other half's steps run.

@@ -255,24 +255,30 @@ def test_ctrl_c_during_the_expert_replay_stops_it_after_the_current_task(ctrl_c_
     """The replay runs on a thread of its own; a Ctrl-C in the main thread must end it, not wait for every task."""
     import os
     import signal
-    import time
+    import threading
 
     from toy_envs import CountingEnv
 
-    played, closed = [], []
+    played, closed, interrupted = [], [], threading.Event()
+
+    def ctrl_c(signum, frame):
+        interrupted.set()
+        signal.default_int_handler(signum, frame)  # Python's KeyboardInterrupt, in the main thread
 
     class InterruptedEnv(CountingEnv):
         def reset(self, task):
             played.append(task)
             if len(played) == 1:
                 os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, delivered to the main thread
-            time.sleep(0.05)  # 200 tasks: 10 s of replay left when the interrupt arrives
+            # The next tasks wait until the main thread has the interrupt, so that it arrives with 199 left.
+            assert interrupted.wait(120), "the Ctrl-C never reached the main thread"
             return super().reset(task)
 
         def close(self):
             closed.append(True)
 
+    signal.signal(signal.SIGINT, ctrl_c)  # (the fixture restores the handler it found)
     with pytest.raises(KeyboardInterrupt):
         expert_trajectories(InterruptedEnv, [{"target": 1}] * 200)
-    assert len(played) < 200
+    assert interrupted.is_set() and len(played) < 200
     assert closed == [True]

@@ -1,10 +1,10 @@
-"""Environments for a batch of concurrent episodes: one isolated runner per episode slot.
+"""Environments for a batch of concurrent episodes, each episode slot isolated from the others.
 
 Each episode of a batch owns a *slot*; a slot keeps its environment instance across batches (construct once, reset
 often). Every call of a batch (`reset`, `step` or `finish` of each slot) starts at once and has its own deadline,
 `timeout` seconds after it started (`start_step` returns while the steps run, for a caller with other work to do
 meanwhile), so an environment that raises, breaks the contract, hangs or dies fails its own episode and no other.
-Modes (how a slot runs its environment):
+Each mode is a runner (`env_runner.EnvRunner`; `RUNNERS` names them), chosen once when the pool is built. Modes:
 
 * "process": each slot's environment lives in its own worker process, forked on first use. A call past its
   deadline kills that worker (and its process group); a worker that dies fails only its episode; the slot's next
@@ -35,18 +35,17 @@ import pickle
 import signal
 import threading
 import time
-from contextlib import contextmanager
 from typing import Any, Callable
 
 import psutil
 
 from ..envs.base import Environment, StepResult
+from .env_runner import EnvRunner, RunnerOptions, SlotHandle
+from .ray_pool import RayRunner
 from .slot_env import EnvFailure, SlotEnvironment
 
 logger = logging.getLogger(__name__)
 
-ENV_MODES = ("auto", "process", "thread", "ray", "inline")
-ANY_POLL_S = 0.001  # `EnvPool.wait_any`'s polling interval for threads and Ray actors
 _PR_SET_PDEATHSIG = 1
 
 
@@ -75,17 +74,10 @@ def check_env_settings(mode: str, timeout: float | None, max_memory_mb: float | 
                          "one after another, for debugging)")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"env_timeout={timeout}: give a number of seconds > 0, or None for no deadline")
-    if timeout is not None and mode == "inline":
-        raise ValueError("env_timeout needs env_mode 'auto', 'process' or 'thread': an inline call cannot be "
-                         "interrupted")
     if max_memory_mb is not None and not max_memory_mb > 0:
         raise ValueError(f"env_max_memory_mb={max_memory_mb}: give a number of MiB > 0, or None for no limit")
-    if max_memory_mb is not None and mode == "ray":
-        raise ValueError("env_max_memory_mb needs env_mode='process' (it measures worker processes on this machine): "
-                         "under env_mode='ray' drop it, and give the actors Ray's memory through env_ray_resources")
-    if max_memory_mb is not None and mode in ("thread", "inline"):
-        raise ValueError(f"env_max_memory_mb needs worker processes, and the environments run in mode {mode!r} "
-                         "inside this process: set env_mode='process' or drop the limit")
+    if mode != "auto":  # the mode's own refusals wait until "auto" is resolved
+        RUNNERS[mode].check_settings(timeout, max_memory_mb)
 
 
 def resolve_env_mode(mode: str, factory: Callable[[], Environment]) -> str:
@@ -114,7 +106,7 @@ class _user_interrupts:
             raise KeyboardInterrupt
 
 
-class _InlineRunner:
+class _InlineSlot:
     """The slot's calls run in this process, during `start`."""
 
     lost = False
@@ -161,7 +153,7 @@ class _ThreadCall:
             return not self.abandoned
 
 
-class _ThreadRunner:
+class _ThreadSlot:
     """Each call on its own thread. A call past its deadline fails; its environment is dropped (and closed when the
     call returns) and the slot starts over with a fresh one."""
 
@@ -258,7 +250,7 @@ def _unpickled(message: bytes):
                           f"{exc}); keep StepResult.info to plain data")
 
 
-class _ProcessRunner:
+class _WorkerSlot:
     """The slot's environment in a worker process of its own."""
 
     def __init__(self, factory, ctx, timeout: float | None):
@@ -351,34 +343,109 @@ class _ProcessRunner:
             return self.proc.exitcode is None
 
 
-@contextmanager
-def sigterm_stops_the_run():
-    """Within the block (in the main thread, where SIGTERM has its default action): the first SIGTERM raises
-    SystemExit(143) instead of ending the process at once, so that `finally` blocks close the environments, stop the
-    workers and kill their process groups; a SIGTERM during that shutdown is ignored. SIGINT needs nothing: its
-    KeyboardInterrupt unwinds the same way (the workers ignore it, and run in process groups of their own)."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        yield
-        return
-    stopping = []
+def _refuse_memory_limit_in_process(mode: str, max_memory_mb: float | None) -> None:
+    if max_memory_mb is not None:
+        raise ValueError(f"env_max_memory_mb needs worker processes, and the environments run in mode {mode!r} "
+                         "inside this process: set env_mode='process' or drop the limit")
 
-    def stop(signum, frame):
-        if not stopping:
-            stopping.append(signum)
-            raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+class InlineRunner(EnvRunner):
+    """"inline": each call runs in this process during `start`, one after another, without deadlines."""
+
+    deadlines = False
+
+    @classmethod
+    def check_settings(cls, timeout: float | None, max_memory_mb: float | None) -> None:
+        if timeout is not None:
+            raise ValueError("env_timeout needs env_mode 'auto', 'process', 'thread' or 'ray': an inline call cannot "
+                             "be interrupted")
+        _refuse_memory_limit_in_process("inline", max_memory_mb)
+
+    def new_slot(self) -> _InlineSlot:
+        return _InlineSlot(self.factory)
+
+
+class ThreadRunner(EnvRunner):
+    """"thread": each call on a thread of its own; a call past its deadline is abandoned with its environment."""
+
+    @classmethod
+    def check_settings(cls, timeout: float | None, max_memory_mb: float | None) -> None:
+        _refuse_memory_limit_in_process("thread", max_memory_mb)
+
+    def new_slot(self) -> _ThreadSlot:
+        return _ThreadSlot(self.factory, self.timeout)
+
+
+class ProcessRunner(EnvRunner):
+    """"process": each slot's environment in a worker process of its own, restarted between episodes when it dies or
+    exceeds `max_memory_mb`."""
+
+    def __init__(self, factory: Callable[[], Environment], timeout: float | None, options: RunnerOptions):
+        super().__init__(factory, timeout, options)
+        self._ctx = mp.get_context(options.start_method)
+
+    def new_slot(self) -> _WorkerSlot:
+        return _WorkerSlot(self.factory, self._ctx, self.timeout)
+
+    def open(self, slots: list[int]) -> None:
+        """Restart the workers over the memory limit; drop a worker that died between episodes (e.g. killed from
+        outside), so that its slot's reset starts afresh."""
+        for slot in slots:
+            if self.options.max_memory_mb is not None:
+                self._restart_if_over_memory(slot)
+            worker = self.slots.get(slot)
+            if worker is not None and not worker.proc.is_alive():
+                worker.kill()
+                del self.slots[slot]
+
+    def wait_any(self, handles: list[SlotHandle], timeout: float | None) -> None:
+        """Wait on the workers' pipes directly."""
+        mp.connection.wait([worker.conn for worker in handles], timeout=timeout)
+
+    def close(self) -> None:
+        """Ask every worker to close at once, then wait for them all (5 s in all) before killing what is left."""
+        workers, self.slots = list(self.slots.values()), {}
+        for worker in workers:
+            worker.request_close()
+        deadline = time.monotonic() + 5.0
+        for worker in workers:
+            worker.join_or_kill(deadline)
+
+    def worker_pids(self) -> list[int]:
+        return [worker.pid for worker in self.slots.values()]
+
+    def _restart_if_over_memory(self, slot: int) -> None:
+        worker = self.slots.get(slot)
+        if worker is None:
+            return
+        try:
+            used = worker.private_memory_mb()
+        except psutil.Error:
+            return  # a dead worker: `open` drops it
+        limit = self.options.max_memory_mb
+        if used > limit:
+            log = logger.warning if self.restarts == 0 else logger.debug
+            log("environment worker %d uses %.0f MiB > env_max_memory_mb=%s: restarting it", worker.pid, used, limit)
+            worker.close()
+            del self.slots[slot]
+            self.restarts += 1
+
+
+RUNNERS: dict[str, type[EnvRunner]] = {
+    "process": ProcessRunner,
+    "thread": ThreadRunner,
+    "ray": RayRunner,
+    "inline": InlineRunner,
+}
+ENV_MODES = ("auto", *RUNNERS)
 
 
 class PendingCalls:
     """Environment calls started by `EnvPool.start_step` and still running; `results()` waits for them (once)."""
 
-    def __init__(self, pool: EnvPool, cmd: str, started: list[tuple[int, Any]], deadline: float | None):
-        self._pool, self._cmd, self._started, self._deadline = pool, cmd, started, deadline
+    def __init__(self, runner: EnvRunner, cmd: str, started: list[tuple[int, SlotHandle | None]],
+                 deadline: float | None):
+        self._runner, self._cmd, self._started, self._deadline = runner, cmd, started, deadline
         self._results: list | None = None
 
     def done(self) -> bool:
@@ -386,12 +453,12 @@ class PendingCalls:
         has passed (the calls still running then fail as timed out)."""
         return (self._results is not None
                 or (self._deadline is not None and time.monotonic() >= self._deadline)
-                or all(runner is None or runner.finished() for _, runner in self._started))
+                or all(handle is None or handle.finished() for _, handle in self._started))
 
     def results(self) -> list:
         """Per slot, in the order started: the call's result, or an `EnvFailure`."""
         if self._results is None:
-            self._results = self._pool._collect(self._cmd, self._started, self._deadline)
+            self._results = self._runner.collect(self._cmd, self._started, self._deadline)
         return self._results
 
 
@@ -400,7 +467,7 @@ class EnvPool:
 
     Args:
         factory: callable returning a fresh `Environment`. Process workers are forked, so any callable works.
-        mode: "auto", "process", "thread" or "inline".
+        mode: "auto", "process", "thread", "ray" or "inline" (the runner, `RUNNERS[mode]`, is chosen here once).
         timeout: seconds one call may take before its episode fails (None: the environment's declared
             `call_timeout`, else no deadline; not with "inline").
         max_memory_mb: restart a worker between episodes when its private memory exceeds this ("process" only).
@@ -413,25 +480,21 @@ class EnvPool:
         self.factory = factory
         self.mode = resolve_env_mode(mode, factory)
         check_env_settings(self.mode, timeout, max_memory_mb)  # "auto" resolved: e.g. threads refuse a memory cap
-        if timeout is None and self.mode != "inline":
+        runner = RUNNERS[self.mode]
+        if timeout is None and runner.deadlines:
             timeout = declared(factory, "call_timeout", None)
         self.timeout = timeout
         self.max_memory_mb = max_memory_mb
-        self.restarts = 0  # workers restarted for exceeding max_memory_mb
-        self._ctx = mp.get_context(start_method) if self.mode == "process" else None
-        self._runners: dict[int, Any] = {}
-        self._ray = None
-        if self.mode == "ray":
-            from .ray_pool import RayActors, RayPlacement, check_ray_placement
+        self.runner: EnvRunner = runner(factory, timeout, RunnerOptions(max_memory_mb, start_method, ray))
 
-            check_ray_placement(self.mode, ray or RayPlacement())
-            self._ray = RayActors(ray or RayPlacement(), self.timeout)
+    @property
+    def restarts(self) -> int:
+        """Workers restarted for exceeding max_memory_mb."""
+        return self.runner.restarts
 
     def reset(self, tasks: list[dict]) -> list[str | EnvFailure]:
         """Reset slot i with tasks[i]; returns the first observation or a failure per slot."""
-        if self.max_memory_mb is not None:
-            for slot in range(len(tasks)):
-                self._restart_if_over_memory(slot)
+        self.runner.open(list(range(len(tasks))))
         return self._run("reset", list(enumerate(tasks)))
 
     def step(self, slots: list[int], actions: list[str]) -> list[StepResult | EnvFailure]:
@@ -444,47 +507,31 @@ class EnvPool:
         return self._start("step", list(zip(slots, actions)))
 
     def wait_any(self, calls: list[PendingCalls]) -> list[int]:
-        """Wait until at least one of `calls` is `done()`; the indices of those that are. Worker processes' pipes are
-        waited on directly; threads and Ray actors are polled every `ANY_POLL_S` seconds."""
+        """Wait until at least one of `calls` is `done()`; the indices of those that are (the runner's `wait_any`:
+        worker processes' pipes are waited on directly, threads and Ray actors polled)."""
         while True:
             done = [k for k, call in enumerate(calls) if call.done()]
             if done or not calls:
                 return done
             deadlines = [call._deadline for call in calls if call._deadline is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            if self.mode == "process":
-                pipes = [r.conn for call in calls for _, r in call._started if isinstance(r, _ProcessRunner)]
-                mp.connection.wait(pipes, timeout=timeout)
-            else:
-                time.sleep(ANY_POLL_S if timeout is None else min(ANY_POLL_S, timeout))
+            self.runner.wait_any([h for call in calls for _, h in call._started if h is not None], timeout)
 
     def finish(self, slots: list[int]) -> list[StepResult | None | EnvFailure]:
         return self._run("finish", [(slot, None) for slot in slots])
 
     def worker_pids(self) -> list[int]:
         """Process ids of the live workers ("process" mode)."""
-        return [r.pid for r in self._runners.values() if isinstance(r, _ProcessRunner)]
+        return self.runner.worker_pids()
 
     def actor_nodes(self) -> dict[int, str]:
         """The Ray node id of each slot's live actor ("ray" mode)."""
-        return {slot: r.node for slot, r in self._runners.items() if self._ray is not None and r.node is not None}
+        return self.runner.actor_nodes()
 
     def close(self) -> None:
         """Close every environment and stop every worker (gracefully, then by force after 5 s). The pool stays
         usable: the next reset starts what it needs."""
-        runners, self._runners = list(self._runners.values()), {}
-        if self._ray is not None:
-            self._ray.close(runners)
-            return
-        workers = [r for r in runners if isinstance(r, _ProcessRunner)]
-        for r in workers:
-            r.request_close()
-        deadline = time.monotonic() + 5.0
-        for r in workers:
-            r.join_or_kill(deadline)
-        for r in runners:
-            if not isinstance(r, _ProcessRunner):
-                r.close()
+        self.runner.close()
 
     def __enter__(self) -> EnvPool:
         return self
@@ -493,7 +540,8 @@ class EnvPool:
         self.close()
 
     def __del__(self):
-        if getattr(self, "_runners", None):
+        runner = getattr(self, "runner", None)
+        if runner is not None and runner.slots:
             self.close()
 
     # -- internals ---------------------------------------------------------------------------------------------------
@@ -502,56 +550,6 @@ class EnvPool:
         return self._start(cmd, items).results()
 
     def _start(self, cmd: str, items: list[tuple[int, Any]]) -> PendingCalls:
-        if self._ray is not None and cmd == "reset":
-            self._ray.start_actors(self._runners, [slot for slot, _ in items], self.factory)  # before the deadline
-        started = []
-        for slot, arg in items:
-            runner = self._runners.get(slot)
-            if cmd == "reset" and isinstance(runner, _ProcessRunner) and not runner.proc.is_alive():
-                runner.kill()  # died between episodes (e.g. killed from outside): start afresh
-                runner = None
-            if runner is None and cmd != "reset":
-                started.append((slot, None))
-                continue
-            if runner is None:
-                runner = self._runners[slot] = self._new_runner()
-            runner.start(cmd, arg)
-            started.append((slot, runner))
+        started = [(slot, self.runner.start(slot, cmd, arg)) for slot, arg in items]
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        return PendingCalls(self, cmd, started, deadline)
-
-    def _collect(self, cmd: str, started: list[tuple[int, Any]], deadline: float | None) -> list:
-        if self._ray is not None:
-            self._ray.wait_all([runner for _, runner in started], deadline)
-        results = []
-        for slot, runner in started:
-            if runner is None:
-                results.append(EnvFailure(f"{cmd} of a slot that has no environment (its reset failed)"))
-                continue
-            results.append(runner.wait(deadline))
-            if runner.lost and self._runners.get(slot) is runner:
-                del self._runners[slot]
-        return results
-
-    def _new_runner(self):
-        if self.mode == "process":
-            return _ProcessRunner(self.factory, self._ctx, self.timeout)
-        if self.mode == "thread":
-            return _ThreadRunner(self.factory, self.timeout)
-        return _InlineRunner(self.factory)
-
-    def _restart_if_over_memory(self, slot: int) -> None:
-        runner = self._runners.get(slot)
-        if runner is None:
-            return
-        try:
-            used = runner.private_memory_mb()
-        except psutil.Error:
-            return  # a dead worker: the reset reports it
-        if used > self.max_memory_mb:
-            log = logger.warning if self.restarts == 0 else logger.debug
-            log("environment worker %d uses %.0f MiB > env_max_memory_mb=%s: restarting it", runner.pid, used,
-                self.max_memory_mb)
-            runner.close()
-            del self._runners[slot]
-            self.restarts += 1
+        return PendingCalls(self.runner, cmd, started, deadline)

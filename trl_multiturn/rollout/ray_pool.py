@@ -1,4 +1,5 @@
-"""Environments as Ray actors (`EnvPool(mode="ray")`): one actor per episode slot, on any node of a Ray cluster.
+"""Environments as Ray actors (`EnvPool(mode="ray")`, its `RayRunner`): one actor per episode slot, on any node of a
+Ray cluster.
 
 The contract is the process pool's: a slot's actor is created on its first reset and reused across episodes; every
 call of a batch is submitted at once (one actor task per live episode) and the results are gathered together with
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config_checks import parse_json_dict
+from .env_runner import EnvRunner, RunnerOptions, SlotHandle
 from .slot_env import EnvFailure, SlotEnvironment
 
 logger = logging.getLogger(__name__)
@@ -109,8 +111,8 @@ class _EnvActor:
         self.slot_env.close()
 
 
-class RayRunner:
-    """One slot's environment actor; `start`/`wait` as the pool's other runners."""
+class _ActorSlot:
+    """One slot's environment actor (a `SlotHandle`)."""
 
     def __init__(self, actor, timeout: float | None):
         self.actor, self.timeout = actor, timeout
@@ -135,7 +137,7 @@ class RayRunner:
         if self._unsent is not None:
             return self._unsent
         ray = _ray()
-        # A call that `RayActors.wait_all` found past the deadline stays timed out, even if its result came since.
+        # A call that `RayRunner.wait_all` found past the deadline stays timed out, even if its result came since.
         timed_out = self._closing is not None or not ray.wait(
             [self.ref], timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))[0]
         if timed_out:
@@ -187,51 +189,61 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-class RayActors:
-    """The pool's connection to Ray: creates the slots' actors, gathers a batch's results, stops what it started."""
+class RayRunner(EnvRunner):
+    """"ray": each slot's environment in a Ray actor; the pool's connection to Ray: creates the slots' actors, gathers
+    a batch's results, stops what it started."""
 
-    def __init__(self, placement: RayPlacement, timeout: float | None):
-        self.placement, self.timeout = placement, timeout
+    def __init__(self, factory: Callable, timeout: float | None, options: RunnerOptions):
+        super().__init__(factory, timeout, options)
+        self.placement = options.ray or RayPlacement()
+        check_ray_placement("ray", self.placement)
         self._started_ray = False
         self._actor_class = None
         self._warned_capacity = False
 
-    def start_actors(self, runners: dict[int, Any], slots: list[int], factory: Callable) -> None:
-        """Give each of `slots` without a runner a new actor in `runners`, and wait (once for all of them, up to
+    @classmethod
+    def check_settings(cls, timeout: float | None, max_memory_mb: float | None) -> None:
+        if max_memory_mb is not None:
+            raise ValueError("env_max_memory_mb needs env_mode='process' (it measures worker processes on this "
+                             "machine): under env_mode='ray' drop it, and give the actors Ray's memory through "
+                             "env_ray_resources")
+
+    def open(self, slots: list[int]) -> None:
+        """Give each of `slots` without an actor a new one, and wait (once for all of them, up to
         `ACTOR_START_TIMEOUT`) until they run: an actor that cannot be placed or started fails its episode."""
-        new = {slot: self._new_runner(factory) for slot in slots if slot not in runners}
+        new = {slot: self.new_slot() for slot in slots if slot not in self.slots}
         if not new:
             return
-        self._warn_if_over_capacity(len(runners) + len(new))
+        self._warn_if_over_capacity(len(self.slots) + len(new))
         ray = _ray()
-        pings = {slot: r.actor.node_id.remote() for slot, r in new.items()}
+        pings = {slot: handle.actor.node_id.remote() for slot, handle in new.items()}
         ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=ACTOR_START_TIMEOUT)
         ready = set(ready)
-        for slot, runner in new.items():
+        for slot, handle in new.items():
             try:
                 if pings[slot] not in ready:
                     raise TimeoutError(f"not running after {ACTOR_START_TIMEOUT:.0f}s (does a node have the "
                                        f"resources it asks for: num_cpus={self.placement.num_cpus}, "
                                        f"resources={self.placement.resources}?)")
-                runner.node = ray.get(pings[slot])
+                handle.node = ray.get(pings[slot])
             except Exception as exc:  # noqa: BLE001 - e.g. the factory does not unpickle on that node
-                runner.kill()
-                runner.not_started = EnvFailure(f"environment actor did not start: {type(exc).__name__}: "
+                handle.kill()
+                handle.not_started = EnvFailure(f"environment actor did not start: {type(exc).__name__}: "
                                                 f"{_first_line(exc)}")
-            runners[slot] = runner
+            self.slots[slot] = handle
 
-    def _new_runner(self, factory: Callable) -> RayRunner:
+    def new_slot(self) -> _ActorSlot:
         self._connect()
         p = self.placement
         actor = self._actor_class.options(num_cpus=p.num_cpus, resources=dict(p.resources or {}),
                                           scheduling_strategy=p.scheduling, max_restarts=0,
-                                          max_task_retries=0, max_concurrency=2).remote(factory)
-        return RayRunner(actor, self.timeout)
+                                          max_task_retries=0, max_concurrency=2).remote(self.factory)
+        return _ActorSlot(actor, self.timeout)
 
-    def wait_all(self, runners: list, deadline: float | None) -> None:
+    def wait_all(self, handles: list[SlotHandle], deadline: float | None) -> None:
         """Wait, once for the whole batch, until every submitted call has returned or the deadline has passed (each
-        runner's `wait` then finds its result, or its timeout, at once)."""
-        pending = {r.ref: r for r in runners if isinstance(r, RayRunner) and r.ref is not None}
+        slot's `wait` then finds its result, or its timeout, at once)."""
+        pending = {r.ref: r for r in handles if r.ref is not None}
         if not pending:
             return
         ray = _ray()
@@ -243,18 +255,22 @@ class RayActors:
         if closing:
             ray.wait(closing, num_returns=len(closing), timeout=CLOSE_TIMEOUT)
 
-    def close(self, runners: list[RayRunner]) -> None:
+    def close(self) -> None:
         """Close every environment (CLOSE_TIMEOUT for all, beside any call that hangs), kill every actor, and shut Ray
         down if this pool started it."""
-        if runners:
+        actors, self.slots = list(self.slots.values()), {}
+        if actors:
             ray = _ray()
-            closing = [r.actor.close.remote() for r in runners]
+            closing = [r.actor.close.remote() for r in actors]
             ray.wait(closing, num_returns=len(closing), timeout=CLOSE_TIMEOUT)
-            for r in runners:
+            for r in actors:
                 r.kill()
         if self._started_ray:
             _ray().shutdown()
             self._started_ray, self._actor_class = False, None
+
+    def actor_nodes(self) -> dict[int, str]:
+        return {slot: r.node for slot, r in self.slots.items() if r.node is not None}
 
     def _connect(self):
         ray = _ray()

@@ -34,12 +34,13 @@ from ..episode_data import save_episodes
 from ..progress import TurnProgress
 from ..rollout import Episode, EpisodeRunner
 from ..rollout.batch import RolloutBatch, fit_steps
-from ..rollout.env_pool import check_env_settings, sigterm_stops_the_run
+from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.ray_pool import RayPlacement, check_ray_placement, parse_ray_resources
 from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
 from ..rollout.training_template import prepare_chat_template, read_chat_template, use_training_chat_template_field
+from ..run_lifetime import sigterm_stops_the_run
 from .policy_lag import LaggedRollouts, stale_episodes
 from .run_files import RunFilesMixin
 from .step import MultiTurnStep, sequence_logps
