@@ -41,6 +41,7 @@ from measures import heading, percentile  # noqa: E402
 from measures import markdown_table as table  # noqa: E402
 
 from trl_multiturn.agents import AgentEnvironment, AgentRunner  # noqa: E402
+from trl_multiturn.rollout.rules import EpisodeRules
 
 NEW_TOKENS = 8
 
@@ -96,7 +97,7 @@ def row(tokenizer, make_generate, episodes: int, turns: int) -> dict:
     endpoint_gen = Timed(make_generate())
     start = threading.Barrier(episodes, timeout=600)
     runner = AgentRunner(AgentEnvironment(looping_agent(turns, latencies, start), batch_wait=60.0), tokenizer,
-                         endpoint_gen, max_turns=turns, max_reply_tokens=NEW_TOKENS)
+                         endpoint_gen, EpisodeRules(max_turns=turns, max_completion_length=NEW_TOKENS))
     try:
         played = runner([{"i": i} for i in range(episodes)])
     finally:

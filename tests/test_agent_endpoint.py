@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_multiturn.agents import AgentEnvironment, AgentResult, AgentRunner
 from trl_multiturn.rollout.generation import hf_generate_fn
+from trl_multiturn.rollout.rules import EpisodeRules
 
 TOOLS = [{"type": "function", "function": {
     "name": "go", "description": "Move in a direction.",
@@ -53,10 +54,11 @@ def scripted(ids: list[int], logprob: float = -0.5):
 def make_runner(agent, policy, generate=None, **kwargs):
     model, tokenizer = policy
     env = {k: kwargs.pop(k) for k in ("agent_timeout", "batch_wait") if k in kwargs}
-    kwargs.setdefault("max_turns", 4)
-    kwargs.setdefault("max_reply_tokens", 6)
+    rules = EpisodeRules(**{"max_turns": 4, "max_completion_length": 6,
+                            **{k: kwargs.pop(k) for k in ("max_turns", "max_completion_length", "episode_format")
+                               if k in kwargs}})
     generate = generate or Recorded(hf_generate_fn(model, tokenizer))
-    return AgentRunner(AgentEnvironment(agent, **env), tokenizer, generate, **kwargs)
+    return AgentRunner(AgentEnvironment(agent, **env), tokenizer, generate, rules, **kwargs)
 
 
 def appending_agent(turns: int = 3):
@@ -169,7 +171,7 @@ def test_tool_calls_come_back_in_openai_format_and_join_without_retokenising(pol
         return 1.0
 
     generate = Recorded(scripted(sample))
-    runner = make_runner(agent, policy, generate, max_reply_tokens=200)
+    runner = make_runner(agent, policy, generate, max_completion_length=200)
     try:
         (ep,) = runner([{}])
     finally:

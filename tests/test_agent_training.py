@@ -19,6 +19,7 @@ from trl import TrlParser
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.agents import AgentEnvironment, AgentResult, AgentRunner
+from trl_multiturn.rollout.rules import EpisodeRules
 
 
 @tool
@@ -172,7 +173,8 @@ def test_smolagents_runs_the_tool_the_models_template_output_calls(tiny_chatml_m
         seen["answer"] = answer
         return 1.0
 
-    runner = AgentRunner(AgentEnvironment(agent), tokenizer, generate, max_turns=4, max_reply_tokens=200)
+    runner = AgentRunner(AgentEnvironment(agent), tokenizer, generate,
+                         EpisodeRules(max_turns=4, max_completion_length=200))
     try:
         (ep,) = runner([{}])
     finally:

@@ -10,6 +10,7 @@ from transformers import AutoTokenizer
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from trl_multiturn.agents import AgentRunner
 from trl_multiturn.agents.verifiers_suite import verifiers_environment
+from trl_multiturn.rollout.rules import EpisodeRules
 
 vf = pytest.importorskip("verifiers.v1", reason="the verifiers extra: pip install 'trl-multiturn[verifiers]'")
 
@@ -66,7 +67,7 @@ def test_the_rubric_scores_the_reply_the_model_sampled(tiny_chatml_model):
         seen.extend(tokenizer.decode(c) for c in contexts)
         return [reply for _ in contexts], None
 
-    runner = AgentRunner(environment, tokenizer, generate, max_turns=2, max_reply_tokens=8)
+    runner = AgentRunner(environment, tokenizer, generate, EpisodeRules(max_turns=2, max_completion_length=8))
     try:
         episodes = runner(rows)
     finally:
@@ -90,7 +91,7 @@ def test_a_rubric_reward_that_needs_a_runtime_fails_the_episode(tiny_chatml_mode
 
     rows, environment = verifiers_environment(NeedsRuntime(vf.TasksetConfig(id="sandboxed")))
     runner = AgentRunner(environment, tokenizer, lambda c, n: ([[tokenizer.eos_token_id]] * len(c), None),
-                         max_turns=1, max_reply_tokens=4)
+                         EpisodeRules(max_turns=1, max_completion_length=4))
     try:
         (episode,) = runner(rows)
     finally:

@@ -61,9 +61,10 @@ def test_evaluation_progress_moves_per_task_within_a_batch(tiny_chatml_model, mo
             seen.append((self.bar.n, self.bar.total, turn))
 
     monkeypatch.setattr(progress, "TurnProgress", Recording)
-    evaluate(tiny_chatml_model, CountingEnv, [{"target": 1}, {"target": 2}, {"target": 3}], max_turns=3,
-             max_reply_tokens=2, action_parser="trl_multiturn.rollout.parsing:whole_reply", env_mode="inline",
-             batch_size=3)
+    rules = EpisodeRules(max_turns=3, max_completion_length=2,
+                         action_parser="trl_multiturn.rollout.parsing:whole_reply")
+    evaluate(tiny_chatml_model, CountingEnv, [{"target": 1}, {"target": 2}, {"target": 3}], rules=rules,
+             env_mode="inline", batch_size=3)
     assert seen[0] == (0, 3, 0) and (1, 3, 1) in seen and (2, 3, 2) in seen and seen[-1] == (3, 3, 3)
 
 

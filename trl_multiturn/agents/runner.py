@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence, Union
 
 from ..rollout.episode import Episode
+from ..rollout.rules import EpisodeRules
 from .endpoint import ChatEndpoint
 from .protocol import ChatRequest, RequestError, chat_completion, error_body, read_request, reply_message
 from .recording import Call, EpisodeRecord, Renderer
 
 logger = logging.getLogger(__name__)
-
-EPISODE_FORMATS = ("trajectory", "stepwise")
 
 
 @dataclass
@@ -115,10 +114,7 @@ class AgentEnvironment:
         if getattr(args, "reward_mode", None) == "sparse":
             logger.warning("reward_mode='sparse' trains on the agents' `won` verdicts only (AgentResult.won), not on "
                            "the rewards they return: set reward_mode='dense' to train on those")
-        rules = args.episode_rules()
-        return AgentRunner(self, tokenizer, generate_fn, max_turns=rules.max_turns,
-                           max_reply_tokens=rules.max_completion_length, max_episode_tokens=rules.max_episode_tokens,
-                           episode_format=rules.episode_format, **kwargs)
+        return AgentRunner(self, tokenizer, generate_fn, args.episode_rules(), **kwargs)
 
 
 @dataclass
@@ -157,34 +153,26 @@ class AgentRunner:
         environment: the `AgentEnvironment` (agent function, timeout, batch wait).
         tokenizer: the policy's tokenizer and chat template.
         generate_fn: `(contexts, max_new_tokens) -> (completions, logprobs | None)`, the trainer's.
-        max_turns: the most model calls per episode; a request past it is refused (400) and the episode is
-            truncated (it keeps its reward if the agent still returns one).
-        max_reply_tokens: the cap on one reply (a request's `max_tokens` may lower it).
-        max_episode_tokens: the cap on one call's context plus its reply; a request with no room left is refused
-            like one past `max_turns`.
-        episode_format: "trajectory" (an episode whose requests all joined is one sample; when any episode of the
-            rollout started a new sample, every episode of that rollout is returned as step samples) or "stepwise"
-            (every model call is a step sample).
+        rules: the rules of play (`EpisodeRules`) an agent's episode keeps: `max_turns`, the most model calls per
+            episode (a request past it is refused (400) and the episode is truncated; it keeps its reward if the
+            agent still returns one); `max_completion_length`, the cap on one reply (a request's `max_tokens` may
+            lower it); `max_episode_tokens`, the cap on one call's context plus its reply (a request with no room
+            left is refused like one past `max_turns`); `episode_format`, "trajectory" (an episode whose requests
+            all joined is one sample; when any episode of the rollout started a new sample, every episode of that
+            rollout is returned as step samples) or "stepwise" (every model call is a step sample). The agent
+            writes its own messages: the other rules (system prompt, action parser, history) are not applied.
         eos_token_ids / chat_template_kwargs: as the trainer's.
         any_live: on several processes, `(local live count) -> bool` True while any rank has a live episode; every
             rank then makes the same generate calls (one with no context where it has none pending).
     """
 
-    def __init__(self, environment: AgentEnvironment, tokenizer, generate_fn: GenerateFn, *, max_turns: int,
-                 max_reply_tokens: int, max_episode_tokens: int | None = None, episode_format: str = "trajectory",
+    def __init__(self, environment: AgentEnvironment, tokenizer, generate_fn: GenerateFn, rules: EpisodeRules, *,
                  eos_token_ids: Sequence[int] | None = None, chat_template_kwargs: dict | None = None,
                  any_live: Callable[[int], bool] | None = None, model_name: str = "policy"):
-        if episode_format not in EPISODE_FORMATS:
-            raise ValueError(f"episode_format={episode_format!r}: choose one of {EPISODE_FORMATS}")
-        if max_turns < 1 or max_reply_tokens is None or max_reply_tokens < 1:
-            raise ValueError(f"max_turns={max_turns}, max_completion_length={max_reply_tokens}: both must be >= 1")
         self.environment = environment
         self.tokenizer = tokenizer
         self.generate_fn = generate_fn
-        self.max_turns = max_turns
-        self.max_reply_tokens = max_reply_tokens
-        self.max_episode_tokens = max_episode_tokens
-        self.episode_format = episode_format
+        self.rules = rules
         eos = list(eos_token_ids) if eos_token_ids is not None else [tokenizer.eos_token_id]
         self.renderer = Renderer(tokenizer, eos, chat_template_kwargs)
         self.any_live = any_live
@@ -405,18 +393,18 @@ class AgentRunner:
 
     def _pending(self, slot: _Slot, request: ChatRequest) -> _Pending:
         record = slot.record
-        if len(record.calls) >= self.max_turns:
+        if len(record.calls) >= self.rules.max_turns:
             slot.truncated = True
-            raise RequestError(f"this episode's turn budget is spent (max_turns={self.max_turns})", 400)
+            raise RequestError(f"this episode's turn budget is spent (max_turns={self.rules.max_turns})", 400)
         call = record.context_for(request, self.renderer)
-        budget = min(request.max_tokens or self.max_reply_tokens, self.max_reply_tokens)
-        if self.max_episode_tokens is not None:
-            budget = min(budget, self.max_episode_tokens - len(call.context))
+        budget = min(request.max_tokens or self.rules.max_completion_length, self.rules.max_completion_length)
+        if self.rules.max_episode_tokens is not None:
+            budget = min(budget, self.rules.max_episode_tokens - len(call.context))
         if budget < 1:
             record.calls.pop()
             slot.truncated = True
             raise RequestError(f"the context of {len(call.context)} tokens leaves no room for a reply within "
-                               f"max_episode_tokens={self.max_episode_tokens}", 400)
+                               f"max_episode_tokens={self.rules.max_episode_tokens}", 400)
         pending = _Pending(slot, call, budget, time.monotonic())
         with self._cond:
             if not slot.running:
@@ -432,7 +420,7 @@ class AgentRunner:
         done = [s for s in slots if s.failure is None]
         joined = sum(s.record.joined for s in done)
         samples = sum(s.record.samples for s in done)
-        stepwise = self.episode_format == "stepwise" or any(s.record.samples > 1 for s in done)
+        stepwise = self.rules.episode_format == "stepwise" or any(s.record.samples > 1 for s in done)
         self.last_stats = {"joined": joined, "new_samples": samples, "failed": len(slots) - len(done),
                            "stepwise": int(stepwise)}
         logger.info("agent rollout: %d model calls joined their episode's sample, %d started a sample; %d of %d "
