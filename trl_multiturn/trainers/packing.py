@@ -135,7 +135,7 @@ def plan_packs(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_
         if last - first + 1 != len(cols):
             raise ValueError(f"row {b}: attention_mask has holes; prefix packing takes each row's real tokens as one "
                              "contiguous run (left-padded prompt, right-padded completion)")
-        if first > W - K:
+        if first >= W - K:
             raise ValueError(f"row {b}: a kept column holds the row's first token, which TRL scores from a padding "
                              "position; give every row at least one prompt token")
         rows.append(ids_cpu[b, first:last + 1].tolist())
