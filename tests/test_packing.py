@@ -4,36 +4,28 @@ refused or padded."""
 
 import random
 import types
-from contextlib import nullcontext
 
 import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, MistralConfig, MistralForCausalLM
-from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head, pad
 
+from trl_multiturn.testing import trl_padded_logps as trl_padded
 from trl_multiturn.trainers.packing import (
     attention_cost_ratio,
     check_packing,
     model_inputs,
     packed_logps_and_entropies,
+    packed_values,
     packing_refusal,
     plan_packs,
 )
+from trl_multiturn.trainers.value_model import token_values
 
 ATOL = 1e-5
 TEMPERATURE = 0.7
-_FAKE_TRAINER = types.SimpleNamespace(accelerator=types.SimpleNamespace(autocast=nullcontext))
-
-
-def trl_padded(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False):
-    """TRL's `_get_per_token_logps_and_entropies` itself (its profiling wrapper apart), on a stand-in trainer that
-    holds only the accelerator's autocast it reads."""
-    method = GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__
-    return method(_FAKE_TRAINER, model, input_ids, attention_mask, logits_to_keep, batch_size,
-                  compute_entropy=compute_entropy)
 
 
 def load(path, attn="sdpa", peft=False):
@@ -191,6 +183,32 @@ def test_micro_batches_keep_the_padded_token_budget(model):
 def test_peft_model(tiny_chatml_model):
     model = load(tiny_chatml_model, peft=True)
     assert_exact(model, grouped(random.Random(6)) + stepwise(random.Random(7), "full", turns=3))
+
+
+def test_a_critics_values(tiny_chatml_model):
+    """PPO's critic reads the same packed rows: its values at the position before each kept token equal
+    `token_values` of the padded rows wherever the loss reads them, and so do their gradients."""
+    from transformers import AutoModelForTokenClassification
+
+    torch.manual_seed(0)
+    critic = AutoModelForTokenClassification.from_pretrained(tiny_chatml_model, num_labels=1,
+                                                             attn_implementation="sdpa", dtype=torch.float32)
+    rows = grouped(random.Random(14)) + stepwise(random.Random(15), "full", turns=3)
+    ids, mask, keep = batch(rows)
+    plan = plan_packs(ids, mask, keep)
+    assert plan.forwarded_tokens < plan.padded_tokens
+    results = []
+    for packed in (False, True):
+        critic.zero_grad()
+        values = packed_values(critic, plan) if packed else token_values(critic, ids, mask, keep)
+        values = values.masked_fill(~plan.valid, 0)
+        (values * torch.linspace(-1, 1, values.numel()).view_as(values)).sum().backward()
+        results.append((values.detach(), [p.grad.clone() for p in critic.parameters()]))
+    (v_pad, g_pad), (v_pack, g_pack) = results
+    assert plan.valid.sum() == sum(len(c) for _, c in rows)
+    torch.testing.assert_close(v_pack, v_pad, atol=ATOL, rtol=0)
+    for a, b in zip(g_pack, g_pad, strict=True):
+        torch.testing.assert_close(a, b, atol=ATOL * max(1.0, b.abs().max().item()), rtol=1e-4)
 
 
 def test_eager_attention_takes_the_additive_mask(tiny_chatml_model):

@@ -19,13 +19,20 @@ Rows are taken in lexicographic order of their tokens (a depth-first walk of the
 the row before it) and grouped into packs greedily: a row joins the current pack when forwarding its new tokens there
 costs no more than forwarding it alone, under the FLOP model
 
-    cost(L) = L + rho * L^2,    rho = 2 / (2 d + 2 d_kv + 3 d_ff)
+    cost(L) = L + rho * L^2,    rho = 4 d / (2 (2 d^2 + 2 d d_kv + 3 d d_ff))
 
-(per token: the linear layers, 2 (2 d^2 + 2 d d_kv + 3 d d_ff) FLOPs; per query-key pair: 4 d, the masked attention
-computed dense), and the pack stays within the token budget, `batch_size` x W: the tokens one padded chunk of TRL's
-forwards holds, so no forward holds more tokens than the padded path's. Packs are batched into forwards of (k, L)
-with k L <= budget. Where the planned forwards cost more than the padded rows (little shared, long packs), the padded
-path is used (`packing="auto"`).
+(per token and layer: the linear layers, 2 (2 d^2 + 2 d d_kv + 3 d d_ff) FLOPs; per query-key pair: 4 d, the masked
+attention computed dense; plus the LM head where it runs at every position: `attention_cost_ratio`), and the pack
+stays within the token budget, `batch_size` x W: the tokens of one padded chunk of TRL's forwards, so that no forward
+holds more tokens than the padded path's. Packs are batched into forwards of (k, L) with k L <= budget. Where the
+planned forwards cost more than the padded rows (little shared, long packs), `packing="auto"` takes the padded path.
+
+Micro-batching: the step calls `packed_logps_and_entropies` with the arguments it gives TRL's
+`_get_per_token_logps_and_entropies`. For the old and reference log-probs (no grad) that is the whole generation
+batch with `batch_size=per_device_train_batch_size`: packs may then hold a group's rows across TRL's chunks, each
+forward within a chunk's tokens. For the loss it is one micro-batch's rows (gradient accumulation unchanged): packs
+cover whole rows of that micro-batch only, so rows share prefixes in the loss where a micro-batch holds a group's (or
+an episode's) rows together. One `plan_packs` of a batch serves every forward of those rows (`plan=`).
 
 Needs an attention implementation that honours a custom 4-D mask: SDPA (boolean, True = attend) or eager (additive
 float). Others (flash attention, flex attention, paged kernels) and sliding-window layers shorter than the rows are
@@ -171,14 +178,19 @@ def plan_packs(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_
 
 def attention_cost_ratio(model) -> float:
     """rho of the cost model: FLOPs of one masked query-key pair over those of one token's linear layers,
-    4 d / (2 (2 d^2 + 2 d d_kv + 3 d d_ff)) = 2 / (2 d + 2 d_kv + 3 d_ff)."""
+
+        rho = n 4 d / (n 2 (2 d^2 + 2 d d_kv + 3 d d_ff) + h 2 d V)
+
+    over n layers, with h = 1 where the LM head runs at every position (TRL's fused head off Triton, i.e. on CPU:
+    scored and unscored positions alike), h = 0 where it runs on the scored tokens only (the same in both paths)."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    d = config.hidden_size
+    d, n = config.hidden_size, config.num_hidden_layers
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or d // heads
     d_kv = (getattr(config, "num_key_value_heads", None) or heads) * head_dim
     d_ff = getattr(config, "intermediate_size", 4 * d)
-    return 2.0 / (2 * d + 2 * d_kv + 3 * d_ff)
+    head = 2 * d * config.vocab_size if _device(model).type == "cpu" else 0
+    return n * 4 * d / (n * 2 * (2 * d * d + 2 * d * d_kv + 3 * d * d_ff) + head)
 
 
 def model_inputs(model, forward: Forward) -> dict:
@@ -222,6 +234,13 @@ def packed_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     logps, entropies = padded(model, input_ids, attention_mask, logits_to_keep, batch_size,
                               compute_entropy=compute_entropy)[:2]
     return logps, entropies
+
+
+def packed_values(critic, plan: PackPlan) -> torch.Tensor:
+    """(B, K) values V(s_t) of each kept token t: the critic's head (a token-classification model with one label) at
+    the packed position of the token before t, 0 where not `plan.valid`. Equal, on the valid columns, to
+    `value_model.token_values(critic, input_ids, attention_mask, logits_to_keep)` of the padded rows."""
+    return plan.unpack([critic(**model_inputs(critic, forward)).logits[..., 0].float() for forward in plan.forwards])
 
 
 def _run_packed(model, plan: PackPlan, compute_entropy: bool):
