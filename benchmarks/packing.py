@@ -272,14 +272,16 @@ def main() -> None:
                     ["--layers", str(args.layers)] if args.layers else [])
                 done = subprocess.run(command, capture_output=True, text=True, check=True,
                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-                result[path] = json.loads(done.stdout.strip().splitlines()[-1])
-            pad, pack = result["padded"], result["prefix"]
+                result.setdefault("step", {})[path] = json.loads(done.stdout.strip().splitlines()[-1])
+            pad, pack = result["step"]["padded"], result["step"]["prefix"]
             print(f"{result['shape']:42} {pad['seconds']:>9.2f} {pack['seconds']:>9.2f} "
                   f"{pad['seconds'] / pack['seconds']:>7.2f}x {pad['peak_above_start_mb']:>9.0f} "
                   f"{pack['peak_above_start_mb']:>9.0f}", flush=True)
     if args.out:
-        settings = {k: v for k, v in vars(args).items() if k not in ("shape", "path", "out", "games_dir")}
-        Path(args.out).write_text(json.dumps({"settings": settings, "results": results}, indent=1) + "\n")
+        settings = {k: v for k, v in vars(args).items() if k not in ("shape", "path", "rows_file", "out", "games_dir")}
+        command = "python benchmarks/packing.py " + " ".join(sys.argv[1:])
+        Path(args.out).write_text(json.dumps({"command": command, "settings": settings, "results": results},
+                                             indent=1) + "\n")
 
 
 if __name__ == "__main__":
