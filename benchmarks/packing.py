@@ -236,6 +236,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tokens-only", action="store_true")
+    parser.add_argument("--only", nargs="*", help="time these shapes alone, e.g. --only '(b)' '(d)'")
     parser.add_argument("--games-dir", default=None)
     parser.add_argument("--out", default=None, help="write the table's data as JSON here")
     parser.add_argument("--shape", help=argparse.SUPPRESS)
@@ -263,7 +264,8 @@ def main() -> None:
               f"{counts['auto']:>6}", flush=True)
     if not args.tokens_only:
         turns = args.timed_turns or args.turns
-        timed = [r for r in results if not r["shape"].startswith("(c)") or r["shape"].endswith(f" {turns} turns")]
+        timed = [r for r in results if (not r["shape"].startswith("(c)") or r["shape"].endswith(f" {turns} turns"))
+                 and (not args.only or r["shape"][:3] in args.only)]
         print(f"\n{'shape':42} {'padded s':>9} {'packed s':>9} {'speed-up':>8} {'padded MB':>9} {'packed MB':>9}")
         for result in timed:
             for path in ("padded", "prefix"):
