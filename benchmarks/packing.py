@@ -227,6 +227,7 @@ def measure(args) -> None:
 
 
 def main() -> None:
+    command = "python benchmarks/packing.py " + " ".join(sys.argv[1:])  # before ALFWorld's import rewrites sys.argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=None, help="keep SmolLM2's first N decoder layers (all: None)")
     parser.add_argument("--turns", type=int, default=20, help="turns of the step-wise episode (c)")
@@ -269,10 +270,10 @@ def main() -> None:
         print(f"\n{'shape':42} {'padded s':>9} {'packed s':>9} {'speed-up':>8} {'padded MB':>9} {'packed MB':>9}")
         for result in timed:
             for path in ("padded", "prefix"):
-                command = [sys.executable, __file__, "--shape", result["shape"], "--path", path, "--rows-file",
-                           str(rows_file), "--repeats", str(args.repeats), "--threads", str(args.threads)] + (
+                child = [sys.executable, __file__, "--shape", result["shape"], "--path", path, "--rows-file",
+                         str(rows_file), "--repeats", str(args.repeats), "--threads", str(args.threads)] + (
                     ["--layers", str(args.layers)] if args.layers else [])
-                done = subprocess.run(command, capture_output=True, text=True, check=True,
+                done = subprocess.run(child, capture_output=True, text=True, check=True,
                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
                 result.setdefault("step", {})[path] = json.loads(done.stdout.strip().splitlines()[-1])
             pad, pack = result["step"]["padded"], result["step"]["prefix"]
@@ -281,7 +282,6 @@ def main() -> None:
                   f"{pack['peak_above_start_mb']:>9.0f}", flush=True)
     if args.out:
         settings = {k: v for k, v in vars(args).items() if k not in ("shape", "path", "rows_file", "out", "games_dir")}
-        command = "python benchmarks/packing.py " + " ".join(sys.argv[1:])
         Path(args.out).write_text(json.dumps({"command": command, "settings": settings, "results": results},
                                              indent=1) + "\n")
 

@@ -106,7 +106,7 @@ def packing_refusal(model, max_length: int) -> str | None:
 
     Refused: an attention implementation that ignores or rebuilds a custom 4-D mask (anything but SDPA and eager),
     and sliding-window attention layers narrower than the rows (the packed mask carries no window)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = _text_config(model)
     implementation = getattr(config, "_attn_implementation", None)
     if implementation not in MASKABLE_ATTENTION:
         return (f"attn_implementation={implementation!r} cannot take the prefix-tree 4-D attention mask (it takes "
@@ -136,7 +136,9 @@ def plan_packs(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_
     for b in range(B):
         cols = mask_cpu[b].nonzero().flatten()
         if len(cols) == 0:
-            rows.append([]), offsets.append(0), scored_from.append(0)
+            rows.append([])
+            offsets.append(0)
+            scored_from.append(0)
             continue
         first, last = int(cols[0]), int(cols[-1])
         if last - first + 1 != len(cols):
@@ -183,7 +185,7 @@ def attention_cost_ratio(model) -> float:
 
     over n layers, with h = 1 where the LM head runs at every position (TRL's fused head off Triton, i.e. on CPU:
     scored and unscored positions alike), h = 0 where it runs on the scored tokens only (the same in both paths)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = _text_config(model)
     d, n = config.hidden_size, config.num_hidden_layers
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or d // heads
@@ -198,7 +200,7 @@ def model_inputs(model, forward: Forward) -> dict:
     model's attention implementation takes (boolean for SDPA, additive for eager)."""
     device = _device(model)
     mask = forward.attention_mask.to(device)
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config = _text_config(model)
     if config._attn_implementation == "eager":
         dtype = getattr(model, "dtype", torch.float32)
         mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
@@ -261,6 +263,11 @@ def _run_packed(model, plan: PackPlan, compute_entropy: bool):
     return plan.unpack(logps), plan.unpack(entropies) if compute_entropy else None
 
 
+def _text_config(model):
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def _device(model) -> torch.device:
     return next(model.parameters()).device
 
@@ -295,10 +302,8 @@ class _PackBuilder:
     def _cost(self, length: int) -> float:
         return length + self.rho * length * length
 
-    def _new_pack(self) -> dict:
-        pack = {"ids": [], "pos": [], "labels": [], "segments": []}
-        self.packs.append(pack)
-        return pack
+    def _new_pack(self) -> None:
+        self.packs.append({"ids": [], "pos": [], "labels": [], "segments": []})
 
     def add(self, row: list[int], scored_from: int, prev) -> list[tuple[int, int]]:
         """Place `row` (its tokens from depth `scored_from` scored) after `prev` (the previous row and its map, or
