@@ -31,6 +31,9 @@ Rows (all with a tiny random model, so that the environment and the loop's own c
     `max_policy_lag=1` (the next step's rollout plays while this step trains): the mean wall time of the steps after
     the first, median over `--train-repeats` alternating runs. The best overlap can give is (rollout + training) /
     max(rollout, training), which is near 1 when the rollout is much longer than a training step.
+
+Prefix-tree packing of a step's rows against padded rows (forwarded tokens, time per optimizer step, peak memory) has
+its own script and table: benchmarks/packing.py, benchmarks/results/packing.md.
 """
 
 from __future__ import annotations

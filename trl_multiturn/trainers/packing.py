@@ -1,0 +1,375 @@
+"""Prefix-tree packing: forward each shared token prefix of a step's rows once.
+
+A step's rows share prefixes: a GRPO group's episodes start from one prompt, and a step-wise episode's rows repeat
+its earlier turns (with `history="full"` each row extends the previous one). The padded path forwards every row whole.
+Here the rows are laid out as a prefix tree (trie over token ids): each trie token is forwarded once, at the position
+id it has in its rows, attending through a 4-D mask to exactly its ancestors (the tokens before it in its row). Every
+token therefore computes what it computes in its own row, and per-position outputs are gathered back to each row:
+
+    logps[b, j] = out[pred(b, d)]   with d = W - K + j - offset[b] the depth (row position) of column j of row b,
+                                    pred(b, d) the packed position of the row's token d - 1
+
+for the K kept columns of the (B, W) padded input (TRL's `logits_to_keep`), 0 where the column is padding, exactly as
+TRL's `_get_per_token_logps_and_entropies` returns them. The logit at depth d - 1 predicts token d; a packed position
+predicts one label (TRL's fused LM head takes one `shift_labels` per position), so where two rows need different
+labels from one position (the last shared token before their completions diverge), the later row re-forwards the
+tokens from that position on (one token for a GRPO group's shared prompt).
+
+Rows are taken in lexicographic order of their tokens (a depth-first walk of the trie, so each row shares the most with
+the row before it) and grouped into packs greedily: a row joins the current pack when forwarding its new tokens there
+costs no more than forwarding it alone, under the FLOP model
+
+    cost(L) = L + rho * L^2,    rho = 4 d / (2 (2 d^2 + 2 d d_kv + 3 d d_ff))
+
+(per token and layer: the linear layers, 2 (2 d^2 + 2 d d_kv + 3 d d_ff) FLOPs; per query-key pair: 4 d, the masked
+attention computed dense; plus the LM head where it runs at every position: `attention_cost_ratio`), and the pack
+stays within the token budget, `batch_size` x W: the tokens of one padded chunk of TRL's forwards, so that no forward
+holds more tokens than the padded path's. Packs are batched into forwards of (k, L) with k L <= budget. Where the
+planned forwards cost more than the padded rows (little shared, long packs), `packing="auto"` takes the padded path.
+
+Micro-batching: the step calls `packed_logps_and_entropies` with the arguments it gives TRL's
+`_get_per_token_logps_and_entropies`. For the old and reference log-probs (no grad) that is the whole generation
+batch with `batch_size=per_device_train_batch_size`: packs may then hold a group's rows across TRL's chunks, each
+forward within a chunk's tokens. For the loss it is one micro-batch's rows (gradient accumulation unchanged): packs
+cover whole rows of that micro-batch only, so rows share prefixes in the loss where a micro-batch holds a group's (or
+an episode's) rows together. One `plan_packs` of a batch serves every forward of those rows (`plan=`).
+
+Needs an attention implementation that honours a custom 4-D mask: SDPA (boolean, True = attend) or eager (additive
+float). Others (flash attention, flex attention, paged kernels) and sliding-window layers shorter than the rows are
+refused by name (`packing="prefix"`) or fall back to the padded path (`packing="auto"`), never silently wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+PACKING_MODES = ("auto", "prefix", "padded")
+"""`packing` values: "prefix" packs (refusing a model that cannot take it), "padded" forwards the rows as they are,
+"auto" packs where the model can take it and the cost model says it is cheaper, else pads."""
+
+MASKABLE_ATTENTION = ("sdpa", "eager")
+"""Attention implementations whose transformers kernels take a custom 4-D mask as it is."""
+
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One forward of packs: (k, L) tensors; `attention_mask` is (k, 1, L, L), True where a query may attend a key
+    (converted to the model's additive form by `model_inputs` for eager attention)."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    shift_labels: torch.Tensor
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    """The packed layout of B rows: the forwards to run and where each row's kept columns come from.
+
+    `index` (B, K) points into the concatenation of every forward's flattened (k * L) outputs, `valid` (B, K) is False
+    where TRL's padded output is 0 (padding, or a column before the kept region)."""
+
+    forwards: list[Forward]
+    index: torch.Tensor
+    valid: torch.Tensor
+    forwarded_tokens: int
+    """Real tokens in the packs (what the packed forwards compute, padding of packs to a forward's length apart)."""
+    distinct_tokens: int
+    """Nodes of the rows' prefix tree: the fewest tokens any prefix sharing can forward (the limit)."""
+    padded_tokens: int
+    """B x W: what the padded path forwards."""
+    packed_cost: float
+    padded_cost: float
+
+    def unpack(self, outputs: list[torch.Tensor]) -> torch.Tensor:
+        """(B, K) from per-position outputs, one (k, L) tensor per forward (log-probs, entropies, a critic's values):
+        the output at each kept column's predicting position, 0 where not `valid`."""
+        flat = torch.cat([out.reshape(-1) for out in outputs])
+        index = self.index.to(flat.device)
+        return flat[index].masked_fill(~self.valid.to(flat.device), 0)
+
+
+def check_packing(packing: str) -> str:
+    """`packing` as given, or a ValueError naming the choices."""
+    if packing not in PACKING_MODES:
+        raise ValueError(f"packing={packing!r}: choose one of {PACKING_MODES}")
+    return packing
+
+
+def packing_refusal(model, max_length: int) -> str | None:
+    """Why `model` cannot run packed rows up to `max_length` tokens long, or None when it can.
+
+    Refused: an attention implementation that ignores or rebuilds a custom 4-D mask (anything but SDPA and eager),
+    and sliding-window attention layers narrower than the rows (the packed mask carries no window)."""
+    config = _text_config(model)
+    implementation = getattr(config, "_attn_implementation", None)
+    if implementation not in MASKABLE_ATTENTION:
+        return (f"attn_implementation={implementation!r} cannot take the prefix-tree 4-D attention mask (it takes "
+                f"{' or '.join(MASKABLE_ATTENTION)}): load the model with attn_implementation='sdpa', or use "
+                "packing='padded'")
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    sliding = any(kind == "sliding_attention" for kind in layer_types) if layer_types else (
+        window is not None and getattr(config, "use_sliding_window", True))
+    if sliding and window is not None and max_length > window:
+        return (f"sliding_window={window} is shorter than the longest row ({max_length} tokens) and the packed mask "
+                "carries no window: use packing='padded'")
+    return None
+
+
+def plan_packs(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+               batch_size: int | None = None, *, pad_token_id: int = 0, rho: float = 0.0) -> PackPlan:
+    """The prefix-tree packing of the rows of a padded batch, in TRL's layout: `input_ids` and `attention_mask` (B, W),
+    each row's real tokens one contiguous run (left-padded prompt, right-padded completion), the last
+    `logits_to_keep` (K) columns scored. `batch_size` (TRL's chunk size, default B) sets the token budget of a forward,
+    `batch_size` x W; `rho` is the cost model's attention weight (`attention_cost_ratio`)."""
+    B, W = input_ids.shape
+    K = logits_to_keep
+    budget = (batch_size or B) * W
+    ids_cpu, mask_cpu = input_ids.cpu(), attention_mask.cpu().bool()
+    rows, offsets, scored_from = [], [], []
+    for b in range(B):
+        cols = mask_cpu[b].nonzero().flatten()
+        if len(cols) == 0:
+            rows.append([])
+            offsets.append(0)
+            scored_from.append(0)
+            continue
+        first, last = int(cols[0]), int(cols[-1])
+        if last - first + 1 != len(cols):
+            raise ValueError(f"row {b}: attention_mask has holes; prefix packing takes each row's real tokens as one "
+                             "contiguous run (left-padded prompt, right-padded completion)")
+        if first >= W - K:
+            raise ValueError(f"row {b}: a kept column holds the row's first token, which TRL scores from a padding "
+                             "position; give every row at least one prompt token")
+        rows.append(ids_cpu[b, first:last + 1].tolist())
+        offsets.append(first)
+        scored_from.append(W - K - first)
+    builder = _PackBuilder(budget, rho)
+    maps = [None] * B
+    order = sorted(range(B), key=lambda b: rows[b])
+    prev = None
+    for b in order:
+        if not rows[b]:
+            maps[b] = []
+            continue
+        maps[b] = builder.add(rows[b], scored_from[b], None if prev is None else (rows[prev], maps[prev]))
+        prev = b
+    forwards, base = builder.finish(pad_token_id)
+    index = torch.zeros(B, K, dtype=torch.long)
+    valid = torch.zeros(B, K, dtype=torch.bool)
+    for b in range(B):
+        n = len(rows[b])
+        for j in range(K):
+            depth = W - K + j - offsets[b]
+            if 1 <= depth < n:
+                pack, position = maps[b][depth - 1]
+                index[b, j] = base[pack] + position
+                valid[b, j] = True
+    padded_cost = B * (W + rho * W * W)
+    packed_cost = sum(f.input_ids.shape[0] * (f.input_ids.shape[1] + rho * f.input_ids.shape[1] ** 2)
+                      for f in forwards)
+    return PackPlan(forwards, index, valid, builder.forwarded, _trie_size(rows, order), B * W, packed_cost,
+                    padded_cost)
+
+
+def attention_cost_ratio(model) -> float:
+    """rho of the cost model: FLOPs of one masked query-key pair over those of one token's linear layers,
+
+        rho = n 4 d / (n 2 (2 d^2 + 2 d d_kv + 3 d d_ff) + h 2 d V)
+
+    over n layers, with h = 1 where the LM head runs at every position (TRL's fused head off Triton, i.e. on CPU:
+    scored and unscored positions alike), h = 0 where it runs on the scored tokens only (the same in both paths)."""
+    config = _text_config(model)
+    d, n = config.hidden_size, config.num_hidden_layers
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or d // heads
+    d_kv = (getattr(config, "num_key_value_heads", None) or heads) * head_dim
+    d_ff = getattr(config, "intermediate_size", 4 * d)
+    head = 2 * d * config.vocab_size if _device(model).type == "cpu" else 0
+    return n * 4 * d / (n * 2 * (2 * d * d + 2 * d * d_kv + 3 * d * d_ff) + head)
+
+
+def model_inputs(model, forward: Forward) -> dict:
+    """The keyword arguments of `model` for one packed forward: ids, position ids and the 4-D mask in the form the
+    model's attention implementation takes (boolean for SDPA, additive for eager)."""
+    device = _device(model)
+    mask = forward.attention_mask.to(device)
+    config = _text_config(model)
+    if config._attn_implementation == "eager":
+        dtype = getattr(model, "dtype", torch.float32)
+        mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
+    return {"input_ids": forward.input_ids.to(device), "position_ids": forward.position_ids.to(device),
+            "attention_mask": mask}
+
+
+def packed_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                               batch_size: int | None = None, compute_entropy: bool = False, *, packing: str = "auto",
+                               padded=None, plan: PackPlan | None = None):
+    """(logps (B, K), entropies (B, K) or None): what TRL's `_get_per_token_logps_and_entropies(model, input_ids,
+    attention_mask, logits_to_keep, batch_size, compute_entropy)` returns, by prefix-tree packing.
+
+    `model` carries TRL's fused LM head (`trl.trainer.utils.add_fused_lm_head`, which the GRPO and RLOO trainers add
+    with their temperature; with PEFT, on the base model). `padded` is the padded path, called as TRL's method is
+    (`padded(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy=...)`, returning a tuple
+    whose first two items are the log-probs and entropies) for `packing="padded"`, and for "auto" where the model
+    cannot be packed or packing costs more. Call it inside the accelerator's autocast, as TRL does. `plan` reuses a
+    `plan_packs` of the same rows (the old, reference and loss forwards of one batch share it)."""
+    check_packing(packing)
+    if packing != "padded":
+        refusal = packing_refusal(model, int(attention_mask.sum(1).max()))
+        if refusal and packing == "prefix":
+            raise ValueError(f"packing='prefix': {refusal}")
+        if not refusal:
+            plan = plan or plan_packs(input_ids, attention_mask, logits_to_keep, batch_size,
+                                      pad_token_id=_pad_id(model), rho=attention_cost_ratio(model))
+            if packing == "prefix" or plan.packed_cost < plan.padded_cost:
+                return _run_packed(model, plan, compute_entropy)
+    if padded is None:
+        raise ValueError(f"packing={packing!r} needs the padded path here: pass padded=<the trainer's "
+                         "_get_per_token_logps_and_entropies>")
+    logps, entropies = padded(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                              compute_entropy=compute_entropy)[:2]
+    return logps, entropies
+
+
+def packed_values(critic, plan: PackPlan) -> torch.Tensor:
+    """(B, K) values V(s_t) of each kept token t: the critic's head (a token-classification model with one label) at
+    the packed position of the token before t, 0 where not `plan.valid`. Equal, on the valid columns, to
+    `value_model.token_values(critic, input_ids, attention_mask, logits_to_keep)` of the padded rows."""
+    return plan.unpack([critic(**model_inputs(critic, forward)).logits[..., 0].float() for forward in plan.forwards])
+
+
+def _run_packed(model, plan: PackPlan, compute_entropy: bool):
+    logps, entropies = [], []
+    for forward in plan.forwards:
+        out = model(**model_inputs(model, forward), shift_labels=forward.shift_labels.to(_device(model)),
+                    fused_lm_head=True)
+        if getattr(out, "log_probs", None) is None:
+            raise TypeError(f"{type(model).__name__} returned no log_probs: prefix packing calls the model through "
+                            "TRL's fused LM head; add it with trl.trainer.utils.add_fused_lm_head(model, temperature, "
+                            "outputs=('log_probs', 'entropy'))")
+        if compute_entropy and out.entropy is None:
+            raise ValueError("compute_entropy=True but the fused LM head computes no entropy: add it with "
+                             "outputs=('log_probs', 'entropy')")
+        logps.append(out.log_probs)
+        if compute_entropy:
+            entropies.append(out.entropy)
+    return plan.unpack(logps), plan.unpack(entropies) if compute_entropy else None
+
+
+def _text_config(model):
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _pad_id(model) -> int:
+    pad = getattr(model.config, "pad_token_id", None)
+    return 0 if pad is None else int(pad)
+
+
+def _trie_size(rows: list[list[int]], order: list[int]) -> int:
+    """Nodes of the rows' prefix tree: in lexicographic order each row adds its tokens past its longest common prefix
+    with the row before it."""
+    total, prev = 0, []
+    for b in order:
+        total += len(rows[b]) - _common_prefix(prev, rows[b])
+        prev = rows[b]
+    return total
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    return len(os.path.commonprefix([a, b]))
+
+
+class _PackBuilder:
+    """Packs built row by row in lexicographic order (`add`), then laid out as forwards (`finish`)."""
+
+    def __init__(self, budget: int, rho: float):
+        self.budget, self.rho = budget, rho
+        self.packs: list[dict] = []
+        self.forwarded = 0
+
+    def _cost(self, length: int) -> float:
+        return length + self.rho * length * length
+
+    def _new_pack(self) -> None:
+        self.packs.append({"ids": [], "pos": [], "labels": [], "segments": []})
+
+    def add(self, row: list[int], scored_from: int, prev) -> list[tuple[int, int]]:
+        """Place `row` (its tokens from depth `scored_from` scored) after `prev` (the previous row and its map, or
+        None); return the row's map: per depth, (pack, position)."""
+        start, shared = 0, []
+        if prev is not None:
+            prev_row, prev_map = prev
+            pack = self.packs[-1]
+            common = _common_prefix(prev_row, row)
+            shared = prev_map[:common]
+            start = common
+            # the first scored token whose predicting position already predicts another label: re-forward from there
+            for depth in range(max(scored_from, 1), min(common, len(row) - 1) + 1):
+                label = pack["labels"][shared[depth - 1][1]]
+                if label not in (IGNORE, row[depth]):
+                    start = depth - 1
+                    break
+            new = len(row) - start
+            length = len(pack["ids"])
+            if (length + new > self.budget
+                    or self._cost(length + new) - self._cost(length) > self._cost(len(row))):
+                start, shared = 0, []
+        if start == 0:
+            self._new_pack()
+        pack_index, pack = len(self.packs) - 1, self.packs[-1]
+        row_map = list(shared[:start])
+        first = len(pack["ids"])
+        row_map += [(pack_index, first + i) for i in range(len(row) - start)]
+        pack["ids"] += row[start:]
+        pack["pos"] += range(start, len(row))
+        pack["labels"] += [IGNORE] * (len(row) - start)
+        pack["segments"].append(([p for _, p in row_map], start))
+        for depth in range(max(scored_from, 1), len(row)):
+            pack["labels"][row_map[depth - 1][1]] = row[depth]
+        self.forwarded += len(row) - start
+        return row_map
+
+    def finish(self, pad_token_id: int) -> tuple[list[Forward], list[int]]:
+        """The packs as forwards of (k, L) with k L <= budget (longest first), and each pack's offset in the
+        concatenation of the forwards' flattened outputs."""
+        order = sorted(range(len(self.packs)), key=lambda i: -len(self.packs[i]["ids"]))
+        groups, base = [], [0] * len(self.packs)
+        for i in order:
+            length = len(self.packs[i]["ids"])
+            if groups and (len(groups[-1]) + 1) * groups[-1][0][1] <= self.budget:
+                groups[-1].append((i, length))
+            else:
+                groups.append([(i, length)])
+        forwards, offset = [], 0
+        for group in groups:
+            width = group[0][1]
+            k = len(group)
+            ids = torch.full((k, width), pad_token_id, dtype=torch.long)
+            pos = torch.zeros(k, width, dtype=torch.long)
+            labels = torch.full((k, width), IGNORE, dtype=torch.long)
+            mask = torch.eye(width, dtype=torch.bool).repeat(k, 1, 1, 1)
+            for slot, (i, length) in enumerate(group):
+                pack = self.packs[i]
+                ids[slot, :length] = torch.tensor(pack["ids"])
+                pos[slot, :length] = torch.tensor(pack["pos"])
+                labels[slot, :length] = torch.tensor(pack["labels"])
+                for row_positions, start in pack["segments"]:
+                    keys = torch.tensor(row_positions)
+                    depth = torch.arange(len(row_positions))
+                    mask[slot, 0, keys[start:, None], keys[None, :]] = depth[None, :] <= depth[start:, None]
+                base[i] = offset + slot * width
+            offset += k * width
+            forwards.append(Forward(ids, pos, mask, labels))
+        return forwards, base
