@@ -1,6 +1,6 @@
-"""Prefix-tree packing (trl_multiturn/trainers/packing.py) against TRL's own padded log-prob function: per-token
-log-probs, entropies and gradients equal in fp32, on every row shape a step has; models that cannot take the mask
-refused or padded."""
+"""Prefix-tree packing (trl_multiturn/trainers/packing.py) against the step's padded log-prob function
+(`step.sequence_logps`, which every forward of a step, TRL's loss's included, uses): per-token log-probs, entropies
+and gradients equal in fp32, on every row shape a step has; models that cannot take the mask refused or padded."""
 
 import random
 import types
@@ -10,9 +10,8 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, MistralConfig, MistralForCausalLM
-from trl.trainer.utils import add_fused_lm_head, pad
+from trl.trainer.utils import pad
 
-from trl_multiturn.testing import trl_padded_logps as trl_padded
 from trl_multiturn.trainers.packing import (
     attention_cost_ratio,
     check_packing,
@@ -22,16 +21,16 @@ from trl_multiturn.trainers.packing import (
     packing_refusal,
     plan_packs,
 )
+from trl_multiturn.trainers.step import sequence_logps
 from trl_multiturn.trainers.value_model import token_values
 
 ATOL = 1e-5
-TEMPERATURE = 0.7
+TEMPERATURE = T = 0.7
 
 
 def load(path, attn="sdpa", peft=False):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn, dtype=torch.float32)
-    add_fused_lm_head(model, temperature=TEMPERATURE, outputs=("log_probs", "entropy"))
     if peft:
         from peft import LoraConfig, get_peft_model
 
@@ -43,6 +42,12 @@ def load(path, attn="sdpa", peft=False):
 @pytest.fixture(scope="module")
 def model(tiny_chatml_model):
     return load(tiny_chatml_model)
+
+
+def trl_padded(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False):
+    """The padded rows' log-probs and entropies, as the step computes them for TRL's loss."""
+    return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=TEMPERATURE,
+                          batch_size=batch_size, compute_entropy=compute_entropy)
 
 
 def batch(rows):
@@ -92,6 +97,7 @@ def assert_exact(model, rows, batch_size=None, check_grads=True):
         model.zero_grad()
         if packed:
             logps, entropies = packed_logps_and_entropies(model, ids, mask, keep, batch_size, compute_entropy=True,
+                                                          temperature=TEMPERATURE,
                                                           packing="prefix", plan=plan)
         else:
             logps, entropies = trl_padded(model, ids, mask, keep, batch_size, compute_entropy=True)[:2]
@@ -151,7 +157,7 @@ def test_failed_and_truncated_rows(model):
     rows = [(prompt, reply), (prompt, []), (prompt, reply[:4]), (tokens(rng, 7), [])]
     plan = assert_exact(model, rows)
     ids, mask, keep = batch(rows)
-    logps, _ = packed_logps_and_entropies(model, ids, mask, keep, packing="prefix")
+    logps, _ = packed_logps_and_entropies(model, ids, mask, keep, temperature=T, packing="prefix")
     assert (logps[1] == 0).all() and (logps[3] == 0).all() and (logps[2, 4:] == 0).all() and (logps[0] != 0).all()
     # the truncated reply and the failed row lie inside the full row: its tokens and the unrelated row's, no more
     assert plan.forwarded_tokens == plan.distinct_tokens == len(prompt) + len(reply) + 7
@@ -255,15 +261,15 @@ def test_unmaskable_attention_is_refused_by_name_or_padded(model):
     try:
         assert "flash_attention_2" in packing_refusal(model, 10)
         with pytest.raises(ValueError, match="attn_implementation='flash_attention_2'"):
-            packed_logps_and_entropies(model, ids, mask, keep, packing="prefix", padded=padded)
+            packed_logps_and_entropies(model, ids, mask, keep, temperature=T, packing="prefix", padded=padded)
         assert not calls
-        logps, _ = packed_logps_and_entropies(model, ids, mask, keep, packing="auto", padded=padded)
+        logps, _ = packed_logps_and_entropies(model, ids, mask, keep, temperature=T, packing="auto", padded=padded)
         assert len(calls) == 1 and logps is expected[0]
     finally:
         model.config = config
-    packed_logps_and_entropies(model, ids, mask, keep, packing="padded", padded=padded)
+    packed_logps_and_entropies(model, ids, mask, keep, temperature=T, packing="padded", padded=padded)
     assert len(calls) == 2
-    logps, _ = packed_logps_and_entropies(model, ids, mask, keep, packing="auto", padded=padded)
+    logps, _ = packed_logps_and_entropies(model, ids, mask, keep, temperature=T, packing="auto", padded=padded)
     assert len(calls) == 2  # a shared prompt: auto packs
     torch.testing.assert_close(logps, expected[0], atol=ATOL, rtol=0)
 
@@ -276,21 +282,13 @@ def test_sliding_window_shorter_than_the_rows_falls_back():
                            num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
                            attn_implementation="sdpa", initializer_range=0.2)
     model = MistralForCausalLM(config)
-    add_fused_lm_head(model, temperature=TEMPERATURE)
     assert packing_refusal(model, 8) is None
     assert "sliding_window=8" in packing_refusal(model, 9)
     ids, mask, keep = batch(grouped(random.Random(10), prompt_len=20))
     with pytest.raises(ValueError, match="sliding_window=8"):
-        packed_logps_and_entropies(model, ids, mask, keep, packing="prefix")
-    logps, _ = packed_logps_and_entropies(model, ids, mask, keep, packing="auto", padded=trl_padded)
+        packed_logps_and_entropies(model, ids, mask, keep, temperature=T, packing="prefix")
+    logps, _ = packed_logps_and_entropies(model, ids, mask, keep, temperature=T, packing="auto", padded=trl_padded)
     torch.testing.assert_close(logps, trl_padded(model, ids, mask, keep)[0])
-
-
-def test_a_model_without_the_fused_head_is_refused(tiny_chatml_model):
-    model = AutoModelForCausalLM.from_pretrained(tiny_chatml_model, attn_implementation="sdpa")
-    ids, mask, keep = batch(grouped(random.Random(11)))
-    with pytest.raises(TypeError, match="add_fused_lm_head"):
-        packed_logps_and_entropies(model, ids, mask, keep, packing="prefix")
 
 
 def test_bad_input_is_named():
@@ -313,6 +311,45 @@ def test_auto_pads_rows_that_share_nothing(model):
     plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model))
     assert plan.packed_cost >= plan.padded_cost
     calls = []
-    packed_logps_and_entropies(model, ids, mask, keep, packing="auto",
+    packed_logps_and_entropies(model, ids, mask, keep, temperature=T, packing="auto",
                                padded=lambda *a, **k: calls.append(1) or trl_padded(*a, **k))
     assert calls == [1]
+
+
+@pytest.mark.parametrize("trainer_name", ["grpo", "rloo"])
+def test_a_trainers_step_and_loss_are_the_same_packed_or_padded(trainer_name, tiny_chatml_model, tmp_path):
+    """The trainers route every forward through packing: a batch's old log-probs, its loss and the loss's gradients
+    are those of the padded rows (a group's rows share their prompt, so "prefix" does pack)."""
+    from conftest import tiny_rl_args
+    from datasets import Dataset
+    from toy_envs import CountingEnv
+
+    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRLOOConfig, MultiTurnRLOOTrainer
+
+    config_cls, trainer_cls = {"grpo": (MultiTurnGRPOConfig, MultiTurnGRPOTrainer),
+                               "rloo": (MultiTurnRLOOConfig, MultiTurnRLOOTrainer)}[trainer_name]
+    args = tiny_rl_args(config_cls, tmp_path, packing="prefix", reward_mode="dense", num_iterations=2,
+                        action_parser="trl_multiturn.rollout.parsing:whole_reply")
+    trainer = trainer_cls(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                          train_dataset=Dataset.from_list([{"target": 2}] * 4))
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    torch.manual_seed(0)
+    inputs = trainer._generate_and_score_completions([{"target": 2}, {"target": 2}, {"target": 3}, {"target": 3}])
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    plan = plan_packs(ids, mask, inputs["completion_ids"].shape[1])
+    assert plan.forwarded_tokens < plan.padded_tokens  # the rows do share prefixes
+    padded_old = sequence_logps(trainer.model, ids, mask, inputs["completion_ids"].shape[1],
+                                temperature=trainer.temperature)[0]
+    torch.testing.assert_close(inputs["old_per_token_logps"], padded_old, atol=ATOL, rtol=0)
+    losses = {}
+    for packing in ("prefix", "padded"):
+        trainer.args.packing = packing
+        trainer.model.zero_grad()
+        loss = trainer._compute_loss(trainer.model, inputs)
+        loss.backward()
+        losses[packing] = (loss.item(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None])
+    assert losses["prefix"][0] == pytest.approx(losses["padded"][0], abs=1e-5)
+    for a, b in zip(losses["prefix"][1], losses["padded"][1], strict=True):
+        torch.testing.assert_close(a, b, atol=ATOL * max(1.0, b.abs().max().item()), rtol=1e-4)

@@ -161,17 +161,3 @@ class FaultyEnv(Environment):
     def close(self):
         if self.closed_dir is not None and self.task_id is not None:
             open(os.path.join(self.closed_dir, str(self.task_id)), "w").close()
-
-
-def trl_padded_logps(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False):
-    """TRL's `GRPOTrainer._get_per_token_logps_and_entropies` itself (its profiling wrapper apart) outside a trainer,
-    on a stand-in holding the one attribute it reads (the accelerator's autocast, here none): the padded path that
-    tests and benchmarks compare prefix packing with."""
-    import types
-    from contextlib import nullcontext
-
-    from trl import GRPOTrainer
-
-    stand_in = types.SimpleNamespace(accelerator=types.SimpleNamespace(autocast=nullcontext))
-    return GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__(
-        stand_in, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy=compute_entropy)

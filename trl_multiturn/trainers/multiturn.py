@@ -41,6 +41,7 @@ from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
 from ..rollout.training_template import prepare_chat_template, read_chat_template, use_training_chat_template_field
 from ..run_lifetime import sigterm_stops_the_run
+from .packing import PACKING_MODES, check_packing, packed_logps_and_entropies
 from .policy_lag import LaggedRollouts, stale_episodes
 from .run_files import RunFilesMixin
 from .step import MultiTurnStep, sequence_logps
@@ -174,6 +175,16 @@ class MultiTurnArguments:
                           "work. Not with rollout_overlap.",
                   "choices": ROLLOUT_SCHEDULES},
     )
+    packing: str = field(
+        default="auto",
+        metadata={"help": "How a step's forwards (old, reference and the loss's log-probs) lay out its rows: "
+                          "'prefix' forwards each shared token prefix once (a group's prompt, a step-wise episode's "
+                          "earlier turns) with a prefix-tree attention mask, 'padded' forwards each row whole, 'auto' "
+                          "packs where the model's attention takes the mask and a cost model says it is cheaper. The "
+                          "log-probs are the same either way (trl_multiturn/trainers/packing.py; "
+                          "benchmarks/packing.py measures the saving).",
+                  "choices": list(PACKING_MODES)},
+    )
     max_policy_lag: int = field(
         default=0,
         metadata={"help": "0: on-policy (each step's rollout is played by the weights it trains). k >= 1: the rollout "
@@ -256,6 +267,7 @@ class MultiTurnArguments:
         self.check_episode_format()
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
         check_schedule(self.rollout_schedule, self.rollout_overlap)
+        check_packing(self.packing)
         self.check_policy_lag()
         self.env_ray_resources = parse_ray_resources(self.env_ray_resources)
         check_ray_placement(self.env_mode, self.ray_placement())
@@ -877,14 +889,19 @@ class MultiTurnMixin(RunFilesMixin):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):
-        """Every log-prob of a step, TRL's loss's included, from one function (`step.sequence_logps`). Episodes
-        are text: multimodal inputs are refused."""
+        """Every log-prob of a step, TRL's loss's included, from one function: the rows' shared prefixes forwarded
+        once (`packing.packed_logps_and_entropies`), or each row whole (`step.sequence_logps`), as `packing` says.
+        Episodes are text: multimodal inputs are refused."""
         given = sorted(name for name, value in multimodal.items() if value is not None)
         if given:
             raise ValueError(f"multi-turn episodes are text only; got {given}")
-        return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=self.temperature,
-                              batch_size=batch_size, compute_entropy=compute_entropy,
-                              compute_aux_loss=compute_aux_loss, autocast=self.accelerator.autocast)
+        if compute_aux_loss or self.args.packing == "padded":  # MoE's load-balancing loss: the rows' own forwards
+            return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=self.temperature,
+                                  batch_size=batch_size, compute_entropy=compute_entropy,
+                                  compute_aux_loss=compute_aux_loss, autocast=self.accelerator.autocast)
+        return (*packed_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                            compute_entropy, temperature=self.temperature, packing=self.args.packing,
+                                            autocast=self.accelerator.autocast), None)
 
     @torch.no_grad()
     def _reference_logps(self, input_ids, attention_mask, logits_to_keep: int, batch_size: int) -> torch.Tensor:

@@ -10,10 +10,10 @@ token therefore computes what it computes in its own row, and per-position outpu
                                     pred(b, d) the packed position of the row's token d - 1
 
 for the K kept columns of the (B, W) padded input (TRL's `logits_to_keep`), 0 where the column is padding, exactly as
-TRL's `_get_per_token_logps_and_entropies` returns them. The logit at depth d - 1 predicts token d; a packed position
-predicts one label (TRL's fused LM head takes one `shift_labels` per position), so where two rows need different
-labels from one position (the last shared token before their completions diverge), the later row re-forwards the
-tokens from that position on (one token for a GRPO group's shared prompt).
+the padded path (`step.sequence_logps`) returns them. The logit at depth d - 1 predicts token d; a packed position
+predicts one label (`shift_labels`; the LM head runs at the labelled positions only), so where two rows need
+different labels from one position (the last shared token before their completions diverge), the later row
+re-forwards the tokens from that position on (one token for a GRPO group's shared prompt).
 
 Rows are taken in lexicographic order of their tokens (a depth-first walk of the trie, so each row shares the most with
 the row before it) and grouped into packs greedily: a row joins the current pack when forwarding its new tokens there
@@ -22,13 +22,13 @@ costs no more than forwarding it alone, under the FLOP model
     cost(L) = L + rho * L^2,    rho = 4 d / (2 (2 d^2 + 2 d d_kv + 3 d d_ff))
 
 (per token and layer: the linear layers, 2 (2 d^2 + 2 d d_kv + 3 d d_ff) FLOPs; per query-key pair: 4 d, the masked
-attention computed dense; plus the LM head where it runs at every position: `attention_cost_ratio`), and the pack
+attention computed dense: `attention_cost_ratio`; the LM head runs on the scored tokens in both paths), and the pack
 stays within the token budget, `batch_size` x W: the tokens of one padded chunk of TRL's forwards, so that no forward
 holds more tokens than the padded path's. Packs are batched into forwards of (k, L) with k L <= budget. Where the
 planned forwards cost more than the padded rows (little shared, long packs), `packing="auto"` takes the padded path.
 
-Micro-batching: the step calls `packed_logps_and_entropies` with the arguments it gives TRL's
-`_get_per_token_logps_and_entropies`. For the old and reference log-probs (no grad) that is the whole generation
+Micro-batching: every forward of a step goes through `packed_logps_and_entropies` (the trainers' override of TRL's
+`_get_per_token_logps_and_entropies`). For the old and reference log-probs (no grad) that is the whole generation
 batch with `batch_size=per_device_train_batch_size`: packs may then hold a group's rows across TRL's chunks, each
 forward within a chunk's tokens. For the loss it is one micro-batch's rows (gradient accumulation unchanged): packs
 cover whole rows of that micro-batch only, so rows share prefixes in the loss where a micro-batch holds a group's (or
@@ -42,9 +42,12 @@ refused by name (`packing="prefix"`) or fall back to the padded path (`packing="
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+
+from .step import sequence_logps, token_logps_and_entropies
 
 PACKING_MODES = ("auto", "prefix", "padded")
 """`packing` values: "prefix" packs (refusing a model that cannot take it), "padded" forwards the rows as they are,
@@ -181,18 +184,16 @@ def plan_packs(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_
 def attention_cost_ratio(model) -> float:
     """rho of the cost model: FLOPs of one masked query-key pair over those of one token's linear layers,
 
-        rho = n 4 d / (n 2 (2 d^2 + 2 d d_kv + 3 d d_ff) + h 2 d V)
+        rho = 4 d / (2 (2 d^2 + 2 d d_kv + 3 d d_ff))
 
-    over n layers, with h = 1 where the LM head runs at every position (TRL's fused head off Triton, i.e. on CPU:
-    scored and unscored positions alike), h = 0 where it runs on the scored tokens only (the same in both paths)."""
+    (the LM head runs on the scored tokens only, in both paths alike)."""
     config = _text_config(model)
-    d, n = config.hidden_size, config.num_hidden_layers
+    d = config.hidden_size
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or d // heads
     d_kv = (getattr(config, "num_key_value_heads", None) or heads) * head_dim
     d_ff = getattr(config, "intermediate_size", 4 * d)
-    head = 2 * d * config.vocab_size if _device(model).type == "cpu" else 0
-    return n * 4 * d / (n * 2 * (2 * d * d + 2 * d * d_kv + 3 * d * d_ff) + head)
+    return 4 * d / (2 * (2 * d * d + 2 * d * d_kv + 3 * d * d_ff))
 
 
 def model_inputs(model, forward: Forward) -> dict:
@@ -209,18 +210,21 @@ def model_inputs(model, forward: Forward) -> dict:
 
 
 def packed_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                               batch_size: int | None = None, compute_entropy: bool = False, *, packing: str = "auto",
-                               padded=None, plan: PackPlan | None = None):
-    """(logps (B, K), entropies (B, K) or None): what TRL's `_get_per_token_logps_and_entropies(model, input_ids,
-    attention_mask, logits_to_keep, batch_size, compute_entropy)` returns, by prefix-tree packing.
+                               batch_size: int | None = None, compute_entropy: bool = False, *, temperature: float,
+                               packing: str = "auto", plan: PackPlan | None = None, autocast=None, padded=None):
+    """(logps (B, K), entropies (B, K) or None): what the padded path `step.sequence_logps(model, input_ids,
+    attention_mask, logits_to_keep, temperature=temperature, batch_size=..., compute_entropy=...)` returns, by
+    prefix-tree packing.
 
-    `model` carries TRL's fused LM head (`trl.trainer.utils.add_fused_lm_head`, which the GRPO and RLOO trainers add
-    with their temperature; with PEFT, on the base model). `padded` is the padded path, called as TRL's method is
-    (`padded(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy=...)`, returning a tuple
-    whose first two items are the log-probs and entropies) for `packing="padded"`, and for "auto" where the model
-    cannot be packed or packing costs more. Call it inside the accelerator's autocast, as TRL does. `plan` reuses a
-    `plan_packs` of the same rows (the old, reference and loss forwards of one batch share it)."""
+    The padded path runs for `packing="padded"`, and for "auto" where the model cannot be packed or packing costs
+    more (`padded`, called as `padded(model, input_ids, attention_mask, logits_to_keep, batch_size,
+    compute_entropy=...)`, replaces it). `plan` reuses a `plan_packs` of the same rows (the old, reference and loss
+    forwards of one batch share it); `autocast` is the accelerator's, around each forward."""
     check_packing(packing)
+    if padded is None:
+        def padded(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False):
+            return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=temperature,
+                                  batch_size=batch_size, compute_entropy=compute_entropy, autocast=autocast)
     if packing != "padded":
         refusal = packing_refusal(model, int(attention_mask.sum(1).max()))
         if refusal and packing == "prefix":
@@ -229,10 +233,8 @@ def packed_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
             plan = plan or plan_packs(input_ids, attention_mask, logits_to_keep, batch_size,
                                       pad_token_id=_pad_id(model), rho=attention_cost_ratio(model))
             if packing == "prefix" or plan.packed_cost < plan.padded_cost:
-                return _run_packed(model, plan, compute_entropy)
-    if padded is None:
-        raise ValueError(f"packing={packing!r} needs the padded path here: pass padded=<the trainer's "
-                         "_get_per_token_logps_and_entropies>")
+                with autocast() if autocast is not None else nullcontext():
+                    return _run_packed(model, plan, compute_entropy, temperature)
     logps, entropies = padded(model, input_ids, attention_mask, logits_to_keep, batch_size,
                               compute_entropy=compute_entropy)[:2]
     return logps, entropies
@@ -245,21 +247,19 @@ def packed_values(critic, plan: PackPlan) -> torch.Tensor:
     return plan.unpack([critic(**model_inputs(critic, forward)).logits[..., 0].float() for forward in plan.forwards])
 
 
-def _run_packed(model, plan: PackPlan, compute_entropy: bool):
+def _run_packed(model, plan: PackPlan, compute_entropy: bool, temperature: float):
+    """Each forward of `plan`, its logits computed only at the positions that predict a label (`logits_to_keep` as
+    indices), scored by `step.token_logps_and_entropies` as the padded path scores them."""
     logps, entropies = [], []
     for forward in plan.forwards:
-        out = model(**model_inputs(model, forward), shift_labels=forward.shift_labels.to(_device(model)),
-                    fused_lm_head=True)
-        if getattr(out, "log_probs", None) is None:
-            raise TypeError(f"{type(model).__name__} returned no log_probs: prefix packing calls the model through "
-                            "TRL's fused LM head; add it with trl.trainer.utils.add_fused_lm_head(model, temperature, "
-                            "outputs=('log_probs', 'entropy'))")
-        if compute_entropy and out.entropy is None:
-            raise ValueError("compute_entropy=True but the fused LM head computes no entropy: add it with "
-                             "outputs=('log_probs', 'entropy')")
-        logps.append(out.log_probs)
+        labels = forward.shift_labels.to(_device(model))
+        positions = (labels != IGNORE).any(dim=0).nonzero().flatten()
+        out = model(**model_inputs(model, forward), logits_to_keep=positions, use_cache=False)
+        lp, ent = token_logps_and_entropies(out.logits, labels[:, positions].clamp(min=0), temperature,
+                                            compute_entropy)
+        logps.append(lp.new_zeros(labels.shape).index_copy(1, positions, lp))
         if compute_entropy:
-            entropies.append(out.entropy)
+            entropies.append(ent.new_zeros(labels.shape).index_copy(1, positions, ent))
     return plan.unpack(logps), plan.unpack(entropies) if compute_entropy else None
 
 

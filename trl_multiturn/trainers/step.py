@@ -56,7 +56,7 @@ def sequence_logps(model, input_ids, attention_mask, logits_to_keep: int, *, tem
                    batch_size: int | None = None, compute_entropy: bool = False, compute_aux_loss: bool = False,
                    autocast=None):
     """(log-probs (B, logits_to_keep), entropies or None, aux loss or None) of the last `logits_to_keep` tokens of
-    each row under `model` (rows left-padded prompt then right-padded completion, as TRL lays them out),
+    each row under `model` (rows left-padded prompt then right-padded completion, as TRL lays them out; 0 at padding),
     `batch_size` rows per forward. The model computes logits for those positions only (`logits_to_keep`)."""
     batch_size = batch_size or input_ids.size(0)
     logps, entropies, aux = [], [], []
@@ -68,8 +68,9 @@ def sequence_logps(model, input_ids, attention_mask, logits_to_keep: int, *, tem
                         **kwargs)
         lp, ent = token_logps_and_entropies(out.logits[:, -logits_to_keep - 1:-1], ids[:, -logits_to_keep:],
                                             temperature, compute_entropy)
-        logps.append(lp)
-        entropies.append(ent)
+        padding = mask[:, -logits_to_keep:] == 0  # 0 there, as TRL's own function gives
+        logps.append(lp.masked_fill(padding, 0.0))
+        entropies.append(ent.masked_fill(padding, 0.0) if compute_entropy else None)
         if compute_aux_loss:
             aux.append(out.aux_loss)
     return (torch.cat(logps), torch.cat(entropies) if compute_entropy else None,
