@@ -60,7 +60,6 @@ SWE_SYSTEM = ("You are fixing a bug in a Python repository. Reply with one actio
 def load_model(layers: int | None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl.trainer.utils import add_fused_lm_head
 
     from trl_multiturn.models import offline_default_model
 
@@ -69,7 +68,6 @@ def load_model(layers: int | None):
     if layers:
         model.model.layers = model.model.layers[:layers]
         model.config.num_hidden_layers = layers
-    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
     return model, AutoTokenizer.from_pretrained(path)
 
 
@@ -182,7 +180,6 @@ def one_step(model, rows, packing: str) -> float:
     """Seconds of one optimizer step's forwards and backward: the no-grad old log-probs, then the loss."""
     import torch
 
-    from trl_multiturn.testing import trl_padded_logps
     from trl_multiturn.trainers.packing import attention_cost_ratio, packed_logps_and_entropies, plan_packs
 
     ids, mask, keep = padded_batch(rows)
@@ -195,7 +192,7 @@ def one_step(model, rows, packing: str) -> float:
 
     def logps(compute_entropy):
         return packed_logps_and_entropies(model, ids, mask, keep, compute_entropy=compute_entropy, packing=packing,
-                                          padded=trl_padded_logps, plan=plan)
+                                          temperature=1.0, plan=plan)
 
     with torch.no_grad():
         old, _ = logps(False)
