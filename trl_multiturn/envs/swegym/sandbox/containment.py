@@ -1,15 +1,19 @@
 """Limits on a local sandbox as a whole, beyond the per-process rlimits: a disk quota for its writable folders (a
-size-limited tmpfs mounted on the host folder that holds them) and a memory limit for all its processes together
-(a cgroup). Both need root and a kernel that offers them; where one is missing the sandbox says so once, in the log,
-and keeps the per-process limits only (see the SWE-Gym README's containment section)."""
+size-limited tmpfs in a mount namespace of the sandbox's own, never mounted on the host) and a memory limit for all
+its processes together (a cgroup). Both need root and a kernel that offers them; where one is missing the sandbox
+says so once, in the log, and keeps the per-process limits only (see the SWE-Gym README's containment section)."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
+
+from .base import SandboxError
 
 logger = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -23,25 +27,82 @@ def warn_once(key: str, message: str) -> None:
         logger.warning(message)
 
 
-def mount_quota(folder: Path, megabytes: int) -> bool:
-    """Mount a tmpfs of `megabytes` MiB on `folder` (an empty folder), so that what is written below it can never
-    take more than that (ENOSPC) and never reaches the host disk. True when mounted."""
+MOUNT_POINT = Path(tempfile.gettempdir()) / "trl_multiturn_sandbox"  # empty on the host, shared by every sandbox
+_CLONE_NEWNS = 0x00020000
+_libc = ctypes.CDLL(None, use_errno=True)
+# In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB, the folders $2... bound in it
+# (as bind0, bind1...), then a user namespace whose pid it prints.
+_HOLDER = ('mount -t tmpfs -o "size=$1m,mode=0711,nosuid,nodev" trl-multiturn-sandbox "$0" && shift && i=0 && '
+           'for folder in "$@"; do mkdir "$0/bind$i" && mount --bind "$folder" "$0/bind$i" || exit 1; i=$((i+1)); '
+           "done && exec unshare --user /bin/sh -c 'echo $$; read _'")
+
+
+class PrivateSpace:
+    """A sandbox's writable space that nothing outside the sandbox's own namespaces holds.
+
+    As root: a tmpfs of `disk_mb` MiB (the disk quota; what it holds counts against the memory cgroup, never the
+    host disk) mounted in a mount namespace of its own, and a user namespace that maps the sandbox uid to itself.
+    The host never sees the mount: this process keeps both namespaces by descriptor (`mnt_fd`, `userns_fd`) and
+    reaches the tmpfs through `root` (/proc/self/fd/N), so when it ends, however it ends (SIGKILL included), the
+    kernel drops the namespaces and the tmpfs with its files. Commands and git run in that mount namespace
+    (`enter()` in the child before exec); `MOUNT_POINT`, the same empty folder for every sandbox, is where they see
+    the tmpfs. Each of the `folders` the sandbox binds read-only (the task Python) is bound at `binds[i]` there, a
+    path bubblewrap can reach as the sandbox uid wherever the folder itself lies (under root's home, say).
+    """
+
+    def __init__(self, megabytes: int, uid: int | None, folders: list[Path]):
+        """`uid`: the uid the user namespace maps to itself (None: uid 0)."""
+        holder = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _HOLDER, str(MOUNT_POINT),
+             str(megabytes), *map(str, folders)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        fds: list[int] = []
+        try:
+            line = holder.stdout.readline().strip()
+            if not line.isdigit():
+                holder.stdin.close()
+                raise SandboxError(f"could not make the sandbox's private tmpfs: {holder.stderr.read().strip()}")
+            proc = Path("/proc", line)
+            uid = 0 if uid is None else uid
+            (proc / "uid_map").write_text(f"{uid} {uid} 1\n")
+            (proc / "setgroups").write_text("deny")
+            (proc / "gid_map").write_text(f"{uid} {uid} 1\n")
+            for name in ("ns/mnt", "ns/user", f"root{MOUNT_POINT}"):
+                fds.append(os.open(proc / name, os.O_RDONLY | os.O_CLOEXEC))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        finally:
+            if not holder.stdin.closed:
+                holder.stdin.close()  # the holder ends; its namespaces live on in our descriptors
+            holder.wait()
+            holder.stdout.close()
+            holder.stderr.close()
+        self.mnt_fd, self.userns_fd, self.root_fd = fds
+        self.binds = [MOUNT_POINT / f"bind{i}" for i in range(len(folders))]
+        self.root = Path(f"/proc/self/fd/{self.root_fd}")
+
+    def enter(self) -> None:
+        """Join the private mount namespace (in a child process before exec: it must be single-threaded)."""
+        if _libc.setns(self.mnt_fd, _CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the sandbox's mount namespace")
+
+    def close(self) -> None:
+        for fd in (self.mnt_fd, self.userns_fd, self.root_fd):
+            os.close(fd)
+
+
+def private_space(megabytes: int, uid: int | None, folders: list[Path]) -> PrivateSpace | None:
+    """A `PrivateSpace` as root; None otherwise (logged once: the sandbox's folders are then a plain temporary
+    folder without quota, removed on close, on SIGINT and on SIGTERM, not on SIGKILL)."""
     if os.geteuid() != 0:
-        warn_once("quota", "sandbox disk quota: not root, so the sandbox folders are not size-limited (only each "
-                  "file is, by max_file_mb); see the SWE-Gym README, 'Containment'")
-        return False
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m,mode=0711", "trl-multiturn-sandbox",
-                           str(folder)], capture_output=True, text=True)
-    if done.returncode != 0:
-        warn_once("quota", f"sandbox disk quota: could not mount a tmpfs ({done.stderr.strip()}), so the sandbox "
-                  "folders are not size-limited; see the SWE-Gym README, 'Containment'")
-        return False
-    return True
-
-
-def unmount(folder: Path) -> None:
-    """Detach the quota tmpfs (its files go with it), even while a process still has a file of it open."""
-    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+        warn_once("quota", "sandbox disk quota: not root, so the sandbox folders are a plain temporary folder, not "
+                  "size-limited (only each file is, by max_file_mb); see the SWE-Gym README, 'Containment'")
+        return None
+    MOUNT_POINT.mkdir(mode=0o755, exist_ok=True)
+    return PrivateSpace(megabytes, uid, folders)
 
 
 def _memory_hierarchy() -> tuple[Path, str] | None:
@@ -71,6 +132,7 @@ class MemoryCgroup:
             root, limit_file = hierarchy
             parent = root / GROUP
             parent.mkdir(exist_ok=True)
+            _remove_orphans(parent)
             if limit_file == "memory.max":  # v2: the controller must be enabled for the children of each level
                 for level in (root, parent):
                     (level / "cgroup.subtree_control").write_text("+memory")
@@ -98,3 +160,14 @@ class MemoryCgroup:
             self.path.rmdir()
         except OSError:
             pass  # a process not yet reaped still holds it; an empty leftover folder costs nothing
+
+
+def _remove_orphans(parent: Path) -> None:
+    """Remove the empty cgroups of sandboxes whose process is gone (killed before it could remove them)."""
+    for group in parent.iterdir():
+        pid = group.name.split("-")[0]
+        if group.is_dir() and pid.isdigit() and not Path("/proc", pid).exists():
+            try:
+                group.rmdir()
+            except OSError:
+                pass  # a process of it still runs
