@@ -3,9 +3,9 @@
 A pure function of the sandbox's layout, so what a command can see is readable in one place (and testable):
 its own user, network, PID, IPC, UTS, cgroup and mount namespaces; /usr and /etc read-only; the task Python
 read-only with every site-packages folder of the trainer masked; the checkout at `workdir`; a /tmp of its own; a
-fresh /proc and /dev with a private /dev/shm. As root the user namespace is the sandbox's own (made with its private
-space, `containment.PrivateSpace`, mapping the sandbox's uid to itself) and bubblewrap runs the command as that uid
-without any capability; as an ordinary user bubblewrap makes a user namespace of the current uid. The seccomp
+fresh /proc and /dev with a private /dev/shm; everything else read-only. bubblewrap runs unprivileged, as the
+sandbox's uid (as root, the caller switches to it first), and makes a user namespace that maps that uid to itself,
+where the command has no capability and cannot make another (`--disable-userns`). The seccomp
 filter (`seccomp.py`, `--seccomp`, added per command by the caller) denies what could reach outside these
 namespaces (the kernel keyring, other processes, mounts, new namespaces, io_uring...). bubblewrap's own init is the
 PID namespace's PID 1 and dies with bubblewrap (`--die-with-parent`); when it dies the kernel kills everything else
@@ -49,24 +49,17 @@ def bwrap_argv(
     hidden: list[Path],
     env: dict[str, str],
     shm_bytes: int,
-    userns_fd: int | None,
-    uid: int | None,
 ) -> list[str]:
     """The argv prefix (a command and its arguments follow) that runs a command in the sandbox.
 
     `checkout` (host) appears read-write at `workdir`, `tmp` (host) read-write at /tmp; `python_dirs` (each folder
     with where bubblewrap finds it: a bind mount the sandbox uid can reach, `containment.PrivateSpace`) read-only
     at their own paths (with world-readable parent folders made for them); each of `hidden` that lies inside a
-    visible folder is covered by an empty tmpfs. `userns_fd` (as root): the sandbox's user namespace, where `uid` is
-    the uid the command runs as (None: uid 0, without capabilities); None makes a user namespace of the current uid
-    (not root).
+    visible folder is covered by an empty read-only tmpfs.
     """
     argv = [find_program("bwrap", "bubblewrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net",
-            "--unshare-uts", "--unshare-cgroup", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
-    if userns_fd is None:
-        argv += ["--unshare-user", "--disable-userns"]
-    else:
-        argv += ["--userns", str(userns_fd), "--uid", str(uid or 0), "--gid", str(uid or 0)]
+            "--unshare-uts", "--unshare-cgroup", "--unshare-user", "--disable-userns", "--die-with-parent",
+            "--new-session", "--hostname", "sandbox"]
     argv += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     for name in _ROOT_LINKS:
         host = Path("/", name)
@@ -90,8 +83,8 @@ def bwrap_argv(
         same.append(folder)
     for folder in sorted(set(hidden)):
         if folder.is_dir() and _covered(folder, same):
-            argv += ["--tmpfs", str(folder)]
-    argv += ["--remount-ro", "/", "--chdir", workdir, "--clearenv"]
+            argv += ["--tmpfs", str(folder), "--remount-ro", str(folder)]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", workdir, "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
     return [*argv, "--"]

@@ -31,27 +31,26 @@ MOUNT_POINT = Path(tempfile.gettempdir()) / "trl_multiturn_sandbox"  # empty on 
 _CLONE_NEWNS = 0x00020000
 _libc = ctypes.CDLL(None, use_errno=True)
 # In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB, the folders $2... bound in it
-# (as bind0, bind1...), then a user namespace whose pid it prints.
+# (as bind0, bind1...); then it prints its pid and waits for a line.
 _HOLDER = ('mount -t tmpfs -o "size=$1m,mode=0711,nosuid,nodev" trl-multiturn-sandbox "$0" && shift && i=0 && '
            'for folder in "$@"; do mkdir "$0/bind$i" && mount --bind "$folder" "$0/bind$i" || exit 1; i=$((i+1)); '
-           "done && exec unshare --user /bin/sh -c 'echo $$; read _'")
+           "done && echo $$ && read _")
 
 
 class PrivateSpace:
     """A sandbox's writable space that nothing outside the sandbox's own namespaces holds.
 
     As root: a tmpfs of `disk_mb` MiB (the disk quota; what it holds counts against the memory cgroup, never the
-    host disk) mounted in a mount namespace of its own, and a user namespace that maps the sandbox uid to itself.
-    The host never sees the mount: this process keeps both namespaces by descriptor (`mnt_fd`, `userns_fd`) and
-    reaches the tmpfs through `root` (/proc/self/fd/N), so when it ends, however it ends (SIGKILL included), the
-    kernel drops the namespaces and the tmpfs with its files. Commands and git run in that mount namespace
-    (`enter()` in the child before exec); `MOUNT_POINT`, the same empty folder for every sandbox, is where they see
-    the tmpfs. Each of the `folders` the sandbox binds read-only (the task Python) is bound at `binds[i]` there, a
-    path bubblewrap can reach as the sandbox uid wherever the folder itself lies (under root's home, say).
+    host disk) mounted in a mount namespace of its own. The host never sees the mount: this process keeps the
+    namespace by descriptor (`mnt_fd`) and reaches the tmpfs through `root` (/proc/self/fd/N), so when it ends,
+    however it ends (SIGKILL included), the kernel drops the namespace and the tmpfs with its files. Commands and
+    git run in that mount namespace (`enter()` in the child before exec); `MOUNT_POINT`, the same empty folder for
+    every sandbox, is where they see the tmpfs. Each of the `folders` the sandbox binds read-only (the task Python)
+    is bound at `binds[i]` there, a path bubblewrap can reach as the sandbox uid wherever the folder itself lies
+    (under root's home, say).
     """
 
-    def __init__(self, megabytes: int, uid: int | None, folders: list[Path]):
-        """`uid`: the uid the user namespace maps to itself (None: uid 0)."""
+    def __init__(self, megabytes: int, folders: list[Path]):
         holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _HOLDER, str(MOUNT_POINT),
              str(megabytes), *map(str, folders)],
@@ -64,11 +63,7 @@ class PrivateSpace:
                 holder.stdin.close()
                 raise SandboxError(f"could not make the sandbox's private tmpfs: {holder.stderr.read().strip()}")
             proc = Path("/proc", line)
-            uid = 0 if uid is None else uid
-            (proc / "uid_map").write_text(f"{uid} {uid} 1\n")
-            (proc / "setgroups").write_text("deny")
-            (proc / "gid_map").write_text(f"{uid} {uid} 1\n")
-            for name in ("ns/mnt", "ns/user", f"root{MOUNT_POINT}"):
+            for name in ("ns/mnt", f"root{MOUNT_POINT}"):
                 fds.append(os.open(proc / name, os.O_RDONLY | os.O_CLOEXEC))
         except BaseException:
             for fd in fds:
@@ -80,7 +75,7 @@ class PrivateSpace:
             holder.wait()
             holder.stdout.close()
             holder.stderr.close()
-        self.mnt_fd, self.userns_fd, self.root_fd = fds
+        self.mnt_fd, self.root_fd = fds
         self.binds = [MOUNT_POINT / f"bind{i}" for i in range(len(folders))]
         self.root = Path(f"/proc/self/fd/{self.root_fd}")
 
@@ -90,11 +85,11 @@ class PrivateSpace:
             raise OSError(ctypes.get_errno(), "setns into the sandbox's mount namespace")
 
     def close(self) -> None:
-        for fd in (self.mnt_fd, self.userns_fd, self.root_fd):
+        for fd in (self.mnt_fd, self.root_fd):
             os.close(fd)
 
 
-def private_space(megabytes: int, uid: int | None, folders: list[Path]) -> PrivateSpace | None:
+def private_space(megabytes: int, folders: list[Path]) -> PrivateSpace | None:
     """A `PrivateSpace` as root; None otherwise (logged once: the sandbox's folders are then a plain temporary
     folder without quota, removed on close, on SIGINT and on SIGTERM, not on SIGKILL)."""
     if os.geteuid() != 0:
@@ -102,7 +97,7 @@ def private_space(megabytes: int, uid: int | None, folders: list[Path]) -> Priva
                   "size-limited (only each file is, by max_file_mb); see the SWE-Gym README, 'Containment'")
         return None
     MOUNT_POINT.mkdir(mode=0o755, exist_ok=True)
-    return PrivateSpace(megabytes, uid, folders)
+    return PrivateSpace(megabytes, folders)
 
 
 def _memory_hierarchy() -> tuple[Path, str] | None:

@@ -1,16 +1,23 @@
 """`DockerSandbox`: the task's image in a fresh container per episode and per grading, through the Docker SDK.
 
-Containers run without network (`--network none`), without any capability, with `no-new-privileges`, a PID 1
-that reaps orphans and outlives `kill -9 -1`, and memory, pids and CPU limits. SWE-Gym's images are named after
-the instance id; the shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
+Containers run without network (`--network none`), without any capability, with `no-new-privileges`, Docker's
+default seccomp profile (the keyring, ptrace, bpf, mounts, namespaces, io_uring... denied), IPC, PID, UTS and
+cgroup namespaces of their own (IPC and cgroup stated explicitly, not left to the daemon's defaults; PID and UTS
+are private unless asked otherwise), a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, and
+memory, pids and CPU limits. A container that does not start, or that stops under a command (killed from outside,
+its engine gone), raises `SandboxError`: an infrastructure failure, never a result; a start is tried
+`START_ATTEMPTS` times when the engine's error may pass. SWE-Gym's images are named after the instance id; the
+shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import posixpath
 import shlex
 import tarfile
+import time
 from typing import Any
 
 from .base import (
@@ -47,6 +54,8 @@ def task_image(task: dict, config: SandboxConfig | None = None) -> str:
 # The container's PID 1: it reaps orphans, and survives a `kill -9 -1` from inside (which the kernel never
 # delivers to PID 1 and which only ends its `sleep`), so the agent cannot stop its own container.
 KEEPER = "mkdir -p {scratch}; trap '' TERM INT HUP; while :; do sleep 1000 & wait; done"
+START_ATTEMPTS = 3  # a container start that failed in the engine (runc's "broken pipe" on a loaded machine)
+logger = logging.getLogger(__name__)
 
 
 class DockerSandbox(Sandbox):
@@ -81,6 +90,9 @@ class DockerSandbox(Sandbox):
             "pids_limit": cfg.max_processes,
             "nano_cpus": int(cfg.docker_cpus * 1e9),
             "network_mode": "bridge" if cfg.docker_network else "none",
+            "ipc_mode": "private",  # its own IPC namespace and /dev/shm, which no other container may join
+            "shm_size": cfg.max_file_mb * 1024 * 1024,
+            "cgroupns": "private",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "labels": {"trl_multiturn.swegym": task["instance_id"]},
@@ -130,18 +142,59 @@ class DockerSandbox(Sandbox):
         source = shipped_source(task)
         if source is not None and not task.get("image_name"):
             ensure_task_image(self.client, source)
-        try:
-            self.container = self.client.containers.run(**self.container_options(task))
-        except Exception as e:
-            raise SandboxError(f"could not start {self.image_for(task)}: {e}") from e
+        self.container = self._start_container(self.container_options(task))
+
+    def _start_container(self, options: dict[str, Any]):
+        """Create and start a container; an engine error (HTTP 5xx, the engine unreachable) is tried again after a
+        pause, up to START_ATTEMPTS starts, removing the container each failed start left."""
+        import docker
+
+        options = {k: v for k, v in options.items() if k != "detach"}
+        for attempt in range(1, START_ATTEMPTS + 1):
+            container = None
+            try:
+                container = self.client.containers.create(**options)
+                container.start()
+                return container
+            except Exception as e:
+                if container is not None:
+                    _remove_quietly(container)
+                client_error = isinstance(e, docker.errors.APIError) and not e.is_server_error()
+                if client_error or not isinstance(e, docker.errors.DockerException) or attempt == START_ATTEMPTS:
+                    raise SandboxError(f"could not start a container of {options['image']} (attempt {attempt} of "
+                                       f"{START_ATTEMPTS}): {e}") from e
+                logger.warning("starting a container of %s failed (%s); trying again", options["image"], e)
+                time.sleep(attempt)
 
     def run(self, command: str, timeout: float | None = None) -> CommandResult:
         if self.container is None:
             raise SandboxError("the sandbox is not started: call start(task) first")
-        result = self.container.exec_run(self.exec_command(command, timeout), workdir=self.config.docker_workdir,
-                                         user=self.config.docker_user, demux=False)
+        import docker
+
+        try:
+            result = self.container.exec_run(self.exec_command(command, timeout), workdir=self.config.docker_workdir,
+                                             user=self.config.docker_user, demux=False)
+        except docker.errors.DockerException as e:
+            raise SandboxError(f"the container could not run the command: {self._state()} ({e})") from e
+        if result.exit_code is None or result.exit_code >= 128:  # killed by a signal: was it the container's end?
+            state = self._state()
+            if state != "running":
+                raise SandboxError(f"the container stopped while it ran the command: {state}")
         output = (result.output or b"").decode("utf-8", errors="replace")
         return CommandResult(output, result.exit_code, timed_out=result.exit_code == 124)
+
+    def _state(self) -> str:
+        """'running', or what the engine says of a container that is not (its exit, OOM kill), or that it is gone."""
+        import docker
+
+        try:
+            self.container.reload()
+        except docker.errors.DockerException as e:
+            return f"gone ({e})"
+        state = self.container.attrs.get("State", {})
+        if state.get("Running"):
+            return "running"
+        return f"{state.get('Status')}, exit code {state.get('ExitCode')}, OOM-killed {state.get('OOMKilled')}"
 
     def _container_path(self, path: str) -> str:
         root = self.config.docker_workdir.rstrip("/")
@@ -193,7 +246,11 @@ class DockerSandbox(Sandbox):
         try:
             stream, _ = self.container.get_archive(full)
         except docker.errors.NotFound:
+            if self._state().startswith("gone"):
+                raise SandboxError(f"the container is gone: {self._state()}") from None
             return None
+        except docker.errors.DockerException as e:
+            raise SandboxError(f"could not read {full} from the container: {e}") from e
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
             member = tar.next()
             if member is None or not member.isfile():
@@ -210,8 +267,12 @@ class DockerSandbox(Sandbox):
 
     def close(self) -> None:
         if self.container is not None:
-            try:
-                self.container.remove(force=True)
-            except Exception:
-                pass  # already gone; nothing else to release
+            _remove_quietly(self.container)
             self.container = None
+
+
+def _remove_quietly(container) -> None:
+    try:
+        container.remove(force=True)
+    except Exception:
+        pass  # already gone; nothing else to release

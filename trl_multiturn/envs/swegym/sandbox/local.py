@@ -140,7 +140,7 @@ class LocalSandbox(Sandbox):
                 raise SandboxError(f"task_python={str(python)!r} has no bin/python: give a virtual environment")
             python_dirs = list(dict.fromkeys([python, Path(sys.base_prefix).resolve()]))
             self.uid = self._choose_uid()
-            self._space = private_space(self.config.disk_mb, self.uid, python_dirs)
+            self._space = private_space(self.config.disk_mb, python_dirs)
             if self._space is not None:
                 self._tmp, inside = self._space.root, MOUNT_POINT  # as this process / as commands reach it
             else:
@@ -166,7 +166,6 @@ class LocalSandbox(Sandbox):
                                  for i, folder in enumerate(python_dirs)},
                     hidden=trainer_folders(),
                     env=self._env(python, home="/tmp"), shm_bytes=self.config.max_file_mb * 1024 * 1024,
-                    userns_fd=self._space.userns_fd if self._space else None, uid=self.uid,
                 )
                 self._probe()
             else:
@@ -261,6 +260,7 @@ class LocalSandbox(Sandbox):
     def _limits(self):
         cfg, nproc, mib, cgroup, space = self.config, self._nproc_limit(), 1024 * 1024, self._cgroup, self._space
         plain_workdir = self.workdir if space is not None and not self.isolated else None
+        uid = self.uid if self.uid is not None and self.uid != os.getuid() else None
 
         def limit() -> None:  # runs in the child, after fork and setsid, before exec
             if cgroup is not None:
@@ -274,6 +274,10 @@ class LocalSandbox(Sandbox):
                 space.enter()
             if plain_workdir is not None:
                 os.chdir(plain_workdir)
+            if uid is not None:  # bubblewrap makes the user namespace as this uid, as for an ordinary user
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
 
         return limit
 
@@ -291,8 +295,6 @@ class LocalSandbox(Sandbox):
             os.close(seccomp_write)
             started_read, started_write = os.pipe()
             passed = [info_write, seccomp_read, started_write]
-            if self._space is not None:
-                passed.append(self._space.userns_fd)
             argv = [self._prefix[0], "--info-fd", str(info_write), "--seccomp", str(seccomp_read), *self._prefix[1:]]
             # the command's shell says it started (bubblewrap has set everything up) and closes the descriptor before
             # the first line of the command, which cannot write to it: a failure before is the sandbox's own
@@ -311,7 +313,7 @@ class LocalSandbox(Sandbox):
                     pass_fds=passed,
                 )
             finally:
-                for fd in passed[:3]:
+                for fd in passed:
                     os.close(fd)
             init = _namespace_init(info_read) if self.isolated else None
             timed_out = not _wait(proc, timeout)
