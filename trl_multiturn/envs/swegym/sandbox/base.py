@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import shlex
+import signal
+import sys
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
@@ -127,6 +130,14 @@ class SandboxConfig:
             raise ValueError(f"run_as_uid={self.run_as_uid!r}: use 'auto', 'none' or a numeric uid")
         if self.isolation == "none" and str(self.run_as_uid).isdigit():
             raise ValueError(f"run_as_uid={self.run_as_uid}: switching user needs isolation='bwrap'")
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end this process as SystemExit does, so that sandboxes are closed (their folders and containers
+    removed) when a script that drives them is stopped; only where SIGTERM still has its default action, from the
+    main thread. (SIGINT already raises KeyboardInterrupt; SIGKILL leaves nothing either: see the README.)"""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 TIMEOUT_EXIT_CODE = 124  # as coreutils' `timeout` reports a command it cut

@@ -5,7 +5,9 @@ its own user, network, PID, IPC, UTS, cgroup and mount namespaces; /usr and /etc
 read-only with every site-packages folder of the trainer masked; the checkout at `workdir`; a /tmp of its own; a
 fresh /proc and /dev with a private /dev/shm; everything else read-only. bubblewrap runs unprivileged, as the
 sandbox's uid (as root, the caller switches to it first), and makes a user namespace that maps that uid to itself,
-where the command has no capability and cannot make another (`--disable-userns`). The seccomp
+where the command has no capability; the seccomp filter keeps it from making another (not `--disable-userns`:
+the nested user namespace that option makes clears the init's parent-death signal, and a killed driver would leave
+the namespace running). The seccomp
 filter (`seccomp.py`, `--seccomp`, added per command by the caller) denies what could reach outside these
 namespaces (the kernel keyring, other processes, mounts, new namespaces, io_uring...). bubblewrap's own init is the
 PID namespace's PID 1 and dies with bubblewrap (`--die-with-parent`); when it dies the kernel kills everything else
@@ -58,7 +60,7 @@ def bwrap_argv(
     visible folder is covered by an empty read-only tmpfs.
     """
     argv = [find_program("bwrap", "bubblewrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net",
-            "--unshare-uts", "--unshare-cgroup", "--unshare-user", "--disable-userns", "--die-with-parent",
+            "--unshare-uts", "--unshare-cgroup", "--unshare-user", "--die-with-parent",
             "--new-session", "--hostname", "sandbox"]
     argv += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     for name in _ROOT_LINKS:

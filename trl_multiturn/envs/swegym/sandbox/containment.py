@@ -9,7 +9,6 @@ import ctypes
 import logging
 import os
 import subprocess
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -27,7 +26,9 @@ def warn_once(key: str, message: str) -> None:
         logger.warning(message)
 
 
-MOUNT_POINT = Path(tempfile.gettempdir()) / "trl_multiturn_sandbox"  # empty on the host, shared by every sandbox
+# Empty on the host, shared by every sandbox; its parents must be open to every uid (bubblewrap, as the sandbox uid,
+# binds from below it), so not under TMPDIR, which may be private.
+MOUNT_POINT = Path("/run/trl_multiturn_sandbox")
 _CLONE_NEWNS = 0x00020000
 _libc = ctypes.CDLL(None, use_errno=True)
 # In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB, the folders $2... bound in it
@@ -96,7 +97,7 @@ def private_space(megabytes: int, folders: list[Path]) -> PrivateSpace | None:
         warn_once("quota", "sandbox disk quota: not root, so the sandbox folders are a plain temporary folder, not "
                   "size-limited (only each file is, by max_file_mb); see the SWE-Gym README, 'Containment'")
         return None
-    MOUNT_POINT.mkdir(mode=0o755, exist_ok=True)
+    MOUNT_POINT.mkdir(mode=0o755, parents=True, exist_ok=True)
     return PrivateSpace(megabytes, folders)
 
 

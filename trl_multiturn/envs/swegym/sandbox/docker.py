@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import posixpath
 import shlex
 import tarfile
@@ -28,6 +29,7 @@ from .base import (
     SandboxConfig,
     SandboxError,
     SandboxPathError,
+    exit_on_sigterm,
     timeout_note,
 )
 
@@ -51,9 +53,13 @@ def task_image(task: dict, config: SandboxConfig | None = None) -> str:
     return task_image_name(source) if source is not None else docker_image_name(task["instance_id"], config)
 
 
-# The container's PID 1: it reaps orphans, and survives a `kill -9 -1` from inside (which the kernel never
-# delivers to PID 1 and which only ends its `sleep`), so the agent cannot stop its own container.
-KEEPER = "mkdir -p {scratch}; trap '' TERM INT HUP; while :; do sleep 1000 & wait; done"
+# The container's PID 1 (bash, which reaps orphans): it survives a `kill -9 -1` from inside (which the kernel never
+# delivers to PID 1), so the agent cannot stop its own container; it ends when its stdin does, which the engine
+# closes when the sandbox's attached socket closes: when the sandbox is closed, or its process dies however it dies.
+# Then the engine removes the container (auto_remove).
+# Orphans are reaped by the `wait` of each round (bash reaps every child when one ends).
+KEEPER = ("mkdir -p {scratch}; trap '' TERM INT HUP; while :; do read -r -t 1 _; code=$?; "
+          "[ $code -eq 0 ] || [ $code -gt 128 ] || exit 0; sleep 0 & wait $!; done")
 START_ATTEMPTS = 3  # a container start that failed in the engine (runc's "broken pipe" on a loaded machine)
 logger = logging.getLogger(__name__)
 
@@ -72,6 +78,7 @@ class DockerSandbox(Sandbox):
         super().__init__(config)
         self._client = client
         self.container = None
+        self._lifeline = None  # the attached stdin socket: the container lives while it is open
         self.workdir = self.config.docker_workdir
 
     def image_for(self, task: dict) -> str:
@@ -82,8 +89,10 @@ class DockerSandbox(Sandbox):
         cfg = self.config
         return {
             "image": self.image_for(task),
-            "command": ["/bin/sh", "-c", KEEPER.format(scratch=shlex.quote(self.scratch_dir))],
+            "command": ["/bin/bash", "-c", KEEPER.format(scratch=shlex.quote(self.scratch_dir))],
             "detach": True,
+            "stdin_open": True,  # with create's detach=False, also StdinOnce: the first attached client's end ends it
+            "auto_remove": True,
             "working_dir": cfg.docker_workdir,
             "user": cfg.docker_user,
             "mem_limit": f"{cfg.memory_mb}m",
@@ -95,7 +104,7 @@ class DockerSandbox(Sandbox):
             "cgroupns": "private",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
-            "labels": {"trl_multiturn.swegym": task["instance_id"]},
+            "labels": {"trl_multiturn.swegym": task["instance_id"], "trl_multiturn.driver": str(os.getpid())},
         }
 
     def exec_command(self, command: str, timeout: float | None = None) -> list[str]:
@@ -139,6 +148,7 @@ class DockerSandbox(Sandbox):
         from .images import ensure_task_image, shipped_source
 
         self.close()
+        exit_on_sigterm()
         source = shipped_source(task)
         if source is not None and not task.get("image_name"):
             ensure_task_image(self.client, source)
@@ -154,9 +164,11 @@ class DockerSandbox(Sandbox):
             container = None
             try:
                 container = self.client.containers.create(**options)
+                self._lifeline = container.attach_socket(params={"stdin": 1, "stream": 1})
                 container.start()
                 return container
             except Exception as e:
+                self._close_lifeline()
                 if container is not None:
                     _remove_quietly(container)
                 client_error = isinstance(e, docker.errors.APIError) and not e.is_server_error()
@@ -258,17 +270,22 @@ class DockerSandbox(Sandbox):
             return tar.extractfile(member).read().decode("utf-8", errors="replace")
 
     def stop(self) -> None:
-        """Kill the container (every process in it); its files stay readable until `close`."""
+        """End every process of the container but its PID 1 (each command ends with the same `kill -9 -1`; this
+        is for processes that a command still running, from another thread, would leave); its files stay readable
+        until `close`."""
         if self.container is not None:
-            try:
-                self.container.kill()
-            except Exception:
-                pass  # already stopped
+            self.run("true")
 
     def close(self) -> None:
+        self._close_lifeline()
         if self.container is not None:
             _remove_quietly(self.container)
             self.container = None
+
+    def _close_lifeline(self) -> None:
+        if self._lifeline is not None:
+            self._lifeline.close()
+            self._lifeline = None
 
 
 def _remove_quietly(container) -> None:

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import weakref
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from .base import (
     SandboxConfig,
     SandboxError,
     SandboxPathError,
+    exit_on_sigterm,
     timeout_note,
 )
 from .bwrap import bwrap_argv
@@ -132,7 +132,7 @@ class LocalSandbox(Sandbox):
 
     def start(self, task: dict) -> None:
         self.close()
-        _exit_on_sigterm()
+        exit_on_sigterm()
         source = self._source_repo(task)
         try:
             python = Path(self.config.task_python or ensure_task_python(self._cache_dir())).absolute()
@@ -312,13 +312,15 @@ class LocalSandbox(Sandbox):
                     preexec_fn=self._limits(),
                     pass_fds=passed,
                 )
+            except (OSError, subprocess.SubprocessError) as e:  # bubblewrap or bash missing, a failed setns...
+                raise SandboxError(f"could not start the sandbox's command: {e}") from e
             finally:
                 for fd in passed:
                     os.close(fd)
             init = _namespace_init(info_read) if self.isolated else None
             timed_out = not _wait(proc, timeout)
-            if init is not None and timed_out:
-                _signal_pidfd(init, signal.SIGKILL)  # the namespace's init: its end ends everything in it
+            if init is not None:  # the namespace's init, whatever ended bubblewrap: its end ends everything in it
+                _signal_pidfd(init, signal.SIGKILL)
             _signal(-proc.pid, signal.SIGKILL)  # bubblewrap itself; without it, the command's process group
             proc.wait()
             if init is not None:  # bubblewrap may report before the kernel has emptied the namespace: wait for it
@@ -326,12 +328,12 @@ class LocalSandbox(Sandbox):
                 os.close(init)
             output, code = _read_capped(out, self.config.max_output_bytes), proc.returncode
             started = not self.isolated or _read_marker(started_read)
-            if not started and not timed_out:
-                raise SandboxError(f"bubblewrap could not start the command (exit code {code}): "
-                                   f"{output.strip()[-500:]}")
             if self.isolated and code < 0 and not timed_out:  # only our timeout kills bubblewrap itself
                 raise SandboxError(f"the sandbox was killed from outside ({signal.Signals(-code).name}: the "
                                    "machine's OOM killer, an operator) while it ran the command")
+            if not started and not timed_out:
+                raise SandboxError(f"bubblewrap could not start the command (exit code {code}): "
+                                   f"{output.strip()[-500:]}")
             if timed_out:
                 end = "\n" if output and not output.endswith("\n") else ""
                 return CommandResult(f"{output}{end}{timeout_note(timeout)}\n", TIMEOUT_EXIT_CODE, True)
@@ -468,13 +470,6 @@ def _exists(name: str, dir_fd: int) -> bool:
         return True
     except FileNotFoundError:
         return False
-
-
-def _exit_on_sigterm() -> None:
-    """Make SIGTERM end this process as SystemExit does, so that sandboxes are closed (their folders removed) when
-    a script that drives them is stopped; only where SIGTERM still has its default action, from the main thread."""
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def _wait(proc: subprocess.Popen, timeout: float) -> bool:
