@@ -197,8 +197,9 @@ def test_grading_killed_from_outside_is_an_error(config):
         victim.kill()
     thread.join()
     assert "grade" not in outcome, outcome["grade"].summary()
-    # local: bubblewrap died of a signal it was not sent by us; Docker: the container is not running any more
-    assert re.search("killed from outside|exit code 137", str(outcome["error"])), outcome["error"]
+    # local: bubblewrap died of a signal we did not send; Docker: the next call finds the container gone (which call
+    # depends on when the engine noticed)
+    assert re.search("killed from outside" if config.sandbox == "local" else "container", str(outcome["error"]))
 
 
 def test_engine_failing_under_a_command_is_an_error(config, monkeypatch):
