@@ -252,15 +252,20 @@ def test_a_driver_killed_mid_grading_leaves_nothing(config, tmp_path, sig):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "TMPDIR": str(tmp)}
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, config.repo_cache_dir, str(patch), config.sandbox],
                               env=env)
-    root = psutil.Process(driver.pid)
-    if config.sandbox == "local":
-        _wait_for(lambda: _eval_bwrap(root), "the driver's test run")
-        assert _mounts(tmp, MOUNT_POINT) == []  # during the grading too: the tmpfs is in no host mount table
-    else:
-        _wait_for(lambda: _eval_container(docker_client(), driver.pid), "the driver's test run")
-    left = root.children(recursive=True)
-    assert left or config.sandbox == "docker"  # bubblewrap, its init, bash, pytest... (Docker: none of ours)
-    driver.send_signal(sig)
+    root, sent = psutil.Process(driver.pid), False
+    try:
+        if config.sandbox == "local":
+            _wait_for(lambda: _eval_bwrap(root), "the driver's test run")
+            assert _mounts(tmp, MOUNT_POINT) == []  # during the grading too: the tmpfs is in no host mount table
+        else:
+            _wait_for(lambda: _eval_container(docker_client(), driver.pid), "the driver's test run")
+        left = root.children(recursive=True)
+        assert left or config.sandbox == "docker"  # bubblewrap, its init, bash, pytest... (Docker: none of ours)
+        driver.send_signal(sig)
+        sent = True
+    finally:
+        if not sent:
+            driver.kill()  # a failed check above must not leave the driver grading
     assert driver.wait() == (-sig if sig == signal.SIGKILL else 128 + sig)
     gone, alive = psutil.wait_procs(left, timeout=120)  # SIGKILL sent by the kernel: only scheduling delays it
     assert alive == []

@@ -40,8 +40,9 @@ class SandboxConfig:
     disk_mb: int = field(
         default=4096,
         metadata={"help": "Local, as root: size of the tmpfs that holds the sandbox's writable folders (the checkout "
-                  "and its /tmp), MiB; writing past it fails with ENOSPC and nothing reaches the host disk. Not root: "
-                  "no quota (logged once). Docker: not applied (see the SWE-Gym README, 'Containment')."},
+                  "and its /tmp), MiB, mounted in the sandbox's own mount namespace, never on the host; writing past "
+                  "it fails with ENOSPC and nothing reaches the host disk. Not root: no quota (logged once). Docker: "
+                  "not applied (see the SWE-Gym README, 'Containment')."},
     )
     total_memory_mb: int = field(
         default=8192,
@@ -56,9 +57,10 @@ class SandboxConfig:
     isolation: str = field(
         default="bwrap",
         metadata={
-            "help": "Local only. 'bwrap': every command runs under bubblewrap with its own network, PID, IPC and "
-            "mount namespaces, seeing only the checkout, /usr, /etc and a Python built for the tasks (needs the "
-            "`bwrap` program and, when not root, unprivileged user namespaces). 'none': a plain subprocess with "
+            "help": "Local only. 'bwrap': every command runs under bubblewrap with its own user, network, PID, IPC, "
+            "UTS, cgroup and mount namespaces and a seccomp filter, seeing only the checkout, /usr, /etc and a "
+            "Python built for the tasks (needs the `bwrap` program and unprivileged user namespaces). 'none': a "
+            "plain subprocess with "
             "resource limits only, for machines without bubblewrap; it contains runaway commands, nothing else "
             "(see the SWE-Gym README)."
         },

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import signal
 import subprocess
 import uuid
 from pathlib import Path
@@ -30,6 +31,7 @@ def warn_once(key: str, message: str) -> None:
 # binds from below it), so not under TMPDIR, which may be private.
 MOUNT_POINT = Path("/run/trl_multiturn_sandbox")
 _CLONE_NEWNS = 0x00020000
+_PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 # In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB, the folders $2... bound in it
 # (as bind0, bind1...); then it prints its pid and waits for a line.
@@ -88,6 +90,15 @@ class PrivateSpace:
     def close(self) -> None:
         for fd in (self.mnt_fd, self.root_fd):
             os.close(fd)
+
+
+def die_with_parent(parent: int) -> None:
+    """In a child before exec: be killed when the thread that started it ends (a parent-death signal, set after
+    any uid change, which would clear it), and end now if `parent` is already gone. bubblewrap's own
+    `--die-with-parent` is set only once it runs: a parent killed before that would leave it running."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def private_space(megabytes: int, folders: list[Path]) -> PrivateSpace | None:

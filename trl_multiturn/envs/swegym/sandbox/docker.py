@@ -53,13 +53,12 @@ def task_image(task: dict, config: SandboxConfig | None = None) -> str:
     return task_image_name(source) if source is not None else docker_image_name(task["instance_id"], config)
 
 
-# The container's PID 1 (bash, which reaps orphans): it survives a `kill -9 -1` from inside (which the kernel never
-# delivers to PID 1), so the agent cannot stop its own container; it ends when its stdin does, which the engine
-# closes when the sandbox's attached socket closes: when the sandbox is closed, or its process dies however it dies.
-# Then the engine removes the container (auto_remove).
-# Orphans are reaped by the `wait` of each round (bash reaps every child when one ends).
-KEEPER = ("mkdir -p {scratch}; trap '' TERM INT HUP; while :; do read -r -t 1 _; code=$?; "
-          "[ $code -eq 0 ] || [ $code -gt 128 ] || exit 0; sleep 0 & wait $!; done")
+# The container's PID 1 (bash): it reaps orphans at once (bash reaps every child that ends while it `wait`s), survives
+# a `kill -9 -1` from inside (which the kernel never delivers to PID 1), so the agent cannot stop its own container,
+# and ends once a second after its stdin does, which the engine closes when the sandbox's attached socket closes:
+# when the sandbox is closed, or its process dies however it dies. Then the engine removes the container.
+KEEPER = ("mkdir -p {scratch}; trap '' TERM INT HUP; "
+          "while :; do sleep 1 & wait $!; if read -r -t 0; then read -r _ || exit 0; fi; done")
 START_ATTEMPTS = 3  # a container start that failed in the engine (runc's "broken pipe" on a loaded machine)
 logger = logging.getLogger(__name__)
 

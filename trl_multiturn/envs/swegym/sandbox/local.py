@@ -42,7 +42,7 @@ from .base import (
     timeout_note,
 )
 from .bwrap import bwrap_argv
-from .containment import MOUNT_POINT, MemoryCgroup, PrivateSpace, private_space
+from .containment import MOUNT_POINT, MemoryCgroup, PrivateSpace, die_with_parent, private_space
 from .hostfiles import open_folder, read_regular, write_regular
 from .pyenv import ensure_task_python
 from .seccomp import seccomp_program
@@ -101,9 +101,9 @@ def trainer_folders() -> list[Path]:
 class LocalSandbox(Sandbox):
     """The repository in a fresh temporary folder; each command bash under bubblewrap and resource limits.
 
-    With `isolation='bwrap'` (the default) each command runs in new network, PID, IPC, UTS and mount namespaces
-    that show only /usr, /etc, the task Python, the checkout (at `/testbed`) and the sandbox's own /tmp; as root
-    it also runs as a uid of its own without capabilities. Every process a command starts ends with it. With
+    With `isolation='bwrap'` (the default) each command runs in new user, network, PID, IPC, UTS, cgroup and mount
+    namespaces under a seccomp filter, seeing only /usr, /etc, the task Python, the checkout (at `/testbed`) and
+    the sandbox's own /tmp; as root it also runs as a uid of its own. Every process a command starts ends with it. With
     `isolation='none'` commands are plain subprocesses with resource limits, as the trainer's user, in the host
     folders. See the SWE-Gym README for what each holds.
     """
@@ -261,6 +261,7 @@ class LocalSandbox(Sandbox):
         cfg, nproc, mib, cgroup, space = self.config, self._nproc_limit(), 1024 * 1024, self._cgroup, self._space
         plain_workdir = self.workdir if space is not None and not self.isolated else None
         uid = self.uid if self.uid is not None and self.uid != os.getuid() else None
+        parent = os.getpid()
 
         def limit() -> None:  # runs in the child, after fork and setsid, before exec
             if cgroup is not None:
@@ -278,6 +279,7 @@ class LocalSandbox(Sandbox):
                 os.setgroups([])
                 os.setresgid(uid, uid, uid)
                 os.setresuid(uid, uid, uid)
+            die_with_parent(parent)
 
         return limit
 
