@@ -102,14 +102,18 @@ def die_with_parent(parent: int) -> None:
 
 
 def private_space(megabytes: int, folders: list[Path]) -> PrivateSpace | None:
-    """A `PrivateSpace` as root; None otherwise (logged once: the sandbox's folders are then a plain temporary
-    folder without quota, removed on close, on SIGINT and on SIGTERM, not on SIGKILL)."""
-    if os.geteuid() != 0:
-        warn_once("quota", "sandbox disk quota: not root, so the sandbox folders are a plain temporary folder, not "
-                  "size-limited (only each file is, by max_file_mb); see the SWE-Gym README, 'Containment'")
-        return None
-    MOUNT_POINT.mkdir(mode=0o755, parents=True, exist_ok=True)
-    return PrivateSpace(megabytes, folders)
+    """A `PrivateSpace` as root where the kernel lets root mount; None otherwise (logged once: the sandbox's folders
+    are then a plain temporary folder without quota, removed on close, on SIGINT and on SIGTERM, not on SIGKILL)."""
+    why = "not root"
+    if os.geteuid() == 0:
+        try:
+            MOUNT_POINT.mkdir(mode=0o755, parents=True, exist_ok=True)
+            return PrivateSpace(megabytes, folders)
+        except (OSError, SandboxError) as e:
+            why = str(e)
+    warn_once("quota", f"sandbox disk quota: {why}, so the sandbox folders are a plain temporary folder, not "
+              "size-limited (only each file is, by max_file_mb); see the SWE-Gym README, 'Containment'")
+    return None
 
 
 def _memory_hierarchy() -> tuple[Path, str] | None:

@@ -287,7 +287,7 @@ class LocalSandbox(Sandbox):
         if self._tmp is None:
             raise SandboxError("the sandbox is not started: call start(task) first")
         timeout = timeout or self.config.command_timeout
-        passed: list[int] = []  # descriptors bubblewrap gets: its --info-fd, its --seccomp, the user namespace
+        passed: list[int] = []  # descriptors bubblewrap gets: its --info-fd, its --seccomp, the started marker
         info_read = None
         argv = []
         if self.isolated:
