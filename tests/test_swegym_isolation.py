@@ -302,3 +302,31 @@ def test_nothing_left_in_the_host_kernel(pair):
         python(sandbox, SYSV.format(key=0x7E57, flags="0o1666"))
     assert "0x00007e57" not in _ipcs()
     assert socket.gethostname() != "sandbox"
+
+
+def test_the_seccomp_filter_refuses_every_listed_call(pair):
+    """Local: each call of `seccomp.DENIED` fails with EPERM, whatever its arguments (zeros here: unfiltered, most
+    would fail otherwise, with EINVAL, EFAULT or EBADF, or succeed); `clone3` and x32 calls with ENOSYS; `clone`
+    with a namespace flag with EPERM while a plain fork works; `personality` beyond Docker's values refused."""
+    first, _ = pair
+    if first.config.sandbox != "local":
+        pytest.skip("Docker applies its own default profile (test_kernel_keyring checks its keyring calls)")
+    from trl_multiturn.envs.swegym.sandbox.seccomp import CLONE, CLONE3, PERSONALITY
+
+    numbers = {name: nr for name, nr in NR.items() if nr is not None}
+    script = LIBC + f"""
+numbers = {numbers!r}
+def call(nr, *args):
+    result = libc.syscall(nr, *(args or (0, 0, 0, 0, 0, 0)))
+    return 'ok' if result >= 0 else errno.errorcode[ctypes.get_errno()]
+print(sorted({{call(nr) for nr in numbers.values()}}))
+child = os.fork()  # a plain clone (SIGCHLD only)
+if child == 0:
+    os._exit(0)
+print(call({CLONE3[COLUMN]}), call({CLONE[COLUMN]}, 0x10000000 | 17, 0, 0, 0, 0), os.waitpid(child, 0)[1])
+print(call({PERSONALITY[COLUMN]}, 0xFFFFFFFF), call({PERSONALITY[COLUMN]}, 0x0006))
+print(call(0x40000000 | 39) if {COLUMN} == 0 else 'ENOSYS')
+print(open('/proc/self/status').read().split('Seccomp:')[1].split()[0])
+"""
+    lines = python(first, script).splitlines()
+    assert lines == ["['EPERM']", "ENOSYS EPERM 0", "ok EPERM", "ENOSYS", "2"], lines
