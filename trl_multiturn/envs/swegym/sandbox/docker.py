@@ -157,6 +157,7 @@ class DockerSandbox(Sandbox):
         """Create and start a container; an engine error (HTTP 5xx, the engine unreachable) is tried again after a
         pause, up to START_ATTEMPTS starts, removing the container each failed start left."""
         import docker
+        import requests
 
         options = {k: v for k, v in options.items() if k != "detach"}
         for attempt in range(1, START_ATTEMPTS + 1):
@@ -170,8 +171,9 @@ class DockerSandbox(Sandbox):
                 self._close_lifeline()
                 if container is not None:
                     _remove_quietly(container)
-                client_error = isinstance(e, docker.errors.APIError) and not e.is_server_error()
-                if client_error or not isinstance(e, docker.errors.DockerException) or attempt == START_ATTEMPTS:
+                transient = isinstance(e, docker.errors.APIError) and e.is_server_error() or isinstance(
+                    e, requests.exceptions.ConnectionError)
+                if not transient or attempt == START_ATTEMPTS:
                     raise SandboxError(f"could not start a container of {options['image']} (attempt {attempt} of "
                                        f"{START_ATTEMPTS}): {e}") from e
                 logger.warning("starting a container of %s failed (%s); trying again", options["image"], e)
