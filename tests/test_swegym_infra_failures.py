@@ -31,7 +31,7 @@ from trl_multiturn.envs.swegym import SandboxError, SWEGymConfig, SWEGymEnv, gra
 from trl_multiturn.envs.swegym.patches import make_patch
 from trl_multiturn.envs.swegym.sandbox import bwrap
 from trl_multiturn.envs.swegym.sandbox import docker as docker_backend
-from trl_multiturn.envs.swegym.sandbox.containment import MOUNT_POINT
+from trl_multiturn.envs.swegym.sandbox.containment import GROUP, MOUNT_POINT, MemoryCgroup, _memory_hierarchy
 from trl_multiturn.envs.swegym.tasks import task_sources
 
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
@@ -272,3 +272,26 @@ def test_a_driver_killed_mid_grading_leaves_nothing(config, tmp_path, sig):
     assert _mounts(tmp, MOUNT_POINT) == [] and [p.name for p in tmp.iterdir()] in ([], ["trl_multiturn_sandbox_uids"])
     if config.sandbox == "docker":
         _wait_for(lambda: not _containers(docker_client(), driver.pid), "the driver's containers removed")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or _memory_hierarchy() is None, reason="needs root and a memory cgroup")
+def test_the_next_sandbox_ends_what_a_dead_driver_left_in_its_cgroup():
+    """The backstop for a process that missed its parent-death signal: a cgroup named after a dead process, with a
+    process still in it, is emptied and removed when the next sandbox makes its cgroup."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now
+    root, limit_file = _memory_hierarchy()
+    orphan = root / GROUP / f"{dead.pid}-{os.urandom(6).hex()}"
+    orphan.mkdir(parents=True)
+    with subprocess.Popen(["sleep", "1000"]) as left:
+        (orphan / "cgroup.procs").write_text(str(left.pid))
+        made = MemoryCgroup.create(64)
+        assert made is not None
+        made.remove()
+        assert left.wait() == -signal.SIGKILL
+
+    def swept() -> bool:
+        MemoryCgroup.create(64).remove()  # each new sandbox's cgroup sweeps (the first one may have met the
+        return not orphan.exists()  # process not yet gone)
+
+    _wait_for(swept, "the orphan cgroup removed")

@@ -174,11 +174,14 @@ class MemoryCgroup:
 
 
 def _remove_orphans(parent: Path) -> None:
-    """Remove the empty cgroups of sandboxes whose process is gone (killed before it could remove them)."""
+    """End what is left in the cgroups of sandboxes whose process is gone (killed before it could remove them; a
+    process that missed its parent-death signal) and remove those cgroups once empty."""
     for group in parent.iterdir():
         pid = group.name.split("-")[0]
         if group.is_dir() and pid.isdigit() and not Path("/proc", pid).exists():
             try:
+                for left in (group / "cgroup.procs").read_text().split():
+                    os.kill(int(left), signal.SIGKILL)
                 group.rmdir()
             except OSError:
-                pass  # a process of it still runs
+                pass  # not yet reaped: the next sandbox removes it

@@ -319,15 +319,18 @@ class LocalSandbox(Sandbox):
             finally:
                 for fd in passed:
                     os.close(fd)
-            init = _namespace_init(info_read) if self.isolated else None
-            timed_out = not _wait(proc, timeout)
-            if init is not None:  # the namespace's init, whatever ended bubblewrap: its end ends everything in it
-                _signal_pidfd(init, signal.SIGKILL)
-            _signal(-proc.pid, signal.SIGKILL)  # bubblewrap itself; without it, the command's process group
-            proc.wait()
-            if init is not None:  # bubblewrap may report before the kernel has emptied the namespace: wait for it
-                _wait_fd(init, 10)
-                os.close(init)
+            init, timed_out = None, True
+            try:
+                init = _namespace_init(info_read) if self.isolated else None
+                timed_out = not _wait(proc, timeout)
+            finally:  # also when SIGTERM or SIGINT unwinds this process: nothing of the command outlives it
+                if init is not None:  # the namespace's init, whatever ended bubblewrap: its end ends everything
+                    _signal_pidfd(init, signal.SIGKILL)
+                _signal(-proc.pid, signal.SIGKILL)  # bubblewrap itself; without it, the command's process group
+                proc.wait()
+                if init is not None:  # bubblewrap may report before the kernel has emptied the namespace: wait
+                    _wait_fd(init, 10)
+                    os.close(init)
             output, code = _read_capped(out, self.config.max_output_bytes), proc.returncode
             started = not self.isolated or _read_marker(started_read)
             if self.isolated and code < 0 and not timed_out:  # only our timeout kills bubblewrap itself
