@@ -259,8 +259,9 @@ class DockerSandbox(Sandbox):
         try:
             stream, _ = self.container.get_archive(full)
         except docker.errors.NotFound:
-            if self._state().startswith("gone"):
-                raise SandboxError(f"the container is gone: {self._state()}") from None
+            state = self._state()  # the container runs until `close` (`stop` spares its PID 1)
+            if state != "running":
+                raise SandboxError(f"could not read {full}: the container is not running ({state})") from None
             return None
         except docker.errors.DockerException as e:
             raise SandboxError(f"could not read {full} from the container: {e}") from e
