@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import shlex
+import signal
+import sys
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
@@ -37,8 +40,9 @@ class SandboxConfig:
     disk_mb: int = field(
         default=4096,
         metadata={"help": "Local, as root: size of the tmpfs that holds the sandbox's writable folders (the checkout "
-                  "and its /tmp), MiB; writing past it fails with ENOSPC and nothing reaches the host disk. Not root: "
-                  "no quota (logged once). Docker: not applied (see the SWE-Gym README, 'Containment')."},
+                  "and its /tmp), MiB, mounted in the sandbox's own mount namespace, never on the host; writing past "
+                  "it fails with ENOSPC and nothing reaches the host disk. Not root: no quota (logged once). Docker: "
+                  "not applied (see the SWE-Gym README, 'Containment')."},
     )
     total_memory_mb: int = field(
         default=8192,
@@ -53,9 +57,10 @@ class SandboxConfig:
     isolation: str = field(
         default="bwrap",
         metadata={
-            "help": "Local only. 'bwrap': every command runs under bubblewrap with its own network, PID, IPC and "
-            "mount namespaces, seeing only the checkout, /usr, /etc and a Python built for the tasks (needs the "
-            "`bwrap` program and, when not root, unprivileged user namespaces). 'none': a plain subprocess with "
+            "help": "Local only. 'bwrap': every command runs under bubblewrap with its own user, network, PID, IPC, "
+            "UTS, cgroup and mount namespaces and a seccomp filter, seeing only the checkout, /usr, /etc and a "
+            "Python built for the tasks (needs the `bwrap` program and unprivileged user namespaces). 'none': a "
+            "plain subprocess with "
             "resource limits only, for machines without bubblewrap; it contains runaway commands, nothing else "
             "(see the SWE-Gym README)."
         },
@@ -127,6 +132,14 @@ class SandboxConfig:
             raise ValueError(f"run_as_uid={self.run_as_uid!r}: use 'auto', 'none' or a numeric uid")
         if self.isolation == "none" and str(self.run_as_uid).isdigit():
             raise ValueError(f"run_as_uid={self.run_as_uid}: switching user needs isolation='bwrap'")
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end this process as SystemExit does, so that sandboxes are closed (their folders and containers
+    removed) when a script that drives them is stopped; only where SIGTERM still has its default action, from the
+    main thread. (SIGINT already raises KeyboardInterrupt; SIGKILL leaves nothing either: see the README.)"""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 TIMEOUT_EXIT_CODE = 124  # as coreutils' `timeout` reports a command it cut

@@ -1,11 +1,16 @@
 """The bubblewrap command line that confines one local sandbox command.
 
 A pure function of the sandbox's layout, so what a command can see is readable in one place (and testable):
-its own network, PID, IPC, UTS and mount namespaces; /usr and /etc read-only; the task Python read-only with
-every site-packages folder of the trainer masked; the checkout at `workdir`; a /tmp of its own; a fresh /proc
-and /dev. As root the command is then handed to `setpriv`, which takes the sandbox's uid and drops every
-capability; as an ordinary user bubblewrap makes a user namespace instead. bubblewrap's own init is the PID
-namespace's PID 1 and dies with bubblewrap (`--die-with-parent`); when it dies the kernel kills everything else
+its own user, network, PID, IPC, UTS, cgroup and mount namespaces; /usr and /etc read-only; the task Python
+read-only with every site-packages folder of the trainer masked; the checkout at `workdir`; a /tmp of its own; a
+fresh /proc and /dev with a private /dev/shm; everything else read-only. bubblewrap runs unprivileged, as the
+sandbox's uid (as root, the caller switches to it first), and makes a user namespace that maps that uid to itself,
+where the command has no capability; the seccomp filter keeps it from making another (not `--disable-userns`:
+the nested user namespace that option makes clears the init's parent-death signal, and a killed driver would leave
+the namespace running). The seccomp
+filter (`seccomp.py`, `--seccomp`, added per command by the caller) denies what could reach outside these
+namespaces (the kernel keyring, other processes, mounts, new namespaces, io_uring...). bubblewrap's own init is the
+PID namespace's PID 1 and dies with bubblewrap (`--die-with-parent`); when it dies the kernel kills everything else
 in the namespace.
 """
 
@@ -42,24 +47,21 @@ def bwrap_argv(
     checkout: str,
     tmp: str,
     workdir: str,
-    python_dirs: list[Path],
+    python_dirs: dict[Path, Path],
     hidden: list[Path],
     env: dict[str, str],
     shm_bytes: int,
-    as_root: bool,
-    uid: int | None,
 ) -> list[str]:
     """The argv prefix (a command and its arguments follow) that runs a command in the sandbox.
 
-    `checkout` (host) appears read-write at `workdir`, `tmp` (host) read-write at /tmp; `python_dirs` read-only
+    `checkout` (host) appears read-write at `workdir`, `tmp` (host) read-write at /tmp; `python_dirs` (each folder
+    with where bubblewrap finds it: a bind mount the sandbox uid can reach, `containment.PrivateSpace`) read-only
     at their own paths (with world-readable parent folders made for them); each of `hidden` that lies inside a
-    visible folder is covered by an empty tmpfs. `uid` (as root) is the uid the command runs as; None keeps uid 0
-    without capabilities.
+    visible folder is covered by an empty read-only tmpfs.
     """
     argv = [find_program("bwrap", "bubblewrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net",
-            "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
-    if not as_root:
-        argv += ["--unshare-user"]
+            "--unshare-uts", "--unshare-cgroup", "--unshare-user", "--die-with-parent",
+            "--new-session", "--hostname", "sandbox"]
     argv += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     for name in _ROOT_LINKS:
         host = Path("/", name)
@@ -72,25 +74,19 @@ def bwrap_argv(
     same = [Path("/usr"), Path("/etc")]  # host folders seen at their own paths
     mounted = [*same, Path("/tmp"), Path(workdir)]
     made: set[Path] = set()  # parent folders made world-readable (bwrap would make them 0700)
-    for folder in python_dirs:
+    for folder, source in python_dirs.items():
         if _covered(folder, same):
             continue
         for parent in reversed(folder.parents):
             if parent not in made and parent not in mounted and not _covered(parent, same) and parent != Path("/"):
                 argv += ["--perms", "0755", "--dir", str(parent)]
                 made.add(parent)
-        argv += ["--ro-bind", str(folder), str(folder)]
+        argv += ["--ro-bind", str(source), str(folder)]
         same.append(folder)
     for folder in sorted(set(hidden)):
         if folder.is_dir() and _covered(folder, same):
-            argv += ["--tmpfs", str(folder)]
-    argv += ["--chdir", workdir, "--clearenv"]
+            argv += ["--tmpfs", str(folder), "--remount-ro", str(folder)]
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", workdir, "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
-    if as_root and uid is not None:
-        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--",
-                 find_program("setpriv", "util-linux, to switch to the sandbox uid"), f"--reuid={uid}",
-                 f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
-    else:
-        argv += ["--"]
-    return argv
+    return [*argv, "--"]

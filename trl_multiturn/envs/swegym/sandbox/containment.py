@@ -1,15 +1,19 @@
 """Limits on a local sandbox as a whole, beyond the per-process rlimits: a disk quota for its writable folders (a
-size-limited tmpfs mounted on the host folder that holds them) and a memory limit for all its processes together
-(a cgroup). Both need root and a kernel that offers them; where one is missing the sandbox says so once, in the log,
-and keeps the per-process limits only (see the SWE-Gym README's containment section)."""
+size-limited tmpfs in a mount namespace of the sandbox's own, never mounted on the host) and a memory limit for all
+its processes together (a cgroup). Both need root and a kernel that offers them; where one is missing the sandbox
+says so once, in the log, and keeps the per-process limits only (see the SWE-Gym README's containment section)."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
 import subprocess
 import uuid
 from pathlib import Path
+
+from .base import SandboxError
 
 logger = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -23,25 +27,93 @@ def warn_once(key: str, message: str) -> None:
         logger.warning(message)
 
 
-def mount_quota(folder: Path, megabytes: int) -> bool:
-    """Mount a tmpfs of `megabytes` MiB on `folder` (an empty folder), so that what is written below it can never
-    take more than that (ENOSPC) and never reaches the host disk. True when mounted."""
-    if os.geteuid() != 0:
-        warn_once("quota", "sandbox disk quota: not root, so the sandbox folders are not size-limited (only each "
-                  "file is, by max_file_mb); see the SWE-Gym README, 'Containment'")
-        return False
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={megabytes}m,mode=0711", "trl-multiturn-sandbox",
-                           str(folder)], capture_output=True, text=True)
-    if done.returncode != 0:
-        warn_once("quota", f"sandbox disk quota: could not mount a tmpfs ({done.stderr.strip()}), so the sandbox "
-                  "folders are not size-limited; see the SWE-Gym README, 'Containment'")
-        return False
-    return True
+# Empty on the host, shared by every sandbox; its parents must be open to every uid (bubblewrap, as the sandbox uid,
+# binds from below it), so not under TMPDIR, which may be private.
+MOUNT_POINT = Path("/run/trl_multiturn_sandbox")
+_CLONE_NEWNS = 0x00020000
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+# In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB, the folders $2... bound in it
+# (as bind0, bind1...); then it prints its pid and waits for a line.
+_HOLDER = ('mount -t tmpfs -o "size=$1m,mode=0711,nosuid,nodev" trl-multiturn-sandbox "$0" && shift && i=0 && '
+           'for folder in "$@"; do mkdir "$0/bind$i" && mount --bind "$folder" "$0/bind$i" || exit 1; i=$((i+1)); '
+           "done && echo $$ && read _")
 
 
-def unmount(folder: Path) -> None:
-    """Detach the quota tmpfs (its files go with it), even while a process still has a file of it open."""
-    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+class PrivateSpace:
+    """A sandbox's writable space that nothing outside the sandbox's own namespaces holds.
+
+    As root: a tmpfs of `disk_mb` MiB (the disk quota; what it holds counts against the memory cgroup, never the
+    host disk) mounted in a mount namespace of its own. The host never sees the mount: this process keeps the
+    namespace by descriptor (`mnt_fd`) and reaches the tmpfs through `root` (/proc/self/fd/N), so when it ends,
+    however it ends (SIGKILL included), the kernel drops the namespace and the tmpfs with its files. Commands and
+    git run in that mount namespace (`enter()` in the child before exec); `MOUNT_POINT`, the same empty folder for
+    every sandbox, is where they see the tmpfs. Each of the `folders` the sandbox binds read-only (the task Python)
+    is bound at `binds[i]` there, a path bubblewrap can reach as the sandbox uid wherever the folder itself lies
+    (under root's home, say).
+    """
+
+    def __init__(self, megabytes: int, folders: list[Path]):
+        holder = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _HOLDER, str(MOUNT_POINT),
+             str(megabytes), *map(str, folders)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        fds: list[int] = []
+        try:
+            line = holder.stdout.readline().strip()
+            if not line.isdigit():
+                holder.stdin.close()
+                raise SandboxError(f"could not make the sandbox's private tmpfs: {holder.stderr.read().strip()}")
+            proc = Path("/proc", line)
+            for name in ("ns/mnt", f"root{MOUNT_POINT}"):
+                fds.append(os.open(proc / name, os.O_RDONLY | os.O_CLOEXEC))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        finally:
+            if not holder.stdin.closed:
+                holder.stdin.close()  # the holder ends; its namespaces live on in our descriptors
+            holder.wait()
+            holder.stdout.close()
+            holder.stderr.close()
+        self.mnt_fd, self.root_fd = fds
+        self.binds = [MOUNT_POINT / f"bind{i}" for i in range(len(folders))]
+        self.root = Path(f"/proc/self/fd/{self.root_fd}")
+
+    def enter(self) -> None:
+        """Join the private mount namespace (in a child process before exec: it must be single-threaded)."""
+        if _libc.setns(self.mnt_fd, _CLONE_NEWNS) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the sandbox's mount namespace")
+
+    def close(self) -> None:
+        for fd in (self.mnt_fd, self.root_fd):
+            os.close(fd)
+
+
+def die_with_parent(parent: int) -> None:
+    """In a child before exec: be killed when the thread that started it ends (a parent-death signal, set after
+    any uid change, which would clear it), and end now if `parent` is already gone. bubblewrap's own
+    `--die-with-parent` is set only once it runs: a parent killed before that would leave it running."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def private_space(megabytes: int, folders: list[Path]) -> PrivateSpace | None:
+    """A `PrivateSpace` as root where the kernel lets root mount; None otherwise (logged once: the sandbox's folders
+    are then a plain temporary folder without quota, removed on close, on SIGINT and on SIGTERM, not on SIGKILL)."""
+    why = "not root"
+    if os.geteuid() == 0:
+        try:
+            MOUNT_POINT.mkdir(mode=0o755, parents=True, exist_ok=True)
+            return PrivateSpace(megabytes, folders)
+        except (OSError, SandboxError) as e:
+            why = str(e)
+    warn_once("quota", f"sandbox disk quota: {why}, so the sandbox folders are a plain temporary folder, not "
+              "size-limited (only each file is, by max_file_mb); see the SWE-Gym README, 'Containment'")
+    return None
 
 
 def _memory_hierarchy() -> tuple[Path, str] | None:
@@ -71,6 +143,7 @@ class MemoryCgroup:
             root, limit_file = hierarchy
             parent = root / GROUP
             parent.mkdir(exist_ok=True)
+            _remove_orphans(parent)
             if limit_file == "memory.max":  # v2: the controller must be enabled for the children of each level
                 for level in (root, parent):
                     (level / "cgroup.subtree_control").write_text("+memory")
@@ -98,3 +171,17 @@ class MemoryCgroup:
             self.path.rmdir()
         except OSError:
             pass  # a process not yet reaped still holds it; an empty leftover folder costs nothing
+
+
+def _remove_orphans(parent: Path) -> None:
+    """End what is left in the cgroups of sandboxes whose process is gone (killed before it could remove them; a
+    process that missed its parent-death signal) and remove those cgroups once empty."""
+    for group in parent.iterdir():
+        pid = group.name.split("-")[0]
+        if group.is_dir() and pid.isdigit() and not Path("/proc", pid).exists():
+            try:
+                for left in (group / "cgroup.procs").read_text().split():
+                    os.kill(int(left), signal.SIGKILL)
+                group.rmdir()
+            except OSError:
+                pass  # not yet reaped: the next sandbox removes it

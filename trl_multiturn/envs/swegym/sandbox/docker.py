@@ -1,16 +1,24 @@
 """`DockerSandbox`: the task's image in a fresh container per episode and per grading, through the Docker SDK.
 
-Containers run without network (`--network none`), without any capability, with `no-new-privileges`, a PID 1
-that reaps orphans and outlives `kill -9 -1`, and memory, pids and CPU limits. SWE-Gym's images are named after
-the instance id; the shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
+Containers run without network (`--network none`), without any capability, with `no-new-privileges`, Docker's
+default seccomp profile (the keyring, ptrace, bpf, mounts, namespaces, io_uring... denied), IPC, PID, UTS and
+cgroup namespaces of their own (IPC and cgroup stated explicitly, not left to the daemon's defaults; PID and UTS
+are private unless asked otherwise), a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, and
+memory, pids and CPU limits. A container that does not start, or that stops under a command (killed from outside,
+its engine gone), raises `SandboxError`: an infrastructure failure, never a result; a start is tried
+`START_ATTEMPTS` times when the engine's error may pass. SWE-Gym's images are named after the instance id; the
+shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
 """
 
 from __future__ import annotations
 
 import io
+import logging
+import os
 import posixpath
 import shlex
 import tarfile
+import time
 from typing import Any
 
 from .base import (
@@ -21,6 +29,7 @@ from .base import (
     SandboxConfig,
     SandboxError,
     SandboxPathError,
+    exit_on_sigterm,
     timeout_note,
 )
 
@@ -44,9 +53,14 @@ def task_image(task: dict, config: SandboxConfig | None = None) -> str:
     return task_image_name(source) if source is not None else docker_image_name(task["instance_id"], config)
 
 
-# The container's PID 1: it reaps orphans, and survives a `kill -9 -1` from inside (which the kernel never
-# delivers to PID 1 and which only ends its `sleep`), so the agent cannot stop its own container.
-KEEPER = "mkdir -p {scratch}; trap '' TERM INT HUP; while :; do sleep 1000 & wait; done"
+# The container's PID 1 (bash): it reaps orphans at once (bash reaps every child that ends while it `wait`s), survives
+# a `kill -9 -1` from inside (which the kernel never delivers to PID 1), so the agent cannot stop its own container,
+# and ends once a second after its stdin does, which the engine closes when the sandbox's attached socket closes:
+# when the sandbox is closed, or its process dies however it dies. Then the engine removes the container.
+KEEPER = ("mkdir -p {scratch}; trap '' TERM INT HUP; "
+          "while :; do sleep 1 & wait $!; if read -r -t 0; then read -r _ || exit 0; fi; done")
+START_ATTEMPTS = 3  # a container start that failed in the engine (runc's "broken pipe" on a loaded machine)
+logger = logging.getLogger(__name__)
 
 
 class DockerSandbox(Sandbox):
@@ -63,6 +77,7 @@ class DockerSandbox(Sandbox):
         super().__init__(config)
         self._client = client
         self.container = None
+        self._lifeline = None  # the attached stdin socket: the container lives while it is open
         self.workdir = self.config.docker_workdir
 
     def image_for(self, task: dict) -> str:
@@ -73,17 +88,22 @@ class DockerSandbox(Sandbox):
         cfg = self.config
         return {
             "image": self.image_for(task),
-            "command": ["/bin/sh", "-c", KEEPER.format(scratch=shlex.quote(self.scratch_dir))],
+            "command": ["/bin/bash", "-c", KEEPER.format(scratch=shlex.quote(self.scratch_dir))],
             "detach": True,
+            "stdin_open": True,  # with create's detach=False, also StdinOnce: the first attached client's end ends it
+            "auto_remove": True,
             "working_dir": cfg.docker_workdir,
             "user": cfg.docker_user,
             "mem_limit": f"{cfg.memory_mb}m",
             "pids_limit": cfg.max_processes,
             "nano_cpus": int(cfg.docker_cpus * 1e9),
             "network_mode": "bridge" if cfg.docker_network else "none",
+            "ipc_mode": "private",  # its own IPC namespace and /dev/shm, which no other container may join
+            "shm_size": cfg.max_file_mb * 1024 * 1024,
+            "cgroupns": "private",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
-            "labels": {"trl_multiturn.swegym": task["instance_id"]},
+            "labels": {"trl_multiturn.swegym": task["instance_id"], "trl_multiturn.driver": str(os.getpid())},
         }
 
     def exec_command(self, command: str, timeout: float | None = None) -> list[str]:
@@ -127,21 +147,67 @@ class DockerSandbox(Sandbox):
         from .images import ensure_task_image, shipped_source
 
         self.close()
+        exit_on_sigterm()
         source = shipped_source(task)
         if source is not None and not task.get("image_name"):
             ensure_task_image(self.client, source)
-        try:
-            self.container = self.client.containers.run(**self.container_options(task))
-        except Exception as e:
-            raise SandboxError(f"could not start {self.image_for(task)}: {e}") from e
+        self.container = self._start_container(self.container_options(task))
+
+    def _start_container(self, options: dict[str, Any]):
+        """Create and start a container; an engine error (HTTP 5xx, the engine unreachable) is tried again after a
+        pause, up to START_ATTEMPTS starts, removing the container each failed start left."""
+        import docker
+        import requests
+
+        options = {k: v for k, v in options.items() if k != "detach"}
+        for attempt in range(1, START_ATTEMPTS + 1):
+            container = None
+            try:
+                container = self.client.containers.create(**options)
+                self._lifeline = container.attach_socket(params={"stdin": 1, "stream": 1})
+                container.start()
+                return container
+            except Exception as e:
+                self._close_lifeline()
+                if container is not None:
+                    _remove_quietly(container)
+                transient = isinstance(e, docker.errors.APIError) and e.is_server_error() or isinstance(
+                    e, requests.exceptions.ConnectionError)
+                if not transient or attempt == START_ATTEMPTS:
+                    raise SandboxError(f"could not start a container of {options['image']} (attempt {attempt} of "
+                                       f"{START_ATTEMPTS}): {e}") from e
+                logger.warning("starting a container of %s failed (%s); trying again", options["image"], e)
+                time.sleep(attempt)
 
     def run(self, command: str, timeout: float | None = None) -> CommandResult:
         if self.container is None:
             raise SandboxError("the sandbox is not started: call start(task) first")
-        result = self.container.exec_run(self.exec_command(command, timeout), workdir=self.config.docker_workdir,
-                                         user=self.config.docker_user, demux=False)
+        import docker
+
+        try:
+            result = self.container.exec_run(self.exec_command(command, timeout), workdir=self.config.docker_workdir,
+                                             user=self.config.docker_user, demux=False)
+        except docker.errors.DockerException as e:
+            raise SandboxError(f"the container could not run the command: {self._state()} ({e})") from e
+        if result.exit_code is None or result.exit_code >= 128:  # killed by a signal: was it the container's end?
+            state = self._state()
+            if state != "running":
+                raise SandboxError(f"the container stopped while it ran the command: {state}")
         output = (result.output or b"").decode("utf-8", errors="replace")
         return CommandResult(output, result.exit_code, timed_out=result.exit_code == 124)
+
+    def _state(self) -> str:
+        """'running', or what the engine says of a container that is not (its exit, OOM kill), or that it is gone."""
+        import docker
+
+        try:
+            self.container.reload()
+        except docker.errors.DockerException as e:
+            return f"gone ({e})"
+        state = self.container.attrs.get("State", {})
+        if state.get("Running"):
+            return "running"
+        return f"{state.get('Status')}, exit code {state.get('ExitCode')}, OOM-killed {state.get('OOMKilled')}"
 
     def _container_path(self, path: str) -> str:
         root = self.config.docker_workdir.rstrip("/")
@@ -193,7 +259,12 @@ class DockerSandbox(Sandbox):
         try:
             stream, _ = self.container.get_archive(full)
         except docker.errors.NotFound:
+            state = self._state()  # the container runs until `close` (`stop` spares its PID 1)
+            if state != "running":
+                raise SandboxError(f"could not read {full}: the container is not running ({state})") from None
             return None
+        except docker.errors.DockerException as e:
+            raise SandboxError(f"could not read {full} from the container: {e}") from e
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
             member = tar.next()
             if member is None or not member.isfile():
@@ -201,17 +272,26 @@ class DockerSandbox(Sandbox):
             return tar.extractfile(member).read().decode("utf-8", errors="replace")
 
     def stop(self) -> None:
-        """Kill the container (every process in it); its files stay readable until `close`."""
+        """End every process of the container but its PID 1 (each command ends with the same `kill -9 -1`; this
+        is for processes that a command still running, from another thread, would leave); its files stay readable
+        until `close`."""
         if self.container is not None:
-            try:
-                self.container.kill()
-            except Exception:
-                pass  # already stopped
+            self.run("true")
 
     def close(self) -> None:
+        self._close_lifeline()
         if self.container is not None:
-            try:
-                self.container.remove(force=True)
-            except Exception:
-                pass  # already gone; nothing else to release
+            _remove_quietly(self.container)
             self.container = None
+
+    def _close_lifeline(self) -> None:
+        if self._lifeline is not None:
+            self._lifeline.close()
+            self._lifeline = None
+
+
+def _remove_quietly(container) -> None:
+    try:
+        container.remove(force=True)
+    except Exception:
+        pass  # already gone; nothing else to release

@@ -1,8 +1,10 @@
 """`LocalSandbox`: the task's repository in a fresh temporary folder, each command confined by bubblewrap.
 
-Layout on the host: `<tmp>/repo` (the checkout, `workdir` = /testbed inside) and `<tmp>/tmp` (the sandbox's
-own /tmp, where the scratch folder /tmp/swegym lives), both owned by the sandbox uid; `<tmp>` itself belongs to
-the trainer. What a command sees and what it cannot do is listed in `bwrap.py` and the SWE-Gym README.
+Layout: `<space>/repo` (the checkout, `workdir` = /testbed inside) and `<space>/tmp` (the sandbox's own /tmp,
+where the scratch folder /tmp/swegym lives), both owned by the sandbox uid; `<space>` itself belongs to the trainer.
+As root `<space>` is a tmpfs that only the sandbox's own mount namespace has (`containment.PrivateSpace`: no host
+mount, no host folder, gone with this process however it ends); otherwise a fresh temporary folder. What a command
+sees and what it cannot do is listed in `bwrap.py`, `seccomp.py` and the SWE-Gym README.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import select
 import shutil
 import signal
 import site
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -26,7 +29,7 @@ from pathlib import Path
 
 from ...base import TaskError
 from ..tasks import default_cache_dir, shipped_repo
-from ..tasks.source import git
+from ..tasks.source import git_env
 from .base import (
     NOBODY,
     TIMEOUT_EXIT_CODE,
@@ -35,12 +38,14 @@ from .base import (
     SandboxConfig,
     SandboxError,
     SandboxPathError,
+    exit_on_sigterm,
     timeout_note,
 )
 from .bwrap import bwrap_argv
-from .containment import MemoryCgroup, mount_quota, unmount
+from .containment import MOUNT_POINT, MemoryCgroup, PrivateSpace, die_with_parent, private_space
 from .hostfiles import open_folder, read_regular, write_regular
 from .pyenv import ensure_task_python
+from .seccomp import seccomp_program
 
 
 class _UidLease:
@@ -96,16 +101,17 @@ def trainer_folders() -> list[Path]:
 class LocalSandbox(Sandbox):
     """The repository in a fresh temporary folder; each command bash under bubblewrap and resource limits.
 
-    With `isolation='bwrap'` (the default) each command runs in new network, PID, IPC, UTS and mount namespaces
-    that show only /usr, /etc, the task Python, the checkout (at `/testbed`) and the sandbox's own /tmp; as root
-    it also runs as a uid of its own without capabilities. Every process a command starts ends with it. With
+    With `isolation='bwrap'` (the default) each command runs in new user, network, PID, IPC, UTS, cgroup and mount
+    namespaces under a seccomp filter, seeing only /usr, /etc, the task Python, the checkout (at `/testbed`) and
+    the sandbox's own /tmp; as root it also runs as a uid of its own. Every process a command starts ends with it. With
     `isolation='none'` commands are plain subprocesses with resource limits, as the trainer's user, in the host
     folders. See the SWE-Gym README for what each holds.
     """
 
     def __init__(self, config: SandboxConfig | None = None):
         super().__init__(config)
-        self._tmp: Path | None = None
+        self._tmp: Path | None = None  # the space as this process reaches it
+        self._space: PrivateSpace | None = None
         self._lease: _UidLease | None = None
         self._prefix: list[str] = []
         self._cgroup: MemoryCgroup | None = None
@@ -126,34 +132,40 @@ class LocalSandbox(Sandbox):
 
     def start(self, task: dict) -> None:
         self.close()
+        exit_on_sigterm()
         source = self._source_repo(task)
-        self._tmp = Path(tempfile.mkdtemp(prefix="swegym-"))
-        quota = mount_quota(self._tmp, self.config.disk_mb)
-        self._cgroup = MemoryCgroup.create(self.config.total_memory_mb)
-        # removes the folder even if close() is never called (an exception unwinding the program, a lost object)
-        self._cleanup = weakref.finalize(self, _remove, self._tmp, quota, self._cgroup)
         try:
-            self._tmp.chmod(0o711)
-            checkout, own_tmp = self._tmp / "repo", self._tmp / "tmp"
-            git(["clone", "-q", "--no-hardlinks", "--no-checkout", str(source), str(checkout)], self._tmp)
-            git(["-c", "advice.detachedHead=false", "checkout", "-q", task["base_commit"]], checkout)
-            git(["remote", "remove", "origin"], checkout)
-            (own_tmp / "swegym").mkdir(parents=True)
-            own_tmp.chmod(0o700)
             python = Path(self.config.task_python or ensure_task_python(self._cache_dir())).absolute()
             if not (python / "bin" / "python").exists():
                 raise SandboxError(f"task_python={str(python)!r} has no bin/python: give a virtual environment")
+            python_dirs = list(dict.fromkeys([python, Path(sys.base_prefix).resolve()]))
             self.uid = self._choose_uid()
+            self._space = private_space(self.config.disk_mb, python_dirs)
+            if self._space is not None:
+                self._tmp, inside = self._space.root, MOUNT_POINT  # as this process / as commands reach it
+            else:
+                self._tmp = inside = Path(tempfile.mkdtemp(prefix="swegym-"))
+            self._cgroup = MemoryCgroup.create(self.config.total_memory_mb)
+            # releases everything even if close() is never called (an exception unwinding the program, a lost object)
+            self._cleanup = weakref.finalize(self, _remove, self._space, self._tmp, self._cgroup)
+            self._tmp.chmod(0o711)
+            checkout, own_tmp = inside / "repo", inside / "tmp"
+            self._git(["clone", "-q", "--no-hardlinks", "--no-checkout", str(source), str(checkout)])
+            self._git(["-C", str(checkout), "-c", "advice.detachedHead=false", "checkout", "-q", task["base_commit"]])
+            self._git(["-C", str(checkout), "remote", "remove", "origin"])
+            (self._tmp / "tmp" / "swegym").mkdir(parents=True)
+            (self._tmp / "tmp").chmod(0o700)
             if self.uid is not None and self.uid != os.getuid():
-                _chown_tree(checkout, self.uid)
-                _chown_tree(own_tmp, self.uid)
+                _chown_tree(self._tmp / "repo", self.uid)
+                _chown_tree(self._tmp / "tmp", self.uid)
             if self.isolated:
                 self.workdir, self.scratch_dir = "/testbed", "/tmp/swegym"
                 self._prefix = bwrap_argv(
                     checkout=str(checkout), tmp=str(own_tmp), workdir=self.workdir,
-                    python_dirs=[python, Path(sys.base_prefix).resolve()], hidden=trainer_folders(),
+                    python_dirs={folder: self._space.binds[i] if self._space else folder
+                                 for i, folder in enumerate(python_dirs)},
+                    hidden=trainer_folders(),
                     env=self._env(python, home="/tmp"), shm_bytes=self.config.max_file_mb * 1024 * 1024,
-                    as_root=os.geteuid() == 0, uid=self.uid,
                 )
                 self._probe()
             else:
@@ -164,15 +176,22 @@ class LocalSandbox(Sandbox):
             self.close()
             raise
 
+    def _git(self, args: list[str]) -> None:
+        """Run git in the sandbox's mount namespace (where its space is), as the trainer."""
+        done = subprocess.run(["git", *args], env=git_env(), capture_output=True, text=True,
+                              preexec_fn=self._space.enter if self._space else None)
+        if done.returncode != 0:
+            raise SandboxError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
+
     def _probe(self) -> None:
         """Fail at start, with bubblewrap's own words, where it cannot make its namespaces."""
-        result = self.run("true", timeout=30)
-        if result.exit_code != 0:
+        try:
+            self.run("true", timeout=30)
+        except SandboxError as e:
             raise SandboxError(
-                f"bubblewrap could not start a sandbox: {result.output.strip()[-500:]}\nNot root: unprivileged user "
-                "namespaces must be allowed (sysctl kernel.unprivileged_userns_clone=1, or run as root); or set "
-                "isolation='none' (see the SWE-Gym README)"
-            )
+                f"{e}\nNot root: unprivileged user namespaces must be allowed (sysctl "
+                "kernel.unprivileged_userns_clone=1, or run as root); or set isolation='none' (see the SWE-Gym README)"
+            ) from None
 
     def _cache_dir(self) -> Path:
         return Path(self.config.repo_cache_dir) if self.config.repo_cache_dir else default_cache_dir()
@@ -187,7 +206,7 @@ class LocalSandbox(Sandbox):
         self.uid = None
         if self._tmp is not None:
             self._cleanup()
-            self._tmp, self._cgroup = None, None
+            self._tmp, self._space, self._cgroup = None, None, None
         self.workdir, self._prefix = "", []
 
     def _source_repo(self, task: dict) -> Path:
@@ -239,7 +258,10 @@ class LocalSandbox(Sandbox):
         return mine + self.config.max_processes
 
     def _limits(self):
-        cfg, nproc, mib, cgroup = self.config, self._nproc_limit(), 1024 * 1024, self._cgroup
+        cfg, nproc, mib, cgroup, space = self.config, self._nproc_limit(), 1024 * 1024, self._cgroup, self._space
+        plain_workdir = self.workdir if space is not None and not self.isolated else None
+        uid = self.uid if self.uid is not None and self.uid != os.getuid() else None
+        parent = os.getpid()
 
         def limit() -> None:  # runs in the child, after fork and setsid, before exec
             if cgroup is not None:
@@ -249,6 +271,15 @@ class LocalSandbox(Sandbox):
             resource.setrlimit(resource.RLIMIT_FSIZE, (cfg.max_file_mb * mib, cfg.max_file_mb * mib))
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if space is not None:
+                space.enter()
+            if plain_workdir is not None:
+                os.chdir(plain_workdir)
+            if uid is not None:  # bubblewrap makes the user namespace as this uid, as for an ordinary user
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+            die_with_parent(parent)
 
         return limit
 
@@ -256,34 +287,58 @@ class LocalSandbox(Sandbox):
         if self._tmp is None:
             raise SandboxError("the sandbox is not started: call start(task) first")
         timeout = timeout or self.config.command_timeout
-        info_read, info_write = os.pipe() if self.isolated else (None, None)
-        argv = [self._prefix[0], "--info-fd", str(info_write), *self._prefix[1:]] if self.isolated else []
+        passed: list[int] = []  # descriptors bubblewrap gets: its --info-fd, its --seccomp, the started marker
+        info_read = None
+        argv = []
+        if self.isolated:
+            info_read, info_write = os.pipe()
+            seccomp_read, seccomp_write = os.pipe()
+            os.write(seccomp_write, seccomp_program())  # a few hundred bytes: within a pipe's buffer
+            os.close(seccomp_write)
+            started_read, started_write = os.pipe()
+            passed = [info_write, seccomp_read, started_write]
+            argv = [self._prefix[0], "--info-fd", str(info_write), "--seccomp", str(seccomp_read), *self._prefix[1:]]
+            # the command's shell says it started (bubblewrap has set everything up) and closes the descriptor before
+            # the first line of the command, which cannot write to it: a failure before is the sandbox's own
+            command = f"printf . >&{started_write}; exec {started_write}>&-\n{command}"
         with tempfile.TemporaryFile() as out:  # outside the quota: a full sandbox still gets its error message
             try:
                 proc = subprocess.Popen(
                     [*argv, "/bin/bash", "-c", command],
-                    cwd=self.workdir if not self.isolated else "/",
+                    cwd=self.workdir if self._space is None and not self.isolated else "/",
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env={} if self.isolated else self._plain_env,
                     start_new_session=True,
                     preexec_fn=self._limits(),
-                    pass_fds=(info_write,) if self.isolated else (),
+                    pass_fds=passed,
                 )
+            except (OSError, subprocess.SubprocessError) as e:  # bubblewrap or bash missing, a failed setns...
+                raise SandboxError(f"could not start the sandbox's command: {e}") from e
             finally:
-                if info_write is not None:
-                    os.close(info_write)
-            init = _namespace_init(info_read) if self.isolated else None
-            timed_out = not _wait(proc, timeout)
-            if init is not None and timed_out:
-                _signal_pidfd(init, signal.SIGKILL)  # the namespace's init: its end ends everything in it
-            _signal(-proc.pid, signal.SIGKILL)  # bubblewrap itself; without it, the command's process group
-            proc.wait()
-            if init is not None:  # bubblewrap may report before the kernel has emptied the namespace: wait for it
-                _wait_fd(init, 10)
-                os.close(init)
+                for fd in passed:
+                    os.close(fd)
+            init, timed_out = None, True
+            try:
+                init = _namespace_init(info_read) if self.isolated else None
+                timed_out = not _wait(proc, timeout)
+            finally:  # also when SIGTERM or SIGINT unwinds this process: nothing of the command outlives it
+                if init is not None:  # the namespace's init, whatever ended bubblewrap: its end ends everything
+                    _signal_pidfd(init, signal.SIGKILL)
+                _signal(-proc.pid, signal.SIGKILL)  # bubblewrap itself; without it, the command's process group
+                proc.wait()
+                if init is not None:  # bubblewrap may report before the kernel has emptied the namespace: wait
+                    _wait_fd(init, 10)
+                    os.close(init)
             output, code = _read_capped(out, self.config.max_output_bytes), proc.returncode
+            started = not self.isolated or _read_marker(started_read)
+            if self.isolated and code < 0 and not timed_out:  # only our timeout kills bubblewrap itself
+                raise SandboxError(f"the sandbox was killed from outside ({signal.Signals(-code).name}: the "
+                                   "machine's OOM killer, an operator) while it ran the command")
+            if not started and not timed_out:
+                raise SandboxError(f"bubblewrap could not start the command (exit code {code}): "
+                                   f"{output.strip()[-500:]}")
             if timed_out:
                 end = "\n" if output and not output.endswith("\n") else ""
                 return CommandResult(f"{output}{end}{timeout_note(timeout)}\n", TIMEOUT_EXIT_CODE, True)
@@ -291,34 +346,80 @@ class LocalSandbox(Sandbox):
 
     # -- files -------------------------------------------------------------------------------------------------
 
-    def _host_path(self, path: str) -> Path:
+    def _resolve(self, path: str) -> list[str]:
+        """The components of `path` (relative to the checkout, or absolute under `workdir`) with every link in it
+        resolved inside the checkout, as the sandbox would resolve it; SandboxPathError where it leaves the checkout
+        (a link to an absolute path included). No command runs meanwhile, so nothing changes the links under us."""
         if self._tmp is None:
             raise SandboxError("the sandbox is not started: call start(task) first")
-        root = os.path.realpath(self._tmp / "repo")
         inside = path
         if os.path.isabs(path) and (path == self.workdir or path.startswith(self.workdir.rstrip("/") + "/")):
             inside = os.path.relpath(path, self.workdir)
-        full = os.path.realpath(os.path.join(root, inside))
-        if full != root and not full.startswith(root + os.sep):
-            raise SandboxPathError(f"{path}: outside the repository; give a path inside it")
-        return Path(full)
+        outside = SandboxPathError(f"{path}: outside the repository; give a path inside it")
+        if os.path.isabs(inside):
+            raise outside
+        pending, done, links = inside.split("/"), [], 0
+        while pending:
+            part = pending.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not done:
+                    raise outside
+                done.pop()
+                continue
+            here = os.path.join(self._tmp / "repo", *done, part)  # `done` holds real folders only
+            if os.path.islink(here):
+                target, links = os.readlink(here), links + 1
+                if os.path.isabs(target) or links > 40:
+                    raise outside
+                pending = target.split("/") + pending
+                continue
+            done.append(part)
+        if not done:
+            raise SandboxPathError(f"{path}: the repository itself; give a file in it")
+        return done
+
+    def _open_parent(self, path: str, make: bool = False) -> tuple[int, str]:
+        """A descriptor of the folder that holds `path` (resolved by `_resolve`) and the file's name in it, each
+        folder opened without following a link; `make` creates missing folders."""
+        parts = self._resolve(path)
+        folder = open_folder(str(self._tmp / "repo"))
+        try:
+            for part in parts[:-1]:
+                if make and not _exists(part, folder):
+                    os.mkdir(part, 0o755, dir_fd=folder)
+                    if self.uid is not None:
+                        os.chown(part, self.uid, self.uid, dir_fd=folder, follow_symlinks=False)
+                try:
+                    inner = open_folder(part, dir_fd=folder)
+                except SandboxPathError:
+                    raise SandboxPathError(f"{path}: {part} is not a folder (a link is not followed)") from None
+                os.close(folder)
+                folder = inner
+        except BaseException:
+            os.close(folder)
+            raise
+        return folder, parts[-1]
 
     def read_file(self, path: str) -> str:
-        data = read_regular(str(self._host_path(path)), self.config.max_file_mb * 1024 * 1024, shown=path)
+        folder, name = self._open_parent(path)
+        try:
+            data = read_regular(name, self.config.max_file_mb * 1024 * 1024, dir_fd=folder, shown=path)
+        finally:
+            os.close(folder)
         if b"\0" in data[:8192]:
             raise SandboxPathError(f"{path}: a binary file")
         return data.decode("utf-8", errors="replace")
 
     def write_file(self, path: str, text: str) -> None:
-        host = self._host_path(path)
-        if host.is_dir():
-            raise SandboxPathError(f"{path}: is a folder")
-        missing = [p for p in [host.parent, *host.parent.parents] if not p.exists()]
-        host.parent.mkdir(parents=True, exist_ok=True)
-        if self.uid is not None:
-            for p in missing:
-                os.lchown(p, self.uid, self.uid)
-        write_regular(str(host), text.encode("utf-8"), owner=self.uid)
+        folder, name = self._open_parent(path, make=True)
+        try:
+            if _exists(name, folder) and stat.S_ISDIR(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+                raise SandboxPathError(f"{path}: is a folder")
+            write_regular(name, text.encode("utf-8"), dir_fd=folder, owner=self.uid)
+        finally:
+            os.close(folder)
 
     def _scratch_folder(self) -> int:
         """A descriptor of the scratch folder, refused if the sandbox has put anything else in its place."""
@@ -358,13 +459,22 @@ class LocalSandbox(Sandbox):
         return data.decode("utf-8", errors="replace")
 
 
-def _remove(folder: Path, quota: bool, cgroup: MemoryCgroup | None) -> None:
-    """Remove a sandbox's host folder (its quota tmpfs first, if it has one) and its cgroup."""
-    if quota:
-        unmount(folder)
-    shutil.rmtree(folder, ignore_errors=True)
+def _remove(space: PrivateSpace | None, folder: Path, cgroup: MemoryCgroup | None) -> None:
+    """Release a sandbox's space (its namespaces, or its host folder) and its cgroup."""
+    if space is not None:
+        space.close()
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
     if cgroup is not None:
         cgroup.remove()
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def _wait(proc: subprocess.Popen, timeout: float) -> bool:
@@ -399,6 +509,12 @@ def _namespace_init(info_fd: int) -> int | None:
         return os.pidfd_open(json.loads(text)["child-pid"])
     except (ValueError, KeyError, OSError):
         return None  # bubblewrap failed before it made the namespace, or its init is already gone
+
+
+def _read_marker(fd: int) -> bool:
+    """Whether the byte the command's shell writes when it starts came (closes `fd`; every writer has ended)."""
+    with os.fdopen(fd, "rb") as marker:
+        return marker.read(1) == b"."
 
 
 def _signal_pidfd(fd: int, sig: int) -> None:

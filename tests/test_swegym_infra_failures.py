@@ -1,0 +1,298 @@
+"""An infrastructure failure is never a reward, and nothing is left behind, on the local and the Docker backend.
+
+Faults are injected where they happen in practice: a sandbox that does not start (bubblewrap failing, the Docker
+engine refusing a container, transiently or for good), a grading run killed from outside (SIGKILL to bubblewrap, a
+`docker kill`), the engine failing under a command. Each must raise `SandboxError` out of `grade_patch` and out of
+`SWEGymEnv.step` (the rollout's failed-episode path: no reward, the reason in the episode's failure), never grade
+the patch. Then a driver process killed (SIGKILL, SIGTERM) while a grading runs leaves no mount, folder or process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import docker
+import psutil
+import pytest
+import requests
+from docker_engine import docker_client
+
+from trl_multiturn.envs.swegym import SandboxError, SWEGymConfig, SWEGymEnv, grade_patch, make_sandbox, task_rows
+from trl_multiturn.envs.swegym.patches import make_patch
+from trl_multiturn.envs.swegym.sandbox import bwrap
+from trl_multiturn.envs.swegym.sandbox import docker as docker_backend
+from trl_multiturn.envs.swegym.sandbox.containment import GROUP, MOUNT_POINT, MemoryCgroup, _memory_hierarchy
+from trl_multiturn.envs.swegym.tasks import task_sources
+
+ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
+SOURCES = {source.name: source for source in task_sources()}
+LABEL = "trl_multiturn.swegym"
+
+
+def _hanging_patch() -> str:
+    """wordfreq with a module that sleeps at import: its test run waits until something kills it."""
+    module = SOURCES["wordfreq"].files_at_base()["wordfreq/tokenize.py"]
+    return make_patch({"wordfreq/tokenize.py": module},
+                      {"wordfreq/tokenize.py": "import time\ntime.sleep(3000)\n" + module})
+
+
+@pytest.fixture(params=["local", "docker"])
+def config(request, swegym_cache_dir):
+    if request.param == "docker":
+        docker_client()
+    return SWEGymConfig(sandbox=request.param, repo_cache_dir=swegym_cache_dir, command_timeout=60,
+                        max_processes=64, eval_timeout=3000)
+
+
+def _wait_for(condition, what: str, deadline_s: float = 600):
+    """Poll `condition` until it returns something true (the deadline only tells "never" from "slow")."""
+    deadline = time.monotonic() + deadline_s
+    while not (found := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never saw {what}")
+        time.sleep(0.05)
+    return found
+
+
+def _eval_bwrap(root: psutil.Process) -> psutil.Process | None:
+    """The bubblewrap process (a descendant of `root`) that runs grading's test script."""
+    for proc in root.children(recursive=True):
+        try:
+            if proc.name() == "bwrap" and any("eval.sh" in arg for arg in proc.cmdline()) and (
+                    proc.parent().name() != "bwrap"):
+                return proc
+        except psutil.Error:
+            continue
+    return None
+
+
+def _containers(client, driver: int) -> list:
+    return client.containers.list(all=True, sparse=True, filters={"label": f"trl_multiturn.driver={driver}"})
+
+
+def _eval_container(client, driver: int):
+    """A sandbox container of the process `driver` whose test script is running."""
+    for container in _containers(client, driver):
+        try:
+            if "pytest_runner.py" in str(container.top()["Processes"]):
+                return container
+        except docker.errors.DockerException:
+            continue
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A sandbox that does not start
+
+
+@pytest.fixture
+def open_folder():
+    """A folder every uid may read (bubblewrap starts as the sandbox uid), removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="trl-multiturn-test-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_bubblewrap_that_fails_to_start_fails_the_episode(config, monkeypatch, open_folder):
+    if config.sandbox != "local":
+        pytest.skip("bubblewrap is the local backend's")
+    fake = open_folder / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: Creating new namespace failed: injected' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    row = ROWS["roman"]
+    env = SWEGymEnv(config)
+    env.reset(row)
+    # a command that prints what bubblewrap prints and exits 1 as it does is the agent's, not a failure
+    forged = env.step("<bash>echo 'bwrap: Creating new namespace failed' >&2; exit 1</bash>")
+    assert "[exit code: 1]" in forged.observation
+    for action in env.expert_actions(row)[:-1]:  # the gold fix, made; its submission is graded below
+        env.step(action)
+    real = bwrap.find_program
+    monkeypatch.setattr(bwrap, "find_program", lambda name, why: str(fake) if name == "bwrap" else real(name, why))
+    with pytest.raises(SandboxError, match="injected"):
+        env.step("<submit/>")  # the grading sandbox cannot start: no grade, no reward
+    env.close()
+    with pytest.raises(SandboxError, match="injected"):
+        grade_patch(row, row["patch"], config)
+
+
+def _api_error(status: int) -> docker.errors.APIError:
+    response = requests.Response()
+    response.status_code, response.reason, response.url = status, "injected", "http://docker/containers/create"
+    return docker.errors.APIError("injected: error writing config to pipe: write init-p: broken pipe", response)
+
+
+def test_container_start_is_retried_on_engine_errors_only(config, monkeypatch):
+    if config.sandbox != "docker":
+        pytest.skip("the Docker engine is the Docker backend's")
+    monkeypatch.setattr(docker_backend.time, "sleep", lambda seconds: None)
+    client = docker_client()
+    collection = type(client.containers)
+    real_create = collection.create
+    calls, failed = [], []
+
+    def flaky(failures: int, status: int):
+        def create(self, **options):
+            calls.append(status)
+            container = real_create(self, **options)
+            if len(calls) <= failures:  # the engine made the container, then could not start it
+                container.start = lambda: (_ for _ in ()).throw(_api_error(status))
+                failed.append(container.id)
+            return container
+        return create
+
+    row = ROWS["roman"]
+    monkeypatch.setattr(collection, "create", flaky(2, 500))
+    with make_sandbox(config) as sandbox:
+        sandbox.start(row)  # two engine errors, then a container
+        assert len(calls) == 3 and sandbox.run("echo up").output == "up\n"
+    for failures, status, attempts in [(99, 500, docker_backend.START_ATTEMPTS), (99, 404, 1)]:
+        calls.clear()
+        monkeypatch.setattr(collection, "create", flaky(failures, status))
+        with make_sandbox(config) as sandbox, pytest.raises(SandboxError, match="could not start"):
+            sandbox.start(row)
+        assert len(calls) == attempts  # a client error (404: no such image) is not tried again
+    env = SWEGymEnv(config)
+    with pytest.raises(SandboxError, match="could not start"):
+        env.reset(row)  # the episode fails at its start
+    calls.clear()
+    with pytest.raises(SandboxError, match="could not start"):
+        grade_patch(row, row["patch"], config)  # the gold patch, but no container: an error, not "not resolved"
+    assert calls == [404]
+    assert failed and not [c for c in client.containers.list(all=True, filters={"label": LABEL}) if c.id in failed]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A grading run killed from outside, an engine failing under a command
+
+
+def test_grading_killed_from_outside_is_an_error(config):
+    row = ROWS["wordfreq"]
+    outcome = {}
+
+    def grade():
+        try:
+            # a run that went on after the kill ends at eval_timeout, and fails below
+            outcome["grade"] = grade_patch(row, _hanging_patch(), config, eval_timeout=300)
+        except SandboxError as e:
+            outcome["error"] = e
+
+    thread = threading.Thread(target=grade)
+    thread.start()
+    if config.sandbox == "local":
+        victim = _wait_for(lambda: _eval_bwrap(psutil.Process()), "the test run's bubblewrap")
+        victim.kill()  # the machine's OOM killer, an operator
+    else:
+        victim = _wait_for(lambda: _eval_container(docker_client(), os.getpid()), "the test run's container")
+        victim.kill()
+    thread.join()
+    assert "grade" not in outcome, outcome["grade"].summary()
+    # local: bubblewrap died of a signal we did not send; Docker: the next call finds the container gone (which call
+    # depends on when the engine noticed)
+    assert re.search("killed from outside" if config.sandbox == "local" else "container", str(outcome["error"]))
+
+
+def test_engine_failing_under_a_command_is_an_error(config, monkeypatch):
+    if config.sandbox != "docker":
+        pytest.skip("the Docker engine is the Docker backend's")
+    env = SWEGymEnv(config)
+    env.reset(ROWS["roman"])
+    assert "[exit code: 0]" in env.step("<bash>true</bash>").observation
+
+    def broken(*args, **kwargs):
+        raise _api_error(500)
+
+    monkeypatch.setattr(env.sandbox.container, "exec_run", broken)
+    with pytest.raises(SandboxError, match="could not run the command"):
+        env.step("<bash>true</bash>")
+    env.sandbox.container.remove(force=True)  # the container vanishes under the episode
+    monkeypatch.undo()
+    with pytest.raises(SandboxError):
+        env.step("<bash>true</bash>")
+    env.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A driver killed while a grading runs
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    from trl_multiturn.envs.swegym import SWEGymConfig, grade_patch, task_rows
+    row = next(r for r in task_rows() if r["repo"].endswith("/wordfreq"))
+    config = SWEGymConfig(sandbox=sys.argv[3], repo_cache_dir=sys.argv[1], command_timeout=60, max_processes=64)
+    grade_patch(row, open(sys.argv[2]).read(), config, eval_timeout=3000)
+""")
+
+
+def _mounts(*under: Path) -> list[str]:
+    """Mount points of the host under any of the folders `under`."""
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [p for p in points if any(p == str(u) or p.startswith(f"{u}/") for u in under)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_driver_killed_mid_grading_leaves_nothing(config, tmp_path, sig):
+    """Local: no mount (the sandbox's tmpfs never was a host mount), no folder, no process; Docker: no container
+    (its PID 1 ends with the driver's attached stdin, and the engine removes it)."""
+    patch = tmp_path / "hang.diff"
+    patch.write_text(_hanging_patch())
+    tmp = tmp_path / "tmp"  # the driver's temporary folder: what it leaves there is its own
+    tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "TMPDIR": str(tmp)}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, config.repo_cache_dir, str(patch), config.sandbox],
+                              env=env)
+    root, sent = psutil.Process(driver.pid), False
+    try:
+        if config.sandbox == "local":
+            _wait_for(lambda: _eval_bwrap(root), "the driver's test run")
+            assert _mounts(tmp, MOUNT_POINT) == []  # during the grading too: the tmpfs is in no host mount table
+        else:
+            _wait_for(lambda: _eval_container(docker_client(), driver.pid), "the driver's test run")
+        left = root.children(recursive=True)
+        assert left or config.sandbox == "docker"  # bubblewrap, its init, bash, pytest... (Docker: none of ours)
+        driver.send_signal(sig)
+        sent = True
+    finally:
+        if not sent:
+            driver.kill()  # a failed check above must not leave the driver grading
+    assert driver.wait() == (-sig if sig == signal.SIGKILL else 128 + sig)
+    gone, alive = psutil.wait_procs(left, timeout=120)  # SIGKILL sent by the kernel: only scheduling delays it
+    assert alive == []
+    assert _mounts(tmp, MOUNT_POINT) == [] and [p.name for p in tmp.iterdir()] in ([], ["trl_multiturn_sandbox_uids"])
+    if config.sandbox == "docker":
+        _wait_for(lambda: not _containers(docker_client(), driver.pid), "the driver's containers removed")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or _memory_hierarchy() is None, reason="needs root and a memory cgroup")
+def test_the_next_sandbox_ends_what_a_dead_driver_left_in_its_cgroup():
+    """The backstop for a process that missed its parent-death signal: a cgroup named after a dead process, with a
+    process still in it, is emptied and removed when the next sandbox makes its cgroup."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now
+    root, limit_file = _memory_hierarchy()
+    orphan = root / GROUP / f"{dead.pid}-{os.urandom(6).hex()}"
+    orphan.mkdir(parents=True)
+    with subprocess.Popen(["sleep", "1000"]) as left:
+        (orphan / "cgroup.procs").write_text(str(left.pid))
+        made = MemoryCgroup.create(64)
+        assert made is not None
+        made.remove()
+        assert left.wait() == -signal.SIGKILL
+
+    def swept() -> bool:
+        MemoryCgroup.create(64).remove()  # each new sandbox's cgroup sweeps (the first one may have met the
+        return not orphan.exists()  # process not yet gone)
+
+    _wait_for(swept, "the orphan cgroup removed")
