@@ -182,7 +182,7 @@ class MultiTurnArguments:
                           "earlier turns) with a prefix-tree attention mask, 'padded' forwards each row whole, 'auto' "
                           "packs where the model's attention takes the mask and a cost model says it is cheaper. The "
                           "log-probs are the same either way (trl_multiturn/trainers/packing.py; "
-                          "benchmarks/packing.py measures the saving).",
+                          "benchmarks/packing.py measures the saving). One process only: on several, 'auto' pads.",
                   "choices": list(PACKING_MODES)},
     )
     max_policy_lag: int = field(
@@ -556,6 +556,10 @@ class MultiTurnMixin(RunFilesMixin):
             raise ValueError("environment_factory is required: pass a callable that returns a fresh Environment "
                              "(e.g. `TextWorldEnv` or `lambda: MyEnv(...)`).")
         self.args.check_multiturn_args()
+        if self.args.packing == "prefix" and self.accelerator.num_processes > 1:
+            raise ValueError(f"packing='prefix' on {self.accelerator.num_processes} processes is not supported yet "
+                             "(each rank's packs differ, so ranks would run different numbers of forwards): use "
+                             "packing='auto', which pads the rows there, or 'padded'")
         check_datasets(self.train_dataset, self.eval_dataset)
         check_trl_attributes(self)
         self.environment_factory = environment_factory
@@ -895,7 +899,9 @@ class MultiTurnMixin(RunFilesMixin):
         given = sorted(name for name, value in multimodal.items() if value is not None)
         if given:
             raise ValueError(f"multi-turn episodes are text only; got {given}")
-        if compute_aux_loss or self.args.packing == "padded":  # MoE's load-balancing loss: the rows' own forwards
+        # MoE's load-balancing loss, and several processes (whose packs differ, so their numbers of forwards would:
+        # ZeRO-3 and FSDP gather parameters per forward, DDP reduces once per forward): the rows' own forwards
+        if compute_aux_loss or self.args.packing == "padded" or self.accelerator.num_processes > 1:
             return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=self.temperature,
                                   batch_size=batch_size, compute_entropy=compute_entropy,
                                   compute_aux_loss=compute_aux_loss, autocast=self.accelerator.autocast)

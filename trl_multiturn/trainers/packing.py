@@ -264,6 +264,8 @@ def _run_packed(model, plan: PackPlan, compute_entropy: bool, temperature: float
 
 
 def _text_config(model):
+    while isinstance(getattr(model, "module", None), torch.nn.Module):  # a DDP or DeepSpeed wrapper
+        model = model.module
     config = model.config
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
@@ -273,7 +275,7 @@ def _device(model) -> torch.device:
 
 
 def _pad_id(model) -> int:
-    pad = getattr(model.config, "pad_token_id", None)
+    pad = getattr(_text_config(model), "pad_token_id", None)
     return 0 if pad is None else int(pad)
 
 
