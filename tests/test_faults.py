@@ -90,7 +90,9 @@ def test_a_first_observation_over_the_episode_budget_fails_its_episode_and_never
     assert train_logs(trainer)[0]["episodes/failed"] == 2.0
     failed = [ep for ep in trainer.last_rollout.episodes if ep.failed]
     assert len(failed) == 2 and "leaving no room for a reply within max_episode_tokens=120" in failed[0].failure
-    assert len(failed[0].prompt_ids) > 1000 and max(longest) <= 120
+    # every forward holds at most a padded chunk's tokens, 8 rows of at most 120 (packed rows lie side by side in
+    # one sequence): the failed episode's prompt of over 1000 tokens never went through one
+    assert len(failed[0].prompt_ids) > 1000 and max(longest) <= 8 * 120
 
 
 def test_a_huge_later_observation_truncates_its_episode_under_the_default_settings(tiny_chatml_model, tmp_path):
