@@ -191,11 +191,12 @@ def test_grading_killed_from_outside_is_an_error(config):
     thread = threading.Thread(target=grade)
     thread.start()
     if config.sandbox == "local":
-        victim = _wait_for(lambda: _eval_bwrap(psutil.Process()), "the test run's bubblewrap")
-        victim.kill()  # the machine's OOM killer, an operator
+        victim = _wait_for(lambda: _eval_bwrap(psutil.Process()) or not thread.is_alive(), "the test run's bubblewrap")
     else:
-        victim = _wait_for(lambda: _eval_container(docker_client(), os.getpid()), "the test run's container")
-        victim.kill()
+        victim = _wait_for(lambda: _eval_container(docker_client(), os.getpid()) or not thread.is_alive(),
+                           "the test run's container")
+    assert thread.is_alive(), outcome  # grading ended before its test run started: nothing was killed
+    victim.kill()  # the machine's OOM killer, an operator
     thread.join()
     assert "grade" not in outcome, outcome["grade"].summary()
     # local: bubblewrap died of a signal we did not send; Docker: the next call finds the container gone (which call

@@ -174,7 +174,8 @@ def test_sockets_left_listening(pair, marker):
     try:
         # through the scratch folder, read and written without a command (a Docker command ends every process of
         # its container, the listener's too)
-        _wait_for(lambda: first.read_scratch(f"{marker}.bound") is not None)
+        _wait_for(lambda: first.read_scratch(f"{marker}.bound") is not None or not thread.is_alive())
+        assert thread.is_alive(), result  # the listener's command ended before it bound
         connect = CONNECT.format(marker=marker, port=port)
         assert python(second, connect).split() == ["refused", "ConnectionRefusedError"] * 2
         host = subprocess.run(["python3", "-c", connect], capture_output=True, text=True)
