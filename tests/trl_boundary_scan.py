@@ -26,10 +26,12 @@ from pathlib import Path
 
 LIBRARIES = ("trl", "transformers", "vllm", "accelerate")
 
-# Python's own underscore names (namedtuple's and enum's API; `sys._base_executable` and argparse's `_actions`, the
-# standard library's private names that envs/ reads): outside the TRL boundary.
+# Python's own underscore names (namedtuple's and enum's API; `sys._base_executable` and argparse's `_actions`,
+# `_SubParsersAction`, `_check_value` and `_get_value`, the standard library's private names that envs/ and commands/
+# read): outside the TRL boundary.
 PYTHON_UNDERSCORE = {"_replace", "_asdict", "_fields", "_make", "_field_defaults", "_exit", "_getframe",
-                     "_name_", "_value_", "_missing_", "_generate_next_value_", "_base_executable", "_actions"}
+                     "_name_", "_value_", "_missing_", "_generate_next_value_", "_base_executable", "_actions",
+                     "_SubParsersAction", "_check_value", "_get_value"}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ The private names, and why each one is needed (the whole list: `PRIVATE_NAMES` i
 | `_generate_single_turn` | called | TRL's backends (vLLM, transformers' generate): one reply per episode |
 | `_metrics`, `_logs` | appended to | TRL's metric and completion logs: its `log` reports ours by its names |
 | `_prepare_dataset` | overridden (SFT) | episodes tokenised by the rollout's own token builder |
+| `_attn_implementation` | read (a model config's) | packing refuses attention that cannot take its 4-D mask |
 | `_save`, `_load_from_checkpoint` | overridden (PPO) | each backend's save and resume end here: critic/ too |
 
 Beyond those, public-looking attributes TRL's `__init__` sets are read (`AFTER_INIT`, checked on every trainer
@@ -170,6 +171,9 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint(TRAINER, "place_model_on_device", None,
                "read by PPO: the critic goes to the device when transformers puts the policy there", instance=True),
     TouchPoint(TRAINER, "hub_model_id", None, "read: the model card's Hub id", instance=True),
+    TouchPoint("transformers.configuration_utils:PreTrainedConfig", "_attn_implementation", None,
+               "read: packing takes the attention implementations that honour a 4-D mask (packing_refusal)",
+               instance=True, shared=True),
     # Functions swapped while TRL's __init__ runs.
     TouchPoint("trl.trainer.grpo_trainer", "create_model_from_path", ("model_id",),
                "swapped during __init__: the reference model is a copy of the policy object"),
