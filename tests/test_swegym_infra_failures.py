@@ -104,9 +104,8 @@ def open_folder():
     shutil.rmtree(folder)
 
 
+@pytest.mark.parametrize("config", ["local"], indirect=True)  # bubblewrap is the local backend's
 def test_bubblewrap_that_fails_to_start_fails_the_episode(config, monkeypatch, open_folder):
-    if config.sandbox != "local":
-        pytest.skip("bubblewrap is the local backend's")
     fake = open_folder / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: Creating new namespace failed: injected' >&2\nexit 1\n")
     fake.chmod(0o755)
@@ -133,9 +132,8 @@ def _api_error(status: int) -> docker.errors.APIError:
     return docker.errors.APIError("injected: error writing config to pipe: write init-p: broken pipe", response)
 
 
+@pytest.mark.parametrize("config", ["docker"], indirect=True)  # the Docker engine is the Docker backend's
 def test_container_start_is_retried_on_engine_errors_only(config, monkeypatch):
-    if config.sandbox != "docker":
-        pytest.skip("the Docker engine is the Docker backend's")
     monkeypatch.setattr(docker_backend.time, "sleep", lambda seconds: None)
     client = docker_client()
     collection = type(client.containers)
@@ -204,9 +202,8 @@ def test_grading_killed_from_outside_is_an_error(config):
     assert re.search("killed from outside" if config.sandbox == "local" else "container", str(outcome["error"]))
 
 
+@pytest.mark.parametrize("config", ["docker"], indirect=True)  # the Docker engine is the Docker backend's
 def test_engine_failing_under_a_command_is_an_error(config, monkeypatch):
-    if config.sandbox != "docker":
-        pytest.skip("the Docker engine is the Docker backend's")
     env = SWEGymEnv(config)
     env.reset(ROWS["roman"])
     assert "[exit code: 0]" in env.step("<bash>true</bash>").observation

@@ -305,13 +305,13 @@ def test_nothing_left_in_the_host_kernel(pair):
     assert socket.gethostname() != "sandbox"
 
 
+# Local only: Docker applies its own default profile (test_kernel_keyring checks its keyring calls)
+@pytest.mark.parametrize("pair", ["local"], indirect=True)
 def test_the_seccomp_filter_refuses_every_listed_call(pair):
     """Local: each call of `seccomp.DENIED` fails with EPERM, whatever its arguments (zeros here: unfiltered, most
     would fail otherwise, with EINVAL, EFAULT or EBADF, or succeed); `clone3` and x32 calls with ENOSYS; `clone`
     with a namespace flag with EPERM while a plain fork works; `personality` beyond Docker's values refused."""
     first, _ = pair
-    if first.config.sandbox != "local":
-        pytest.skip("Docker applies its own default profile (test_kernel_keyring checks its keyring calls)")
     from trl_multiturn.envs.swegym.sandbox.seccomp import CLONE, CLONE3, PERSONALITY
 
     numbers = {name: nr for name, nr in NR.items() if nr is not None}
