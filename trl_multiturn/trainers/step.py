@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from accelerate.utils import gather, gather_object
 from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import pad
+from trl.trainer.utils import nanstd, pad
 
 from ..credit import CreditBatch, get_estimator, turn_to_token_advantages
 from ..rollout.batch import RolloutBatch
@@ -348,15 +348,15 @@ class MultiTurnStep:
         scores = batch.rewards_per_func
         for i, name in enumerate(t.reward_func_names):
             metrics[f"rewards/{name}/mean"].append(torch.nanmean(scores[:, i]).item())
-            metrics[f"rewards/{name}/std"].append(_nanstd(scores[:, i]).item())
+            metrics[f"rewards/{name}/std"].append(nanstd(scores[:, i]).item())
         total = (scores * batch.reward_weights.to(scores.device)).nansum(dim=1)
         total[torch.isnan(scores).all(dim=1)] = math.nan
         metrics["reward"].append(torch.nanmean(total).item())
-        metrics["reward_std"].append(_nanstd(total).item())
+        metrics["reward_std"].append(nanstd(total).item())
         if batch.steps is None:  # TRL's groups of num_generations rows whose reward does not vary
             groups = total.view(-1, batch.num_generations)
             metrics["frac_reward_zero_std"].append(sum(
-                bool(_nanstd(group).nan_to_num(0.0) == 0) for group in groups) / len(groups))
+                bool(nanstd(group).nan_to_num(0.0) == 0) for group in groups) / len(groups))
         t._logs["prompt"].extend(gather_object([row["prompt"] for row in rows]))
         t._logs["completion"].extend(gather_object(batch.completions()))
         for i, name in enumerate(t.reward_func_names):
@@ -384,12 +384,6 @@ class MultiTurnStep:
                      for s, e in spans if mask[i, s:e].any()] for i, spans in enumerate(batch.row_turn_spans())]
         t._logs["advantages"].extend(t.accelerator.gather(per_row).tolist())
         t._logs["extra"]["turn_advantages"].extend(gather_object(per_turn))
-
-
-def _nanstd(values: torch.Tensor) -> torch.Tensor:
-    """The sample standard deviation of the finite values of `values` (NaN when fewer than two)."""
-    finite = values[~torch.isnan(values)]
-    return finite.std() if finite.numel() > 1 else torch.tensor(math.nan)
 
 
 class EstimatorCredit:

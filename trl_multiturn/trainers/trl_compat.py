@@ -192,6 +192,7 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
                keywords=("adapter_name",), shared=True),
     TouchPoint("trl.trainer.utils", "pad", ("tensors",), "called: the step's padded rows",
                keywords=("padding_value", "padding_side", "pad_to_multiple_of"), shared=True),
+    TouchPoint("trl.trainer.utils", "nanstd", ("tensor",), "called: the step's reward metrics", shared=True),
     TouchPoint("trl.trainer.utils", "disable_dropout_in_model", ("model",), "called: PPO's critic and reference",
                shared=True),
     TouchPoint("trl.trainer.utils", "create_model_from_path", ("model_id",), "called: PPO's reference from a path"),
@@ -238,7 +239,7 @@ def single_turn_replies(trainer, contexts: list[list[int]]):
     `trainer.num_generations` replies per prompt, so that count is 1 while it runs. RLOO's returns the completions
     alone."""
     generate = trainer._generate_single_turn
-    if "num_generations" in inspect.signature(generate).parameters:
+    if _takes_num_generations(type(trainer)):
         out = generate(prompt_ids=contexts, images=None, multimodal_fields={}, num_generations=1)
     else:
         saved = trainer.num_generations, trainer.num_generations_eval
@@ -248,6 +249,13 @@ def single_turn_replies(trainer, contexts: list[list[int]]):
         finally:
             trainer.num_generations, trainer.num_generations_eval = saved
     return out if isinstance(out, tuple) else (out, None)
+
+
+@functools.cache
+def _takes_num_generations(trainer_cls: type) -> bool:
+    """Whether `trainer_cls._generate_single_turn` takes `num_generations` (GRPO's from TRL 1.15): read once per class,
+    not per turn."""
+    return "num_generations" in inspect.signature(trainer_cls._generate_single_turn).parameters
 
 
 def check_trl_compat(trainer_cls: type) -> None:
