@@ -31,7 +31,14 @@ from trl_multiturn.envs.swegym import SandboxError, SWEGymConfig, SWEGymEnv, gra
 from trl_multiturn.envs.swegym.patches import make_patch
 from trl_multiturn.envs.swegym.sandbox import bwrap
 from trl_multiturn.envs.swegym.sandbox import docker as docker_backend
-from trl_multiturn.envs.swegym.sandbox.containment import GROUP, MOUNT_POINT, MemoryCgroup, _memory_hierarchy
+from trl_multiturn.envs.swegym.sandbox.containment import (
+    CHILD_SETUP_FAILED,
+    GROUP,
+    MOUNT_POINT,
+    MemoryCgroup,
+    _memory_hierarchy,
+    reporting_child,
+)
 from trl_multiturn.envs.swegym.tasks import task_sources
 
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
@@ -84,7 +91,8 @@ def _eval_container(client, driver: int):
     """A sandbox container of the process `driver` whose test script is running."""
     for container in _containers(client, driver):
         try:
-            if "pytest_runner.py" in str(container.top()["Processes"]):
+            # `ps -o pid,args`: the whole command line (docker top's default cuts it at 32 characters)
+            if "pytest_runner.py" in str(container.top(ps_args="-o pid,args")["Processes"]):
                 return container
         except docker.errors.DockerException:
             continue
@@ -294,3 +302,39 @@ def test_the_next_sandbox_ends_what_a_dead_driver_left_in_its_cgroup():
         return not orphan.exists()  # process not yet gone)
 
     _wait_for(swept, "the orphan cgroup removed")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A child that cannot be set up, a private space whose descriptor other code closed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the private space (a tmpfs in a mount namespace) needs root")
+def test_a_sandbox_whose_space_descriptor_was_closed_by_other_code_fails_with_the_reason(swegym_cache_dir):
+    """A double close elsewhere in the trainer can close the descriptor of a sandbox's mount namespace, and the
+    number can then name another file: the sandbox refuses to run rather than fail in the child or enter another
+    namespace, and says why (an infrastructure failure: a SandboxError, never a grade)."""
+    config = SWEGymConfig(sandbox="local", repo_cache_dir=swegym_cache_dir)
+    with make_sandbox(config) as sandbox:
+        sandbox.start(ROWS["roman"])
+        space = sandbox._space
+        assert space is not None and sandbox.run("echo up").output == "up\n"
+        os.close(space.mnt_fd)  # what another object's second close does
+        reused = os.open("/dev/null", os.O_RDONLY)
+        try:
+            assert reused == space.mnt_fd  # the lowest free number: the case where it names another file
+            with pytest.raises(SandboxError, match=f"lost its descriptor {space.mnt_fd}"):
+                sandbox.run("echo up")
+        finally:
+            os.close(reused)
+            space.mnt_fd = os.open("/dev/null", os.O_RDONLY)  # so that closing the sandbox closes a descriptor of ours
+
+
+def test_a_child_that_cannot_be_set_up_says_why():
+    """subprocess reports an exception in a preexec_fn as "Exception occurred in preexec_fn" alone; the sandbox's
+    children write the exception where the caller reads it and exit with CHILD_SETUP_FAILED."""
+    def setup():
+        raise OSError(22, "setns into the sandbox's mount namespace")
+
+    done = subprocess.run(["true"], capture_output=True, text=True, preexec_fn=reporting_child(setup))
+    assert done.returncode == CHILD_SETUP_FAILED
+    assert "OSError: [Errno 22] setns into the sandbox's mount namespace" in done.stderr

@@ -79,8 +79,22 @@ class PrivateSpace:
             holder.stdout.close()
             holder.stderr.close()
         self.mnt_fd, self.root_fd = fds
+        self._identity = [_identity(fd) for fd in fds]
         self.binds = [MOUNT_POINT / f"bind{i}" for i in range(len(folders))]
         self.root = Path(f"/proc/self/fd/{self.root_fd}")
+
+    def check(self) -> None:
+        """Before a child is started to enter the space: its descriptors are still the ones this space opened. Other
+        code of this process that closes a descriptor twice may close one of them, and the number may then name
+        another file; a SandboxError says so rather than a setns that fails, or enters something else."""
+        for fd, identity in zip((self.mnt_fd, self.root_fd), self._identity):
+            try:
+                same = _identity(fd) == identity
+            except OSError:
+                same = False
+            if not same:
+                raise SandboxError(f"the sandbox's private space lost its descriptor {fd}: other code of this process "
+                                   "closed it (a descriptor closed twice); this sandbox cannot run commands")
 
     def enter(self) -> None:
         """Join the private mount namespace (in a child process before exec: it must be single-threaded)."""
@@ -90,6 +104,29 @@ class PrivateSpace:
     def close(self) -> None:
         for fd in (self.mnt_fd, self.root_fd):
             os.close(fd)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    stat = os.fstat(fd)
+    return stat.st_dev, stat.st_ino
+
+
+def reporting_child(setup):
+    """`setup` as a `preexec_fn` whose failure reaches the caller with its reason: subprocess reports any exception
+    in a `preexec_fn` as "Exception occurred in preexec_fn" alone, so this writes the exception to the child's stderr
+    and exits with `CHILD_SETUP_FAILED` (the command, bubblewrap included, never ran)."""
+
+    def run() -> None:
+        try:
+            setup()
+        except BaseException as e:  # noqa: BLE001 - the child must never return to the caller's code
+            os.write(2, f"the sandbox's child could not be set up: {type(e).__name__}: {e}\n".encode())
+            os._exit(CHILD_SETUP_FAILED)
+
+    return run
+
+
+CHILD_SETUP_FAILED = 126
 
 
 def die_with_parent(parent: int) -> None:

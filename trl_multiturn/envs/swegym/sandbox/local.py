@@ -42,7 +42,7 @@ from .base import (
     timeout_note,
 )
 from .bwrap import bwrap_argv
-from .containment import MOUNT_POINT, MemoryCgroup, PrivateSpace, die_with_parent, private_space
+from .containment import MOUNT_POINT, MemoryCgroup, PrivateSpace, die_with_parent, private_space, reporting_child
 from .hostfiles import open_folder, read_regular, write_regular
 from .pyenv import ensure_task_python
 from .seccomp import seccomp_program
@@ -178,8 +178,10 @@ class LocalSandbox(Sandbox):
 
     def _git(self, args: list[str]) -> None:
         """Run git in the sandbox's mount namespace (where its space is), as the trainer."""
+        if self._space is not None:
+            self._space.check()
         done = subprocess.run(["git", *args], env=git_env(), capture_output=True, text=True,
-                              preexec_fn=self._space.enter if self._space else None)
+                              preexec_fn=reporting_child(self._space.enter) if self._space else None)
         if done.returncode != 0:
             raise SandboxError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
 
@@ -266,22 +268,26 @@ class LocalSandbox(Sandbox):
         def limit() -> None:  # runs in the child, after fork and setsid, before exec
             if cgroup is not None:
                 cgroup.enter()
+            if space is not None:
+                space.enter()
+            if plain_workdir is not None:
+                os.chdir(plain_workdir)
+            # the limits after the Python code that may allocate: this child is a copy of the trainer, whose address
+            # space may be larger than memory_mb already (RLIMIT_AS then refuses any new mapping)
             resource.setrlimit(resource.RLIMIT_CPU, (cfg.cpu_seconds, cfg.cpu_seconds + 1))
             resource.setrlimit(resource.RLIMIT_AS, (cfg.memory_mb * mib, cfg.memory_mb * mib))
             resource.setrlimit(resource.RLIMIT_FSIZE, (cfg.max_file_mb * mib, cfg.max_file_mb * mib))
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            if space is not None:
-                space.enter()
-            if plain_workdir is not None:
-                os.chdir(plain_workdir)
             if uid is not None:  # bubblewrap makes the user namespace as this uid, as for an ordinary user
                 os.setgroups([])
                 os.setresgid(uid, uid, uid)
                 os.setresuid(uid, uid, uid)
             die_with_parent(parent)
 
-        return limit
+        if space is not None:
+            space.check()
+        return reporting_child(limit)
 
     def run(self, command: str, timeout: float | None = None) -> CommandResult:
         if self._tmp is None:
