@@ -899,15 +899,19 @@ class MultiTurnMixin(RunFilesMixin):
         given = sorted(name for name, value in multimodal.items() if value is not None)
         if given:
             raise ValueError(f"multi-turn episodes are text only; got {given}")
-        # MoE's load-balancing loss, and several processes (whose packs differ, so their numbers of forwards would:
-        # ZeRO-3 and FSDP gather parameters per forward, DDP reduces once per forward): the rows' own forwards
-        if compute_aux_loss or self.args.packing == "padded" or self.accelerator.num_processes > 1:
+        # MoE's load-balancing loss: the rows' own forwards
+        if compute_aux_loss or self._packing() == "padded":
             return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=self.temperature,
                                   batch_size=batch_size, compute_entropy=compute_entropy,
                                   compute_aux_loss=compute_aux_loss, autocast=self.accelerator.autocast)
         return (*packed_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                            compute_entropy, temperature=self.temperature, packing=self.args.packing,
+                                            compute_entropy, temperature=self.temperature, packing=self._packing(),
                                             autocast=self.accelerator.autocast), None)
+
+    def _packing(self) -> str:
+        """`packing` as this run applies it: "padded" on several processes, whose packs differ, so their numbers of
+        forwards would (ZeRO-3 and FSDP gather parameters per forward, DDP reduces once per forward)."""
+        return "padded" if self.accelerator.num_processes > 1 else self.args.packing
 
     @torch.no_grad()
     def _reference_logps(self, input_ids, attention_mask, logits_to_keep: int, batch_size: int) -> torch.Tensor:

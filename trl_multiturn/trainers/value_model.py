@@ -142,6 +142,9 @@ class PolicyAndValueModel(nn.Module):
         forward(..., output="policy")  -> the policy's output (TRL's keywords passed through)
         forward(input_ids, attention_mask, output="values") -> (B, L) the critic's head at every position
         forward(..., output="both")    -> (policy output, values) from one call: the PPO loss's
+
+    The critic takes `input_ids`, `attention_mask` and, where given, `position_ids`: a packed forward's
+    (`packing.model_inputs`: a prefix tree's position ids and 4-D mask) reaches both models alike.
     """
 
     def __init__(self, policy: nn.Module, critic: nn.Module):
@@ -152,7 +155,8 @@ class PolicyAndValueModel(nn.Module):
     def forward(self, *args, output: str = "policy", **kwargs):
         if output == "policy":
             return self.policy(*args, **kwargs)
-        values = self.critic(input_ids=kwargs["input_ids"], attention_mask=kwargs["attention_mask"]).logits[..., 0]
+        values = self.critic(**{name: kwargs[name] for name in ("input_ids", "attention_mask", "position_ids")
+                                if name in kwargs}).logits[..., 0]
         if output == "values":
             return values.float()
         return self.policy(*args, **kwargs), values.float()
