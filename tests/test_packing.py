@@ -345,6 +345,12 @@ def test_a_trainers_step_and_loss_are_the_same_packed_or_padded(trainer_name, ti
     padded_old = sequence_logps(trainer.model, ids, mask, inputs["completion_ids"].shape[1],
                                 temperature=trainer.temperature)[0]
     torch.testing.assert_close(inputs["old_per_token_logps"], padded_old, atol=ATOL, rtol=0)
+    assert_same_loss_packed_or_padded(trainer, inputs)
+
+
+def assert_same_loss_packed_or_padded(trainer, inputs) -> None:
+    """`trainer._compute_loss` on `inputs` and the gradients of every parameter it reaches are the same with
+    packing="prefix" as with "padded"."""
     losses = {}
     for packing in ("prefix", "padded"):
         trainer.args.packing = packing
@@ -353,5 +359,6 @@ def test_a_trainers_step_and_loss_are_the_same_packed_or_padded(trainer_name, ti
         loss.backward()
         losses[packing] = (loss.item(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None])
     assert losses["prefix"][0] == pytest.approx(losses["padded"][0], abs=1e-5)
+    assert len(losses["prefix"][1]) == len(losses["padded"][1]) > 0
     for a, b in zip(losses["prefix"][1], losses["padded"][1], strict=True):
         torch.testing.assert_close(a, b, atol=ATOL * max(1.0, b.abs().max().item()), rtol=1e-4)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import tiny_rl_args
 from datasets import Dataset
-from test_packing import ATOL, TEMPERATURE, batch, grouped, load, stepwise, tokens
+from test_packing import ATOL, TEMPERATURE, assert_same_loss_packed_or_padded, batch, grouped, load, stepwise, tokens
 from toy_envs import CountingEnv
 from transformers import AutoModelForTokenClassification
 
@@ -158,18 +158,10 @@ def test_a_ppo_step_and_its_loss_are_the_same_packed_or_padded(episode_format, t
         torch.testing.assert_close(packed[key], padded[key], atol=ATOL, rtol=0, msg=key)
     assert torch.equal(packed["value_mask"], padded["value_mask"])
 
-    losses = {}
-    for packing in ("prefix", "padded"):
-        trainer.args.packing = packing
-        trainer.model.zero_grad()
-        loss = trainer._compute_loss(trainer.model, packed)
-        loss.backward()
-        losses[packing] = (loss.item(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None])
+    assert_same_loss_packed_or_padded(trainer, packed)
     assert calls["loss"] == 1
-    assert losses["prefix"][0] == pytest.approx(losses["padded"][0], abs=1e-5)
-    assert len(losses["prefix"][1]) == sum(1 for _ in trainer.model.parameters())  # policy and critic
-    for a, b in zip(losses["prefix"][1], losses["padded"][1], strict=True):
-        torch.testing.assert_close(a, b, atol=ATOL * max(1.0, b.abs().max().item()), rtol=1e-4)
+    # both models were trained by the loss
+    assert all(p.grad is not None for p in trainer.model.parameters())
 
 
 @pytest.mark.parametrize("episode_format", list(STEP_FORMATS))

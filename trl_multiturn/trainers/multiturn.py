@@ -177,12 +177,13 @@ class MultiTurnArguments:
     )
     packing: str = field(
         default="auto",
-        metadata={"help": "How a step's forwards (old, reference and the loss's log-probs) lay out its rows: "
-                          "'prefix' forwards each shared token prefix once (a group's prompt, a step-wise episode's "
-                          "earlier turns) with a prefix-tree attention mask, 'padded' forwards each row whole, 'auto' "
-                          "packs where the model's attention takes the mask and a cost model says it is cheaper. The "
-                          "log-probs are the same either way (trl_multiturn/trainers/packing.py; "
-                          "benchmarks/packing.py measures the saving). One process only: on several, 'auto' pads.",
+        metadata={"help": "How a step's forwards (old, reference and the loss's log-probs; PPO's critic values) lay "
+                          "out its rows: 'prefix' forwards each shared token prefix once (a group's prompt, a "
+                          "step-wise episode's earlier turns) with a prefix-tree attention mask, 'padded' forwards "
+                          "each row whole, 'auto' packs where the model's attention takes the mask and a cost model "
+                          "says it is cheaper. The log-probs and values are the same either way "
+                          "(trl_multiturn/trainers/packing.py; benchmarks/packing.py measures the saving). One "
+                          "process only: on several, 'auto' pads.",
                   "choices": list(PACKING_MODES)},
     )
     max_policy_lag: int = field(
