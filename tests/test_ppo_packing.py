@@ -16,7 +16,7 @@ from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
 from trl_multiturn.trainers import ppo
 from trl_multiturn.trainers.packing import choose_plan, plan_packs
 from trl_multiturn.trainers.ppo import policy_and_values
-from trl_multiturn.trainers.value_model import PolicyAndValueModel
+from trl_multiturn.trainers.value_model import PolicyAndValueModel, create_value_model
 
 
 def policy_and_critic(path, critic_attn="sdpa"):
@@ -86,7 +86,9 @@ def test_a_critic_the_packed_mask_cannot_reach_is_refused_by_name_or_padded(tiny
         with pytest.raises(ValueError, match=f"packing='prefix': {refusal}"):
             choose_plan(models, ids, mask, keep, packing="prefix")
         assert choose_plan(models, ids, mask, keep, packing="auto") is None
-    assert choose_plan((eager.policy, eager.policy), ids, mask, keep, packing="prefix") is not None
+    # a critic built from a policy object takes its attention implementation: the two pack together
+    critic = create_value_model(eager.policy)
+    assert choose_plan((eager.policy, critic), ids, mask, keep, packing="prefix") is not None
 
 
 def make_trainer(path, tmp_path, packing, **overrides):

@@ -15,6 +15,7 @@ towards the mean return.
 
 from __future__ import annotations
 
+import copy
 import os
 from contextlib import nullcontext
 
@@ -79,12 +80,13 @@ def _zero_new_head(critic: PreTrainedModel, new: set[str] | None = None) -> None
 
 def _from_policy_object(policy) -> PreTrainedModel:
     """A critic whose backbone is a copy of the policy's; for a `PeftModel` policy, of its base model's weights
-    (without the adapter: the critic does not start from what the policy's adapter has learned)."""
+    (without the adapter: the critic does not start from what the policy's adapter has learned). Its config is a copy
+    of the policy's, attention implementation included (prefix packing forwards both with one mask form)."""
     from accelerate.utils import is_peft_model
 
     peft = is_peft_model(policy)
     base = policy.get_base_model() if peft else policy
-    config = base.config.__class__.from_dict(base.config.to_dict())
+    config = copy.deepcopy(base.config)
     config.num_labels = 1
     try:
         critic = AutoModelForTokenClassification.from_config(config)
@@ -115,8 +117,6 @@ def base_weights_of_adapted(state: dict) -> dict:
 
 
 def _with_adapter(critic, peft_config):
-    import copy
-
     from peft import TaskType, get_peft_model
 
     peft_config = copy.deepcopy(peft_config)
