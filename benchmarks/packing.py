@@ -4,6 +4,7 @@ optimizer step and peak memory on the same rows; not a test.
     nice -n 10 python benchmarks/packing.py --layers 2 --out benchmarks/results/packing.json   # the committed table
     python benchmarks/packing.py                        # SmolLM2-135M whole (30 layers): for a machine with time
     python benchmarks/packing.py --tokens-only          # forwarded tokens alone (no model forward), seconds
+    nice -n 10 python benchmarks/packing.py --layers 1 --trainer ppo --only '(b)' '(c)' '(d)'   # PPO's step
 
 Rows: real prompts and observations, tokenized by SmolLM2-135M-Instruct's tokenizer and chat template
 (`offline:smollm2-135m-instruct`) the way the rollout builds them (`ChatTokenBuilder`); each episode's replies are
@@ -22,8 +23,12 @@ Per shape: forwarded tokens of each path (padded: B x W, TRL's padded rows; pack
 limit (the rows' prefix-tree size), then one optimizer step per path: the no-grad old-log-prob forward and the loss's
 forward + backward (a clipped policy-gradient loss over the completion tokens), timed as wall seconds, median of
 `--repeats`; the packed path's planning (`plan_packs`, once per step, shared by both forwards) is inside its time.
-Each path of each shape runs in a fresh process, and its memory is that process's peak resident set size
-(`getrusage` max RSS) above its RSS just before the step: torch's CPU tensors are outside `tracemalloc`.
+`--trainer ppo` times PPO's step instead: the no-grad old log-probs and the critic's values (`packing.packed_values`
+against the padded rows' critic forward), then the loss's forward of policy and critic (`ppo.policy_and_values`, one
+forward of each) and its backward (the clipped surrogate plus the clipped value loss); the critic is a
+token-classification model of the same layers (its own copy), as `MultiTurnPPOTrainer` builds it, and one plan serves
+all three forwards. Each path of each shape runs in a fresh process, and its memory is that process's peak resident
+set size (`getrusage` max RSS) above its RSS just before the step: torch's CPU tensors are outside `tracemalloc`.
 `--layers N` keeps SmolLM2-135M's first N of 30 decoder layers (its real weights, widths, tokenizer and LM head):
 on the shared 2-core machine the whole model ran about 9 tokens/s forward + backward, too slow for these shapes;
 the ratios between the paths hold per layer, so they are what the table reports.
@@ -57,17 +62,24 @@ SWE_SYSTEM = ("You are fixing a bug in a Python repository. Reply with one actio
               "a file or submit.")
 
 
-def load_model(layers: int | None):
+def load_model(layers: int | None, trainer: str = "grpo"):
+    """SmolLM2-135M (its first `layers` decoder layers); for PPO with a critic beside it (`PolicyAndValueModel`)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
     from trl_multiturn.models import offline_default_model
+    from trl_multiturn.trainers.value_model import PolicyAndValueModel
 
     path = offline_default_model()
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype=torch.float32)
-    if layers:
-        model.model.layers = model.model.layers[:layers]
-        model.config.num_hidden_layers = layers
+    if trainer == "ppo":
+        critic = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, attn_implementation="sdpa",
+                                                                 dtype=torch.float32)
+        model = PolicyAndValueModel(model, critic)
+    for part in [model.policy, model.critic] if trainer == "ppo" else [model]:
+        if layers:
+            part.base_model.layers = part.base_model.layers[:layers]
+            part.config.num_hidden_layers = layers
     return model, AutoTokenizer.from_pretrained(path)
 
 
@@ -204,6 +216,38 @@ def one_step(model, rows, packing: str) -> float:
     return time.perf_counter() - start
 
 
+def one_ppo_step(model, rows, packing: str) -> float:
+    """Seconds of one PPO optimizer step's forwards and backward: the no-grad old log-probs and critic values, then
+    the loss's forward of policy and critic (clipped surrogate + 0.1 x clipped value loss) and its backward."""
+    import torch
+
+    from trl_multiturn.trainers.packing import (
+        attention_cost_ratio,
+        packed_logps_and_entropies,
+        packed_values,
+        plan_packs,
+    )
+    from trl_multiturn.trainers.ppo import clipped_surrogate, clipped_value_loss, masked_mean, policy_and_values
+
+    ids, mask, keep = padded_batch(rows)
+    completion_mask = mask[:, -keep:]
+    advantages = torch.linspace(-1, 1, len(rows))[:, None].expand(-1, keep)
+    start = time.perf_counter()
+    plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model)) if packing == "prefix" else None
+    with torch.no_grad():
+        old, _ = packed_logps_and_entropies(model, ids, mask, keep, packing=packing, temperature=1.0, plan=plan)
+        if plan is not None:
+            old_values = packed_values(model, plan)
+        else:
+            old_values = model(input_ids=ids, attention_mask=mask, output="values")[:, -keep - 1:-1]
+    logps, _, values = policy_and_values(model, ids, mask, keep, temperature=1.0, plan=plan)
+    surrogate, _ = clipped_surrogate(torch.exp(logps - old), advantages, 0.2, 0.2)
+    value_loss, _ = clipped_value_loss(values, old_values, old_values + advantages, completion_mask, 0.2)
+    (masked_mean(surrogate, completion_mask) + 0.1 * value_loss).backward()
+    model.zero_grad(set_to_none=True)
+    return time.perf_counter() - start
+
+
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -214,10 +258,11 @@ def measure(args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    model, _ = load_model(args.layers)
+    model, _ = load_model(args.layers, args.trainer)
     rows = json.loads(Path(args.rows_file).read_text())[args.shape]
+    step = one_ppo_step if args.trainer == "ppo" else one_step
     before = rss_mb()
-    times = [one_step(model, rows, args.path) for _ in range(args.repeats)]
+    times = [step(model, rows, args.path) for _ in range(args.repeats)]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"seconds": statistics.median(times), "times": times, "peak_rss_mb": peak,
                       "peak_above_start_mb": peak - before}))
@@ -234,6 +279,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tokens-only", action="store_true")
+    parser.add_argument("--trainer", choices=["grpo", "ppo"], default="grpo",
+                        help="whose step to time: GRPO's (old log-probs, loss) or PPO's (old log-probs and values, "
+                             "the loss of policy and critic)")
     parser.add_argument("--only", nargs="*", help="time these shapes alone, e.g. --only '(b)' '(d)'")
     parser.add_argument("--games-dir", default=None)
     parser.add_argument("--out", default=None, help="write the table's data as JSON here")
@@ -264,16 +312,19 @@ def main() -> None:
         turns = args.timed_turns or args.turns
         timed = [r for r in results if (not r["shape"].startswith("(c)") or r["shape"].endswith(f" {turns} turns"))
                  and (not args.only or r["shape"][:3] in args.only)]
-        print(f"\n{'shape':42} {'padded s':>9} {'packed s':>9} {'speed-up':>8} {'padded MB':>9} {'packed MB':>9}")
+        key = "step" if args.trainer == "grpo" else f"{args.trainer}_step"  # in the results JSON
+        print(f"\n{args.trainer} step")
+        print(f"{'shape':42} {'padded s':>9} {'packed s':>9} {'speed-up':>8} {'padded MB':>9} {'packed MB':>9}")
         for result in timed:
             for path in ("padded", "prefix"):
                 child = [sys.executable, __file__, "--shape", result["shape"], "--path", path, "--rows-file",
-                         str(rows_file), "--repeats", str(args.repeats), "--threads", str(args.threads)] + (
+                         str(rows_file), "--repeats", str(args.repeats), "--threads", str(args.threads),
+                         "--trainer", args.trainer] + (
                     ["--layers", str(args.layers)] if args.layers else [])
                 done = subprocess.run(child, capture_output=True, text=True, check=True,
                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-                result.setdefault("step", {})[path] = json.loads(done.stdout.strip().splitlines()[-1])
-            pad, pack = result["step"]["padded"], result["step"]["prefix"]
+                result.setdefault(key, {})[path] = json.loads(done.stdout.strip().splitlines()[-1])
+            pad, pack = result[key]["padded"], result[key]["prefix"]
             print(f"{result['shape']:42} {pad['seconds']:>9.2f} {pack['seconds']:>9.2f} "
                   f"{pad['seconds'] / pack['seconds']:>7.2f}x {pad['peak_above_start_mb']:>9.0f} "
                   f"{pack['peak_above_start_mb']:>9.0f}", flush=True)

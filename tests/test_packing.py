@@ -22,7 +22,7 @@ from trl_multiturn.trainers.packing import (
     plan_packs,
 )
 from trl_multiturn.trainers.step import sequence_logps
-from trl_multiturn.trainers.value_model import token_values
+from trl_multiturn.trainers.value_model import PolicyAndValueModel, token_values
 
 ATOL = 1e-5
 TEMPERATURE = T = 0.7
@@ -192,8 +192,9 @@ def test_peft_model(tiny_chatml_model):
 
 
 def test_a_critics_values(tiny_chatml_model):
-    """PPO's critic reads the same packed rows: its values at the position before each kept token equal
-    `token_values` of the padded rows wherever the loss reads them, and so do their gradients."""
+    """PPO's critic reads the same packed rows (through the policy-and-critic module, as the trainer runs it): its
+    values at the position before each kept token equal `token_values` of the padded rows wherever the loss reads
+    them, and so do their gradients."""
     from transformers import AutoModelForTokenClassification
 
     torch.manual_seed(0)
@@ -206,7 +207,8 @@ def test_a_critics_values(tiny_chatml_model):
     results = []
     for packed in (False, True):
         critic.zero_grad()
-        values = packed_values(critic, plan) if packed else token_values(critic, ids, mask, keep)
+        values = packed_values(PolicyAndValueModel(load(tiny_chatml_model), critic), plan) if packed else \
+            token_values(critic, ids, mask, keep)
         values = values.masked_fill(~plan.valid, 0)
         (values * torch.linspace(-1, 1, values.numel()).view_as(values)).sum().backward()
         results.append((values.detach(), [p.grad.clone() for p in critic.parameters()]))
@@ -343,6 +345,12 @@ def test_a_trainers_step_and_loss_are_the_same_packed_or_padded(trainer_name, ti
     padded_old = sequence_logps(trainer.model, ids, mask, inputs["completion_ids"].shape[1],
                                 temperature=trainer.temperature)[0]
     torch.testing.assert_close(inputs["old_per_token_logps"], padded_old, atol=ATOL, rtol=0)
+    assert_same_loss_packed_or_padded(trainer, inputs)
+
+
+def assert_same_loss_packed_or_padded(trainer, inputs) -> None:
+    """`trainer._compute_loss` on `inputs` and the gradients of every parameter it reaches are the same with
+    packing="prefix" as with "padded"."""
     losses = {}
     for packing in ("prefix", "padded"):
         trainer.args.packing = packing
@@ -351,5 +359,6 @@ def test_a_trainers_step_and_loss_are_the_same_packed_or_padded(trainer_name, ti
         loss.backward()
         losses[packing] = (loss.item(), [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None])
     assert losses["prefix"][0] == pytest.approx(losses["padded"][0], abs=1e-5)
+    assert len(losses["prefix"][1]) == len(losses["padded"][1]) > 0
     for a, b in zip(losses["prefix"][1], losses["padded"][1], strict=True):
         torch.testing.assert_close(a, b, atol=ATOL * max(1.0, b.abs().max().item()), rtol=1e-4)

@@ -177,12 +177,13 @@ class MultiTurnArguments:
     )
     packing: str = field(
         default="auto",
-        metadata={"help": "How a step's forwards (old, reference and the loss's log-probs) lay out its rows: "
-                          "'prefix' forwards each shared token prefix once (a group's prompt, a step-wise episode's "
-                          "earlier turns) with a prefix-tree attention mask, 'padded' forwards each row whole, 'auto' "
-                          "packs where the model's attention takes the mask and a cost model says it is cheaper. The "
-                          "log-probs are the same either way (trl_multiturn/trainers/packing.py; "
-                          "benchmarks/packing.py measures the saving). One process only: on several, 'auto' pads.",
+        metadata={"help": "How a step's forwards (old, reference and the loss's log-probs; PPO's critic values) lay "
+                          "out its rows: 'prefix' forwards each shared token prefix once (a group's prompt, a "
+                          "step-wise episode's earlier turns) with a prefix-tree attention mask, 'padded' forwards "
+                          "each row whole, 'auto' packs where the model's attention takes the mask and a cost model "
+                          "says it is cheaper. The log-probs and values are the same either way "
+                          "(trl_multiturn/trainers/packing.py; benchmarks/packing.py measures the saving). One "
+                          "process only: on several, 'auto' pads.",
                   "choices": list(PACKING_MODES)},
     )
     max_policy_lag: int = field(
@@ -899,15 +900,19 @@ class MultiTurnMixin(RunFilesMixin):
         given = sorted(name for name, value in multimodal.items() if value is not None)
         if given:
             raise ValueError(f"multi-turn episodes are text only; got {given}")
-        # MoE's load-balancing loss, and several processes (whose packs differ, so their numbers of forwards would:
-        # ZeRO-3 and FSDP gather parameters per forward, DDP reduces once per forward): the rows' own forwards
-        if compute_aux_loss or self.args.packing == "padded" or self.accelerator.num_processes > 1:
+        # MoE's load-balancing loss: the rows' own forwards
+        if compute_aux_loss or self._packing() == "padded":
             return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=self.temperature,
                                   batch_size=batch_size, compute_entropy=compute_entropy,
                                   compute_aux_loss=compute_aux_loss, autocast=self.accelerator.autocast)
         return (*packed_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                            compute_entropy, temperature=self.temperature, packing=self.args.packing,
+                                            compute_entropy, temperature=self.temperature, packing=self._packing(),
                                             autocast=self.accelerator.autocast), None)
+
+    def _packing(self) -> str:
+        """`packing` as this run applies it: "padded" on several processes, whose packs differ, so their numbers of
+        forwards would (ZeRO-3 and FSDP gather parameters per forward, DDP reduces once per forward)."""
+        return "padded" if self.accelerator.num_processes > 1 else self.args.packing
 
     @torch.no_grad()
     def _reference_logps(self, input_ids, attention_mask, logits_to_keep: int, batch_size: int) -> torch.Tensor:

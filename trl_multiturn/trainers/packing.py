@@ -34,6 +34,12 @@ forward within a chunk's tokens. For the loss it is one micro-batch's rows (grad
 cover whole rows of that micro-batch only, so rows share prefixes in the loss where a micro-batch holds a group's (or
 an episode's) rows together. One `plan_packs` of a batch serves every forward of those rows (`plan=`).
 
+PPO: the critic (a token-classification model beside the policy, `value_model.PolicyAndValueModel`) reads the same
+packs, its value V(s_t) gathered from the position before t as a log-prob is: `packed_values` for its no-grad passes
+(the rows', with the old log-probs' budget; step-wise, the steps `steps_per_batch` leaves out, all in one plan) and
+`packed_policy_and_values` for the loss, one plan per micro-batch serving one forward of each model per pack. Policy
+and critic take one mask form, so `choose_plan` holds both to the rules below and to one attention implementation.
+
 Needs an attention implementation that honours a custom 4-D mask: SDPA (boolean, True = attend) or eager (additive
 float). Others (flash attention, flex attention, paged kernels) and sliding-window layers shorter than the rows are
 refused by name (`packing="prefix"`) or fall back to the padded path (`packing="auto"`), never silently wrong.
@@ -110,6 +116,9 @@ def packing_refusal(model, max_length: int) -> str | None:
     Refused: an attention implementation that ignores or rebuilds a custom 4-D mask (anything but SDPA and eager),
     and sliding-window attention layers narrower than the rows (the packed mask carries no window)."""
     config = _text_config(model)
+    if config is None:
+        return (f"{type(model).__name__} has no transformers config to tell its attention implementation: use "
+                "packing='padded'")
     implementation = getattr(config, "_attn_implementation", None)
     if implementation not in MASKABLE_ATTENTION:
         return (f"attn_implementation={implementation!r} cannot take the prefix-tree 4-D attention mask (it takes "
@@ -209,6 +218,30 @@ def model_inputs(model, forward: Forward) -> dict:
             "attention_mask": mask}
 
 
+def choose_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                batch_size: int | None = None, *, packing: str, plan: PackPlan | None = None) -> PackPlan | None:
+    """The `plan_packs` plan by which `models` run these rows (`plan` where given), or None for the padded rows:
+    None for `packing="padded"`, and for "auto" where a model cannot take the packed mask (`packing_refusal`) or the
+    plan costs more than the rows; "prefix" refuses such a model by name. The models (a policy, and PPO's critic
+    beside it) are forwarded with the first one's mask form, so they must share an attention implementation."""
+    check_packing(packing)
+    if packing == "padded":
+        return None
+    longest = int(attention_mask.sum(1).max())
+    refusal = next((r for r in (packing_refusal(m, longest) for m in models) if r), None)
+    implementations = [getattr(_text_config(m), "_attn_implementation", None) for m in models]
+    if refusal is None and len(set(implementations)) > 1:
+        refusal = (f"the models' attn_implementation differ ({', '.join(map(repr, implementations))}) and one packed "
+                   "mask serves them all: load them with the same one, or use packing='padded'")
+    if refusal:
+        if packing == "prefix":
+            raise ValueError(f"packing='prefix': {refusal}")
+        return None
+    plan = plan or plan_packs(input_ids, attention_mask, logits_to_keep, batch_size, pad_token_id=_pad_id(models[0]),
+                              rho=attention_cost_ratio(models[0]))
+    return plan if packing == "prefix" or plan.packed_cost < plan.padded_cost else None
+
+
 def packed_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
                                batch_size: int | None = None, compute_entropy: bool = False, *, temperature: float,
                                packing: str = "auto", plan: PackPlan | None = None, autocast=None, padded=None):
@@ -216,57 +249,63 @@ def packed_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     attention_mask, logits_to_keep, temperature=temperature, batch_size=..., compute_entropy=...)` returns, by
     prefix-tree packing.
 
-    The padded path runs for `packing="padded"`, and for "auto" where the model cannot be packed or packing costs
-    more (`padded`, called as `padded(model, input_ids, attention_mask, logits_to_keep, batch_size,
-    compute_entropy=...)`, replaces it). `plan` reuses a `plan_packs` of the same rows (the old, reference and loss
-    forwards of one batch share it); `autocast` is the accelerator's, around each forward."""
-    check_packing(packing)
+    The padded path runs where `choose_plan` chooses no plan (`padded`, called as `padded(model, input_ids,
+    attention_mask, logits_to_keep, batch_size, compute_entropy=...)`, replaces it). `plan` reuses a `plan_packs` of
+    the same rows (the old, reference and loss forwards of one batch share it); `autocast` is the accelerator's,
+    around each forward."""
+    plan = choose_plan((model,), input_ids, attention_mask, logits_to_keep, batch_size, packing=packing, plan=plan)
+    if plan is not None:
+        with autocast() if autocast is not None else nullcontext():
+            logps, entropies, _ = _run_packed(model, plan, compute_entropy, temperature)
+        return logps, entropies
     if padded is None:
-        def padded(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False):
-            return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=temperature,
-                                  batch_size=batch_size, compute_entropy=compute_entropy, autocast=autocast)
-    if packing != "padded":
-        refusal = packing_refusal(model, int(attention_mask.sum(1).max()))
-        if refusal and packing == "prefix":
-            raise ValueError(f"packing='prefix': {refusal}")
-        if not refusal:
-            plan = plan or plan_packs(input_ids, attention_mask, logits_to_keep, batch_size,
-                                      pad_token_id=_pad_id(model), rho=attention_cost_ratio(model))
-            if packing == "prefix" or plan.packed_cost < plan.padded_cost:
-                with autocast() if autocast is not None else nullcontext():
-                    return _run_packed(model, plan, compute_entropy, temperature)
-    logps, entropies = padded(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                              compute_entropy=compute_entropy)[:2]
-    return logps, entropies
+        return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=temperature,
+                              batch_size=batch_size, compute_entropy=compute_entropy, autocast=autocast)[:2]
+    return padded(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy=compute_entropy)[:2]
 
 
-def packed_values(critic, plan: PackPlan) -> torch.Tensor:
-    """(B, K) values V(s_t) of each kept token t: the critic's head (a token-classification model with one label) at
-    the packed position of the token before t, 0 where not `plan.valid`. Equal, on the valid columns, to
-    `value_model.token_values(critic, input_ids, attention_mask, logits_to_keep)` of the padded rows."""
-    return plan.unpack([critic(**model_inputs(critic, forward)).logits[..., 0].float() for forward in plan.forwards])
+def packed_values(model, plan: PackPlan) -> torch.Tensor:
+    """(B, K) values V(s_t) of each kept token t from a policy-and-critic module (`value_model.PolicyAndValueModel`:
+    `model(..., output="values")` is the critic's head at every position): the head at the packed position of the
+    token before t, 0 where not `plan.valid`. Equal, on the valid columns, to `value_model.token_values(critic,
+    input_ids, attention_mask, logits_to_keep)` of the padded rows."""
+    return plan.unpack([model(**model_inputs(model, forward), output="values") for forward in plan.forwards])
 
 
-def _run_packed(model, plan: PackPlan, compute_entropy: bool, temperature: float):
+def packed_policy_and_values(model, plan: PackPlan, *, temperature: float):
+    """(logps, entropies, values), each (B, K): PPO's loss forward by `plan`, one forward of the policy and one of the
+    critic per packed forward (`model(..., output="both")` of a `value_model.PolicyAndValueModel`): the log-probs and
+    entropies `packed_logps_and_entropies` returns and the values `packed_values` returns."""
+    return _run_packed(model, plan, True, temperature, with_values=True)
+
+
+def _run_packed(model, plan: PackPlan, compute_entropy: bool, temperature: float, with_values: bool = False):
     """Each forward of `plan`, its logits computed only at the positions that predict a label (`logits_to_keep` as
-    indices), scored by `step.token_logps_and_entropies` as the padded path scores them."""
-    logps, entropies = [], []
+    indices), scored by `step.token_logps_and_entropies` as the padded path scores them; with `with_values`, the
+    critic's values of the same forward (`output="both"`). Returns (logps, entropies or None, values or None)."""
+    logps, entropies, values = [], [], []
     for forward in plan.forwards:
         labels = forward.shift_labels.to(_device(model))
         positions = (labels != IGNORE).any(dim=0).nonzero().flatten()
-        out = model(**model_inputs(model, forward), logits_to_keep=positions, use_cache=False)
+        inputs = {**model_inputs(model, forward), "logits_to_keep": positions, "use_cache": False}
+        if with_values:
+            out, forward_values = model(**inputs, output="both")
+            values.append(forward_values)
+        else:
+            out = model(**inputs)
         lp, ent = token_logps_and_entropies(out.logits, labels[:, positions].clamp(min=0), temperature,
                                             compute_entropy)
         logps.append(lp.new_zeros(labels.shape).index_copy(1, positions, lp))
         if compute_entropy:
             entropies.append(ent.new_zeros(labels.shape).index_copy(1, positions, ent))
-    return plan.unpack(logps), plan.unpack(entropies) if compute_entropy else None
+    return (plan.unpack(logps), plan.unpack(entropies) if compute_entropy else None,
+            plan.unpack(values) if with_values else None)
 
 
 def _text_config(model):
     while isinstance(getattr(model, "module", None), torch.nn.Module):  # a DDP or DeepSpeed wrapper
         model = model.module
-    config = model.config
+    config = getattr(model, "config", None)
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 

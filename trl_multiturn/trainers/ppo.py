@@ -70,6 +70,7 @@ from ..models import resolve_model
 from ..rollout.batch import RolloutBatch, StepSample
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from .multiturn import default_args
+from .packing import PackPlan, choose_plan, packed_policy_and_values, packed_values
 from .step import StepTensors, token_logps_and_entropies, with_trajectory_rewards
 from .value_model import PolicyAndValueModel, create_value_model, load_value_model_weights, save_value_model
 
@@ -210,6 +211,21 @@ def masked_mean(values, mask):
     """mean of `values` over the positions where `mask` is True (0 where there are none)."""
     mask = mask.to(values.dtype)
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def policy_and_values(model, input_ids, attention_mask, logits_to_keep: int, *, temperature: float,
+                      plan: PackPlan | None = None):
+    """(logps, entropies, values), each (B, K = logits_to_keep): PPO's loss forward of a `PolicyAndValueModel`, one
+    forward of the policy and one of the critic, by `plan` (`packing.packed_policy_and_values`) or over the padded
+    rows: the policy's logits at the last K + 1 positions, the critic's head at the K positions before each kept
+    token (V(s_t) never sees token t)."""
+    if plan is not None:
+        return packed_policy_and_values(model, plan, temperature=temperature)
+    policy_out, values = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1,
+                               use_cache=False, output="both")
+    logps, entropies = token_logps_and_entropies(policy_out.logits[:, :-1], input_ids[:, -logits_to_keep:],
+                                                 temperature, compute_entropy=True)
+    return logps, entropies, values[:, -logits_to_keep - 1:-1]
 
 
 def active_peft_config(model):
@@ -391,8 +407,9 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         length = x.length
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
         rewards = self._token_rewards(batch, length, x.completion_ids.device)
+        plan = self._packing_plan(x.input_ids, x.attention_mask, length, batch_size)
         with torch.no_grad(), self.accelerator.autocast():
-            values = self._values(x.input_ids, x.attention_mask, length, batch_size) * mask
+            values = self._values(x.input_ids, x.attention_mask, length, batch_size, plan) * mask
         if self.args.kl_coef != 0.0:
             kl = old - ref
             rewards = rewards - self.args.kl_coef * kl * mask
@@ -410,9 +427,18 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         self._log_critic_metrics(mode, moments, values, targets.returns, value_mask)
         return advantages, {"returns": targets.returns, "old_values": values, "value_mask": value_mask}
 
-    def _values(self, input_ids, attention_mask, length: int, batch_size: int) -> torch.Tensor:
-        """(rows, length) the critic's V(s_t) of the last `length` tokens, from the head at t - 1 (before token t),
-        `batch_size` rows per forward."""
+    def _packing_plan(self, input_ids, attention_mask, length: int, batch_size: int | None) -> PackPlan | None:
+        """The prefix-tree plan by which the critic (and, in the loss, the policy beside it) runs these rows, or None
+        for the padded rows: as `packing` chooses (`packing.choose_plan`, over the policy and the critic)."""
+        model = self.accelerator.unwrap_model(self.model)
+        return choose_plan((model.policy, model.critic), input_ids, attention_mask, length, batch_size,
+                           packing=self._packing())
+
+    def _values(self, input_ids, attention_mask, length: int, batch_size: int, plan: PackPlan | None) -> torch.Tensor:
+        """(rows, length) the critic's V(s_t) of the last `length` tokens, from the head at t - 1 (before token t):
+        by `plan` (each shared prefix once, 0 at padding), or `batch_size` padded rows per forward."""
+        if plan is not None:
+            return packed_values(self.model, plan)
         return torch.cat([
             self.model(input_ids=input_ids[i: i + batch_size], attention_mask=attention_mask[i: i + batch_size],
                        output="values")[:, -length - 1:-1]
@@ -454,24 +480,40 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     @torch.no_grad()
     def _step_values(self, steps: list[StepSample], batch_size: int) -> list[torch.Tensor]:
         """The critic's values over each step's reply tokens (V before each token), for steps that are no TRL row,
-        laid out as TRL lays out its rows (contexts padded on the left, replies on the right), `batch_size` steps
-        per forward. Every process makes as many forwards as the busiest one (sharded models run them together)."""
-        device, pad_id = self.accelerator.device, self.text_tokenizer.pad_token_id
+        laid out as TRL lays out its rows (contexts padded on the left, replies on the right): packed, all the steps
+        in one plan (an episode's steps share its earlier turns), where `packing` chooses it; else `batch_size` steps
+        per forward, every process making as many forwards as the busiest one (sharded models run them together)."""
+        if steps:
+            input_ids, attention_mask = self._padded_steps(steps)
+            length = max(len(s.completion_ids) for s in steps)
+            plan = self._packing_plan(input_ids, attention_mask, length, batch_size)
+            if plan is not None:
+                with self.accelerator.autocast():
+                    values = packed_values(self.model, plan)
+                return [values[j, :len(s.completion_ids)] for j, s in enumerate(steps)]
         calls = -(-len(steps) // batch_size)
         if self.accelerator.num_processes > 1:
-            calls = int(self.accelerator.reduce(torch.tensor([calls], device=device), reduction="max").item())
+            calls = int(self.accelerator.reduce(torch.tensor([calls], device=self.accelerator.device),
+                                                reduction="max").item())
         out = []
         for i in range(calls):
             chunk = steps[i * batch_size: (i + 1) * batch_size]  # empty: a dummy forward for the other processes
-            contexts = [torch.tensor(ids, device=device) for ids in [s.prompt_ids for s in chunk] or [[pad_id]]]
-            replies = [torch.tensor(ids, device=device) for ids in [s.completion_ids for s in chunk] or [[pad_id]]]
-            input_ids = torch.cat([pad(contexts, pad_id, "left"), pad(replies, pad_id, "right")], dim=1)
-            attention_mask = torch.cat([pad([torch.ones_like(c) for c in contexts], 0, "left"),
-                                        pad([torch.ones_like(r) for r in replies], 0, "right")], dim=1)
+            input_ids, attention_mask = self._padded_steps(chunk)
+            length = max((len(s.completion_ids) for s in chunk), default=1)
             with self.accelerator.autocast():
-                values = self._values(input_ids, attention_mask, max(len(r) for r in replies), len(replies))
+                values = self._values(input_ids, attention_mask, length, len(input_ids), None)
             out.extend(values[j, :len(s.completion_ids)] for j, s in enumerate(chunk))
         return out
+
+    def _padded_steps(self, steps: list[StepSample]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input_ids, attention_mask) of `steps` as TRL lays out its rows: contexts padded on the left, replies on
+        the right; no steps: one row of a pad token and a one-token reply (a dummy forward)."""
+        device, pad_id = self.accelerator.device, self.text_tokenizer.pad_token_id
+        contexts = [torch.tensor(ids, device=device) for ids in [s.prompt_ids for s in steps] or [[pad_id]]]
+        replies = [torch.tensor(ids, device=device) for ids in [s.completion_ids for s in steps] or [[pad_id]]]
+        return (torch.cat([pad(contexts, pad_id, "left"), pad(replies, pad_id, "right")], dim=1),
+                torch.cat([pad([torch.ones_like(c) for c in contexts], 0, "left"),
+                           pad([torch.ones_like(r) for r in replies], 0, "right")], dim=1))
 
     def _log_critic_metrics(self, mode: str, advantage_moments, values, returns, value_mask) -> None:
         """The advantages' mean and std over the sampled tokens before whitening, the critic's mean value and target,
@@ -516,12 +558,10 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         length = completion_ids.size(1)
         mask = inputs["completion_mask"] * inputs["tool_mask"]
+        plan = self._packing_plan(input_ids, attention_mask, length, None)  # the micro-batch's rows, one budget
         with self.accelerator.autocast():
-            policy_out, values = model(input_ids=input_ids, attention_mask=attention_mask,
-                                       logits_to_keep=length + 1, use_cache=False, output="both")
-        logps, entropies = token_logps_and_entropies(policy_out.logits[:, :-1], completion_ids, self.temperature,
-                                                     compute_entropy=True)
-        values = values[:, -length - 1:-1]
+            logps, entropies, values = policy_and_values(model, input_ids, attention_mask, length,
+                                                         temperature=self.temperature, plan=plan)
         old_logps = inputs.get("old_per_token_logps")  # None when the batch is trained on once: pi_old = pi
         old_logps = logps.detach() if old_logps is None else old_logps
 

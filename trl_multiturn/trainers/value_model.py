@@ -15,6 +15,7 @@ towards the mean return.
 
 from __future__ import annotations
 
+import copy
 import os
 from contextlib import nullcontext
 
@@ -79,12 +80,13 @@ def _zero_new_head(critic: PreTrainedModel, new: set[str] | None = None) -> None
 
 def _from_policy_object(policy) -> PreTrainedModel:
     """A critic whose backbone is a copy of the policy's; for a `PeftModel` policy, of its base model's weights
-    (without the adapter: the critic does not start from what the policy's adapter has learned)."""
+    (without the adapter: the critic does not start from what the policy's adapter has learned). Its config is a copy
+    of the policy's, attention implementation included (prefix packing forwards both with one mask form)."""
     from accelerate.utils import is_peft_model
 
     peft = is_peft_model(policy)
     base = policy.get_base_model() if peft else policy
-    config = base.config.__class__.from_dict(base.config.to_dict())
+    config = copy.deepcopy(base.config)
     config.num_labels = 1
     try:
         critic = AutoModelForTokenClassification.from_config(config)
@@ -115,8 +117,6 @@ def base_weights_of_adapted(state: dict) -> dict:
 
 
 def _with_adapter(critic, peft_config):
-    import copy
-
     from peft import TaskType, get_peft_model
 
     peft_config = copy.deepcopy(peft_config)
@@ -142,6 +142,9 @@ class PolicyAndValueModel(nn.Module):
         forward(..., output="policy")  -> the policy's output (TRL's keywords passed through)
         forward(input_ids, attention_mask, output="values") -> (B, L) the critic's head at every position
         forward(..., output="both")    -> (policy output, values) from one call: the PPO loss's
+
+    The critic takes `input_ids`, `attention_mask` and, where given, `position_ids`: a packed forward's
+    (`packing.model_inputs`: a prefix tree's position ids and 4-D mask) reaches both models alike.
     """
 
     def __init__(self, policy: nn.Module, critic: nn.Module):
@@ -152,7 +155,8 @@ class PolicyAndValueModel(nn.Module):
     def forward(self, *args, output: str = "policy", **kwargs):
         if output == "policy":
             return self.policy(*args, **kwargs)
-        values = self.critic(input_ids=kwargs["input_ids"], attention_mask=kwargs["attention_mask"]).logits[..., 0]
+        values = self.critic(**{name: kwargs[name] for name in ("input_ids", "attention_mask", "position_ids")
+                                if name in kwargs}).logits[..., 0]
         if output == "values":
             return values.float()
         return self.policy(*args, **kwargs), values.float()
