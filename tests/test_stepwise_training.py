@@ -24,7 +24,7 @@ from trl_multiturn.commands.train import evaluation_options
 from trl_multiturn.credit import CreditBatch, get_estimator
 from trl_multiturn.episode_settings import episode_settings
 from trl_multiturn.evaluation import evaluate
-from trl_multiturn.rollout.batch import fit_steps
+from trl_multiturn.rollout.formats import Trajectory, fit_steps
 from trl_multiturn.rollout.history import window
 from trl_multiturn.rollout.rules import EpisodeRules
 from trl_multiturn.trainers.step import turn_kl_penalties
@@ -159,7 +159,7 @@ def test_held_out_evaluation_plays_the_history_the_model_was_trained_with(tiny_c
     rules = evaluation_options(args)["rules"]
     assert rules == EpisodeRules.from_dict(episode_settings(args)) and (rules.episode_format, rules.history) == (
         "stepwise", policy)
-    assert evaluation_options(trajectory)["rules"].history_policy() is None
+    assert isinstance(evaluation_options(trajectory)["rules"].episode_format_strategy(), Trajectory)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_chatml_model), AutoTokenizer.from_pretrained(
         tiny_chatml_model)
     rows = [{"target": 3}]

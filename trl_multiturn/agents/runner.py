@@ -420,12 +420,13 @@ class AgentRunner:
         done = [s for s in slots if s.failure is None]
         joined = sum(s.record.joined for s in done)
         samples = sum(s.record.samples for s in done)
-        stepwise = self.rules.episode_format == "stepwise" or any(s.record.samples > 1 for s in done)
+        # an agent whose template or framework rewrote its history gives step samples in either format
+        episode_format = self.rules.episode_format_strategy().as_played(any(s.record.samples > 1 for s in done))
         self.last_stats = {"joined": joined, "new_samples": samples, "failed": len(slots) - len(done),
-                           "stepwise": int(stepwise)}
+                           "stepwise": int(episode_format.name == "stepwise")}
         logger.info("agent rollout: %d model calls joined their episode's sample, %d started a sample; %d of %d "
                     "episodes failed; %s format", joined, samples, len(slots) - len(done), len(slots),
-                    "step-wise" if stepwise else "trajectory")
+                    episode_format.label)
         out = []
         for slot in slots:
             record = slot.record
@@ -438,8 +439,7 @@ class AgentRunner:
             rewards = [float(r) for r in result.turn_rewards] if result.turn_rewards is not None else [0.0] * len(
                 record.calls)
             rewards[-1] += float(result.reward)
-            build = record.stepwise_episode if stepwise else record.episode
-            ep = build(rewards, bool(result.won), slot.truncated)
+            ep = episode_format.agent_episode(record, rewards, bool(result.won), slot.truncated)
             if result.info:
                 ep.turns[-1].info = {**ep.turns[-1].info, **result.info}
             out.append(ep)

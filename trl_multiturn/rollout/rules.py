@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from ..config_checks import Range, check_fields, parse_json_dict
-from .history import History, get_history
+from .formats import FORMATS, EpisodeFormat, episode_format
 from .parsing import get_action_parser
 
-EPISODE_FORMATS = ("trajectory", "stepwise")
+EPISODE_FORMATS = tuple(FORMATS)
 TRL_FIELD = "trl_field"
 """Metadata key of a rule that TRL's RL configs already declare (`max_completion_length`, `chat_template_kwargs`):
 the rule takes TRL's name, and a trainer config keeps TRL's field (and its default) for it."""
@@ -104,12 +104,7 @@ class EpisodeRules:
                                                                                               'false}'))
         check_fields(self)
         get_action_parser(self.action_parser)
-        if self.episode_format == "stepwise":
-            get_history(self.history)
-        elif self.history != "full":
-            raise ValueError(f"history={self.history!r} only applies to episode_format='stepwise' (these rules have "
-                             f"episode_format={self.episode_format!r}): set episode_format='stepwise' or leave "
-                             "history at 'full'")
+        self.episode_format_strategy()
 
     @classmethod
     def from_config(cls, config) -> EpisodeRules:
@@ -130,9 +125,10 @@ class EpisodeRules:
         default."""
         return cls(**{f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values})
 
-    def history_policy(self) -> History | None:
-        """The step-wise format's `History` policy, or None for the trajectory format."""
-        return get_history(self.history) if self.episode_format == "stepwise" else None
+    def episode_format_strategy(self) -> EpisodeFormat:
+        """The episode format these rules play and train by (`trl_multiturn.rollout.formats`: `Trajectory`, or
+        `StepWise` with the `history` policy), the one place `episode_format` and `history` are read."""
+        return episode_format(self.episode_format, self.history)
 
 
 EpisodeRules._RANGES = {f.name: f.metadata["range"] for f in dataclasses.fields(EpisodeRules)

@@ -9,7 +9,6 @@ import math
 from typing import Callable, Sequence
 
 from ..envs.base import EnvironmentFactory, StepResult
-from .chat_tokens import ChatTokenBuilder
 from .env_pool import EnvFailure, EnvPool, PendingCalls, declared
 from .episode import Episode, Turn
 from .parsing import get_action_parser
@@ -63,14 +62,9 @@ class EpisodeRunner:
     closed with the template's end-of-turn token under mask 0 (the model is not trained to have emitted it) and the
     episode goes on.
 
-    Step-wise format (`episode_format="stepwise"`): each turn's context is rendered whole by the chat template from
-    the messages the `history` policy returns for (opening messages, turns so far) (`trl_multiturn.rollout.history`),
-    and recorded as the turn's `Turn.context`; `completion_ids` then holds the sampled replies only (`env_mask` all
-    1), so turn k's training sample is `step_contexts[k]` followed by its span of `completion_ids`. The template is
-    used as it is at inference, one that rewrites history included; it is never checked for turn-by-turn extension.
-    There,
-    `max_episode_tokens` caps each step's context plus its reply (not the episode), and `max_observation_tokens`
-    counts an observation's own tokens (without the template's).
+    What a turn's context is and how an observation extends the episode are the episode format's
+    (`rules.episode_format_strategy()`, `trl_multiturn.rollout.formats`): the trajectory format above, or the
+    step-wise one, where each turn's context is rendered whole from the `history` policy's view of the episode.
 
     Args:
         environment_factory: callable returning a fresh `Environment`.
@@ -119,14 +113,12 @@ class EpisodeRunner:
         self.generate_fn = generate_fn
         self.rules = rules
         self.action_parser = get_action_parser(rules.action_parser, tokenizer)
-        self.history = rules.history_policy()
-        self.tokens = ChatTokenBuilder(tokenizer, eos_token_ids, rules.chat_template_kwargs,
-                                       extend_turns=self.history is None)
+        self.format = rules.episode_format_strategy()
+        self.tokens = self.format.token_builder(tokenizer, eos_token_ids, rules.chat_template_kwargs)
         self.eos_token_ids = self.tokens.eos_token_ids
         self._check_episode_budget()
         self.observation_role = declared(environment_factory, "observation_role", "user")
-        if self.observation_role != "user" and self.history is None:
-            self.tokens.check_observation_role(self.observation_role)  # refuse a template without it now
+        self.format.check_observation_role(self.tokens, self.observation_role)
         self.pool = EnvPool(environment_factory, mode=env_mode, timeout=env_timeout, max_memory_mb=env_max_memory_mb,
                             ray=env_ray)
         self.any_live = any_live or (lambda n: n > 0)
@@ -183,12 +175,11 @@ class EpisodeRunner:
             else:
                 messages = self.opening_messages(first)
                 ep = Episode(task=row, prompt_ids=self.tokens.prompt_ids(messages), prompt_messages=messages)
-                if self.history is not None:
-                    ep.next_context = ep.prompt_ids
+                self.format.start(ep)
                 if self._budget(ep) < 1:
                     ep.fail(f"the first observation makes a prompt of {len(ep.prompt_ids)} tokens, leaving no room "
                             f"for a reply within max_episode_tokens={self.rules.max_episode_tokens}")
-                elif reason := self._over_observation_cap(len(ep.prompt_ids) - self._empty_prompt_tokens):
+                elif reason := self.over_observation_cap(len(ep.prompt_ids) - self._empty_prompt_tokens):
                     ep.fail(f"the first observation: {reason}")
             episodes.append(ep)
         self._warn_if_most_over_budget(episodes)
@@ -204,7 +195,7 @@ class EpisodeRunner:
     def _empty_prompt_tokens(self) -> int:
         return len(self.tokens.prompt_ids(self.opening_messages("")))
 
-    def _over_observation_cap(self, tokens: int) -> str | None:
+    def over_observation_cap(self, tokens: int) -> str | None:
         """Why an observation of `tokens` tokens ends its episode, or None when it fits `max_observation_tokens`."""
         cap = self.rules.max_observation_tokens
         if cap is None or tokens <= cap:
@@ -225,14 +216,7 @@ class EpisodeRunner:
         reply_cap, episode_cap = self.rules.max_completion_length, self.rules.max_episode_tokens
         if episode_cap is None:
             return reply_cap
-        used = len(ep.next_context) if self.history is not None else ep.num_tokens  # no list copied per turn
-        return int(min(reply_cap, episode_cap - used))
-
-    def _context(self, ep: Episode) -> list[int]:
-        """The tokens the episode's next reply is generated from."""
-        if self.history is not None:
-            return ep.next_context
-        return ep.prompt_ids + ep.completion_ids
+        return int(min(reply_cap, episode_cap - self.format.context_length(ep)))
 
     def _play_turn(self, episodes: list[Episode], live: list[int]) -> None:
         to_step, actions = self._reply(episodes, live)
@@ -301,7 +285,7 @@ class EpisodeRunner:
         """One generate call for the `live` episodes; records each reply and returns the episodes whose reply holds
         an action, with their actions."""
         budgets = [self._budget(episodes[i]) for i in live]
-        contexts = [self._context(episodes[i]) for i in live]
+        contexts = [self.format.context(episodes[i]) for i in live]
         completions, logprobs = self.generate_fn(contexts, max(budgets, default=self.rules.max_completion_length))
         to_step, actions = [], []
         for j, i in enumerate(live):
@@ -314,8 +298,8 @@ class EpisodeRunner:
             ep.logprobs += reply_logps
             reply = self.tokenizer.decode(reply_ids, skip_special_tokens=True)
             action = self.action_parser(reply)
-            ep.turns.append(Turn(reply, action, (start, len(ep.completion_ids)), context=contexts[j]
-                                 if self.history is not None else None))
+            ep.turns.append(Turn(reply, action, (start, len(ep.completion_ids)),
+                                 context=self.format.turn_context(contexts[j])))
             if action is not None:
                 to_step.append(i)
                 actions.append(action)
@@ -341,41 +325,7 @@ class EpisodeRunner:
         if result.done:
             ep.end(bool(result.won))
             return
-        if self.history is not None:
-            self._next_step_context(ep, result.observation)
-            return
-        start, end = turn.span
-        appended = self.tokens.close_ids(ep.completion_ids[start:end])
-        observation_ids = self.tokens.observation_ids(result.observation, role)
-        appended += observation_ids
-        reason = self._over_observation_cap(len(observation_ids))
-        if reason is not None:
-            turn.info = {**turn.info, "truncation": reason}
-            ep.truncate()
-            return
-        cap = self.rules.max_episode_tokens
-        if cap is not None and ep.num_tokens + len(appended) >= cap:
-            ep.truncate()  # no room left for the observation and a reply after it
-            return
-        ep.completion_ids += appended
-        ep.env_mask += [0] * len(appended)
-        ep.logprobs += [math.nan] * len(appended)
-
-    def _next_step_context(self, ep: Episode, observation: str) -> None:
-        """Step-wise: render the next turn's context from the History policy's view of the episode, or end the
-        episode as truncated when the observation or the context leaves no room within the caps."""
-        reason = self._over_observation_cap(len(self.tokenizer.encode(observation, add_special_tokens=False)))
-        if reason is not None:
-            ep.turns[-1].info = {**ep.turns[-1].info, "truncation": reason}
-            ep.truncate()
-            return
-        exchanged = ep.messages()[len(ep.prompt_messages):]
-        turns = [exchanged[k: k + 2] for k in range(0, len(exchanged), 2)]
-        context = self.tokens.prompt_ids(self.history(list(ep.prompt_messages), turns))
-        if self.rules.max_episode_tokens is not None and len(context) >= self.rules.max_episode_tokens:
-            ep.truncate()  # no room left for a reply after this context
-            return
-        ep.next_context = context
+        self.format.observe(self, ep, result.observation, role)
 
     def _finish_cut_episodes(self, episodes: list[Episode]) -> None:
         """Episodes still live after `max_turns`, or cut by the token budget, are truncated; an environment that

@@ -33,13 +33,13 @@ from ..credit.rewards import REWARD_MODES
 from ..episode_data import save_episodes
 from ..progress import TurnProgress
 from ..rollout import Episode, EpisodeRunner
-from ..rollout.batch import RolloutBatch, fit_steps
+from ..rollout.batch import RolloutBatch
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator
 from ..rollout.ray_pool import RayPlacement, check_ray_placement, parse_ray_resources
 from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
-from ..rollout.training_template import prepare_chat_template, read_chat_template, use_training_chat_template_field
+from ..rollout.training_template import use_training_chat_template_field
 from ..run_lifetime import sigterm_stops_the_run
 from .packing import PACKING_MODES, check_packing, packed_logps_and_entropies
 from .policy_lag import LaggedRollouts, stale_episodes
@@ -264,8 +264,7 @@ class MultiTurnArguments:
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
-        self.episode_rules()
-        self.check_episode_format()
+        self.episode_rules().episode_format_strategy().check_config(self)
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
         check_schedule(self.rollout_schedule, self.rollout_overlap)
         check_packing(self.packing)
@@ -286,20 +285,6 @@ class MultiTurnArguments:
         """The fields of this config that its trainer ignores, each with what to use instead: `check_multiturn_args`
         refuses any of them set to a value other than its default."""
         return {}
-
-    def check_episode_format(self) -> None:
-        """Refuse `steps_per_batch` outside the step-wise format, and one that does not split into
-        `steps_per_generation` equal parts (the rules check `history`)."""
-        if self.episode_format != "stepwise":
-            if self.steps_per_batch is not None:
-                raise ValueError(f"steps_per_batch={self.steps_per_batch!r} only applies to "
-                                 f"episode_format='stepwise' (this config has episode_format={self.episode_format!r}"
-                                 "): set episode_format='stepwise' or leave it at its default (None)")
-            return
-        per_generation = getattr(self, "steps_per_generation", None) or 1
-        if self.steps_per_batch is not None and self.steps_per_batch % per_generation:
-            raise ValueError(f"steps_per_batch={self.steps_per_batch} must be a multiple of steps_per_generation="
-                             f"{per_generation} (each optimizer step trains on an equal share of the step samples)")
 
     def policy_lag_refusal(self) -> str | None:
         """Why this config's trainer cannot train with `max_policy_lag >= 1`, with what to use; None if it can."""
@@ -565,12 +550,8 @@ class MultiTurnMixin(RunFilesMixin):
         check_trl_attributes(self)
         self.environment_factory = environment_factory
         self.stop_token_ids = stop_token_ids(self.accelerator.unwrap_model(self.model), self.text_tokenizer)
-        stepwise = self.args.episode_format == "stepwise"
-        if stepwise:
-            self._check_stepwise_setup()
-        else:  # step-wise contexts are rendered whole: any template works there, as it does at inference
-            prepare_chat_template(self.text_tokenizer, self.args.chat_template_path,
-                                  self.args.use_training_chat_template, self.stop_token_ids, self.chat_template_kwargs)
+        self.format = self.args.episode_rules().episode_format_strategy()
+        self.format.prepare_trainer(self)
         self.episode_runner = self._episode_runner(self._generate_turn, self.text_tokenizer)
         if isinstance(self.episode_runner, EpisodeRunner) and not self.args.disable_tqdm:
             # a bar under the training bar that moves within a step, as the rollout's episodes end turn by turn
@@ -658,24 +639,6 @@ class MultiTurnMixin(RunFilesMixin):
         for row, i in enumerate(rows):
             out[i] = dataclasses.replace(episodes[i], logprobs=logps[row, :len(episodes[i].completion_ids)].tolist())
         return out
-
-    def _check_stepwise_setup(self) -> None:
-        """Refuse what the step-wise format does not support yet, naming the fix."""
-        if len(self.reward_funcs) > 1:
-            raise ValueError("episode_format='stepwise' takes its rewards from the environment only (per turn); "
-                             "trajectory-level reward_funcs are not supported there yet: drop reward_funcs or use "
-                             "episode_format='trajectory'")
-        if self.args.chat_template_path:
-            self.text_tokenizer.chat_template = read_chat_template(self.args.chat_template_path)
-        budget, processes = self.args.steps_per_batch, self.accelerator.num_processes
-        if budget is None and processes > 1:
-            raise ValueError(f"episode_format='stepwise' on {processes} processes needs steps_per_batch (every "
-                             "process must hand TRL the same number of step samples): set it to a multiple of "
-                             "steps_per_generation whose product with the number of processes is a multiple of "
-                             "num_generations")
-        if budget is not None and (budget * processes) % self.num_generations:
-            raise ValueError(f"steps_per_batch={budget} times {processes} process(es) must be a multiple of "
-                             f"num_generations={self.num_generations} (TRL groups its rows by num_generations)")
 
     # -- environments' lifetime ---------------------------------------------------------------------------------------
 
@@ -825,9 +788,9 @@ class MultiTurnMixin(RunFilesMixin):
             rows.append({**row, "prompt": prompt, "episode_return": self._episode_return(ep), "won": ep.won,
                          "num_turns": ep.num_turns})
         # an agent that rewrote its history gives step samples in either format
-        if self.args.episode_format == "stepwise" or any(ep.step_contexts for ep in episodes):
-            return self._step_rows(rows, batch)
-        return rows, batch
+        played = self.format.as_played(any(ep.step_contexts for ep in episodes))
+        return played.training_rows(rows, batch, *self._step_budget(batch.mode), self._step_rng(),
+                                    self.args.mask_truncated_completions)
 
     def _play(self, inputs: list[dict]) -> list[Episode]:
         """One episode per row, played by the live policy."""
@@ -840,17 +803,17 @@ class MultiTurnMixin(RunFilesMixin):
             if self._history_cache is not None:
                 self._history_cache.reset()  # free the caches between rollouts
 
-    def _step_rows(self, rows: list[dict], batch: RolloutBatch) -> tuple[list[dict], RolloutBatch]:
-        """Step-wise: TRL's rows become the step samples of the batch, sized by `steps_per_batch` (`fit_steps`);
-        a padding row carries its batch's first task and no return."""
-        if batch.mode == "train":
-            multiple, budget = self.num_generations * self.args.steps_per_generation, self.args.steps_per_batch
-        else:
-            multiple, budget = self.num_generations_eval, None
-        rng = random.Random(f"{self.args.seed}-{self.state.global_step}-{self.accelerator.process_index}")
-        steps = fit_steps(batch.step_samples(self.args.mask_truncated_completions), budget, multiple, rng)
-        step_rows = [rows[s.episode] if s is not None else {**rows[0], "episode_return": None} for s in steps]
-        return step_rows, batch.with_steps(steps)
+    def _step_budget(self, mode: str) -> tuple[int | None, int]:
+        """Step-wise rows: (how many each process trains on, None for every step; the multiple of rows padded to).
+        Training: `steps_per_batch` whole groups of `num_generations` per optimizer step; evaluation: every step, in
+        whole groups."""
+        if mode == "train":
+            return self.args.steps_per_batch, self.num_generations * self.args.steps_per_generation
+        return None, self.num_generations_eval
+
+    def _step_rng(self) -> random.Random:
+        """The draw of step-wise rows under `steps_per_batch`: seeded per run, step and process."""
+        return random.Random(f"{self.args.seed}-{self.state.global_step}-{self.accelerator.process_index}")
 
     def _save_rollout_episodes(self, episodes: list[Episode]) -> None:
         """This rank's episodes of the rollout just played, to `output_dir/episodes/` (`save_episodes`)."""

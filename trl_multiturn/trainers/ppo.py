@@ -58,14 +58,7 @@ from trl.models.utils import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import create_model_from_path, disable_dropout_in_model, pad
 
 from ..config_checks import Range, check_fields
-from ..credit.gae import (
-    ValueBatch,
-    ValueTargets,
-    get_value_estimator,
-    masked_moments,
-    masked_whiten,
-    stepwise_value_targets,
-)
+from ..credit.gae import get_value_estimator, masked_moments, masked_whiten
 from ..models import resolve_model
 from ..rollout.batch import RolloutBatch, StepSample
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
@@ -383,10 +376,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     def _token_rewards(self, batch: RolloutBatch, length: int, device) -> torch.Tensor:
         """(rows, length): each turn's reward on the last token the model sampled in that turn (step-wise: a step
         row's turn reward on its reply's last token); 0 elsewhere, for failed episodes and for padding rows."""
-        if batch.steps is None:
-            row_rewards = [[] if ep.failed else r for ep, r in zip(batch.episodes, self._turn_rewards(batch))]
-        else:  # step-wise refuses trajectory reward_funcs: the turn rewards are the environment's
-            row_rewards = [[batch.turn_rewards[s.episode][s.turn]] if s is not None else [] for s in batch.steps]
+        row_rewards = batch.format.row_turn_values(batch, self._turn_rewards(batch))
         rewards = torch.zeros(len(row_rewards), length, device=device)
         for i, (spans, turn_rewards) in enumerate(zip(batch.row_turn_spans(), row_rewards)):
             for (start, end), reward in zip(spans, turn_rewards):
@@ -400,8 +390,9 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     def _critic_advantages(self, batch: RolloutBatch, x: StepTensors, old, ref) -> tuple[torch.Tensor, dict]:
         """(B, T) advantages from the value estimator on the critic's values (whitened if configured), and the value
         targets the value loss reads (`returns`, `old_values`, `value_mask`). Each turn's reward lands on its last
-        sampled token, minus `kl_coef` * (log pi_old - log pi_ref) on every sampled token. Step-wise, the rows are
-        step samples and the estimator runs across the steps of each episode (`_stepwise_targets`)."""
+        sampled token, minus `kl_coef` * (log pi_old - log pi_ref) on every sampled token. The batch's episode format
+        runs the estimator (`formats.StepWise.value_targets`: step rows, the estimator across each episode's steps,
+        a critic pass over the steps left out of the rows)."""
         mode = batch.mode
         mask = (x.completion_mask * x.trained).bool()
         length = x.length
@@ -414,11 +405,10 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
             kl = old - ref
             rewards = rewards - self.args.kl_coef * kl * mask
             self._log_masked_mean(mode, "kl_in_reward", kl, mask)
-        if batch.steps is None:
-            estimator = get_value_estimator(self.args.advantage_estimator)
-            targets = estimator(ValueBatch(rewards, values, mask), gamma=self.args.gamma, lam=self.args.lam)
-        else:
-            targets = self._stepwise_targets(batch, rewards, values, mask, batch_size)
+        targets = batch.format.value_targets(
+            batch, get_value_estimator(self.args.advantage_estimator), rewards, values, mask, gamma=self.args.gamma,
+            lam=self.args.lam, mask_truncated=self.args.mask_truncated_completions,
+            left_out_values=lambda steps: self._step_values(steps, batch_size))
         advantages = targets.advantages
         moments = self._global_moments(advantages, mask)
         if self.args.whiten_advantages:
@@ -444,38 +434,6 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                        output="values")[:, -length - 1:-1]
             for i in range(0, input_ids.size(0), batch_size)
         ])
-
-    def _stepwise_targets(self, batch: RolloutBatch, rewards, values, mask, batch_size: int) -> ValueTargets:
-        """Step-wise: the value estimator's (rows, T) targets for TRL's step rows, run across every step of each
-        episode (`credit.gae.stepwise_value_targets`), since a step's target needs the values of the steps after it
-        and `steps_per_batch` may leave some of those out of the rows. A step left out is still its episode's next
-        state: its values come from a critic pass of their own (`_step_values`), its reward is its turn's (without
-        the KL penalty: it has no log-probs), and it trains nothing. `rewards`, `values`, `mask`: the rows' own."""
-        rows = {(s.episode, s.turn): row for row, s in enumerate(batch.steps) if s is not None}
-        steps = batch.step_samples(self.args.mask_truncated_completions)  # all of them, as `fit_steps` was given
-        left_out = iter(self._step_values([s for s in steps if (s.episode, s.turn) not in rows], batch_size))
-        step_rewards, step_values, step_masks = [], [], []
-        for s in steps:
-            n, row = len(s.completion_ids), rows.get((s.episode, s.turn))
-            if row is not None:
-                step_rewards.append(rewards[row, :n])
-                step_values.append(values[row, :n])
-                step_masks.append(mask[row, :n])
-                continue
-            step_rewards.append(torch.zeros(n, device=values.device))
-            step_rewards[-1][-1] = batch.turn_rewards[s.episode][s.turn]
-            step_values.append(next(left_out))
-            step_masks.append(torch.tensor(s.mask, dtype=torch.bool, device=values.device))
-        per_step = stepwise_value_targets(get_value_estimator(self.args.advantage_estimator),
-                                          [s.episode for s in steps], step_rewards, step_values, step_masks,
-                                          gamma=self.args.gamma, lam=self.args.lam)
-        targets = ValueTargets(torch.zeros_like(values), torch.zeros_like(values), torch.zeros_like(mask))
-        for s, step_targets in zip(steps, per_step):
-            row = rows.get((s.episode, s.turn))
-            if row is not None:
-                for whole, part in zip(targets, step_targets):
-                    whole[row, :len(part)] = part
-        return targets
 
     @torch.no_grad()
     def _step_values(self, steps: list[StepSample], batch_size: int) -> list[torch.Tensor]:

@@ -335,7 +335,7 @@ class MultiTurnStep:
         # TRL's completion metrics, of the sampled tokens per row; an episode cut by the turn or token budget is
         # what TRL calls clipped
         lengths = sampled.float()
-        ended = ~t.accelerator.gather(torch.tensor([ep.truncated for ep in self.row_episodes(batch)],
+        ended = ~t.accelerator.gather(torch.tensor([ep.truncated for ep in batch.format.row_episodes(batch)],
                                                    device=lengths.device))
         metrics["completions/mean_length"].append(lengths.mean().item())
         metrics["completions/min_length"].append(lengths.min().item())
@@ -353,23 +353,13 @@ class MultiTurnStep:
         total[torch.isnan(scores).all(dim=1)] = math.nan
         metrics["reward"].append(torch.nanmean(total).item())
         metrics["reward_std"].append(nanstd(total).item())
-        if batch.steps is None:  # TRL's groups of num_generations rows whose reward does not vary
-            groups = total.view(-1, batch.num_generations)
-            metrics["frac_reward_zero_std"].append(sum(
-                bool(nanstd(group).nan_to_num(0.0) == 0) for group in groups) / len(groups))
+        batch.format.log_reward_groups(metrics, total, batch.num_generations)
         t._logs["prompt"].extend(gather_object([row["prompt"] for row in rows]))
         t._logs["completion"].extend(gather_object(batch.completions()))
         for i, name in enumerate(t.reward_func_names):
             t._logs["rewards"][name].extend(scores[:, i].tolist())
         self.log_advantages(batch, advantages, x.trained)
         t._log_episode_metrics(batch)
-
-    @staticmethod
-    def row_episodes(batch: RolloutBatch) -> list:
-        """The episode of each row: the batch's episodes, or step-wise each step's (a padding row: the first)."""
-        if batch.steps is None:
-            return batch.episodes
-        return [batch.episodes[s.episode if s is not None else 0] for s in batch.steps]
 
     def log_advantages(self, batch: RolloutBatch, advantages: torch.Tensor, trained: torch.Tensor) -> None:
         """The advantages the loss uses in the completion logs: per row, `advantage` the mean of its (B, T)
@@ -440,10 +430,7 @@ class EstimatorCredit:
         turn_adv = self.turn_advantages(credit)
         log_credit_metrics(t._metrics[batch.mode], credit, turn_adv)
         start = batch.process_index * len(local)
-        local_adv = turn_adv[start: start + len(local)]
-        if batch.steps is not None:  # each step sample takes its turn's advantage
-            local_adv = torch.tensor([[float(local_adv[s.episode, s.turn]) if s is not None else 0.0]
-                                      for s in batch.steps], dtype=local_adv.dtype)
+        local_adv = batch.format.row_turn_advantages(batch, turn_adv[start: start + len(local)])
         return turn_to_token_advantages(local_adv, batch.row_turn_spans(), length)
 
     def turn_advantages(self, credit: CreditBatch) -> torch.Tensor:
@@ -460,15 +447,8 @@ def turn_kl_penalties(batch: RolloutBatch, old_logps, ref_logps, trained, beta: 
     """Per local episode and turn: beta * sum over the turn's sampled tokens of (log pi_old - log pi_ref), TRL RLOO's
     first-order KL estimate, restricted to the tokens the model sampled. Step-wise, each row is one turn's reply; a
     turn that `steps_per_batch` left out of the rows has no penalty."""
-    per_token_kl = (old_logps - ref_logps) * trained
-    if batch.steps is not None:
-        penalties = [[0.0] * ep.num_turns for ep in batch.episodes]
-        for row, step in enumerate(batch.steps):
-            if step is not None:
-                penalties[step.episode][step.turn] = beta * per_token_kl[row].sum().item()
-        return penalties
-    return [[beta * per_token_kl[i, start:end].sum().item() for start, end in ep.turn_spans]
-            for i, ep in enumerate(batch.episodes)]
+    per_turn = batch.format.turn_sums(batch, (old_logps - ref_logps) * trained)
+    return [[beta * kl for kl in turns] for turns in per_turn]
 
 
 def with_trajectory_rewards(turn_rewards: list[list[float]], scores: torch.Tensor | None, weights: torch.Tensor,
