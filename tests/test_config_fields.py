@@ -35,7 +35,7 @@ from trl_multiturn.envs.swegym.env import SWEGymConfig
 from trl_multiturn.envs.swegym.sandbox.base import SandboxConfig
 from trl_multiturn.envs.textworld.env import TextWorldConfig
 from trl_multiturn.model_setup import ModelSetup
-from trl_multiturn.rollout.rules import EpisodeRules
+from trl_multiturn.rollout.rules import RULES, EpisodeRules
 from trl_multiturn.trainers.grpo import MultiTurnGRPOConfig
 from trl_multiturn.trainers.multiturn import MultiTurnArguments
 from trl_multiturn.trainers.ppo import MultiTurnPPOConfig
@@ -287,3 +287,38 @@ def test_the_docstring_documents_every_field_the_class_declares_in_its_groups_wi
         elif stated is None or ast.literal_eval(stated) != default:
             wrong.append(f"{name}: write `defaults to `{default!r}``")
     assert not wrong, f"{cls.__name__}: " + "; ".join(wrong)
+
+
+# Fields of one name that several config classes declare with different defaults, help or ranges, each with the
+# reason (besides `EvalArguments`' rule overrides, `rule_overrides`: None keeps the rule saved with the model).
+DIFFERENT = {
+    "advantage_estimator": "each trainer's own default estimator (grpo, rloo, PPO's gae)",
+    "max_turns": "StudyEval.max_turns is the held-out episodes' override (TextWorldScriptArguments.eval_max_turns's "
+                 "declaration, named in the study's `eval:` section)",
+    "model_name_or_path": "ModelSetup's is TRL's ModelConfig field, not parsed (init=False)",
+    "env": "the commands' default is the saved model's environment; a study's is textworld",
+    "task_types": "the commands' apply to training and held-out games, the study's to training (eval_task_types)",
+    "tiers": "the commands' apply to training and held-out tasks, the study's to training (eval_tiers)",
+    "admissible_commands": "one per environment config and command (issue 55: into the suite registry)",
+    "data_path": "one per environment config and command (issue 55: into the suite registry)",
+    "games_dir": "one per environment config and command (issue 55: into the suite registry)",
+}
+
+
+def test_a_field_several_classes_declare_has_one_declaration():
+    """A field name declared by several config classes has one default, help and range (the others take it:
+    `field_like`, `rule_fields`), unless `DIFFERENT` gives the reason."""
+    declarations: dict[str, dict[tuple, list[str]]] = {}
+    for cls in CONFIG_CLASSES:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name in vars(cls).get("__annotations__", {}):
+            if name.startswith("_") or (cls is EvalArguments and name in RULES):
+                continue
+            f = fields[name]
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            key = (repr(default), f.metadata.get("help"), f.metadata.get("range"))
+            declarations.setdefault(name, {}).setdefault(key, []).append(cls.__name__)
+    differing = {name: sorted(c for classes in found.values() for c in classes)
+                 for name, found in declarations.items() if len(found) > 1}
+    assert set(differing) <= set(DIFFERENT), {name: differing[name] for name in set(differing) - set(DIFFERENT)}
+    assert set(DIFFERENT) <= set(differing), f"remove from DIFFERENT: {set(DIFFERENT) - set(differing)}"

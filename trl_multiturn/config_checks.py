@@ -15,8 +15,10 @@ A field declares its range beside its help with `config_field`:
 
     max_turns: int = config_field(8, "The most replies the model makes in one episode.", range=Range(ge=1))
 
-The range is in the field's metadata (`f.metadata["range"]`) without reaching argparse: `HfArgumentParser` passes
-every metadata key it iterates on to `add_argument`, and `FieldMetadata` iterates argparse's keys alone.
+The range is in the field's metadata (`f.metadata["range"]`) without reaching argparse: the parsers hand a copy of
+every field's metadata to `add_argument`, and a `FieldMetadata` copies (and iterates) argparse's keys alone. A class
+whose field means what another class's field means takes that declaration, `field_like(Other, "name")`, so that each
+default, help and range is written once.
 
 Inherited fields are checked as given (`check_fields(self)` before the parent's `__post_init__`, which turns some of
 them into objects of its own); `check_fields(self, inherited=False)` checks the package's fields alone.
@@ -94,14 +96,14 @@ class FieldMetadata(Mapping):
         return f"FieldMetadata({self._argparse!r}, {self._own!r})"
 
 
-def config_field(default=dataclasses.MISSING, help: str = "", *, range: Range | None = None,
-                 choices=None, default_factory=dataclasses.MISSING, init: bool = True, **own_keys):
+def config_field(default=dataclasses.MISSING, help: str = "", *, range: Range | None = None, choices=None,
+                 default_factory=dataclasses.MISSING, **own_keys):
     """A config field declared with its default, its help and (a number) its range or (a string) its `choices`, as
     TRL's configs declare theirs (`field(default=..., metadata={"help": ...})`); `own_keys` are further metadata of
     the package's that argparse must not see (see `FieldMetadata`)."""
     argparse_keys = {"help": help, **({"choices": list(choices)} if choices is not None else {})}
     own = {**({"range": range} if range is not None else {}), **own_keys}
-    return dataclasses.field(default=default, default_factory=default_factory, init=init,
+    return dataclasses.field(default=default, default_factory=default_factory,
                              metadata=FieldMetadata(argparse_keys, own))
 
 

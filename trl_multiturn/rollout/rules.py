@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ..config_checks import Range, check_fields, config_field, parse_json_dict
+from ..config_checks import Range, check_fields, config_field, field_like, parse_json_dict
 from .history import History, get_history
 from .parsing import get_action_parser
 
@@ -132,11 +132,6 @@ RULES = tuple(f.name for f in dataclasses.fields(EpisodeRules))
 """The rules' names, in declaration order."""
 
 
-def _config_field(f: dataclasses.Field, default, help: str) -> dataclasses.Field:
-    """A rule as a config field: `default` and `help`, the rule's range and choices."""
-    return config_field(default, help, range=f.metadata.get("range"), choices=f.metadata.get("choices"))
-
-
 def _add_fields(cls, declared: list[tuple[str, Any, dataclasses.Field]]):
     """Put `declared` (name, annotation, field) first among the annotations of `cls` (before `@dataclass` runs)."""
     own = dict(vars(cls).get("__annotations__", {}))
@@ -169,8 +164,7 @@ def rule_fields(cls=None, *, names: tuple[str, ...] | None = None):
     if cls is None:
         return functools.partial(rule_fields, names=names)
     hints = _config_types()
-    declared = [(f.name, hints[f.name], _config_field(f, f.default, f.metadata["help"]))
-                for f in dataclasses.fields(EpisodeRules)
+    declared = [(f.name, hints[f.name], field_like(EpisodeRules, f.name)) for f in dataclasses.fields(EpisodeRules)
                 if (f.name in names if names is not None else not f.metadata.get(TRL_FIELD))]
     return _add_fields(cls, declared)
 
@@ -179,9 +173,9 @@ def rule_overrides(cls):
     """Class decorator (under `@dataclass`): give an argument class an optional override of every rule, None (the
     default) meaning "as saved with the model" (`overrides`)."""
     hints = _config_types()
-    declared = [(f.name, hints[f.name] | None,
-                 _config_field(f, None, f"{f.metadata['help']} [as saved with the model, else {f.default!r}]"))
-                for f in dataclasses.fields(EpisodeRules)]
+    declared = [(f.name, hints[f.name] | None, field_like(
+        EpisodeRules, f.name, default=None, help=f"{f.metadata['help']} [as saved with the model, else {f.default!r}]"
+    )) for f in dataclasses.fields(EpisodeRules)]
     return _add_fields(cls, declared)
 
 
