@@ -322,3 +322,12 @@ def test_a_field_several_classes_declare_has_one_declaration():
                  for name, found in declarations.items() if len(found) > 1}
     assert set(differing) <= set(DIFFERENT), {name: differing[name] for name in set(differing) - set(DIFFERENT)}
     assert set(DIFFERENT) <= set(differing), f"remove from DIFFERENT: {set(DIFFERENT) - set(differing)}"
+
+
+def test_the_sft_config_checks_its_rules_of_play_as_the_rl_configs_do():
+    """SFT's rule fields are `EpisodeRules`' (`rule_fields`), checked when the config is built, as RL's are."""
+    for cls in (MultiTurnSFTConfig, MultiTurnGRPOConfig):
+        with pytest.raises(ValueError, match=r"action_parser='nope' is not a known parser"):
+            build(cls, action_parser="nope")
+    assert build(MultiTurnSFTConfig, chat_template_kwargs='{"enable_thinking": false}').chat_template_kwargs == {
+        "enable_thinking": False}

@@ -9,12 +9,12 @@ import datasets
 from trl import SFTConfig, SFTTrainer
 from trl.data_utils import get_dataset_column_names
 
-from ..config_checks import check_fields, parse_json_dict
+from ..config_checks import check_fields
 from ..expert import conversation_token_ids, expert_trajectories
 from ..models import resolve_model
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
-from ..rollout.rules import rule_fields
+from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
 from .multiturn import bf16_only_where_supported, default_args
 from .run_files import RunFilesMixin
@@ -72,8 +72,7 @@ class MultiTurnSFTConfig(SFTConfig):
 
     def __post_init__(self):
         check_fields(self)  # before TRL's own checks
-        self.chat_template_kwargs = parse_json_dict("chat_template_kwargs", self.chat_template_kwargs,
-                                                    '{"enable_thinking": false}')
+        self.chat_template_kwargs = EpisodeRules.from_config(self).chat_template_kwargs  # checks the rules, as RL's
         bf16_only_where_supported(self)
         super().__post_init__()
         if self.assistant_only_loss:
