@@ -1,5 +1,6 @@
 """The offline ALFWorld generator: solvable games of all six task types, in ALFWorld's layout, same seed same game."""
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -124,3 +125,16 @@ def test_bad_generator_arguments(tmp_path):
         generate_games(tmp_path, [0], ["pick_and_place_simple"], split="test")
     with pytest.raises(ValueError, match="num_distractors=-1"):
         ALFWorldGenConfig(num_distractors=-1)
+
+
+def test_make_games_takes_every_generator_field_with_its_default_and_range(tmp_path, capsys):
+    """`make-games --env alfworld` has an option for each `ALFWorldGenConfig` field, with the field's default in its
+    help, and the field's range refuses a bad value (no default written twice)."""
+    with pytest.raises(SystemExit):
+        main(["make-games", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for f in dataclasses.fields(ALFWorldGenConfig):
+        assert f"--{f.name.replace('_', '-')}" in text and f"Default: {f.default}." in text
+    with pytest.raises(SystemExit):
+        main(["make-games", "--env", "alfworld", "--out", str(tmp_path), "--seeds", "0", "--max-attempts", "0"])
+    assert "max_attempts=0: give an integer >= 1" in capsys.readouterr().err

@@ -1,12 +1,13 @@
 """Every field of every config class of the package is checked when the config is built (`config_checks`).
 
 The walk is driven by `dataclasses.fields`, so a field added later is covered without touching this file: a numeric
-field without a `_RANGES` entry, or a field whose annotation takes any value, fails here unless it is listed in
-`FREE_FORM` (or, for a number that may be negative, `SIGNED`) with the reason.
+field declared without a range (`config_field(..., range=Range(...))`), or a field whose annotation takes any value,
+fails here unless it is listed in `FREE_FORM` (or, for a number that may be negative, `SIGNED`) with the reason.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import inspect
@@ -26,7 +27,7 @@ from trl_multiturn.commands.script_args import (
     TextWorldScriptArguments,
 )
 from trl_multiturn.commands.study.spec import StudyData, StudyEval
-from trl_multiturn.config_checks import field_checks, is_numeric
+from trl_multiturn.config_checks import Range, check_fields, config_field, field_checks, is_numeric
 from trl_multiturn.envs.alfworld.env import ALFWorldConfig
 from trl_multiturn.envs.alfworld.generator.generate import ALFWorldGenConfig
 from trl_multiturn.envs.openenv import OpenEnvConfig
@@ -34,7 +35,7 @@ from trl_multiturn.envs.swegym.env import SWEGymConfig
 from trl_multiturn.envs.swegym.sandbox.base import SandboxConfig
 from trl_multiturn.envs.textworld.env import TextWorldConfig
 from trl_multiturn.model_setup import ModelSetup
-from trl_multiturn.rollout.rules import EpisodeRules
+from trl_multiturn.rollout.rules import RULES, EpisodeRules
 from trl_multiturn.trainers.grpo import MultiTurnGRPOConfig
 from trl_multiturn.trainers.multiturn import MultiTurnArguments
 from trl_multiturn.trainers.ppo import MultiTurnPPOConfig
@@ -79,7 +80,8 @@ def test_every_config_class_of_the_package_is_walked():
         module = importlib.import_module(module_info.name)
         for name, obj in vars(module).items():
             if (inspect.isclass(obj) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__
-                    and (re.search(r"(Config|Arguments|Setup)$", name) or "_RANGES" in vars(obj))):
+                    and (re.search(r"(Config|Arguments|Setup)$", name)
+                         or any("range" in f.metadata for f in dataclasses.fields(obj)))):
                 found.add(obj)
     assert found == set(CONFIG_CLASSES)
 
@@ -102,7 +104,7 @@ def test_every_field_is_checked_and_every_numeric_field_the_package_declares_has
     assert set(checks) == {f.name for f in dataclasses.fields(cls)} and own <= set(checks)
     unranged = [name for name, check in checks.items() if name in own and is_numeric(check.annotation)
                 and check.range is None]
-    assert not unranged, f"{cls.__name__}: give these numeric fields a _RANGES entry: {unranged}"
+    assert not unranged, f"{cls.__name__}: declare these numeric fields with config_field(..., range=...): {unranged}"
 
 
 # Values of another type than the annotation's, by the first of its types that the field takes (numbers first).
@@ -210,3 +212,122 @@ def test_well_typed_values_at_the_edges_of_their_ranges_are_accepted():
                    learning_rate=0.0, num_generations=1)
     assert (config.turn_gamma, config.env_timeout, config.num_generations, config.learning_rate) == (1.0, 10, 1, 0.0)
     assert build(SandboxConfig, command_timeout=0.5, uid_base=0).command_timeout == 0.5
+
+
+def test_a_range_declared_beside_the_help_is_checked_and_never_reaches_argparse():
+    """`config_field` keeps the range in the field's metadata, where `check_fields` reads it, while
+    `HfArgumentParser` (which hands `dict(field.metadata)` to argparse) sees only the help: the command line parses
+    and the range is still enforced."""
+    from transformers import HfArgumentParser
+    from trl import TrlParser
+
+    @dataclasses.dataclass
+    class Settings:
+        turns: int = config_field(8, "Turns per episode.", range=Range(ge=1))
+
+        def __post_init__(self):
+            check_fields(self)
+
+    (turns,) = dataclasses.fields(Settings)
+    assert turns.metadata["range"] == Range(ge=1) and dict(turns.metadata) == {"help": "Turns per episode."}
+    assert turns.metadata.copy() == {"help": "Turns per episode."}
+    for parser in (HfArgumentParser, TrlParser):
+        (parsed,) = parser(Settings).parse_args_into_dataclasses(["--turns", "3"])
+        assert parsed.turns == 3
+        with pytest.raises(ValueError, match=r"Settings\.turns=0: give an integer >= 1"):
+            parser(Settings).parse_args_into_dataclasses(["--turns", "0"])
+
+
+# The classes whose docstring documents their fields as TRL's configs do: a `Parameters:` section, the fields in
+# groups under `> Parameters that control ...` headings, each `name (`type`, defaults to `value`):` or
+# `name (`type`, *optional*):` (default None), in the order the class declares them.
+DOCUMENTED = (MultiTurnArguments, MultiTurnGRPOConfig, MultiTurnRLOOConfig, MultiTurnPPOConfig, MultiTurnSFTConfig,
+              TextWorldConfig, ALFWorldConfig, SandboxConfig, SWEGymConfig, OpenEnvConfig)
+PARAMETER = re.compile(r"(\w+) \(`[^`]+`(, \*optional\*)?(?:, defaults to `(.+)`)?\):")
+
+
+def documented_parameters(cls) -> list[tuple[str, bool, str | None]]:
+    """(name, *optional*, stated default) of each entry of the `Parameters:` section of `cls`'s docstring, in order;
+    an AssertionError for an entry before the first group heading or a line at an entry's indentation that is
+    neither an entry nor a heading."""
+    lines = inspect.cleandoc(cls.__doc__ or "").splitlines()
+    assert "Parameters:" in lines, f"{cls.__name__}'s docstring has no Parameters: section"
+    entries, heading = [], None
+    for line in lines[lines.index("Parameters:") + 1:]:
+        if line and not line.startswith(" "):
+            break
+        if not line.startswith("    ") or line.startswith("     "):
+            continue  # a blank line, or an entry's description
+        text = line.strip()
+        if text.startswith("> "):
+            heading = text
+            continue
+        match = PARAMETER.fullmatch(text)
+        assert match and heading, f"{cls.__name__}: {text!r} is not an entry under a `> Parameters ...` heading"
+        entries.append((match[1], bool(match[2]), match[3]))
+    return entries
+
+
+@pytest.mark.parametrize("cls", DOCUMENTED, ids=lambda cls: cls.__name__)
+def test_the_docstring_documents_every_field_the_class_declares_in_its_groups_with_its_default(cls):
+    """The docstring's `Parameters:` names each field the class itself declares (those `rule_fields` adds too),
+    nothing else, in declaration order (so the class body follows the groups), with the field's default."""
+    declared = [name for name in vars(cls).get("__annotations__", {}) if not name.startswith("_")]
+    entries = documented_parameters(cls)
+    assert [name for name, _, _ in entries] == declared, (
+        f"{cls.__name__}: document exactly its fields, in the order the class declares them")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    wrong = []
+    for name, optional, stated in entries:
+        f = fields[name]
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        if default is None:
+            if not optional or stated is not None:
+                wrong.append(f"{name}: default None, write `*optional*` and no default")
+        elif stated is None or ast.literal_eval(stated) != default:
+            wrong.append(f"{name}: write `defaults to `{default!r}``")
+    assert not wrong, f"{cls.__name__}: " + "; ".join(wrong)
+
+
+# Fields of one name that several config classes declare with different defaults, help or ranges, each with the
+# reason (besides `EvalArguments`' rule overrides, `rule_overrides`: None keeps the rule saved with the model).
+DIFFERENT = {
+    "advantage_estimator": "each trainer's own default estimator (grpo, rloo, PPO's gae)",
+    "max_turns": "StudyEval.max_turns is the held-out episodes' override (TextWorldScriptArguments.eval_max_turns's "
+                 "declaration, named in the study's `eval:` section)",
+    "model_name_or_path": "ModelSetup's is TRL's ModelConfig field, not parsed (init=False)",
+    "env": "the commands' default is the saved model's environment; a study's is textworld",
+    "task_types": "the commands' apply to training and held-out games, the study's to training (eval_task_types)",
+    "tiers": "the commands' apply to training and held-out tasks, the study's to training (eval_tiers)",
+    "admissible_commands": "one per environment config and command (issue 55: into the suite registry)",
+    "data_path": "one per environment config and command (issue 55: into the suite registry)",
+    "games_dir": "one per environment config and command (issue 55: into the suite registry)",
+}
+
+
+def test_a_field_several_classes_declare_has_one_declaration():
+    """A field name declared by several config classes has one default, help and range (the others take it:
+    `field_like`, `rule_fields`), unless `DIFFERENT` gives the reason."""
+    declarations: dict[str, dict[tuple, list[str]]] = {}
+    for cls in CONFIG_CLASSES:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name in vars(cls).get("__annotations__", {}):
+            if name.startswith("_") or (cls is EvalArguments and name in RULES):
+                continue
+            f = fields[name]
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            key = (repr(default), f.metadata.get("help"), f.metadata.get("range"))
+            declarations.setdefault(name, {}).setdefault(key, []).append(cls.__name__)
+    differing = {name: sorted(c for classes in found.values() for c in classes)
+                 for name, found in declarations.items() if len(found) > 1}
+    assert set(differing) <= set(DIFFERENT), {name: differing[name] for name in set(differing) - set(DIFFERENT)}
+    assert set(DIFFERENT) <= set(differing), f"remove from DIFFERENT: {set(DIFFERENT) - set(differing)}"
+
+
+def test_the_sft_config_checks_its_rules_of_play_as_the_rl_configs_do():
+    """SFT's rule fields are `EpisodeRules`' (`rule_fields`), checked when the config is built, as RL's are."""
+    for cls in (MultiTurnSFTConfig, MultiTurnGRPOConfig):
+        with pytest.raises(ValueError, match=r"action_parser='nope' is not a known parser"):
+            build(cls, action_parser="nope")
+    assert build(MultiTurnSFTConfig, chat_template_kwargs='{"enable_thinking": false}').chat_template_kwargs == {
+        "enable_thinking": False}

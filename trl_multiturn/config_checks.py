@@ -4,18 +4,24 @@ A config class of the package calls `check_fields(self)` first thing in its `__p
 class of the package declares, and every numeric field it inherits from TRL or transformers, is checked against
 its annotation (`int`, `float`, `bool`, `str`, `dict`, `list[X]`, `Literal[...]`, an enum or other class,
 `X | None`, unions of these; a part of an inherited annotation the checks do not understand takes any value) and,
-when numeric, against its `Range`: the `_RANGES` tables of the package's classes in the MRO (a subclass's table
-extends its parents'), else `INHERITED_RANGES` (the meaning of TRL's and transformers' fields, by name, e.g.
-`max_grad_norm >= 0`), else any finite number. The parents' other fields (strings, lists, enums) are theirs to
-check: their `__post_init__` converts what the command line gives (`debug=None`, `scale_rewards=False`). A float
-must be finite; a bool is not a number; an int field takes no float; a `str` field whose metadata has `choices`
-(argparse's key, so the command line refuses the same values) takes one of them. Field metadata cannot carry the
-ranges: `HfArgumentParser` passes every metadata key on to argparse.
+when numeric, against its `Range`: the one its declaration gives (`config_field`), else `INHERITED_RANGES` (the
+meaning of TRL's and transformers' fields, by name, e.g. `max_grad_norm >= 0`), else any finite number. The parents'
+other fields (strings, lists, enums) are theirs to check: their `__post_init__` converts what the command line gives
+(`debug=None`, `scale_rewards=False`). A float must be finite; a bool is not a number; an int field takes no float; a
+`str` field whose metadata has `choices` (argparse's key, so the command line refuses the same values) takes one of
+them.
+
+A field declares its range beside its help with `config_field`:
+
+    max_turns: int = config_field(8, "The most replies the model makes in one episode.", range=Range(ge=1))
+
+The range is in the field's metadata (`f.metadata["range"]`) without reaching argparse: the parsers hand a copy of
+every field's metadata to `add_argument`, and a `FieldMetadata` copies (and iterates) argparse's keys alone. A class
+whose field means what another class's field means takes that declaration, `field_like(Other, "name")`, so that each
+default, help and range is written once.
 
 Inherited fields are checked as given (`check_fields(self)` before the parent's `__post_init__`, which turns some of
 them into objects of its own); `check_fields(self, inherited=False)` checks the package's fields alone.
-
-    _RANGES = {"max_turns": Range(ge=1), "turn_gamma": Range(ge=0, le=1), "success_reward": Range()}
 
 `Range()` is any finite number. Every error is a ValueError `Class.field=value: give <what is allowed>`, one line per
 bad field.
@@ -32,6 +38,7 @@ import numbers
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
@@ -63,8 +70,68 @@ class Range:
         return " and ".join(parts)
 
 
+class FieldMetadata(Mapping):
+    """A config field's metadata (`config_field`): argparse's keys (`help`, `choices`), which iterating or copying
+    it yields, and the package's own (`range`, ...), which a lookup finds (`metadata["range"]`, `.get`, `in`) and
+    iterating or copying leaves out, so that the parsers, which hand their copy of the field's metadata to
+    `add_argument` (`dict(field.metadata)` in transformers' `HfArgumentParser`, `field.metadata.copy()` in TRL's
+    `TrlParser`), never see them."""
+
+    def __init__(self, argparse_keys: dict, own_keys: dict):
+        self._argparse, self._own = argparse_keys, own_keys
+
+    def __getitem__(self, key):
+        return self._argparse[key] if key in self._argparse else self._own[key]
+
+    def __iter__(self):
+        return iter(self._argparse)
+
+    def __len__(self) -> int:
+        return len(self._argparse)
+
+    def copy(self) -> dict:
+        return dict(self._argparse)
+
+    def __repr__(self) -> str:
+        return f"FieldMetadata({self._argparse!r}, {self._own!r})"
+
+
+def config_field(default=dataclasses.MISSING, help: str = "", *, range: Range | None = None, choices=None,
+                 default_factory=dataclasses.MISSING, **own_keys):
+    """A config field declared with its default, its help and (a number) its range or (a string) its `choices`, as
+    TRL's configs declare theirs (`field(default=..., metadata={"help": ...})`); `own_keys` are further metadata of
+    the package's that argparse must not see (see `FieldMetadata`)."""
+    argparse_keys = {"help": help, **({"choices": list(choices)} if choices is not None else {})}
+    own = {**({"range": range} if range is not None else {}), **own_keys}
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata=FieldMetadata(argparse_keys, own))
+
+
+def field_range(cls, name: str) -> Range | None:
+    """The range the package's field `name` of `cls` declares (None: none)."""
+    return _field(cls, name).metadata.get("range")
+
+
+def field_like(cls, name: str, **changes) -> dataclasses.Field:
+    """A new field declared as the field `name` of `cls` is (default, help, range, choices), with `changes` (any of
+    `config_field`'s arguments) in their place: for a config class that takes another's field, so that the field's
+    default, help and range are written once."""
+    f = _field(cls, name)
+    declared = {"default": f.default, "default_factory": f.default_factory, "help": f.metadata.get("help", ""),
+                "range": f.metadata.get("range"), "choices": f.metadata.get("choices")}
+    if {"default", "default_factory"} & set(changes):
+        declared["default"] = declared["default_factory"] = dataclasses.MISSING
+    return config_field(**{**declared, **changes})
+
+
+def _field(cls, name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(cls) if f.name == name)
+
+
 # The ranges of TRL's and transformers' numeric fields that their meaning gives (a field of these names that a class
-# of the package declares, or names in a `_RANGES` table, takes its own range instead).
+# of the package declares takes its own range instead). Those the multi-turn maths divides by or multiplies with
+# (`num_generations`, `temperature`, `epsilon`, ...): TRL checks their other constraints (GRPO's
+# `num_generations >= 2`) but lets 0, NaN or a negative value through.
 _PROBABILITY = Range(ge=0, le=1)
 INHERITED_RANGES = {
     "max_grad_norm": Range(ge=0, text="a number >= 0 (0 turns gradient clipping off)"),
@@ -80,17 +147,19 @@ INHERITED_RANGES = {
     "save_total_limit": Range(ge=0),
     "seed": Range(ge=0), "data_seed": Range(ge=0), "dataloader_num_workers": Range(ge=0),
     "dataloader_prefetch_factor": Range(ge=1),
-    "label_smoothing_factor": _PROBABILITY, "temperature": Range(gt=0), "top_p": Range(gt=0, le=1),
+    "label_smoothing_factor": _PROBABILITY, "top_p": Range(gt=0, le=1),
+    "temperature": Range(gt=0, text="a number > 0 (the logits are divided by it)"),
     "top_k": Range(ge=0), "min_p": _PROBABILITY, "repetition_penalty": Range(gt=0),
-    "beta": Range(ge=0), "epsilon": Range(ge=0), "epsilon_high": Range(ge=0), "delta": Range(gt=0),
-    "learning_rate": Range(ge=0),
+    "beta": Range(ge=0), "epsilon": Range(gt=0), "epsilon_high": Range(ge=0), "delta": Range(gt=0),
+    "learning_rate": Range(ge=0, text="a number >= 0 (0 leaves the weights as they are)"),
+    "num_generations": Range(ge=1, text="an integer >= 1 (episodes per task), or None"),
 }
 
 
 @dataclass(frozen=True)
 class FieldCheck:
     """What one field takes: its annotation, its range (numeric fields) and its choices (`metadata["choices"]`).
-    `inherited`: a field of TRL or transformers that no class of the package declares or ranges."""
+    `inherited`: a field of TRL or transformers that no class of the package declares."""
 
     name: str
     annotation: Any
@@ -151,7 +220,7 @@ def did_you_mean(value: str, choices) -> str:
 
 def check_fields(config, inherited: bool = True) -> None:
     """Raise one ValueError naming every field of `config` (see the module docstring; with `inherited=False` only
-    the package's own and ranged ones) whose value has the wrong type or lies outside its range."""
+    the package's own) whose value has the wrong type or lies outside its range."""
     problems = [p for check in field_checks(type(config)) if inherited or not check.inherited
                 if (p := check.problem(getattr(config, check.name)))]
     if problems:
@@ -168,19 +237,16 @@ def check_value(name: str, value, annotation, range: Range | None = None) -> Non
 @functools.cache
 def field_checks(cls: type) -> tuple[FieldCheck, ...]:
     """The checks of every field of `cls`, in field order: each with its resolved annotation (the parts the checks
-    do not understand replaced by `Any`), its range (`_RANGES` of the package's classes, else `INHERITED_RANGES`)
-    and its `metadata["choices"]`."""
-    ranges: dict[str, Range] = {}
+    do not understand replaced by `Any`), its range (its declaration's, else `INHERITED_RANGES`) and its
+    `metadata["choices"]`."""
     annotations: dict[str, Any] = {}
     for base in reversed(cls.__mro__):
         annotations.update({name: (base, annotation) for name, annotation in vars(base).get("__annotations__",
                                                                                             {}).items()})
-        if base.__module__.split(".")[0] == PACKAGE:
-            ranges.update(vars(base).get("_RANGES", {}))
     checks = []
     for f in dataclasses.fields(cls):
         declared_by, annotation = annotations[f.name]
-        own = declared_by.__module__.split(".")[0] == PACKAGE or f.name in ranges
+        own = declared_by.__module__.split(".")[0] == PACKAGE or "range" in f.metadata  # or a user's config_field
         if isinstance(annotation, str):
             try:
                 annotation = eval(annotation, vars(sys.modules[declared_by.__module__]))
@@ -192,7 +258,7 @@ def field_checks(cls: type) -> tuple[FieldCheck, ...]:
             annotation = _understood(annotation)
             annotation = annotation if is_numeric(annotation) else Any
         choices = f.metadata.get("choices")
-        range_ = ranges.get(f.name) if own else INHERITED_RANGES.get(f.name)
+        range_ = f.metadata.get("range") if own else INHERITED_RANGES.get(f.name)
         checks.append(FieldCheck(f.name, annotation, range_, tuple(choices) if choices and own else None,
                                  inherited=not own))
     return tuple(checks)

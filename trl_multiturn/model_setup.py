@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from trl import ModelConfig
 
-from .config_checks import Range, check_fields
+from .config_checks import Range, check_fields, config_field
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,6 @@ class ModelSetup(ModelConfig):
     """TRL's `ModelConfig`, less `model_name_or_path`, which the script arguments already hold (with the offline
     default), plus `torch_dtype`, the name of `dtype` before transformers 5, and `cpu_threads`."""
 
-    _RANGES = {"cpu_threads": Range(ge=1)}
 
     model_name_or_path: str | None = field(
         default=None, init=False, metadata={"help": "Not parsed here: the script arguments' --model_name_or_path."}
@@ -36,14 +35,12 @@ class ModelSetup(ModelConfig):
         metadata={"help": "Same as `dtype` (its name in older TRL and transformers); when given, it wins.",
                   "choices": ["auto", "bfloat16", "float16", "float32"]},
     )
-    cpu_threads: int | None = field(
-        default=None,
-        metadata={"help": "PyTorch threads per process on a run without a GPU. None: the cores this process may use, "
-                  "shared among the processes on this machine, and never more than OMP_NUM_THREADS when it is set "
-                  "(on a machine busy with other work, 1 thread is often several times faster than 2: set "
-                  "OMP_NUM_THREADS=1 or --cpu_threads 1; `accelerate launch` sets OMP_NUM_THREADS=1 on a machine "
-                  "with no GPU unless given --num_cpu_threads_per_process); N: N threads. Ignored on a GPU."},
-    )
+    cpu_threads: int | None = config_field(
+        None, "PyTorch threads per process on a run without a GPU. None: the cores this process may use, shared "
+              "among the processes on this machine, and never more than OMP_NUM_THREADS when it is set (on a "
+              "machine busy with other work, 1 thread is often several times faster than 2: set OMP_NUM_THREADS=1 "
+              "or --cpu_threads 1; `accelerate launch` sets OMP_NUM_THREADS=1 on a machine with no GPU unless given "
+              "--num_cpu_threads_per_process); N: N threads. Ignored on a GPU.", range=Range(ge=1))
 
     def __post_init__(self):
         check_fields(self)

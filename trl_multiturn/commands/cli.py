@@ -22,6 +22,7 @@ Help strings are %-formatted by argparse: write a literal percent sign as %%. Ad
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..data import split_seeds
+from ..envs.alfworld.generator import ALFWorldGenConfig
 from ..envs.suites import load_installed_suites
 from ..model_setup import ModelSetup
 from .episodes import add_episodes_parser
@@ -107,13 +109,11 @@ def _make_textworld_games(args: argparse.Namespace, parser: argparse.ArgumentPar
 
 
 def _make_alfworld_games(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ..envs.alfworld.generator import ALFWorldGenConfig, GenerationError, generate_games
+    from ..envs.alfworld.generator import GenerationError, generate_games
     from ..envs.alfworld.tasks import TASK_TYPES
 
-    knobs = {"num_receptacles": args.num_receptacles, "num_distractors": args.num_distractors,
-             "num_closed": args.num_closed}
     try:
-        config = ALFWorldGenConfig(**{key: value for key, value in knobs.items() if value is not None})
+        config = ALFWorldGenConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ALFWorldGenConfig)})
         seeds = _seeds(args)
     except ValueError as exc:
         parser.error(str(exc))
@@ -169,9 +169,9 @@ def _add_make_games(subparsers) -> None:
     alfworld = parser.add_argument_group("ALFWorld (--env alfworld)")
     alfworld.add_argument("--task-types", type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
                           help="Comma-separated ALFRED task types. Default: all six.")
-    alfworld.add_argument("--num-receptacles", type=int, help="Receptacles per room. Default: 8.")
-    alfworld.add_argument("--num-distractors", type=int, help="Objects besides the task's own. Default: 6.")
-    alfworld.add_argument("--num-closed", type=int, help="Openable receptacles, closed at start. Default: 2.")
+    for f in dataclasses.fields(ALFWorldGenConfig):  # the generator's fields, with its defaults and help
+        alfworld.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                              help=f"{f.metadata['help']} Default: {f.default}.")
     alfworld.add_argument("--alfworld-split", choices=["train", "valid_seen", "valid_unseen"],
                           help="json_2.1.1 folder to write to. Default: from --split (validation: valid_seen, "
                                "test: valid_unseen, held-out rooms), else train.")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config_checks import Range
+from ..config_checks import Range, config_field, field_like
 from ..envs.suites import SUITES
 from ..episode_settings import (
     environment_factory_from_spec,
@@ -41,6 +41,7 @@ from ..rollout.rules import EpisodeRules, overrides, rule_overrides
 from .env_tasks import SHAPE_FIELDS, environment_overrides, shape_name, suite_tasks
 from .episodes import episode_text
 from .script_args import EnvArguments, task_noun
+from .study.spec import StudyEval
 
 
 @dataclass
@@ -50,26 +51,22 @@ class EvalArguments(EnvArguments):
     argument: left unset, it is the one saved in the model's `episode_settings.json`, else the default in
     brackets."""
 
-    batch_size: int = field(default=16, metadata={"help": "Episodes played at once."})
+    batch_size: int = field_like(StudyEval, "batch_size")
     results_dir: str | None = field(
         default=None,
         metadata={"help": "Where to write the results (default: the folder of a model given by its folder, else "
                           "outputs/eval/<model>, never the shared model cache)."},
     )
     progress: bool = field(default=True, metadata={"help": "A progress bar while playing (--no_progress: none)."})
-    show_episodes: int = field(
-        default=0,
-        metadata={"help": "Print the first N played episodes turn by turn: observation, reply, action read, reward, "
-                          "outcome (`trl-multiturn play` prints every one)."},
-    )
+    show_episodes: int = config_field(
+        0, "Print the first N played episodes turn by turn: observation, reply, action read, reward, outcome "
+           "(`trl-multiturn play` prints every one).", range=Range(ge=0))
     save_results: bool = field(
         default=True,
         metadata={"help": "Write the results file and update the model card (--no_save_results, as `play` does: "
                           "nothing written)."},
     )
-    cpu_threads: int | None = field(default=None, metadata={"help": ModelSetup.__dataclass_fields__["cpu_threads"]
-                                                            .metadata["help"]})
-    _RANGES = {"batch_size": Range(ge=1), "show_episodes": Range(ge=0), "cpu_threads": Range(ge=1)}
+    cpu_threads: int | None = field_like(ModelSetup, "cpu_threads")
 
 
 def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | None:

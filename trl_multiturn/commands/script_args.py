@@ -9,10 +9,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config_checks import Range, check_fields
+from ..config_checks import Range, check_fields, config_field, field_like
 from ..envs.suites import SUITES
 from ..model_card import START_EVAL_RESULTS_FILE
 from ..models import OFFLINE_DEFAULT_MODEL, resolve_model
+from ..rollout.rules import EpisodeRules
 
 
 @dataclass
@@ -70,44 +71,33 @@ class StartComparisonArguments(ModelArguments):
 class TextWorldScriptArguments(StartComparisonArguments):
     """Which model, which games, and the held-out evaluation that ends every TextWorld example."""
 
-    world_size: int | None = field(default=2, metadata={"help": "Rooms per game (the paper's custom games)."})
-    nb_objects: int | None = field(default=3, metadata={"help": "Objects per game."})
-    quest_length: int | None = field(default=4, metadata={"help": "Length of the winning walkthrough."})
+    world_size: int | None = config_field(2, "Rooms per game (the paper's custom games).", range=Range(ge=1))
+    nb_objects: int | None = config_field(3, "Objects per game.", range=Range(ge=0))
+    quest_length: int | None = config_field(4, "Length of the winning walkthrough.", range=Range(ge=1))
     challenge: str | None = field(
         default=None, metadata={"help": "A TextWorld challenge such as 'tw-simple' instead of custom games."}
     )
     challenge_rewards: str = field(default="dense", metadata={"help": "tw-simple rewards: dense, balanced, sparse."})
     challenge_goal: str = field(default="detailed", metadata={"help": "tw-simple goal: detailed, brief, none."})
-    num_train_games: int | None = field(
-        default=16,
-        metadata={"help": "Training games (seeds of the train split). None only where evaluation reads a recipe "
-                          "shared with ALFWorld's example (there: every game); TextWorld training needs a number."},
-    )
-    num_eval_games: int = field(default=10, metadata={"help": "Held-out games (seeds of the test split)."})
+    num_train_games: int | None = config_field(
+        16, "Training games: TextWorld: seeds of the train split (a number); ALFWorld, SWE-Gym: None for all.",
+        range=Range(ge=1))
+    num_eval_games: int | None = config_field(
+        10, "Held-out games: TextWorld: seeds of the test split (a number; 0: no held-out evaluation); ALFWorld, "
+            "SWE-Gym: None for all.", range=Range(ge=0))
     games_dir: str | None = field(default=None, metadata={"help": "Game cache folder (default: TextWorldEnv's)."})
     admissible_commands: bool = field(
         default=False, metadata={"help": "List the valid commands in every observation (the paper plays without)."}
     )
-    eval_max_turns: int | None = field(
-        default=None, metadata={"help": "Turns per held-out episode (default: the trainer's max_turns)."}
-    )
-    eval_temperature: float = field(
-        default=0.0,
-        metadata={"help": "Sampling temperature of the held-out evaluation: 0 plays greedily (the default); the "
-                          "paper validates at 0.4. Training rollouts keep the trainer's own `temperature`."},
-    )
-    first_train_game: int = field(
-        default=0,
-        metadata={"help": "Index of the first training game in the train split's seed range. Give an SFT recipe and "
-                          "the RL recipe that starts from it disjoint ranges (e.g. SFT from 500000) so that SFT "
-                          "demonstrations never come from the games RL plays."},
-    )
-
-    _RANGES = {
-        "world_size": Range(ge=1), "nb_objects": Range(ge=0), "quest_length": Range(ge=1),
-        "num_train_games": Range(ge=1), "num_eval_games": Range(ge=0), "eval_max_turns": Range(ge=1),
-        "eval_temperature": Range(ge=0), "first_train_game": Range(ge=0),
-    }
+    eval_max_turns: int | None = field_like(EpisodeRules, "max_turns", default=None,
+                                            help="Turns per held-out episode (default: the trainer's max_turns).")
+    eval_temperature: float = config_field(
+        0.0, "Sampling temperature of the held-out evaluation: 0 plays greedily (the default); the paper validates "
+             "at 0.4. Training rollouts keep the trainer's own `temperature`.", range=Range(ge=0))
+    first_train_game: int = config_field(
+        0, "Index of the first training game in the train split's seed range. Give an SFT recipe and the RL recipe "
+           "that starts from it disjoint ranges (e.g. SFT from 500000) so that SFT demonstrations never come from "
+           "the games RL plays.", range=Range(ge=0))
 
     def tasks(self, split: str, num_games: int, progress: bool = True):
         """The task `Dataset` of `num_games` games of `split`, generated on first use (with a progress bar; training
@@ -165,19 +155,16 @@ class EnvArguments:
         metadata={"help": "SWE-Gym: task rows (Hub id or local path; default: the shipped offline tasks)."},
     )
     dataset_split: str = field(default="train", metadata={"help": "SWE-Gym: split of dataset_name."})
-    held_out_fraction: float = field(
-        default=0.5,
-        metadata={"help": "SWE-Gym: the share of the tasks held out from training, chosen by a hash of each "
-                          "instance_id (training never plays them); eval: give the training run's."},
-    )
+    held_out_fraction: float = config_field(
+        0.5, "SWE-Gym: the share of the tasks held out from training for evaluation, chosen by a hash of each "
+             "instance_id (training never plays them; a run's evaluation must give the training's).",
+        range=Range(gt=0, lt=1, text="a number between 0 and 1 (exclusive), the share of the tasks held out from "
+                                     "training"))
     tiers: list[str] | None = field(
         default=None,
         metadata={"help": "SWE-Gym: difficulty tiers of the tasks played, in training and held out (easy, medium, "
                           "hard; all)."},
     )
-
-    _RANGES = {"held_out_fraction": Range(gt=0, lt=1, text="a number between 0 and 1 (exclusive), the share of the "
-                                                          "tasks held out from training")}
 
     def __post_init__(self):
         check_fields(self)

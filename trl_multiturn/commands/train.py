@@ -144,14 +144,14 @@ def finish_run(trainer, training_args, held_out=None, **push_kwargs) -> None:
 def train_on_tasks(trainer_cls, script_args: TextWorldScriptArguments, training_args, model_args, environment_factory,
                    train_dataset, held_out, env: str = "textworld", **trainer_kwargs):
     """Train `trainer_cls` on `train_dataset` with `environment_factory`, save, evaluate greedily on the held-out
-    tasks `held_out()` of environment `env` (when `num_eval_games > 0`), push to the Hub if asked, and end the run
+    tasks `held_out()` of environment `env` (unless `num_eval_games` is 0), push to the Hub if asked, and end the run
     (`finish_run`). `model_args` (a `ModelSetup`: dtype, LoRA, 4/8-bit) is passed on as TRL's scripts do. Returns
     the trainer."""
     trainer_kwargs = {**model_setup_kwargs(model_args, training_args), **trainer_kwargs}
     trainer = trainer_cls(model=script_args.model_path, args=training_args, environment_factory=environment_factory,
                           train_dataset=train_dataset, **trainer_kwargs)
     evaluate_held_out = None
-    if script_args.num_eval_games > 0:
+    if script_args.num_eval_games != 0:
         evaluate_held_out = functools.partial(evaluate_on_tasks, script_args, held_out, environment_factory,
                                               training_args=training_args, env=env)
     train_and_evaluate(trainer, training_args, evaluate_held_out, script_args.model_name_or_path,

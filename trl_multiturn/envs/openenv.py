@@ -33,7 +33,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config_checks import Range, check_fields
+from ..config_checks import Range, check_fields, config_field
 from .base import Environment, StepResult
 
 
@@ -43,12 +43,41 @@ class OpenEnvError(RuntimeError):
 
 @dataclass
 class OpenEnvConfig:
-    """Options of `OpenEnvEnvironment`."""
+    """Options of `OpenEnvEnvironment`.
 
+    Parameters:
+        > Parameters that control the connection
+
+        base_url (`str`, defaults to `"http://127.0.0.1:8000"`):
+            The OpenEnv server (http://, https://, ws:// or wss://).
+        connect_timeout (`float`, defaults to `30.0`):
+            Seconds to open the WebSocket session before the episode fails.
+        message_timeout (`float`, defaults to `120.0`):
+            Seconds to wait for each reply of the server before the episode fails.
+
+        > Parameters that control the messages
+
+        action_field (`str`, defaults to `"message"`):
+            The action's field that carries the model's reply.
+        observation_field (`str`, defaults to `"text"`):
+            The observation's field shown to the model (None: the whole observation as JSON).
+        won_field (`str`, defaults to `"won"`):
+            The observation's field that says the episode was won (None: never won).
+        task_field (`str`, defaults to `"task"`):
+            The reset argument that carries the task row (None: the row's fields are the reset's arguments).
+    """
+
+    # Parameters that control the connection
     base_url: str = field(
         default="http://127.0.0.1:8000",
         metadata={"help": "The OpenEnv server (http://, https://, ws:// or wss://; the session opens on /ws)."},
     )
+    connect_timeout: float = config_field(
+        30.0, "Seconds to open the WebSocket session before the episode fails.", range=Range(gt=0))
+    message_timeout: float = config_field(
+        120.0, "Seconds to wait for each reply of the server before the episode fails.", range=Range(gt=0))
+
+    # Parameters that control the messages
     action_field: str = field(
         default="message",
         metadata={"help": "The action's field that carries the model's reply: the step sends {action_field: reply}."},
@@ -67,14 +96,6 @@ class OpenEnvConfig:
         metadata={"help": "The reset argument that carries the task row. None: the row's fields are the reset's "
                           "arguments (e.g. seed, episode_id)."},
     )
-    connect_timeout: float = field(
-        default=30.0, metadata={"help": "Seconds to open the WebSocket session before the episode fails."},
-    )
-    message_timeout: float = field(
-        default=120.0, metadata={"help": "Seconds to wait for each reply of the server before the episode fails."},
-    )
-
-    _RANGES = {"connect_timeout": Range(gt=0), "message_timeout": Range(gt=0)}
 
     def __post_init__(self):
         check_fields(self)

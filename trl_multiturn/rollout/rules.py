@@ -22,13 +22,14 @@ environment (what it is and its settings) beside the rules in `episode_settings.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Union
 
-from ..config_checks import Range, check_fields, parse_json_dict
+from ..config_checks import Range, check_fields, config_field, field_like, parse_json_dict
 from .formats import FORMATS, EpisodeFormat, episode_format
 from .parsing import get_action_parser
 
@@ -40,14 +41,7 @@ the rule takes TRL's name, and a trainer config keeps TRL's field (and its defau
 
 def rule(default, help: str, *, range: Range | None = None, choices: tuple | None = None, trl: bool = False):
     """A rule's field: its default, its help, and (for a number) its range, (for a string) its choices."""
-    metadata: dict[str, Any] = {"help": help}
-    if range is not None:
-        metadata["range"] = range
-    if choices is not None:
-        metadata["choices"] = list(choices)
-    if trl:
-        metadata[TRL_FIELD] = True
-    return field(default=default, metadata=metadata)
+    return config_field(default, help, range=range, choices=choices, **({TRL_FIELD: True} if trl else {}))
 
 
 @dataclass(frozen=True)
@@ -130,22 +124,12 @@ class EpisodeRules:
         `StepWise` with the `history` policy), the one place `episode_format` and `history` are read."""
         return episode_format(self.episode_format, self.history)
 
-
-EpisodeRules._RANGES = {f.name: f.metadata["range"] for f in dataclasses.fields(EpisodeRules)
-                        if "range" in f.metadata}
 RULES = tuple(f.name for f in dataclasses.fields(EpisodeRules))
 """The rules' names, in declaration order."""
 
 
-def _config_metadata(f: dataclasses.Field, help: str) -> dict:
-    """A rule's metadata as a config field's: argparse takes every metadata key, so the range stays out (it goes to
-    the config's `_RANGES`)."""
-    return {"help": help, **({"choices": f.metadata["choices"]} if "choices" in f.metadata else {})}
-
-
-def _add_fields(cls, declared: list[tuple[str, Any, dataclasses.Field]], ranges: dict[str, Range]):
-    """Put `declared` (name, annotation, field) first among the annotations of `cls` (before `@dataclass` runs) and
-    extend its own `_RANGES` with `ranges`."""
+def _add_fields(cls, declared: list[tuple[str, Any, dataclasses.Field]]):
+    """Put `declared` (name, annotation, field) first among the annotations of `cls` (before `@dataclass` runs)."""
     own = dict(vars(cls).get("__annotations__", {}))
     taken = sorted(name for name, _, _ in declared if name in own)
     if taken:
@@ -154,40 +138,41 @@ def _add_fields(cls, declared: list[tuple[str, Any, dataclasses.Field]], ranges:
     cls.__annotations__ = {**{name: annotation for name, annotation, _ in declared}, **own}
     for name, _, f in declared:
         setattr(cls, name, f)
-    cls._RANGES = {**ranges, **vars(cls).get("_RANGES", {})}
     return cls
 
 
 def _config_types() -> dict[str, Any]:
-    """Each rule's annotation as a config field's: what the command line can give (no functions)."""
+    """Each rule's annotation as a config field's: what the command line can give (no functions; a JSON object as
+    a string)."""
     hints = typing.get_type_hints(EpisodeRules)
     for name, tp in hints.items():
         if typing.get_origin(tp) in (Union, types.UnionType):
             kept = tuple(member for member in typing.get_args(tp) if member is not Callable)
             hints[name] = Union[kept] if len(kept) > 1 else kept[0]
+    hints["chat_template_kwargs"] = dict | str | None
     return hints
 
 
-def rule_fields(cls):
-    """Class decorator (under `@dataclass`): give a config class a field for every rule (default, help, choices as
-    `EpisodeRules` declares them, ranges into its `_RANGES`), except those TRL's RL configs declare themselves."""
-    own = [f for f in dataclasses.fields(EpisodeRules) if not f.metadata.get(TRL_FIELD)]
+def rule_fields(cls=None, *, names: tuple[str, ...] | None = None):
+    """Class decorator (under `@dataclass`): give a config class a field for each rule of `names` (default, help,
+    range and choices as `EpisodeRules` declares them); without `names`, for every rule but those TRL's RL configs
+    declare themselves. `@rule_fields` or `@rule_fields(names=("system_prompt", ...))`."""
+    if cls is None:
+        return functools.partial(rule_fields, names=names)
     hints = _config_types()
-    declared = [(f.name, hints[f.name], field(default=f.default, metadata=_config_metadata(f, f.metadata["help"])))
-                for f in own]
-    return _add_fields(cls, declared, {f.name: EpisodeRules._RANGES[f.name] for f in own
-                                       if f.name in EpisodeRules._RANGES})
+    declared = [(f.name, hints[f.name], field_like(EpisodeRules, f.name)) for f in dataclasses.fields(EpisodeRules)
+                if (f.name in names if names is not None else not f.metadata.get(TRL_FIELD))]
+    return _add_fields(cls, declared)
 
 
 def rule_overrides(cls):
     """Class decorator (under `@dataclass`): give an argument class an optional override of every rule, None (the
     default) meaning "as saved with the model" (`overrides`)."""
     hints = _config_types()
-    hints["chat_template_kwargs"] = dict | str  # a JSON object on the command line
-    declared = [(f.name, hints[f.name] | None, field(default=None, metadata=_config_metadata(
-        f, f"{f.metadata['help']} [as saved with the model, else {f.default!r}]")))
-        for f in dataclasses.fields(EpisodeRules)]
-    return _add_fields(cls, declared, EpisodeRules._RANGES)
+    declared = [(f.name, hints[f.name] | None, field_like(
+        EpisodeRules, f.name, default=None, help=f"{f.metadata['help']} [as saved with the model, else {f.default!r}]"
+    )) for f in dataclasses.fields(EpisodeRules)]
+    return _add_fields(cls, declared)
 
 
 def overrides(arguments) -> dict:

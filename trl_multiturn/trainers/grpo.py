@@ -27,8 +27,16 @@ class MultiTurnGRPOConfig(GRPOConfig, MultiTurnArguments):
     """`GRPOConfig` plus the multi-turn fields of `MultiTurnArguments` (max_turns, reward_mode, estimator, ...).
 
     `max_completion_length` caps one reply; `max_episode_tokens` caps the whole episode.
+
+    Parameters:
+        > Parameters that control the loss
+
+        mask_truncated_completions (`bool`, defaults to `False`):
+            Leave truncated episodes (cut by `max_turns` or `max_episode_tokens`) out of the loss (TRL's field, with
+            its multi-turn meaning).
     """
 
+    # Parameters that control the loss
     mask_truncated_completions: bool = mask_truncated_field()
 
     def __post_init__(self):

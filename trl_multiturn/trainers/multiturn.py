@@ -27,7 +27,7 @@ from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_ge
 from trl.trainer.utils import pad, use_adapter
 
 from ..agents import AgentEnvironment, AgentRunner
-from ..config_checks import Range, check_fields, check_value, parse_json_dict
+from ..config_checks import Range, check_fields, check_value, config_field, field_range, parse_json_dict
 from ..credit import get_estimator, shape_turn_rewards
 from ..credit.rewards import REWARD_MODES
 from ..episode_data import save_episodes
@@ -50,10 +50,6 @@ from .trl_compat import check_trl_attributes, single_turn_replies
 logger = logging.getLogger(__name__)
 
 
-# The optimiser's step size (a TRL field of every trainer's config): 0 is allowed, the study's no-training control.
-LEARNING_RATE = Range(ge=0, text="a number >= 0 (0 leaves the weights as they are)")
-
-
 def mask_truncated_field():
     """`mask_truncated_completions` of the multi-turn configs: TRL's field, with its multi-turn meaning."""
     return field(
@@ -68,19 +64,98 @@ def mask_truncated_field():
 @dataclass
 @rule_fields
 class MultiTurnArguments:
-    """Config fields shared by the multi-turn RL trainers (mixed into their TRL configs). The rules of play
-    (`max_turns`, `max_episode_tokens`, `max_observation_tokens`, `system_prompt`, `action_parser`,
-    `episode_format`, `history`) are `trl_multiturn.rollout.rules.EpisodeRules`' fields, added here by `rule_fields`
-    with their defaults, help and ranges; `max_completion_length` and `chat_template_kwargs` are TRL's fields."""
+    """Config fields shared by the multi-turn RL trainers (mixed into their TRL configs).
 
-    steps_per_batch: int | None = field(
-        default=None,
-        metadata={"help": "episode_format='stepwise': the number of step samples each process trains on per "
-                          "generation batch: a uniformly drawn subset of the steps played when there are more, "
-                          "padded with untrained samples when fewer. None: every step played, padded up to a "
-                          "multiple of num_generations * steps_per_generation (one process only). Must be a multiple "
-                          "of steps_per_generation, and (times the number of processes) of num_generations."},
-    )
+    The rules of play are `trl_multiturn.rollout.rules.EpisodeRules`' fields, added here by `rule_fields` with their
+    defaults, help and ranges; `max_completion_length` (one reply's cap) and `chat_template_kwargs` are TRL's fields
+    of the same names. Each field's help says more (`trl-multiturn train grpo --help`).
+
+    Parameters:
+        > Parameters that control the episode (the rules of play, `EpisodeRules`)
+
+        max_turns (`int`, defaults to `8`):
+            The most replies the model makes in one episode.
+        max_episode_tokens (`int`, *optional*):
+            Cap on a whole episode's tokens; an episode that would exceed it ends as truncated.
+        max_observation_tokens (`int`, defaults to `8192`):
+            Cap on one observation's tokens; a longer later observation ends its episode as truncated.
+        system_prompt (`str`, *optional*):
+            System message placed before the first observation.
+        action_parser (`str`, defaults to `"first_line"`):
+            How an action is read from a reply (a registered parser or a 'module:function' path).
+        episode_format (`str`, defaults to `"trajectory"`):
+            'trajectory' (one growing sequence per episode) or 'stepwise' (each turn its own sample).
+        history (`str`, defaults to `"full"`):
+            episode_format='stepwise': what each turn's context holds ('full', 'window:K' or a policy's path).
+
+        > Parameters that control the reward and the credit
+
+        reward_mode (`str`, defaults to `"sparse"`):
+            How per-turn rewards are formed: 'sparse', 'dense', 'shaped' or 'dense_scaled'.
+        success_reward (`float`, defaults to `1.0`):
+            Reward for a won episode in the 'sparse' and 'shaped' reward modes.
+        format_penalty (`float`, defaults to `0.0`):
+            Subtracted from a turn's reward when the action parser cannot read its reply.
+        turn_gamma (`float`, defaults to `1.0`):
+            Per-turn discount of future rewards in the returns the estimators use.
+        advantage_estimator (`str`, defaults to `"grpo"`):
+            Name of the advantage estimator in `trl_multiturn.credit.ESTIMATORS`.
+        estimator_kwargs (`dict`, *optional*):
+            Extra options of the advantage estimator (a JSON object on the command line).
+
+        > Parameters that control the environments
+
+        env_mode (`str`, defaults to `"auto"`):
+            How environments run: 'auto', 'process', 'thread', 'ray' or 'inline'.
+        env_timeout (`float`, *optional*):
+            Seconds one environment call may take before its episode fails.
+        max_failed_steps (`int`, defaults to `3`):
+            Stop training once this many steps in a row had every episode fail.
+        env_max_memory_mb (`float`, *optional*):
+            Restart an environment worker between episodes once its private memory exceeds this many MiB.
+        env_ray_address (`str`, *optional*):
+            env_mode='ray': the Ray cluster the environment actors run on.
+        env_ray_num_cpus (`float`, defaults to `1.0`):
+            env_mode='ray': CPUs Ray reserves for each environment actor.
+        env_ray_resources (`dict[str, float]`, *optional*):
+            env_mode='ray': custom Ray resources each environment actor needs.
+        env_ray_scheduling (`str`, defaults to `"DEFAULT"`):
+            env_mode='ray': Ray's scheduling strategy for the environment actors ('DEFAULT' or 'SPREAD').
+
+        > Parameters that control the rollout
+
+        rollout_overlap (`bool`, defaults to `False`):
+            Split each rollout's episodes into two halves whose generation and environment steps take turns.
+        rollout_schedule (`str`, defaults to `"turn"`):
+            'turn' (one generate call per turn for every live episode) or 'episode' (no episode waits for a
+            straggler).
+        cache_episode_history (`bool`, defaults to `True`):
+            Keep the live episodes' key/value cache from one turn to the next (transformers generation).
+        max_policy_lag (`int`, defaults to `0`):
+            0: on-policy; k >= 1: play the next rollout in the background from weights at most k steps old.
+        policy_lag_is_cap (`float`, defaults to `3.0`):
+            max_policy_lag >= 1: the cap of the per-token importance weight.
+
+        > Parameters that control the training step
+
+        steps_per_batch (`int`, *optional*):
+            episode_format='stepwise': the step samples each process trains on per generation batch.
+        packing (`str`, defaults to `"auto"`):
+            How a step's forwards lay out their rows: 'prefix', 'padded' or 'auto'.
+
+        > Parameters that control the chat template and the saved episodes
+
+        chat_template_path (`str`, *optional*):
+            A Jinja chat template file (or a folder holding chat_template.jinja) that replaces the tokenizer's.
+        use_training_chat_template (`bool`, defaults to `True`):
+            Switch to TRL's training version of a chat template that rewrites earlier turns (e.g. Qwen3's).
+        save_episodes (`bool`, defaults to `False`):
+            Save every rollout's played episodes as parquet under `output_dir/episodes/`.
+    """
+
+    # Parameters that control the episode (the rules of play): `EpisodeRules`' fields, added by `rule_fields`
+
+    # Parameters that control the reward and the credit
     reward_mode: str = field(
         default="sparse",
         metadata={"help": "How per-turn rewards are formed: 'sparse' (success_reward on the final turn of a won "
@@ -89,16 +164,14 @@ class MultiTurnArguments:
                           "non-zero rewards (the paper's dense-reward scaling) and in a lost one by m + 1, so that a "
                           "loss returns less than a win)."},
     )
-    success_reward: float = field(
-        default=1.0, metadata={"help": "Reward for a won episode in the 'sparse' and 'shaped' reward modes."}
-    )
-    format_penalty: float = field(
-        default=0.0,
-        metadata={"help": "Subtracted from a turn's reward when the action parser cannot read its reply."},
-    )
-    turn_gamma: float = field(
-        default=1.0, metadata={"help": "Per-turn discount of future rewards in the returns the estimators use."}
-    )
+    success_reward: float = config_field(
+        1.0, "Reward for a won episode in the 'sparse' and 'shaped' reward modes.", range=Range())
+    format_penalty: float = config_field(
+        0.0, "Subtracted from a turn's reward when the action parser cannot read its reply.",
+        range=Range(ge=0, text="a number >= 0 (it is subtracted from the reward of a turn whose reply the action "
+                               "parser cannot read)"))
+    turn_gamma: float = config_field(
+        1.0, "Per-turn discount of future rewards in the returns the estimators use.", range=Range(ge=0, le=1))
     advantage_estimator: str = field(
         default="grpo",
         metadata={"help": "Name of the advantage estimator in `trl_multiturn.credit.ESTIMATORS` (e.g. 'grpo', "
@@ -109,6 +182,8 @@ class MultiTurnArguments:
         metadata={"help": "Extra options of the advantage estimator, e.g. {'step_weight': 0.5} for 'gigpo' (a JSON "
                           "string on the command line)."},
     )
+
+    # Parameters that control the environments
     env_mode: str = field(
         default="auto",
         metadata={"help": "How environments run: 'auto' (what the environment class declares in its `execution` "
@@ -118,22 +193,18 @@ class MultiTurnArguments:
                           "env_ray_* fields) or 'inline' (in this process, one after another, no timeout: for "
                           "debugging). Every mode but 'inline' steps all live episodes at once."},
     )
-    env_timeout: float | None = field(
-        default=None,
-        metadata={"help": "Seconds one environment call (reset, step, finish) may take before its episode fails "
-                          "(None: no deadline). Not with env_mode='inline'."},
-    )
-    max_failed_steps: int = field(
-        default=3,
-        metadata={"help": "Stop training with the environments' reasons (`EpisodesFailedError`) once this many steps "
-                          "in a row had every episode fail (a broken environment or task set trains nothing: each "
-                          "such step has no loss)."},
-    )
-    env_max_memory_mb: float | None = field(
-        default=None,
-        metadata={"help": "Restart an environment worker between episodes once its private memory exceeds this many "
-                          "MiB (for environments that leak; None: no limit). Needs worker processes."},
-    )
+    env_timeout: float | None = config_field(
+        None, "Seconds one environment call (reset, step, finish) may take before its episode fails (None: no "
+              "deadline). Not with env_mode='inline'.",
+        range=Range(gt=0, text="a number of seconds > 0, or None for no deadline"))
+    max_failed_steps: int = config_field(
+        3, "Stop training with the environments' reasons (`EpisodesFailedError`) once this many steps in a row had "
+           "every episode fail (a broken environment or task set trains nothing: each such step has no loss).",
+        range=Range(ge=1, text="an integer >= 1 (training steps in a row whose every episode failed)"))
+    env_max_memory_mb: float | None = config_field(
+        None, "Restart an environment worker between episodes once its private memory exceeds this many MiB (for "
+              "environments that leak; None: no limit). Needs worker processes.",
+        range=Range(gt=0, text="a number of MiB > 0, or None for no limit"))
     env_ray_address: str | None = field(
         default=None,
         metadata={"help": "env_mode='ray': the Ray cluster the environment actors run on ('auto': the one `ray start` "
@@ -141,11 +212,10 @@ class MultiTurnArguments:
                           "trainer starts and stops; None: RAY_ADDRESS if set, else the latest cluster started on "
                           "this machine, else a new local one)."},
     )
-    env_ray_num_cpus: float = field(
-        default=1.0,
-        metadata={"help": "env_mode='ray': CPUs Ray reserves for each environment actor (a fraction packs several "
-                          "per core; an actor that finds no free CPU waits for one)."},
-    )
+    env_ray_num_cpus: float = config_field(
+        1.0, "env_mode='ray': CPUs Ray reserves for each environment actor (a fraction packs several per core; an "
+             "actor that finds no free CPU waits for one).",
+        range=Range(ge=0, text="a number of CPUs >= 0 per environment actor (e.g. 0.25)"))
     env_ray_resources: dict[str, float] | str | None = field(
         default=None,
         metadata={"help": "env_mode='ray': custom Ray resources each environment actor needs, e.g. "
@@ -157,6 +227,8 @@ class MultiTurnArguments:
         metadata={"help": "env_mode='ray': Ray's scheduling strategy for the environment actors: 'DEFAULT' (fill "
                           "nodes) or 'SPREAD' (across the nodes)."},
     )
+
+    # Parameters that control the rollout
     rollout_overlap: bool = field(
         default=False,
         metadata={"help": "Split each rollout's episodes into two halves that take turns: while the model generates "
@@ -175,6 +247,36 @@ class MultiTurnArguments:
                           "work. Not with rollout_overlap.",
                   "choices": ROLLOUT_SCHEDULES},
     )
+    cache_episode_history: bool = field(
+        default=True,
+        metadata={"help": "On the transformers generation path, keep the live episodes' key/value cache from one "
+                          "turn to the next, so that each token of an episode is processed once per rollout "
+                          "(`CachedGenerator`). Off: TRL's `generate` re-reads each episode's whole history every "
+                          "turn. Applies only to plain sampling (temperature, top_p, top_k); with vLLM, continuous "
+                          "batching, min_p, repetition_penalty or generation_kwargs, TRL's own generation is used."},
+    )
+    max_policy_lag: int = config_field(
+        0, "0: on-policy (each step's rollout is played by the weights it trains). k >= 1: the rollout for the next "
+           "step is played in the background while this step trains, from a snapshot of the weights at most k "
+           "optimizer steps old (refreshed only when it would be older), and each sampled token's loss is "
+           "multiplied by its truncated importance weight min(pi_current / pi_behaviour, policy_lag_is_cap). The "
+           "lag of the samples is logged (`policy_lag/mean`, `policy_lag/max`); a sample older than k is dropped "
+           "from the loss (`policy_lag/dropped`). GRPO on one process, transformers generation only; see "
+           "docs/policy_lag.md.",
+        range=Range(ge=0, text="an integer >= 0 (0: on-policy; k: sample from weights at most k optimizer steps old)"))
+    policy_lag_is_cap: float = config_field(
+        3.0, "max_policy_lag >= 1: the cap of the per-token importance weight pi_current / pi_behaviour (TRL's "
+             "token_truncate; the default is TRL's vllm_importance_sampling_clip_max).",
+        range=Range(gt=0, text="a number > 0 (the most one token's importance weight may be)"))
+
+    # Parameters that control the training step
+    steps_per_batch: int | None = config_field(
+        None, "episode_format='stepwise': the number of step samples each process trains on per generation batch: a "
+              "uniformly drawn subset of the steps played when there are more, padded with untrained samples when "
+              "fewer. None: every step played, padded up to a multiple of num_generations * steps_per_generation "
+              "(one process only). Must be a multiple of steps_per_generation, and (times the number of processes) "
+              "of num_generations.",
+        range=Range(ge=1, text="a positive number of step samples per process (an integer), or None"))
     packing: str = field(
         default="auto",
         metadata={"help": "How a step's forwards (old, reference and the loss's log-probs; PPO's critic values) lay "
@@ -186,24 +288,8 @@ class MultiTurnArguments:
                           "process only: on several, 'auto' pads.",
                   "choices": list(PACKING_MODES)},
     )
-    max_policy_lag: int = field(
-        default=0,
-        metadata={"help": "0: on-policy (each step's rollout is played by the weights it trains). k >= 1: the rollout "
-                          "for the next step is played in the background while this step trains, from a snapshot "
-                          "of the weights at most k optimizer steps old (refreshed only when it would be older), and "
-                          "each sampled token's loss is multiplied by its truncated importance weight "
-                          "min(pi_current / pi_behaviour, policy_lag_is_cap). The lag of the samples is logged "
-                          "(`policy_lag/mean`, `policy_lag/max`); a sample older than k is dropped from the loss "
-                          "(`policy_lag/dropped`). GRPO on one process, transformers generation only; see "
-                          "docs/policy_lag.md."},
-    )
-    policy_lag_is_cap: float = field(
-        default=3.0,
-        metadata={"help": "max_policy_lag >= 1: the cap of the per-token importance weight pi_current / "
-                          "pi_behaviour (TRL's token_truncate; the default is TRL's "
-                          "vllm_importance_sampling_clip_max)."},
-    )
 
+    # Parameters that control the chat template and the saved episodes
     chat_template_path: str | None = field(
         default=None,
         metadata={"help": "A Jinja chat template file (or a folder holding chat_template.jinja) that replaces the "
@@ -218,39 +304,6 @@ class MultiTurnArguments:
                           "them back with `trl_multiturn.episode_data.load_episodes`, e.g. to keep the won ones for "
                           "rejection-sampling SFT."},
     )
-    cache_episode_history: bool = field(
-        default=True,
-        metadata={"help": "On the transformers generation path, keep the live episodes' key/value cache from one "
-                          "turn to the next, so that each token of an episode is processed once per rollout "
-                          "(`CachedGenerator`). Off: TRL's `generate` re-reads each episode's whole history every "
-                          "turn. Applies only to plain sampling (temperature, top_p, top_k); with vLLM, continuous "
-                          "batching, min_p, repetition_penalty or generation_kwargs, TRL's own generation is used."},
-    )
-
-    # The allowed values of the numeric fields (`trl_multiturn.config_checks`; the types come from the annotations).
-    _RANGES = {
-        "steps_per_batch": Range(ge=1, text="a positive number of step samples per process (an integer), or None"),
-        "success_reward": Range(),
-        "format_penalty": Range(ge=0, text="a number >= 0 (it is subtracted from the reward of a turn whose reply "
-                                           "the action parser cannot read)"),
-        "turn_gamma": Range(ge=0, le=1),
-        "env_timeout": Range(gt=0, text="a number of seconds > 0, or None for no deadline"),
-        "env_max_memory_mb": Range(gt=0, text="a number of MiB > 0, or None for no limit"),
-        "max_failed_steps": Range(ge=1, text="an integer >= 1 (training steps in a row whose every episode failed)"),
-        "env_ray_num_cpus": Range(ge=0, text="a number of CPUs >= 0 per environment actor (e.g. 0.25)"),
-        "max_policy_lag": Range(ge=0, text="an integer >= 0 (0: on-policy; k: sample from weights at most k "
-                                           "optimizer steps old)"),
-        "policy_lag_is_cap": Range(gt=0, text="a number > 0 (the most one token's importance weight may be)"),
-        # Fields of the TRL config these are mixed into that the maths divides by or multiplies with: TRL checks
-        # their other constraints (GRPO's num_generations >= 2) but lets 0, NaN or a negative value through.
-        "learning_rate": LEARNING_RATE,
-        "num_generations": Range(ge=1, text="an integer >= 1 (episodes per task), or None"),
-        "num_iterations": Range(ge=1),
-        "temperature": Range(gt=0, text="a number > 0 (the logits are divided by it)"),
-        "top_p": Range(gt=0, le=1),
-        "beta": Range(ge=0),
-        "epsilon": Range(gt=0),
-    }
 
     def __post_init__(self):
         self.check_multiturn_args()
@@ -364,7 +417,7 @@ def parse_estimator_kwargs(value: dict | str | None) -> dict | None:
 
 
 # The ranges of estimator options whose meaning is fixed across estimators (other numbers: any finite value).
-ESTIMATOR_OPTION_RANGES = {"gamma": MultiTurnArguments._RANGES["turn_gamma"], "eps": Range(gt=0)}
+ESTIMATOR_OPTION_RANGES = {"gamma": field_range(MultiTurnArguments, "turn_gamma"), "eps": Range(gt=0)}
 
 
 def check_estimator_kwargs(name: str, estimator, kwargs: dict | None) -> None:

@@ -57,7 +57,7 @@ from transformers.trainer import TRAINING_ARGS_NAME
 from trl.models.utils import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import create_model_from_path, disable_dropout_in_model, pad
 
-from ..config_checks import Range, check_fields
+from ..config_checks import Range, check_fields, config_field
 from ..credit.gae import get_value_estimator, masked_moments, masked_whiten
 from ..models import resolve_model
 from ..rollout.batch import RolloutBatch, StepSample
@@ -87,13 +87,45 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
 
     GRPO fields keep their meaning: `epsilon` clips the policy ratio, `num_iterations` is the number of PPO epochs
     over one batch of episodes, `steps_per_generation` the number of mini-batches, `beta` an optional KL *loss*
-    term. `num_generations` (episodes per task) defaults to 1.
+    term. Each field's help says more (`trl-multiturn train ppo --help`).
+
+    Parameters:
+        > Parameters that control the episodes per task
+
+        num_generations (`int`, defaults to `1`):
+            Episodes played per task in a batch (TRL's field; PPO's baseline is the critic, so 1 is allowed).
+
+        > Parameters that control the credit
+
+        advantage_estimator (`str`, defaults to `"gae"`):
+            Value-based estimator in `trl_multiturn.credit.gae.VALUE_ESTIMATORS`: 'gae' or 'turn_gae'.
+        gamma (`float`, defaults to `1.0`):
+            GAE discount per step.
+        lam (`float`, defaults to `1.0`):
+            GAE lambda.
+        kl_coef (`float`, defaults to `0.05`):
+            Coefficient of the KL penalty folded into the per-token reward (0: none).
+        whiten_advantages (`bool`, defaults to `True`):
+            Normalise advantages to mean 0 and std 1 over the batch's sampled tokens.
+
+        > Parameters that control the critic
+
+        value_model (`str`, *optional*):
+            Path or Hub id of the critic's initial weights (None: a copy of the policy's backbone).
+        critic_learning_rate (`float`, *optional*):
+            Learning rate of the critic's parameters (None: `learning_rate`).
+        vf_coef (`float`, defaults to `0.1`):
+            Weight of the value loss in the total loss.
+        cliprange_value (`float`, defaults to `0.2`):
+            The critic's new values are clipped to old value +- cliprange_value in the value loss.
     """
 
-    num_generations: int | None = field(
-        default=1,
-        metadata={"help": "Episodes played per task in a batch. PPO's baseline is the critic, so 1 is allowed."},
-    )
+    # Parameters that control the episodes per task
+    num_generations: int | None = config_field(
+        1, "Episodes played per task in a batch. PPO's baseline is the critic, so 1 is allowed.",
+        range=Range(ge=1, text="an integer >= 1 (episodes per task; PPO allows 1), or None"))
+
+    # Parameters that control the credit
     advantage_estimator: str = field(
         default="gae",
         metadata={"help": "Value-based estimator in `trl_multiturn.credit.gae.VALUE_ESTIMATORS`: 'gae' (token "
@@ -101,44 +133,32 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
                           "(each turn is a step, valued at its first token). episode_format='stepwise': the same, "
                           "run across the steps of each episode, each reply valued on its own step's context."},
     )
-    gamma: float = field(default=1.0, metadata={"help": "GAE discount per step (the paper: 1.0)."})
-    lam: float = field(default=1.0, metadata={"help": "GAE lambda (the paper: 1.0)."})
-    kl_coef: float = field(
-        default=0.05,
-        metadata={"help": "Coefficient of the KL penalty folded into the per-token reward: r_t -= kl_coef * "
-                          "(log pi_old - log pi_ref) on every sampled token. 0 disables it (and, with beta=0, the "
-                          "reference model)."},
-    )
-    vf_coef: float = field(default=0.1, metadata={"help": "Weight of the value loss in the total loss."})
-    cliprange_value: float = field(
-        default=0.2,
-        metadata={"help": "The critic's new values are clipped to old value +- cliprange_value in the clipped "
-                          "value loss."},
-    )
+    gamma: float = config_field(1.0, "GAE discount per step (the paper: 1.0).", range=Range(ge=0, le=1))
+    lam: float = config_field(1.0, "GAE lambda (the paper: 1.0).", range=Range(ge=0, le=1))
+    kl_coef: float = config_field(
+        0.05, "Coefficient of the KL penalty folded into the per-token reward: r_t -= kl_coef * (log pi_old - log "
+              "pi_ref) on every sampled token. 0 disables it (and, with beta=0, the reference model).",
+        range=Range(ge=0))
     whiten_advantages: bool = field(
         default=True,
         metadata={"help": "Normalise advantages to mean 0 and std 1 over the sampled tokens of the batch (all "
                           "processes)."},
     )
+
+    # Parameters that control the critic
     value_model: str | None = field(
         default=None,
         metadata={"help": "Path or Hub id of the critic's initial weights (a saved critic or any backbone). None: "
                           "the critic's backbone starts as a copy of the policy's. A new scalar head starts at zero "
                           "(every value 0 until the critic has seen returns)."},
     )
-    critic_learning_rate: float | None = field(
-        default=None, metadata={"help": "Learning rate of the critic's parameters. None: `learning_rate`."}
-    )
-
-    _RANGES = {
-        "num_generations": Range(ge=1, text="an integer >= 1 (episodes per task; PPO allows 1), or None"),
-        "gamma": Range(ge=0, le=1),
-        "lam": Range(ge=0, le=1),
-        "kl_coef": Range(ge=0),
-        "vf_coef": Range(ge=0),
-        "cliprange_value": Range(gt=0),
-        "critic_learning_rate": Range(gt=0, text="a number > 0, or None for `learning_rate`"),
-    }
+    critic_learning_rate: float | None = config_field(
+        None, "Learning rate of the critic's parameters. None: `learning_rate`.",
+        range=Range(gt=0, text="a number > 0, or None for `learning_rate`"))
+    vf_coef: float = config_field(0.1, "Weight of the value loss in the total loss.", range=Range(ge=0))
+    cliprange_value: float = config_field(
+        0.2, "The critic's new values are clipped to old value +- cliprange_value in the clipped value loss.",
+        range=Range(gt=0))
 
     def __post_init__(self):
         check_fields(self)  # before the swap below, which would take num_generations=True for 1

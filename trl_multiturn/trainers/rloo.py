@@ -41,13 +41,31 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
     `max_completion_length` caps one reply; `max_episode_tokens` caps the whole episode. `beta` (TRL's default
     0.05) is the coefficient of the KL penalty folded into each turn's reward: beta * sum over the turn's sampled
     tokens of (log pi_old - log pi_ref).
+
+    Parameters:
+        > Parameters that control the credit
+
+        advantage_estimator (`str`, defaults to `"rloo"`):
+            Name of the advantage estimator in `trl_multiturn.credit.ESTIMATORS` ('rloo': the episode's return
+            minus the mean return of the other episodes of its task).
+
+        > Parameters that control the loss
+
+        loss_granularity (`str`, defaults to `"episode"`):
+            What one importance ratio covers: 'episode' (TRL's RLOO) or 'turn' (needed by turn-level estimators).
+        mask_truncated_completions (`bool`, defaults to `False`):
+            Leave truncated episodes (cut by `max_turns` or `max_episode_tokens`) out of the loss (TRL's field, with
+            its multi-turn meaning).
     """
 
+    # Parameters that control the credit
     advantage_estimator: str = field(
         default="rloo",
         metadata={"help": "Name of the advantage estimator in `trl_multiturn.credit.ESTIMATORS`. 'rloo' (default): "
                           "the episode's return minus the mean return of the other episodes of its task."},
     )
+
+    # Parameters that control the loss
     loss_granularity: str = field(
         default="episode",
         metadata={"help": "What one importance ratio covers. 'episode' (TRL's RLOO): the whole episode's sampled "

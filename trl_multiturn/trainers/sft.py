@@ -9,56 +9,70 @@ import datasets
 from trl import SFTConfig, SFTTrainer
 from trl.data_utils import get_dataset_column_names
 
-from ..config_checks import check_fields, parse_json_dict
+from ..config_checks import check_fields
 from ..expert import conversation_token_ids, expert_trajectories
 from ..models import resolve_model
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
+from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
-from .multiturn import LEARNING_RATE, bf16_only_where_supported, default_args
+from .multiturn import bf16_only_where_supported, default_args
 from .run_files import RunFilesMixin
 from .trl_compat import check_trl_compat
 
 logger = logging.getLogger(__name__)
 
+SFT_RULES = ("system_prompt", "action_parser", "chat_template_kwargs")
+"""The rules of play (`EpisodeRules`) an expert episode is written by, so SFT teaches the format RL plays."""
+
 
 @dataclass
+@rule_fields(names=SFT_RULES)
 class MultiTurnSFTConfig(SFTConfig):
     """`SFTConfig` plus the fields that must match the RL trainers' so that SFT teaches the rollout format.
 
-    `system_prompt`, `action_parser` and `chat_template_kwargs` mean what they mean in `MultiTurnGRPOConfig`; give
-    them the same values in the SFT and the RL recipe. The loss always covers exactly the assistant turns (each
-    reply's tokens and its end-of-turn token), so `assistant_only_loss` and `completion_only_loss` do not apply.
+    The loss always covers exactly the assistant turns (each reply's tokens and its end-of-turn token), so
+    `assistant_only_loss` and `completion_only_loss` do not apply. Each field's help says more
+    (`trl-multiturn train sft --help`); TRL's `SFTConfig` documents the rest.
+
+    Parameters:
+        > Parameters that control the episode (rules of play, `EpisodeRules`: give them the RL recipe's values)
+
+        system_prompt (`str`, *optional*):
+            System message placed before the first observation of each expert episode.
+        action_parser (`str`, defaults to `"first_line"`):
+            The RL trainers' action parser: each expert action must read back unchanged through it, so that an RL
+            rollout plays the action SFT taught.
+        chat_template_kwargs (`dict`, *optional*):
+            Extra keyword arguments for `apply_chat_template`, as in the RL configs.
+
+        > Parameters that control the expert episodes
+
+        skip_failed_experts (`bool`, defaults to `False`):
+            Leave out tasks whose expert solution does not win instead of raising.
+
+        > Parameters that control the chat template
+
+        use_training_chat_template (`bool`, defaults to `True`):
+            Switch to TRL's training version of a chat template that rewrites earlier turns (e.g. Qwen3's); False:
+            refuse such templates.
     """
 
-    system_prompt: str | None = field(
-        default=None,
-        metadata={"help": "Optional system message placed before the first observation, as in the RL configs. Used "
-                          "when the trainer builds expert episodes from task rows."},
-    )
-    action_parser: str = field(
-        default="first_line",
-        metadata={"help": "The RL trainers' action parser. Expert actions must read back unchanged through it, so "
-                          "that an RL rollout plays the action SFT taught."},
-    )
-    chat_template_kwargs: dict | str | None = field(
-        default=None,
-        metadata={"help": "Extra keyword arguments for `apply_chat_template` (e.g. `enable_thinking`), as in the RL "
-                          "configs."},
-    )
-    use_training_chat_template: bool = use_training_chat_template_field()
+    # Parameters that control the episode: `system_prompt`, `action_parser`, `chat_template_kwargs` (`rule_fields`)
+
+    # Parameters that control the expert episodes
     skip_failed_experts: bool = field(
         default=False,
         metadata={"help": "When building expert episodes from task rows: leave out tasks whose expert solution does "
                           "not win (logged) instead of raising."},
     )
 
-    _RANGES = {"learning_rate": LEARNING_RATE}
+    # Parameters that control the chat template
+    use_training_chat_template: bool = use_training_chat_template_field()
 
     def __post_init__(self):
         check_fields(self)  # before TRL's own checks
-        self.chat_template_kwargs = parse_json_dict("chat_template_kwargs", self.chat_template_kwargs,
-                                                    '{"enable_thinking": false}')
+        self.chat_template_kwargs = EpisodeRules.from_config(self).chat_template_kwargs  # checks the rules, as RL's
         bf16_only_where_supported(self)
         super().__post_init__()
         if self.assistant_only_loss:

@@ -14,10 +14,11 @@ from types import SimpleNamespace
 
 import yaml
 
-from ...config_checks import Range, check_fields
+from ...config_checks import Range, check_fields, config_field, field_like
 from ...envs.suites import SUITES
 from ...rollout.rules import RULES
 from ...trainers.sft import MultiTurnSFTConfig
+from ..script_args import EnvArguments, TextWorldScriptArguments
 from ..train import RL_ALGORITHMS, config_class
 
 ALGORITHMS = (*RL_ALGORITHMS, "none")  # none: pure SFT; `rl` then only gives the held-out episodes their settings
@@ -47,39 +48,28 @@ class StudyData:
     eval_shapes: list[str] | None = field(
         default=None, metadata={"help": "TextWorld: shapes of the held-out games (default: train_shapes)."}
     )
-    challenge: str | None = field(
-        default=None, metadata={"help": "TextWorld: a challenge such as 'tw-simple' instead of custom shapes."}
-    )
-    challenge_rewards: str = field(default="dense", metadata={"help": "tw-simple: dense, balanced or sparse."})
-    challenge_goal: str = field(default="detailed", metadata={"help": "tw-simple: detailed, brief or none."})
+    challenge: str | None = field_like(TextWorldScriptArguments, "challenge")
+    challenge_rewards: str = field_like(TextWorldScriptArguments, "challenge_rewards")
+    challenge_goal: str = field_like(TextWorldScriptArguments, "challenge_goal")
     task_types: list[str] | None = field(
         default=None, metadata={"help": "ALFWorld: task types to train on (default: all six)."}
     )
     eval_task_types: list[str] | None = field(
         default=None, metadata={"help": "ALFWorld: task types of the held-out games (default: all six)."}
     )
-    eval_split: str = field(default="valid_unseen", metadata={"help": "ALFWorld: the held-out split."})
+    eval_split: str = field_like(EnvArguments, "eval_split")
     data_path: str | None = field(
         default=None, metadata={"help": "ALFWorld: the downloaded games ($ALFWORLD_DATA); none: generated."}
     )
-    num_train_games: int | None = field(
-        default=16,
-        metadata={"help": "RL training games (train split, from seed 0). ALFWorld, SWE-Gym: None for all."},
-    )
-    num_eval_games: int | None = field(
-        default=100, metadata={"help": "Held-out games (test split). ALFWorld, SWE-Gym: None for all."}
-    )
-    num_sft_games: int | None = field(
-        default=0,
-        metadata={"help": "Games whose expert walkthroughs SFT trains on (SWE-Gym: the gold patches of the first "
-                          "training tasks). ALFWorld, SWE-Gym: None for all."},
-    )
-    sft_first_game: int = field(
-        default=500_000,
-        metadata={"help": "TextWorld: index of the first SFT game in the train split's seeds, so that SFT games "
-                          "never overlap the RL games (0 .. num_train_games - 1). ALFWorld's SFT replays the "
-                          "experts of its training games, as the paper does."},
-    )
+    num_train_games: int | None = field_like(TextWorldScriptArguments, "num_train_games")  # TextWorld: from seed 0
+    num_eval_games: int | None = field_like(TextWorldScriptArguments, "num_eval_games")
+    num_sft_games: int | None = config_field(
+        0, "Games whose expert walkthroughs SFT trains on (SWE-Gym: the gold patches of the first training tasks). "
+           "ALFWorld, SWE-Gym: None for all.", range=Range(ge=0))
+    sft_first_game: int = config_field(
+        500_000, "TextWorld: index of the first SFT game in the train split's seeds, so that SFT games never "
+                 "overlap the RL games (0 .. num_train_games - 1). ALFWorld's SFT replays the experts of its "
+                 "training games, as the paper does.", range=Range(ge=0))
     swegym: dict = field(
         default_factory=dict,
         metadata={"help": "SWE-Gym: SWEGymConfig fields of the environment, e.g. {reward: resolved} (binary) or "
@@ -91,11 +81,7 @@ class StudyData:
                           "None: the twelve offline tasks shipped with trl-multiturn."},
     )
     swegym_split: str = field(default="train", metadata={"help": "SWE-Gym: the split of `swegym_dataset`."})
-    held_out_fraction: float = field(
-        default=0.5,
-        metadata={"help": "SWE-Gym: share of the tasks held out for evaluation, each chosen by a hash of its "
-                          "instance_id (envs/swegym/selection.py); the rest are the training (and SFT) tasks."},
-    )
+    held_out_fraction: float = field_like(EnvArguments, "held_out_fraction")
     tiers: list[str] | None = field(
         default=None,
         metadata={"help": "SWE-Gym: difficulty tiers to train on (easy, medium, hard: thirds of the task set ranked "
@@ -108,11 +94,6 @@ class StudyData:
     admissible_commands: bool = field(
         default=False, metadata={"help": "List the valid commands in every observation."}
     )
-
-    _RANGES = {"num_train_games": Range(ge=1), "num_eval_games": Range(ge=0), "num_sft_games": Range(ge=0),
-               "sft_first_game": Range(ge=0),
-               "held_out_fraction": Range(gt=0, lt=1, text="a number between 0 and 1 (exclusive), the share of the "
-                                                          "tasks held out for evaluation")}
 
     def __post_init__(self):
         check_fields(self)
@@ -139,17 +120,15 @@ class StudyData:
 class StudyEval:
     """How the held-out games are played (the rest of an episode's settings come from the `rl` section)."""
 
-    temperature: float = field(default=0.0, metadata={"help": "0: greedy; the paper validates at 0.4."})
-    max_turns: int | None = field(default=None, metadata={"help": "Turns per episode (default: rl.max_turns)."})
-    batch_size: int = field(default=16, metadata={"help": "Episodes played at once."})
+    temperature: float = field_like(TextWorldScriptArguments, "eval_temperature")
+    max_turns: int | None = field_like(TextWorldScriptArguments, "eval_max_turns")
+    batch_size: int = config_field(16, "Episodes played at once.", range=Range(ge=1))
     start: bool = field(
         default=True,
         metadata={"help": "Also play the held-out games with the run's starting policy (its SFT checkpoint, or the "
                           "model itself without SFT), so the table shows what RL added, with a paired test. Runs "
                           "whose start and held-out episodes are equal share one such evaluation."},
     )
-
-    _RANGES = {"temperature": Range(ge=0), "max_turns": Range(ge=1), "batch_size": Range(ge=1)}
 
     def __post_init__(self):
         check_fields(self)

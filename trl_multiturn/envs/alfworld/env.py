@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ...config_checks import Range, check_fields
+from ...config_checks import Range, check_fields, config_field
 from ..base import Environment, StepResult, TaskError
 from .engine import EXPERT_TYPES, ExpertFailed, make_engine, play_expert
 from .tasks import TRAJ_FILE, read_game, resolve_game_file
@@ -13,8 +13,28 @@ from .tasks import TRAJ_FILE, read_game, resolve_game_file
 
 @dataclass
 class ALFWorldConfig:
-    """Settings of `ALFWorldEnv`; pass them as `ALFWorldEnv(ALFWorldConfig(...))` or as keywords."""
+    """Settings of `ALFWorldEnv`; pass them as `ALFWorldEnv(ALFWorldConfig(...))` or as keywords.
 
+    Parameters:
+        > Parameters that control the games
+
+        data_path (`str`, *optional*):
+            Folder that relative `game_file` paths in task rows resolve against (`$ALFWORLD_DATA`).
+
+        > Parameters that control the observation
+
+        admissible_commands (`bool`, defaults to `False`):
+            Append the engine's admissible commands to every observation.
+
+        > Parameters that control the expert
+
+        expert_type (`str`, defaults to `"handcoded"`):
+            Expert behind `expert_actions`: 'handcoded' (ALFWorld's) or 'planner'.
+        expert_max_steps (`int`, defaults to `200`):
+            Step budget of the hand-coded expert before it counts as failed.
+    """
+
+    # Parameters that control the games
     data_path: str | None = field(
         default=None,
         metadata={
@@ -22,6 +42,8 @@ class ALFWorldConfig:
             "`json_2.1.1` folder. None: relative paths resolve against the working directory."
         },
     )
+
+    # Parameters that control the observation
     admissible_commands: bool = field(
         default=False,
         metadata={
@@ -29,6 +51,8 @@ class ALFWorldConfig:
             "cabinet 1, ...'). They are in `StepResult.info['admissible_commands']` either way."
         },
     )
+
+    # Parameters that control the expert
     expert_type: str = field(
         default="handcoded",
         metadata={
@@ -37,11 +61,8 @@ class ALFWorldConfig:
             "which knows where everything is and never searches)."
         },
     )
-    expert_max_steps: int = field(
-        default=200, metadata={"help": "Step budget of the hand-coded expert before it counts as failed."}
-    )
-
-    _RANGES = {"expert_max_steps": Range(ge=1)}
+    expert_max_steps: int = config_field(
+        200, "Step budget of the hand-coded expert before it counts as failed.", range=Range(ge=1))
 
     def __post_init__(self):
         check_fields(self)

@@ -6,7 +6,7 @@ import dataclasses
 import shlex
 from dataclasses import dataclass, field
 
-from ...config_checks import Range
+from ...config_checks import Range, config_field
 from ..base import Environment, StepResult, TaskError
 from .actions import (
     COMMAND_REFERENCE,
@@ -29,22 +29,40 @@ REQUIRED_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "t
 
 @dataclass
 class SWEGymConfig(SandboxConfig):
-    """SWE-Gym episode settings; the sandbox settings it inherits say where and how commands run."""
+    """SWE-Gym episode settings; the sandbox settings it inherits (`SandboxConfig`) say where and how commands run.
 
-    submit_after_turns: int | None = field(
-        default=None,
-        metadata={
-            "help": "Turns after which the environment itself submits the current diff. None (for training) leaves "
-            "the cut to the trainer's max_turns: the trainer calls finish() on an episode it stops, which grades "
-            "the current diff the same way."
-        },
-    )
-    max_observation_chars: int = field(
-        default=4000,
-        metadata={"help": "Longest observation, in characters; longer output keeps its head and tail around a "
-                  "'[... N characters truncated ...]' marker."},
-    )
-    view_max_lines: int = field(default=200, metadata={"help": "Lines a <view> without a range shows."})
+    Parameters:
+        > Parameters that control the episode
+
+        submit_after_turns (`int`, *optional*):
+            Turns after which the environment itself submits the current diff (None: the trainer's max_turns).
+        max_observation_chars (`int`, defaults to `4000`):
+            Longest observation, in characters (longer output keeps its head and tail).
+        view_max_lines (`int`, defaults to `200`):
+            Lines a <view> without a range shows.
+
+        > Parameters that control the grading
+
+        reward (`str`, defaults to `"resolved"`):
+            'resolved' (1.0 when SWE-bench's grading resolves the task) or 'dense' (the share of FAIL_TO_PASS
+            tests that pass).
+        test_cmd (`str`, defaults to `"python -m pytest -rA -p no:cacheprovider"`):
+            Test command for grading (a row's own `test_cmd` column wins).
+        eval_timeout (`float`, defaults to `300.0`):
+            Wall-clock seconds the grading test run may take.
+    """
+
+    # Parameters that control the episode
+    submit_after_turns: int | None = config_field(
+        None, "Turns after which the environment itself submits the current diff. None (for training) leaves the "
+              "cut to the trainer's max_turns: the trainer calls finish() on an episode it stops, which grades the "
+              "current diff the same way.", range=Range(ge=1))
+    max_observation_chars: int = config_field(
+        4000, "Longest observation, in characters; longer output keeps its head and tail around a '[... N "
+              "characters truncated ...]' marker.", range=Range(ge=200))
+    view_max_lines: int = config_field(200, "Lines a <view> without a range shows.", range=Range(ge=1))
+
+    # Parameters that control the grading
     reward: str = field(
         default="resolved",
         metadata={"help": "'resolved': 1.0 when SWE-bench's grading resolves the task, else 0. 'dense': the share "
@@ -55,10 +73,7 @@ class SWEGymConfig(SandboxConfig):
         metadata={"help": "Test command for grading (the test files are appended); a row's own `test_cmd` "
                   "column wins."},
     )
-    eval_timeout: float = field(default=300.0, metadata={"help": "Wall-clock seconds the grading test run may take."})
-
-    _RANGES = {"submit_after_turns": Range(ge=1), "max_observation_chars": Range(ge=200),
-               "view_max_lines": Range(ge=1), "eval_timeout": Range(gt=0)}
+    eval_timeout: float = config_field(300.0, "Wall-clock seconds the grading test run may take.", range=Range(gt=0))
 
     def __post_init__(self):
         super().__post_init__()  # checks every field's type and range, the sandbox's and these

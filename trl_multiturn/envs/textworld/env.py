@@ -42,13 +42,28 @@ def default_games_dir() -> Path:
 
 @dataclass
 class TextWorldConfig:
-    """Options of `TextWorldEnv`."""
+    """Options of `TextWorldEnv`.
 
+    Parameters:
+        > Parameters that control the observation
+
+        admissible_commands_in_observation (`bool`, defaults to `False`):
+            Append the game's admissible commands to every observation (the paper plays without).
+
+        > Parameters that control the games
+
+        games_dir (`str`, *optional*):
+            Folder where games generated from task rows are cached (default: the package's cache folder).
+    """
+
+    # Parameters that control the observation
     admissible_commands_in_observation: bool = field(
         default=False,
         metadata={"help": "Append the game's admissible commands to every observation. Off by default: the paper "
                           "plays without action hints. The commands are always in `StepResult.info`."},
     )
+
+    # Parameters that control the games
     games_dir: str | None = field(
         default=None,
         metadata={"help": "Folder where games generated from task rows are cached. Default: "

@@ -14,10 +14,10 @@ import os
 import random
 import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ....config_checks import Range, check_fields
+from ....config_checks import Range, check_fields, config_field
 from ..engine import ExpertFailed, logic_files, play_expert, seeded_random
 from ..layout import DATASET_DIR, GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE
 from . import problem
@@ -28,29 +28,17 @@ from .sampling import Knobs, sample_room
 class ALFWorldGenConfig:
     """Complexity of generated games (as TextWorld's generator has world size and quest length)."""
 
-    num_receptacles: int = field(
-        default=8,
-        metadata={
-            "help": "Receptacles in the room (the agent's search space), taken from the floor plan's own; at least "
-            "the task's goal receptacle, appliance and starting receptacles, at most what the floor plan has."
-        },
-    )
-    num_distractors: int = field(
-        default=6, metadata={"help": "Objects besides the task's own, placed where ALFWorld's rules allow."}
-    )
-    num_closed: int = field(
-        default=2,
-        metadata={
-            "help": "Openable receptacles (fridge, cabinet, drawer, microwave, safe), all closed at the start; "
-            "a task's own appliance counts and is always there."
-        },
-    )
-    max_attempts: int = field(
-        default=20, metadata={"help": "Rooms sampled per game before giving up when the expert cannot solve them."}
-    )
-
-    _RANGES = {"num_receptacles": Range(ge=0), "num_distractors": Range(ge=0), "num_closed": Range(ge=0),
-               "max_attempts": Range(ge=1)}
+    num_receptacles: int = config_field(
+        8, "Receptacles in the room (the agent's search space), taken from the floor plan's own; at least the "
+           "task's goal receptacle, appliance and starting receptacles, at most what the floor plan has.",
+        range=Range(ge=0))
+    num_distractors: int = config_field(
+        6, "Objects besides the task's own, placed where ALFWorld's rules allow.", range=Range(ge=0))
+    num_closed: int = config_field(
+        2, "Openable receptacles (fridge, cabinet, drawer, microwave, safe), all closed at the start; a task's own "
+           "appliance counts and is always there.", range=Range(ge=0))
+    max_attempts: int = config_field(
+        20, "Rooms sampled per game before giving up when the expert cannot solve them.", range=Range(ge=1))
 
     def __post_init__(self):
         check_fields(self)

@@ -9,7 +9,7 @@ import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from ....config_checks import Range, check_fields
+from ....config_checks import Range, check_fields, config_field
 
 SANDBOXES = ("local", "docker")
 NOBODY = 65534  # owner of write-only scratch files
@@ -18,42 +18,99 @@ ISOLATIONS = ("bwrap", "none")
 
 @dataclass
 class SandboxConfig:
-    """How and where the agent's commands run. Limits apply to every command and to the grading test run."""
+    """How and where the agent's commands run. Limits apply to every command and to the grading test run.
 
+    Parameters:
+        > Parameters that control the backend
+
+        sandbox (`str`, defaults to `"local"`):
+            Sandbox backend: 'local' (bubblewrap) or 'docker'.
+
+        > Parameters that control the limits of every command
+
+        command_timeout (`float`, defaults to `30.0`):
+            Wall-clock seconds a command may run before its processes are killed.
+        cpu_seconds (`int`, defaults to `60`):
+            CPU-time limit of each process (RLIMIT_CPU), seconds.
+        memory_mb (`int`, defaults to `4096`):
+            Address-space limit of each process (RLIMIT_AS; Docker: memory), MiB.
+        max_processes (`int`, defaults to `128`):
+            Process-count limit (RLIMIT_NPROC per sandbox uid locally, pids_limit in Docker).
+        max_file_mb (`int`, defaults to `64`):
+            Largest file a command may write (RLIMIT_FSIZE), MiB.
+        disk_mb (`int`, defaults to `4096`):
+            Local, as root: size of the tmpfs that holds the sandbox's writable folders, MiB.
+        total_memory_mb (`int`, defaults to `8192`):
+            Local: memory of all the sandbox's processes together (a cgroup's limit), MiB.
+        max_output_bytes (`int`, defaults to `1_000_000`):
+            Bytes of a command's output read back (its head and tail).
+
+        > Parameters that control the local sandbox's isolation
+
+        isolation (`str`, defaults to `"bwrap"`):
+            Local only: 'bwrap' (namespaces and a seccomp filter) or 'none'.
+        run_as_uid (`str`, defaults to `"auto"`):
+            Local, bwrap, as root: the uid commands run as ('auto': one per sandbox, a number, or 'none').
+        uid_base (`int`, defaults to `200_000`):
+            Local, as root: first uid handed to sandboxes.
+        uid_count (`int`, defaults to `10_000`):
+            Local, as root: how many uids sandboxes may use.
+
+        > Parameters that control the local sandbox's repositories
+
+        task_python (`str`, *optional*):
+            Local: a Python virtual environment that commands get as `python` (None: built once per machine).
+        repos_dir (`str`, *optional*):
+            Local: folder of git clones named OWNER__NAME for task rows outside the shipped set.
+        repo_cache_dir (`str`, *optional*):
+            Where shipped task repositories and the task Python are built (default: the package's cache folder).
+
+        > Parameters that control the Docker sandbox
+
+        docker_image_template (`str`, defaults to `"xingyaoww/sweb.eval.x86_64.{instance_id}:latest"`):
+            Docker image of a task.
+        docker_dunder (`str`, defaults to `"_s_"`):
+            How '__' in instance ids is spelt in image names.
+        docker_workdir (`str`, defaults to `"/testbed"`):
+            Repository folder inside the image.
+        docker_user (`str`, defaults to `"root"`):
+            User the commands run as inside the container.
+        docker_shell_init (`str`, defaults to `"source /opt/miniconda3/bin/activate testbed"`):
+            Shell line run before every command in the container.
+        docker_cpus (`float`, defaults to `1.0`):
+            CPUs each container may use.
+        docker_network (`bool`, defaults to `False`):
+            Give containers network access.
+    """
+
+    # Parameters that control the backend
     sandbox: str = field(default="local", metadata={"help": "Sandbox backend: 'local' (bubblewrap) or 'docker'."})
-    command_timeout: float = field(
-        default=30.0, metadata={"help": "Wall-clock seconds a command may run before its processes are killed."}
-    )
-    cpu_seconds: int = field(default=60, metadata={"help": "CPU-time limit of each process (RLIMIT_CPU), seconds."})
-    memory_mb: int = field(
-        default=4096, metadata={"help": "Address-space limit of each process (RLIMIT_AS; Docker: memory), MiB."}
-    )
-    max_processes: int = field(
-        default=128,
-        metadata={"help": "Process-count limit (RLIMIT_NPROC per sandbox uid locally, pids_limit in Docker)."},
-    )
-    max_file_mb: int = field(
-        default=64,
-        metadata={"help": "Largest file a command may write, output included (RLIMIT_FSIZE), MiB; also the size of "
-                  "the local sandbox's private /dev/shm."},
-    )
-    disk_mb: int = field(
-        default=4096,
-        metadata={"help": "Local, as root: size of the tmpfs that holds the sandbox's writable folders (the checkout "
-                  "and its /tmp), MiB, mounted in the sandbox's own mount namespace, never on the host; writing past "
-                  "it fails with ENOSPC and nothing reaches the host disk. Not root: no quota (logged once). Docker: "
-                  "not applied (see the SWE-Gym README, 'Containment')."},
-    )
-    total_memory_mb: int = field(
-        default=8192,
-        metadata={"help": "Local: memory of all the sandbox's processes together (tmpfs files they write included), "
-                  "MiB, as a cgroup's limit, where a memory cgroup can be made (root, cgroup v1 or v2); elsewhere "
-                  "only the per-process limits hold (logged once). Docker: memory_mb is the container's total."},
-    )
-    max_output_bytes: int = field(
-        default=1_000_000,
-        metadata={"help": "Bytes of a command's output read back (its head and tail); the middle is dropped."},
-    )
+
+    # Parameters that control the limits of every command
+    command_timeout: float = config_field(
+        30.0, "Wall-clock seconds a command may run before its processes are killed.", range=Range(gt=0))
+    cpu_seconds: int = config_field(60, "CPU-time limit of each process (RLIMIT_CPU), seconds.", range=Range(ge=1))
+    memory_mb: int = config_field(
+        4096, "Address-space limit of each process (RLIMIT_AS; Docker: memory), MiB.", range=Range(ge=1))
+    max_processes: int = config_field(
+        128, "Process-count limit (RLIMIT_NPROC per sandbox uid locally, pids_limit in Docker).", range=Range(ge=1))
+    max_file_mb: int = config_field(
+        64, "Largest file a command may write, output included (RLIMIT_FSIZE), MiB; also the size of the local "
+            "sandbox's private /dev/shm.", range=Range(ge=1))
+    disk_mb: int = config_field(
+        4096, "Local, as root: size of the tmpfs that holds the sandbox's writable folders (the checkout and its "
+              "/tmp), MiB, mounted in the sandbox's own mount namespace, never on the host; writing past it fails "
+              "with ENOSPC and nothing reaches the host disk. Not root: no quota (logged once). Docker: not applied "
+              "(see the SWE-Gym README, 'Containment').", range=Range(ge=1))
+    total_memory_mb: int = config_field(
+        8192, "Local: memory of all the sandbox's processes together (tmpfs files they write included), MiB, as a "
+              "cgroup's limit, where a memory cgroup can be made (root, cgroup v1 or v2); elsewhere only the "
+              "per-process limits hold (logged once). Docker: memory_mb is the container's total.", range=Range(ge=1))
+    max_output_bytes: int = config_field(
+        1_000_000, "Bytes of a command's output read back (its head and tail); the middle is dropped.",
+        range=Range(ge=1))
+
+    # Parameters that control the local sandbox's isolation
     isolation: str = field(
         default="bwrap",
         metadata={
@@ -74,8 +131,10 @@ class SandboxConfig:
             "commands always run as the current user."
         },
     )
-    uid_base: int = field(default=200_000, metadata={"help": "Local, as root: first uid handed to sandboxes."})
-    uid_count: int = field(default=10_000, metadata={"help": "Local, as root: how many uids sandboxes may use."})
+    uid_base: int = config_field(200_000, "Local, as root: first uid handed to sandboxes.", range=Range(ge=0))
+    uid_count: int = config_field(10_000, "Local, as root: how many uids sandboxes may use.", range=Range(ge=1))
+
+    # Parameters that control the local sandbox's repositories
     task_python: str | None = field(
         default=None,
         metadata={
@@ -96,6 +155,8 @@ class SandboxConfig:
         metadata={"help": "Where shipped task repositories and the task Python are built (default "
                   "$TRL_MULTITURN_CACHE/swegym, else ~/.cache/trl_multiturn/swegym: `trl_multiturn.cache`)."},
     )
+
+    # Parameters that control the Docker sandbox
     docker_image_template: str = field(
         default="xingyaoww/sweb.eval.x86_64.{instance_id}:latest",
         metadata={"help": "Docker image of a task; {instance_id} is the lower-cased id with '__' spelt as below. "
@@ -112,15 +173,8 @@ class SandboxConfig:
         metadata={"help": "Shell line run before every command in the container (activates the task's env; its "
                   "failure is ignored, so images without conda work too)."},
     )
-    docker_cpus: float = field(default=1.0, metadata={"help": "CPUs each container may use."})
+    docker_cpus: float = config_field(1.0, "CPUs each container may use.", range=Range(gt=0))
     docker_network: bool = field(default=False, metadata={"help": "Give containers network access."})
-
-    _RANGES = {
-        "command_timeout": Range(gt=0), "cpu_seconds": Range(ge=1), "memory_mb": Range(ge=1),
-        "max_processes": Range(ge=1), "max_file_mb": Range(ge=1), "max_output_bytes": Range(ge=1),
-        "disk_mb": Range(ge=1), "total_memory_mb": Range(ge=1), "uid_base": Range(ge=0),
-        "uid_count": Range(ge=1), "docker_cpus": Range(gt=0),
-    }
 
     def __post_init__(self):
         check_fields(self)
