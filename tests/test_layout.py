@@ -81,3 +81,23 @@ def test_the_shipped_swegym_repositories_are_data_pytest_does_not_collect():
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                            str(tasks)], cwd=root, capture_output=True, text=True)
     assert done.returncode == 5 and "no tests collected" in done.stdout, done.stdout[-2000:]  # 5: none collected
+
+
+def test_the_tests_mirror_the_package():
+    """A test file in tests/<folder>/ tests the package trl_multiturn/<folder>/ (tests/rollout/ for the rollout,
+    tests/envs/swegym/ for SWE-Gym), so a module's tests are found by its path; the top-level modules' tests and the
+    whole package's sit in tests/ itself. No two test files share a name: pytest imports a test module by it."""
+    from collections import Counter
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    package = tests.parent / "trl_multiturn"
+    files = sorted(tests.rglob("test_*.py"))
+    nested = [path for path in files if path.parent != tests]
+    assert len(nested) > len(files) // 2  # the walk found the sub-folders' files
+    misplaced = [str(path.relative_to(tests)) for path in nested
+                 if not (package / path.parent.relative_to(tests) / "__init__.py").is_file()]
+    assert not misplaced, (f"{misplaced}: trl_multiturn/ has no package of that path; put each in the folder of the "
+                           "package it tests (tests/ itself for a top-level module)")
+    shared = sorted(name for name, count in Counter(path.name for path in files).items() if count > 1)
+    assert not shared, f"test files of one name in two folders: {shared}"

@@ -1,5 +1,5 @@
 """Find every touch point of TRL, transformers, accelerate and vLLM in trl_multiturn's source (`ast`, no imports of
-the scanned modules), for tests/test_trl_boundary.py to compare with `trl_compat.TOUCH_POINTS`.
+the scanned modules), for tests/trainers/test_trl_boundary.py to compare with `trl_compat.TOUCH_POINTS`.
 
 A touch point is a use of one of those libraries beyond the public API (`trl_compat.PUBLIC_MODULES`'s names):
 

@@ -1,5 +1,5 @@
 """The boundary with TRL, transformers, accelerate and vLLM: every name the trainers use beyond their public API, in
-one table, checked when a trainer is built and, against the package's source, by tests/test_trl_boundary.py.
+one table, checked when a trainer is built and, against the package's source, by tests/trainers/test_trl_boundary.py.
 
 The supported TRL releases are 1.14 through 1.16 (`SUPPORTED_TRL`; pyproject.toml declares the same range, and CI
 runs the trainer tests on the oldest and the newest). What counts as public: the names the modules of
@@ -29,7 +29,7 @@ one generate call, since TRL's single-turn generation takes neither as an argume
 
 `PolicyAndValueModel`'s PPO sets `beta` non-zero while TRL's `__init__` runs so that TRL builds a reference model for
 the KL in the reward, and passes `num_generations=1` through `GRPOConfig`'s "< 2" check (`ppo._GroupOfOne`): covered
-by tests/test_ppo.py.
+by tests/trainers/test_ppo.py.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class TouchPoint:
     `via`: the trainer attribute through which an attribute of another TRL object is reached
     (`vllm_generation` for `VLLMGeneration.max_completion_length`); `public_value`: the attribute holds an object of
     a public type (a tokenizer), whose own public attributes are no further touch points. The source scan
-    (tests/test_trl_boundary.py) requires every use it finds to be listed by `reached`.
+    (tests/trainers/test_trl_boundary.py) requires every use it finds to be listed by `reached`.
     """
 
     owner: str

@@ -26,7 +26,7 @@ from trl_multiturn.envs.textworld.tasks import textworld_tasks
 # TextWorld silences this Jericho warning at import; pytest re-enables warnings per test.
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 SIMPLE = {"rewards": "dense", "goal": "detailed"}
 
 

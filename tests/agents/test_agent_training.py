@@ -184,7 +184,7 @@ def test_smolagents_runs_the_tool_the_models_template_output_calls(tiny_chatml_m
 
 
 def test_the_agent_example_trains_and_saves(tiny_chatml_model, tmp_path):
-    example = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "agent_grpo.py"),
+    example = runpy.run_path(str(Path(__file__).resolve().parents[2] / "examples" / "agent_grpo.py"),
                              run_name="example")
     classes = [p.annotation for p in inspect.signature(example["main"]).parameters.values()]
     args = TrlParser(tuple(classes)).parse_args_and_config(args=[

@@ -14,7 +14,7 @@ from trl_multiturn.envs.textworld.env import TextWorldEnv
 from trl_multiturn.envs.tools import ToolEnvironment, tool_schemas
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = runpy.run_path(str(ROOT / "examples" / "textworld_tools.py"), run_name="example")
 
 

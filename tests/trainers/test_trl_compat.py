@@ -47,7 +47,7 @@ def test_the_declared_trl_range_is_the_supported_one():
 
     import tomllib
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     declared = [d for d in pyproject["project"]["dependencies"] if d.startswith("trl")]
     assert declared == [f"trl{SUPPORTED_TRL}"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent / "distributed" / "equal_generate_calls.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "equal_generate_calls.py"
 
 
 def run_two_ranks(model, tmp_path, *extra):
@@ -54,7 +54,7 @@ def test_stepwise_ranks_hand_trl_equal_rows_and_make_equal_calls(tiny_chatml_mod
     assert rows == [[4, 2], [4, 4]]
 
 
-PPO_SCRIPT = Path(__file__).parent / "distributed" / "ppo_sharded.py"
+PPO_SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "ppo_sharded.py"
 PPO_PROCESSES = int(os.environ.get("TEST_NPROC", "2"))
 """Processes of the PPO runs: 2 on CPU; scripts/gpu_check.sh sets one per GPU (CUDA then replaces the CPU)."""
 

@@ -10,7 +10,7 @@ import pytest
 
 import trl_multiturn.evaluation
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "credit_assignment.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "credit_assignment.py"
 
 
 @pytest.fixture(scope="module")

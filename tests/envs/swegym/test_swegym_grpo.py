@@ -51,7 +51,7 @@ def test_recipe_maps_onto_the_example_dataclasses():
 
     from trl import TrlParser
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     spec = importlib.util.spec_from_file_location("swegym_grpo", root / "examples" / "swegym_grpo.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)

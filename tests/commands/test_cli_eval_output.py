@@ -11,7 +11,7 @@ import pytest
 
 from trl_multiturn.commands.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SUMS_PACKAGE = '''
 """A user's environment: add two one-digit numbers."""

@@ -164,7 +164,7 @@ def test_an_installed_packages_suite_is_known_to_the_command_line_in_a_fresh_pro
 
         SUITE = Suite("plugged", "toy_envs:CountingEnv", tasks, held_out="targets from 2001 on", task_key="target")
         """))
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/: toy_envs
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin), tests_dir, os.environ.get("PYTHONPATH", "")])}
     argv = ["eval", "--env", "plugged", "--model_name_or_path", tiny_chatml_model, "--num_eval_games", "1",
             "--max_turns", "1", "--max_completion_length", "2", "--results_dir", str(tmp_path / "out"),

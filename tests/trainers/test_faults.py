@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import tiny_rl_args
 from datasets import Dataset
-from test_env_pool import alive
+from processes import alive
 from toy_envs import CountingEnv, HugeObservationEnv
 from transformers import TrainerCallback
 

@@ -23,7 +23,7 @@ from trl_multiturn.envs.swegym.tasks.source import apply_edits
 
 SOURCES = {source.name: source for source in task_sources()}
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
-README = Path(__file__).parents[1] / "trl_multiturn" / "envs" / "swegym" / "README.md"
+README = Path(__file__).parents[3] / "trl_multiturn" / "envs" / "swegym" / "README.md"
 BACKENDS = ("local", "docker")
 
 

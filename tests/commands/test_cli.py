@@ -10,7 +10,7 @@ import pytest
 from trl_multiturn.commands.cli import main
 from trl_multiturn.commands.train import TRAINERS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 

@@ -256,7 +256,7 @@ def test_a_driver_killed_mid_grading_leaves_nothing(config, tmp_path, sig):
     patch.write_text(_hanging_patch())
     tmp = tmp_path / "tmp"  # the driver's temporary folder: what it leaves there is its own
     tmp.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "TMPDIR": str(tmp)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3]), "TMPDIR": str(tmp)}
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, config.repo_cache_dir, str(patch), config.sandbox],
                               env=env)
     root, sent = psutil.Process(driver.pid), False

@@ -12,7 +12,7 @@ from trl_multiturn.envs.alfworld import ALFWorldConfig, list_tasks
 from trl_multiturn.model_card import recipe_from_argv
 
 # One trial of ALFWorld's training set (MIT licence, see fixtures/alfworld/README.md), shipped with the tests.
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "alfworld"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "alfworld"
 GOAL = "heat some potato and put it in sinkbasin"
 
 

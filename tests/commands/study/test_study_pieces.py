@@ -124,7 +124,7 @@ def test_swegym_held_out_tasks_never_train_and_keep_their_side_as_the_set_change
 def test_a_swegym_study_trains_on_its_tiers_and_evaluates_on_held_out_tasks(tmp_path):
     from trl_multiturn.commands.study.spec import load_study
 
-    study = load_study(Path(__file__).resolve().parents[1] / "recipes" / "paper" / "swegym_tiers_cpu.yaml")
+    study = load_study(Path(__file__).resolve().parents[3] / "recipes" / "paper" / "swegym_tiers_cpu.yaml")
     by_name = {run.name: run for run in study.runs}
     everything = by_name["all"].data
     held_out = {row["instance_id"] for row in everything.tasks("eval")}
@@ -141,7 +141,7 @@ def test_a_swegym_study_trains_on_its_tiers_and_evaluates_on_held_out_tasks(tmp_
 def test_the_swegym_reward_study_compares_rewards_from_one_sft_checkpoint():
     from trl_multiturn.commands.study.spec import load_study
 
-    study = load_study(Path(__file__).resolve().parents[1] / "recipes" / "paper" / "swegym_reward_cpu.yaml")
+    study = load_study(Path(__file__).resolve().parents[3] / "recipes" / "paper" / "swegym_reward_cpu.yaml")
     rewards = [run.data.environment_factory().args[0].reward for run in study.runs]
     assert rewards == ["resolved", "dense"]
     # The reward is not an SFT input (SFT replays gold patches): both runs share one SFT checkpoint ...

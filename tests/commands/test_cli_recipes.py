@@ -6,7 +6,7 @@ from pathlib import Path
 from trl_multiturn.commands.cli import main, trainer_parser
 from trl_multiturn.commands.recipes import RECIPES_DIR, recipe_names, resolve_config_option
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_checkouts_recipes_folder_is_the_packages():

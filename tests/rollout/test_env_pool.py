@@ -4,56 +4,23 @@ once by default, workers released on close and on the owner's death, leaking wor
 import functools
 import multiprocessing as mp
 import os
-import select
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
+from processes import alive, wait_for_exit
 
 from trl_multiturn import Environment, StepResult
 from trl_multiturn.rollout import EnvFailure, EnvPool
 from trl_multiturn.rollout.env_pool import resolve_env_mode
 from trl_multiturn.testing import FaultyEnv
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def wait_for_exit(pids: list[int], timeout: float = 300.0) -> bool:
-    """Wait until every process of `pids` has exited (a zombie counts as exited), on the kernel's exit events (a
-    pidfd turns readable when its process exits); `timeout` only stops a broken test from hanging. Whether they
-    all exited."""
-    fds = []
-    for pid in pids:
-        try:
-            fds.append(os.pidfd_open(pid))
-        except ProcessLookupError:
-            pass  # gone already
-    try:
-        poll = select.poll()
-        for fd in fds:
-            poll.register(fd, select.POLLIN)
-        deadline, left = time.monotonic() + timeout, set(fds)
-        while left and time.monotonic() < deadline:
-            for fd, _ in poll.poll(max(0.0, deadline - time.monotonic()) * 1000):
-                left.discard(fd)
-                poll.unregister(fd)
-    finally:
-        for fd in fds:
-            os.close(fd)
-    return not any(alive(pid) for pid in pids)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def play_one_step(pool, tasks):
@@ -194,7 +161,7 @@ def test_every_mode_is_one_runner_chosen_once():
 
     assert env_pool.ENV_MODES == ("auto", "process", "thread", "ray", "inline")
     assert all(issubclass(r, EnvRunner) and not inspect.isabstract(r) for r in env_pool.RUNNERS.values())
-    for mode in ("process", "thread", "inline"):  # (Ray's: tests/test_ray_pool.py)
+    for mode in ("process", "thread", "inline"):  # (Ray's: tests/rollout/test_ray_pool.py)
         with EnvPool(FaultyEnv, mode=mode) as pool:
             assert type(pool.runner) is env_pool.RUNNERS[mode]
             assert all(r.won for r in play_one_step(pool, [{"target": 1}] * 2))

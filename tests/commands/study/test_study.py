@@ -13,7 +13,7 @@ from trl_multiturn.commands.study import stages as study_module
 from trl_multiturn.commands.study.spec import build_configs, load_study
 from trl_multiturn.statistics import wilson_interval
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PAPER = ROOT / "recipes" / "paper"
 RECIPES = sorted(PAPER.glob("*.yaml"))
 

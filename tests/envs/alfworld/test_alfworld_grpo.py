@@ -23,7 +23,7 @@ from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.generation import hf_generate_fn
 from trl_multiturn.rollout.rules import EpisodeRules
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "alfworld"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "alfworld"
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_grpo_trains_two_steps_on_generated_alfworld_games(tiny_chatml_model, tm
 
 
 def _example():
-    return runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "alfworld_grpo.py"),
+    return runpy.run_path(str(Path(__file__).resolve().parents[3] / "examples" / "alfworld_grpo.py"),
                           run_name="alfworld_grpo_example")
 
 
@@ -112,7 +112,7 @@ def test_example_defaults_are_sft_then_grpo_then_side_by_side_and_the_recipe_is_
     # 8 episodes a step in micro-batches: the loss over 8 ALFWorld episodes at once peaked at 9 GB.
     assert training.per_device_train_batch_size * training.gradient_accumulation_steps == 8
     assert training.per_device_train_batch_size <= 2
-    recipe = str(Path(__file__).resolve().parents[1] / "recipes" / "alfworld_grpo.yaml")
+    recipe = str(Path(__file__).resolve().parents[3] / "recipes" / "alfworld_grpo.yaml")
     script, training, env, gen, _ = _parse(example, ["--config", recipe, "--bf16", "false", "--use_cpu", "true"])
     assert script.model_name_or_path.startswith("Qwen/Qwen2.5-") and script.warm_start_path
     assert training.max_turns == 24 and env.admissible_commands and gen.num_receptacles > 8

@@ -15,7 +15,7 @@ from trl_multiturn.commands.study.report import stale_runs
 from trl_multiturn.commands.study.results import Results
 from trl_multiturn.commands.study.spec import load_study
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 RECIPES = sorted((ROOT / "recipes" / "paper").glob("*.yaml"))
 RESULTS = sorted((ROOT / "benchmarks" / "results" / "paper").glob("*.json"))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trl_multiturn.commands.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _one_error_line(argv, capsys) -> str:

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_env_pool import alive, wait_for_exit
+from processes import alive, wait_for_exit
 
 from trl_multiturn import Environment, StepResult
 from trl_multiturn.rollout import EnvPool
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class ChildStartingEnv(Environment):
@@ -120,7 +120,7 @@ trainer.train()
 def test_a_signal_to_the_trainer_leaves_no_process_and_no_folder_behind(tiny_chatml_model, tmp_path, mode, signum):
     """Before, SIGTERM ended the trainer at once: the workers died (parent-death signal) but their children were
     reparented to init, and every environment's folder stayed on disk."""
-    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}:{Path(__file__).resolve().parent}"}  # test_shutdown
     # SIGINT as in a terminal: a job a non-interactive shell starts in the background (CI's, often) inherits it
     # ignored, and Python then never raises KeyboardInterrupt.
     reports, report_fd = os.pipe()  # the environments write to it (the trainer's workers inherit it)
