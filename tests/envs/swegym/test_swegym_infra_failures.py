@@ -329,6 +329,29 @@ def test_a_sandbox_whose_space_descriptor_was_closed_by_other_code_fails_with_th
             space.mnt_fd = os.open("/dev/null", os.O_RDONLY)  # so that closing the sandbox closes a descriptor of ours
 
 
+THREAD_AT_FORK = textwrap.dedent("""
+    import os, sys, threading
+    from trl_multiturn.envs.swegym import SWEGymConfig, make_sandbox, task_rows
+    # what OpenTelemetry's batch processors do (loaded with Ray, vLLM...): a thread started in every forked child
+    os.register_at_fork(after_in_child=lambda: threading.Thread(target=threading.Event().wait, daemon=True).start())
+    row = next(r for r in task_rows() if r["repo"].endswith("/roman"))
+    with make_sandbox(SWEGymConfig(sandbox="local", repo_cache_dir=sys.argv[1])) as sandbox:
+        sandbox.start(row)
+        print(sandbox.run("echo up").output, end="")
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the private space (a tmpfs in a mount namespace) needs root")
+def test_a_library_that_starts_a_thread_in_forked_children_does_not_stop_the_sandbox(swegym_cache_dir):
+    """The kernel refuses to move a process that shares its file-system state with another thread into a mount
+    namespace (setns: EINVAL), and a `preexec_fn` runs after the at-fork handlers of every library loaded: the
+    sandbox enters its space through nsenter, a fresh process, instead (CI's failure in a long test process)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    done = subprocess.run([sys.executable, "-c", THREAD_AT_FORK, swegym_cache_dir], env=env, capture_output=True,
+                          text=True)
+    assert (done.returncode, done.stdout) == (0, "up\n"), done.stderr[-2000:]
+
+
 def test_a_child_that_cannot_be_set_up_says_why():
     """subprocess reports an exception in a preexec_fn as "Exception occurred in preexec_fn" alone; the sandbox's
     children write the exception where the caller reads it and exit with CHILD_SETUP_FAILED."""

@@ -5,9 +5,9 @@ says so once, in the log, and keeps the per-process limits only (see the SWE-Gym
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import uuid
@@ -30,9 +30,6 @@ def warn_once(key: str, message: str) -> None:
 # Empty on the host, shared by every sandbox; its parents must be open to every uid (bubblewrap, as the sandbox uid,
 # binds from below it), so not under TMPDIR, which may be private.
 MOUNT_POINT = Path("/run/trl_multiturn_sandbox")
-_CLONE_NEWNS = 0x00020000
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
 # In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB, the folders $2... bound in it
 # (as bind0, bind1...); then it prints its pid and waits for a line.
 _HOLDER = ('mount -t tmpfs -o "size=$1m,mode=0711,nosuid,nodev" trl-multiturn-sandbox "$0" && shift && i=0 && '
@@ -47,7 +44,7 @@ class PrivateSpace:
     host disk) mounted in a mount namespace of its own. The host never sees the mount: this process keeps the
     namespace by descriptor (`mnt_fd`) and reaches the tmpfs through `root` (/proc/self/fd/N), so when it ends,
     however it ends (SIGKILL included), the kernel drops the namespace and the tmpfs with its files. Commands and
-    git run in that mount namespace (`enter()` in the child before exec); `MOUNT_POINT`, the same empty folder for
+    git run in that mount namespace (through nsenter, `enter_argv()`); `MOUNT_POINT`, the same empty folder for
     every sandbox, is where they see the tmpfs. Each of the `folders` the sandbox binds read-only (the task Python)
     is bound at `binds[i]` there, a path bubblewrap can reach as the sandbox uid wherever the folder itself lies
     (under root's home, say).
@@ -96,10 +93,15 @@ class PrivateSpace:
                 raise SandboxError(f"the sandbox's private space lost its descriptor {fd}: other code of this process "
                                    "closed it (a descriptor closed twice); this sandbox cannot run commands")
 
-    def enter(self) -> None:
-        """Join the private mount namespace (in a child process before exec: it must be single-threaded)."""
-        if _libc.setns(self.mnt_fd, _CLONE_NEWNS) != 0:
-            raise OSError(ctypes.get_errno(), "setns into the sandbox's mount namespace")
+    def enter_argv(self, workdir: str | None = None) -> list[str]:
+        """The start of a command line that runs the rest in the private mount namespace (in `workdir` there):
+        nsenter, a fresh single-threaded process, joins it. Not a `preexec_fn`: the kernel refuses a mount namespace
+        to a process that shares its file-system state with another thread (EINVAL), and the Python child of a
+        `preexec_fn` runs the at-fork handlers of every library loaded, some of which start a thread (CI met it). The
+        namespace is named by this process's descriptor (/proc/PID/fd/N, root may open it), so no child inherits it."""
+        self.check()
+        wd = [f"--wdns={workdir}"] if workdir else []
+        return [_program("nsenter"), f"--mount=/proc/{os.getpid()}/fd/{self.mnt_fd}", *wd, "--"]
 
     def close(self) -> None:
         for fd in (self.mnt_fd, self.root_fd):
@@ -129,13 +131,23 @@ def reporting_child(setup):
 CHILD_SETUP_FAILED = 126
 
 
-def die_with_parent(parent: int) -> None:
-    """In a child before exec: be killed when the thread that started it ends (a parent-death signal, set after
-    any uid change, which would clear it), and end now if `parent` is already gone. bubblewrap's own
-    `--die-with-parent` is set only once it runs: a parent killed before that would leave it running."""
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(1)
+def guard_argv(parent: int, uid: int | None) -> list[str]:
+    """The start of a command line that runs the rest as `uid` (if given; with no supplementary groups), killed
+    when the thread that started it ends, and not at all if `parent` is gone already: setpriv sets the uid, then the
+    parent-death signal (which a uid change clears), and sh checks the parent before it execs the rest (a parent
+    killed before the signal was set). bubblewrap's own `--die-with-parent` comes only once it runs."""
+    as_uid = [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid is not None else []
+    return [_program("setpriv"), *as_uid, "--pdeathsig=KILL", "--",
+            "/bin/sh", "-c", 'test "$PPID" = "$0" && exec "$@"; exit 125', str(parent)]
+
+
+def _program(name: str) -> str:
+    """A util-linux program the local sandbox runs its commands through (`unshare`'s package)."""
+    path = shutil.which(name) or next((p for p in (f"/usr/bin/{name}", f"/bin/{name}") if os.access(p, os.X_OK)), None)
+    if path is None:
+        raise SandboxError(f"the local sandbox needs `{name}` (util-linux): install it (Debian: apt-get install "
+                           "util-linux; scripts/setup.sh does so as root)")
+    return path
 
 
 def private_space(megabytes: int, folders: list[Path]) -> PrivateSpace | None:

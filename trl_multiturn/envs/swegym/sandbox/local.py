@@ -25,6 +25,7 @@ import sys
 import sysconfig
 import tempfile
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from ...base import TaskError
@@ -42,7 +43,7 @@ from .base import (
     timeout_note,
 )
 from .bwrap import bwrap_argv
-from .containment import MOUNT_POINT, MemoryCgroup, PrivateSpace, die_with_parent, private_space, reporting_child
+from .containment import MOUNT_POINT, MemoryCgroup, PrivateSpace, guard_argv, private_space, reporting_child
 from .hostfiles import open_folder, read_regular, write_regular
 from .pyenv import ensure_task_python
 from .seccomp import seccomp_program
@@ -178,10 +179,8 @@ class LocalSandbox(Sandbox):
 
     def _git(self, args: list[str]) -> None:
         """Run git in the sandbox's mount namespace (where its space is), as the trainer."""
-        if self._space is not None:
-            self._space.check()
-        done = subprocess.run(["git", *args], env=git_env(), capture_output=True, text=True,
-                              preexec_fn=reporting_child(self._space.enter) if self._space else None)
+        enter = self._space.enter_argv() if self._space is not None else []
+        done = subprocess.run([*enter, "git", *args], env=git_env(), capture_output=True, text=True)
         if done.returncode != 0:
             raise SandboxError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
 
@@ -259,41 +258,37 @@ class LocalSandbox(Sandbox):
         mine = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == me)
         return mine + self.config.max_processes
 
-    def _limits(self):
-        cfg, nproc, mib, cgroup, space = self.config, self._nproc_limit(), 1024 * 1024, self._cgroup, self._space
-        plain_workdir = self.workdir if space is not None and not self.isolated else None
+    def _child(self) -> tuple[list[str], Callable[[], None]]:
+        """How a command's process is set up: the programs it is exec'd through (into the private space, as the
+        sandbox uid, killed with its parent: `containment`), and a `preexec_fn` for what a forked child of this
+        process does safely (its cgroup, its rlimits: nothing the kernel refuses to a copy of a threaded process)."""
+        cfg, nproc, mib, cgroup = self.config, self._nproc_limit(), 1024 * 1024, self._cgroup
+        plain_workdir = self.workdir if not self.isolated else None
         uid = self.uid if self.uid is not None and self.uid != os.getuid() else None
-        parent = os.getpid()
+        enter = self._space.enter_argv(plain_workdir) if self._space is not None else []
 
         def limit() -> None:  # runs in the child, after fork and setsid, before exec
             if cgroup is not None:
                 cgroup.enter()
-            if space is not None:
-                space.enter()
-            if plain_workdir is not None:
-                os.chdir(plain_workdir)
-            # the limits after the Python code that may allocate: this child is a copy of the trainer, whose address
-            # space may be larger than memory_mb already (RLIMIT_AS then refuses any new mapping)
             resource.setrlimit(resource.RLIMIT_CPU, (cfg.cpu_seconds, cfg.cpu_seconds + 1))
             resource.setrlimit(resource.RLIMIT_AS, (cfg.memory_mb * mib, cfg.memory_mb * mib))
             resource.setrlimit(resource.RLIMIT_FSIZE, (cfg.max_file_mb * mib, cfg.max_file_mb * mib))
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            if uid is not None:  # bubblewrap makes the user namespace as this uid, as for an ordinary user
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-            die_with_parent(parent)
 
-        if space is not None:
-            space.check()
-        return reporting_child(limit)
+        # the uid as for an ordinary user: bubblewrap makes the user namespace as this uid
+        return [*enter, *guard_argv(os.getpid(), uid)], reporting_child(limit)
 
     def run(self, command: str, timeout: float | None = None) -> CommandResult:
         if self._tmp is None:
             raise SandboxError("the sandbox is not started: call start(task) first")
         timeout = timeout or self.config.command_timeout
-        passed: list[int] = []  # descriptors bubblewrap gets: its --info-fd, its --seccomp, the started marker
+        prefix, limit = self._child()
+        # the command's shell says it started (everything before it, bubblewrap included, has set up) and closes the
+        # descriptor before the first line of the command, which cannot write to it: a failure before is the sandbox's
+        started_read, started_write = os.pipe()
+        passed = [started_write]  # descriptors the command line gets (bubblewrap: its --info-fd, its --seccomp)
+        command = f"printf . >&{started_write}; exec {started_write}>&-\n{command}"
         info_read = None
         argv = []
         if self.isolated:
@@ -301,26 +296,22 @@ class LocalSandbox(Sandbox):
             seccomp_read, seccomp_write = os.pipe()
             os.write(seccomp_write, seccomp_program())  # a few hundred bytes: within a pipe's buffer
             os.close(seccomp_write)
-            started_read, started_write = os.pipe()
-            passed = [info_write, seccomp_read, started_write]
+            passed += [info_write, seccomp_read]
             argv = [self._prefix[0], "--info-fd", str(info_write), "--seccomp", str(seccomp_read), *self._prefix[1:]]
-            # the command's shell says it started (bubblewrap has set everything up) and closes the descriptor before
-            # the first line of the command, which cannot write to it: a failure before is the sandbox's own
-            command = f"printf . >&{started_write}; exec {started_write}>&-\n{command}"
         with tempfile.TemporaryFile() as out:  # outside the quota: a full sandbox still gets its error message
             try:
                 proc = subprocess.Popen(
-                    [*argv, "/bin/bash", "-c", command],
+                    [*prefix, *argv, "/bin/bash", "-c", command],
                     cwd=self.workdir if self._space is None and not self.isolated else "/",
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env={} if self.isolated else self._plain_env,
                     start_new_session=True,
-                    preexec_fn=self._limits(),
+                    preexec_fn=limit,
                     pass_fds=passed,
                 )
-            except (OSError, subprocess.SubprocessError) as e:  # bubblewrap or bash missing, a failed setns...
+            except (OSError, subprocess.SubprocessError) as e:  # a program missing, a cgroup gone...
                 raise SandboxError(f"could not start the sandbox's command: {e}") from e
             finally:
                 for fd in passed:
@@ -338,12 +329,12 @@ class LocalSandbox(Sandbox):
                     _wait_fd(init, 10)
                     os.close(init)
             output, code = _read_capped(out, self.config.max_output_bytes), proc.returncode
-            started = not self.isolated or _read_marker(started_read)
+            started = _read_marker(started_read)
             if self.isolated and code < 0 and not timed_out:  # only our timeout kills bubblewrap itself
                 raise SandboxError(f"the sandbox was killed from outside ({signal.Signals(-code).name}: the "
                                    "machine's OOM killer, an operator) while it ran the command")
             if not started and not timed_out:
-                raise SandboxError(f"bubblewrap could not start the command (exit code {code}): "
+                raise SandboxError(f"the sandbox could not start the command (exit code {code}): "
                                    f"{output.strip()[-500:]}")
             if timed_out:
                 end = "\n" if output and not output.endswith("\n") else ""
