@@ -204,7 +204,7 @@ def one_step(model, rows, packing: str) -> float:
 
     def logps(compute_entropy):
         return packed_logps_and_entropies(model, ids, mask, keep, compute_entropy=compute_entropy, packing=packing,
-                                          temperature=1.0, plan=plan)
+                                          temperature=1.0, planner=lambda *args, **kwargs: plan)
 
     with torch.no_grad():
         old, _ = logps(False)
@@ -235,7 +235,8 @@ def one_ppo_step(model, rows, packing: str) -> float:
     start = time.perf_counter()
     plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model)) if packing == "prefix" else None
     with torch.no_grad():
-        old, _ = packed_logps_and_entropies(model, ids, mask, keep, packing=packing, temperature=1.0, plan=plan)
+        old, _ = packed_logps_and_entropies(model, ids, mask, keep, packing=packing, temperature=1.0,
+                                            planner=lambda *args, **kwargs: plan)
         if plan is not None:
             old_values = packed_values(model, plan)
         else:

@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, MistralConfig, MistralForCausalLM
 from trl.trainer.utils import pad
 
 from trl_multiturn.trainers.packing import (
+    RowsPlanner,
     attention_cost_ratio,
     check_packing,
     model_inputs,
@@ -98,7 +99,7 @@ def assert_exact(model, rows, batch_size=None, check_grads=True):
         if packed:
             logps, entropies = packed_logps_and_entropies(model, ids, mask, keep, batch_size, compute_entropy=True,
                                                           temperature=TEMPERATURE,
-                                                          packing="prefix", plan=plan)
+                                                          packing="prefix", planner=lambda *args, **kwargs: plan)
         else:
             logps, entropies = trl_padded(model, ids, mask, keep, batch_size, compute_entropy=True)[:2]
         weights = torch.linspace(-1, 1, logps.numel()).view_as(logps)
@@ -293,6 +294,30 @@ def test_sliding_window_shorter_than_the_rows_falls_back():
     torch.testing.assert_close(logps, trl_padded(model, ids, mask, keep)[0])
 
 
+def test_one_plan_serves_every_forward_of_the_same_rows(model, monkeypatch):
+    """The trainers plan through a RowsPlanner: the old, reference and critic passes over one batch's rows plan
+    once; other rows, rows written since, or another budget get a plan of their own."""
+    from trl_multiturn.trainers import packing
+
+    calls = []
+    real = packing.plan_packs
+    monkeypatch.setattr(packing, "plan_packs", lambda *args, **kwargs: calls.append(args) or real(*args, **kwargs))
+    ids, mask, keep = batch(grouped(random.Random(0)))
+    planner = RowsPlanner()
+    first = planner(ids, mask, keep, 2)
+    assert planner(ids, mask, keep, 2) is first and len(calls) == 1
+    logps, _ = packed_logps_and_entropies(model, ids, mask, keep, 2, temperature=T, packing="prefix", planner=planner)
+    assert len(calls) == 2  # the model's pad id and cost ratio are part of the plan: planned once for them
+    again, _ = packed_logps_and_entropies(model, ids, mask, keep, 2, temperature=T, packing="prefix", planner=planner)
+    assert len(calls) == 2 and torch.equal(logps, again)
+    planner(ids, mask, keep, 3)  # another budget
+    planner(ids.clone(), mask, keep, 3)  # other rows
+    assert len(calls) == 4
+    ids[0, -1] = ids[0, -1]  # written in place: the same tensor, perhaps other tokens
+    planner(ids, mask, keep, 3)
+    assert len(calls) == 5
+
+
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="packing='tree'.*'auto', 'prefix', 'padded'"):
         check_packing("tree")
@@ -362,3 +387,31 @@ def assert_same_loss_packed_or_padded(trainer, inputs) -> None:
     assert len(losses["prefix"][1]) == len(losses["padded"][1]) > 0
     for a, b in zip(losses["prefix"][1], losses["padded"][1], strict=True):
         torch.testing.assert_close(a, b, atol=ATOL * max(1.0, b.abs().max().item()), rtol=1e-4)
+
+
+@pytest.mark.parametrize("trainer_name", ["grpo", "ppo"])
+def test_a_step_plans_its_rows_once(trainer_name, tiny_chatml_model, tmp_path, monkeypatch):
+    """The old log-probs, the reference's (GRPO with beta) and the critic's values (PPO) forward one batch's rows:
+    one prefix-tree plan serves them."""
+    from conftest import tiny_rl_args
+    from datasets import Dataset
+    from toy_envs import CountingEnv
+
+    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnPPOConfig, MultiTurnPPOTrainer
+    from trl_multiturn.trainers import packing
+
+    config_cls, trainer_cls, extra = {"grpo": (MultiTurnGRPOConfig, MultiTurnGRPOTrainer, {"beta": 0.1}),
+                                      "ppo": (MultiTurnPPOConfig, MultiTurnPPOTrainer, {})}[trainer_name]
+    args = tiny_rl_args(config_cls, tmp_path, packing="prefix", reward_mode="dense", num_iterations=2,
+                        action_parser="trl_multiturn.rollout.parsing:whole_reply", **extra)
+    trainer = trainer_cls(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                          train_dataset=Dataset.from_list([{"target": 2}] * 4))
+    forwards, plans = [], []
+    real_plan, real_run = packing.plan_packs, packing._run_packed
+    monkeypatch.setattr(packing, "plan_packs", lambda *args, **kwargs: plans.append(1) or real_plan(*args, **kwargs))
+    monkeypatch.setattr(packing, "_run_packed", lambda *args, **kw: forwards.append(1) or real_run(*args, **kw))
+    try:
+        trainer._generate_and_score_completions([{"target": 2}, {"target": 2}, {"target": 3}, {"target": 3}])
+    finally:
+        trainer.close()
+    assert len(forwards) >= 2 and len(plans) == 1  # old and reference log-probs (PPO: and values), one plan

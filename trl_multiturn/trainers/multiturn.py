@@ -41,7 +41,7 @@ from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
 from ..rollout.training_template import use_training_chat_template_field
 from ..run_lifetime import sigterm_stops_the_run
-from .packing import PACKING_MODES, check_packing, packed_logps_and_entropies
+from .packing import PACKING_MODES, RowsPlanner, check_packing, packed_logps_and_entropies
 from .policy_lag import LaggedRollouts, stale_episodes
 from .run_files import RunFilesMixin
 from .step import MultiTurnStep, sequence_logps
@@ -611,6 +611,7 @@ class MultiTurnMixin(RunFilesMixin):
             self.episode_runner.on_progress = TurnProgress("rollout")
         self.last_rollout: RolloutBatch | None = None  # the last step's batch, for inspection only
         self.step = MultiTurnStep(self, self._credit())
+        self._planner = RowsPlanner()  # one prefix-tree plan for every forward of a batch's rows (packing)
         self._history_cache = self._make_history_cache()
         self._lagged_rollouts = self._make_lagged_rollouts() if self.args.max_policy_lag else None
 
@@ -923,7 +924,7 @@ class MultiTurnMixin(RunFilesMixin):
                                   compute_aux_loss=compute_aux_loss, autocast=self.accelerator.autocast)
         return (*packed_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
                                             compute_entropy, temperature=self.temperature, packing=self._packing(),
-                                            autocast=self.accelerator.autocast), None)
+                                            planner=self._planner, autocast=self.accelerator.autocast), None)
 
     def _packing(self) -> str:
         """`packing` as this run applies it: "padded" on several processes, whose packs differ, so their numbers of

@@ -32,7 +32,8 @@ Micro-batching: every forward of a step goes through `packed_logps_and_entropies
 batch with `batch_size=per_device_train_batch_size`: packs may then hold a group's rows across TRL's chunks, each
 forward within a chunk's tokens. For the loss it is one micro-batch's rows (gradient accumulation unchanged): packs
 cover whole rows of that micro-batch only, so rows share prefixes in the loss where a micro-batch holds a group's (or
-an episode's) rows together. One `plan_packs` of a batch serves every forward of those rows (`plan=`).
+an episode's) rows together. One `plan_packs` of a batch serves every forward of those rows: the trainers plan
+through a `RowsPlanner`, which keeps the plan of the rows it planned last.
 
 PPO: the critic (a token-classification model beside the policy, `value_model.PolicyAndValueModel`) reads the same
 packs, its value V(s_t) gathered from the position before t as a log-prob is: `packed_values` for its no-grad passes
@@ -218,12 +219,33 @@ def model_inputs(model, forward: Forward) -> dict:
             "attention_mask": mask}
 
 
+class RowsPlanner:
+    """`plan_packs` that remembers the rows it planned last: a step forwards one batch's rows several times (the old
+    log-probs, the reference's, PPO's critic values), and one plan serves them all. The rows are known by identity
+    (the same tensors, not written since: their `_version`) with every other input of the plan."""
+
+    def __init__(self):
+        self._last = None
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                 batch_size: int | None = None, *, pad_token_id: int = 0, rho: float = 0.0) -> PackPlan:
+        key = (input_ids._version, attention_mask._version, logits_to_keep, batch_size, pad_token_id, rho)
+        if self._last is not None:
+            ids, mask, last_key, plan = self._last
+            if ids is input_ids and mask is attention_mask and last_key == key:
+                return plan
+        plan = plan_packs(input_ids, attention_mask, logits_to_keep, batch_size, pad_token_id=pad_token_id, rho=rho)
+        self._last = (input_ids, attention_mask, key, plan)
+        return plan
+
+
 def choose_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                batch_size: int | None = None, *, packing: str, plan: PackPlan | None = None) -> PackPlan | None:
-    """The `plan_packs` plan by which `models` run these rows (`plan` where given), or None for the padded rows:
-    None for `packing="padded"`, and for "auto" where a model cannot take the packed mask (`packing_refusal`) or the
-    plan costs more than the rows; "prefix" refuses such a model by name. The models (a policy, and PPO's critic
-    beside it) are forwarded with the first one's mask form, so they must share an attention implementation."""
+                batch_size: int | None = None, *, packing: str, planner=plan_packs) -> PackPlan | None:
+    """The plan by which `models` run these rows (`planner`: `plan_packs`, or a `RowsPlanner`), or None for the
+    padded rows: None for `packing="padded"`, and for "auto" where a model cannot take the packed mask
+    (`packing_refusal`) or the plan costs more than the rows; "prefix" refuses such a model by name. The models (a
+    policy, and PPO's critic beside it) are forwarded with the first one's mask form, so they must share an attention
+    implementation."""
     check_packing(packing)
     if packing == "padded":
         return None
@@ -237,23 +259,24 @@ def choose_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
         if packing == "prefix":
             raise ValueError(f"packing='prefix': {refusal}")
         return None
-    plan = plan or plan_packs(input_ids, attention_mask, logits_to_keep, batch_size, pad_token_id=_pad_id(models[0]),
-                              rho=attention_cost_ratio(models[0]))
+    plan = planner(input_ids, attention_mask, logits_to_keep, batch_size, pad_token_id=_pad_id(models[0]),
+                   rho=attention_cost_ratio(models[0]))
     return plan if packing == "prefix" or plan.packed_cost < plan.padded_cost else None
 
 
 def packed_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
                                batch_size: int | None = None, compute_entropy: bool = False, *, temperature: float,
-                               packing: str = "auto", plan: PackPlan | None = None, autocast=None, padded=None):
+                               packing: str = "auto", planner=plan_packs, autocast=None, padded=None):
     """(logps (B, K), entropies (B, K) or None): what the padded path `step.sequence_logps(model, input_ids,
     attention_mask, logits_to_keep, temperature=temperature, batch_size=..., compute_entropy=...)` returns, by
     prefix-tree packing.
 
     The padded path runs where `choose_plan` chooses no plan (`padded`, called as `padded(model, input_ids,
-    attention_mask, logits_to_keep, batch_size, compute_entropy=...)`, replaces it). `plan` reuses a `plan_packs` of
-    the same rows (the old, reference and loss forwards of one batch share it); `autocast` is the accelerator's,
-    around each forward."""
-    plan = choose_plan((model,), input_ids, attention_mask, logits_to_keep, batch_size, packing=packing, plan=plan)
+    attention_mask, logits_to_keep, batch_size, compute_entropy=...)`, replaces it). `planner` plans the rows (a
+    `RowsPlanner` shares one plan among the forwards of one batch's rows); `autocast` is the accelerator's, around
+    each forward."""
+    plan = choose_plan((model,), input_ids, attention_mask, logits_to_keep, batch_size, packing=packing,
+                       planner=planner)
     if plan is not None:
         with autocast() if autocast is not None else nullcontext():
             logps, entropies, _ = _run_packed(model, plan, compute_entropy, temperature)

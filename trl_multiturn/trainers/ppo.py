@@ -442,7 +442,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         for the padded rows: as `packing` chooses (`packing.choose_plan`, over the policy and the critic)."""
         model = self.accelerator.unwrap_model(self.model)
         return choose_plan((model.policy, model.critic), input_ids, attention_mask, length, batch_size,
-                           packing=self._packing())
+                           packing=self._packing(), planner=self._planner)
 
     def _values(self, input_ids, attention_mask, length: int, batch_size: int, plan: PackPlan | None) -> torch.Tensor:
         """(rows, length) the critic's V(s_t) of the last `length` tokens, from the head at t - 1 (before token t):

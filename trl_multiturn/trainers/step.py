@@ -19,6 +19,7 @@ whatever the TRL release, and a packed forward can replace the padded one in a s
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import math
@@ -102,11 +103,12 @@ class StepTensors:
     trained: torch.Tensor
     sampled_logps: torch.Tensor | None
 
-    @property
+    # once per step: every forward of the step reads these rows (and a `packing.RowsPlanner` knows them by identity)
+    @functools.cached_property
     def input_ids(self) -> torch.Tensor:
         return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
 
-    @property
+    @functools.cached_property
     def attention_mask(self) -> torch.Tensor:
         return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
 

@@ -126,7 +126,8 @@ def test_bubblewrap_that_fails_to_start_fails_the_episode(config, monkeypatch, o
     for action in env.expert_actions(row)[:-1]:  # the gold fix, made; its submission is graded below
         env.step(action)
     real = bwrap.find_program
-    monkeypatch.setattr(bwrap, "find_program", lambda name, why: str(fake) if name == "bwrap" else real(name, why))
+    monkeypatch.setattr(bwrap, "find_program",
+                        lambda name, *why: str(fake) if name == "bwrap" else real(name, *why))
     with pytest.raises(SandboxError, match="injected"):
         env.step("<submit/>")  # the grading sandbox cannot start: no grade, no reward
     env.close()

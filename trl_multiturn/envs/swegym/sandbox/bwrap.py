@@ -26,14 +26,15 @@ from .base import SandboxError
 _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
-def find_program(name: str, purpose: str) -> str:
+def find_program(name: str, purpose: str, otherwise: str = "") -> str:
+    """The path of the program `name` the local sandbox runs its commands through (`purpose` says what for;
+    `otherwise`, the alternative to installing it)."""
     path = shutil.which(name) or next((p for p in (f"/usr/bin/{name}", f"/usr/sbin/{name}") if os.access(p, os.X_OK)),
                                       None)
     if path is None:
         raise SandboxError(
-            f"isolation='bwrap' needs `{name}` ({purpose}): install it (Debian: apt-get install bubblewrap "
-            "util-linux; scripts/setup.sh does so as root), or set isolation='none' to run commands without "
-            "isolation (see the SWE-Gym README for what that leaves open)"
+            f"the local sandbox needs `{name}` ({purpose}): install it (Debian: apt-get install bubblewrap "
+            f"util-linux; scripts/setup.sh does so as root){otherwise}"
         )
     return path
 
@@ -59,7 +60,9 @@ def bwrap_argv(
     at their own paths (with world-readable parent folders made for them); each of `hidden` that lies inside a
     visible folder is covered by an empty read-only tmpfs.
     """
-    argv = [find_program("bwrap", "bubblewrap"), "--unshare-ipc", "--unshare-pid", "--unshare-net",
+    bwrap = find_program("bwrap", "bubblewrap, for isolation='bwrap'", ", or set isolation='none' to run commands "
+                         "without isolation (see the SWE-Gym README for what that leaves open)")
+    argv = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net",
             "--unshare-uts", "--unshare-cgroup", "--unshare-user", "--die-with-parent",
             "--new-session", "--hostname", "sandbox"]
     argv += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]

@@ -5,15 +5,16 @@ says so once, in the log, and keeps the per-process limits only (see the SWE-Gym
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import uuid
 from pathlib import Path
 
 from .base import SandboxError
+from .bwrap import find_program
 
 logger = logging.getLogger(__name__)
 _warned: set[str] = set()
@@ -141,13 +142,10 @@ def guard_argv(parent: int, uid: int | None) -> list[str]:
             "/bin/sh", "-c", 'test "$PPID" = "$0" && exec "$@"; exit 125', str(parent)]
 
 
+@functools.cache
 def _program(name: str) -> str:
-    """A util-linux program the local sandbox runs its commands through (`unshare`'s package)."""
-    path = shutil.which(name) or next((p for p in (f"/usr/bin/{name}", f"/bin/{name}") if os.access(p, os.X_OK)), None)
-    if path is None:
-        raise SandboxError(f"the local sandbox needs `{name}` (util-linux): install it (Debian: apt-get install "
-                           "util-linux; scripts/setup.sh does so as root)")
-    return path
+    """A util-linux program every local command runs through, looked up once."""
+    return find_program(name, "util-linux, which the sandbox's commands run through")
 
 
 def private_space(megabytes: int, folders: list[Path]) -> PrivateSpace | None:
