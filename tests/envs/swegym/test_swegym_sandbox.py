@@ -126,3 +126,37 @@ def test_an_unprivileged_user_gets_the_same_namespaces(tmp_path):
         assert (checkout / "written").exists() and (own_tmp / "own").exists()
     finally:
         subprocess.run(["rm", "-rf", str(checkout)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as an ordinary user the command runs as that user: no uid to take")
+def test_a_local_command_holds_only_the_sandbox_uid(swegym_cache_dir):
+    """Seen from the host while it runs: bubblewrap (the command's outermost process) has the sandbox uid as its real,
+    effective and saved uid and gid and no supplementary group, so nothing inside can take root's ids back."""
+    import threading
+
+    import psutil
+
+    config = SandboxConfig(sandbox="local", repo_cache_dir=swegym_cache_dir, command_timeout=600)
+    groups = os.getgroups()
+    os.setgroups([*groups, 4242])  # a supplementary group of the trainer's, which the command must not keep
+    with make_sandbox(config) as box:
+        box.start(ROWS["roman"])
+        done = {}
+        thread = threading.Thread(target=lambda: done.update(out=box.run(
+            "touch /tmp/swegym/running; until [ -e /tmp/swegym/stop ]; do sleep 0.05; done; echo stopped")))
+        thread.start()
+        try:
+            while box.read_scratch("running") is None and thread.is_alive():
+                thread.join(0.05)
+            assert thread.is_alive(), done
+            bwrap = [p for p in psutil.Process().children() if p.name() == "bwrap"]
+            assert len(bwrap) == 1
+            lines = Path(f"/proc/{bwrap[0].pid}/status").read_text().splitlines()
+            status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+        finally:
+            box.write_scratch("stop", "")
+            thread.join()
+            os.setgroups(groups)
+        assert status["Uid"].split() == [str(box.uid)] * 4 and status["Gid"].split() == [str(box.uid)] * 4
+        assert status["Groups"].strip() == "" and box.uid != 0  # not 4242
+        assert done["out"].output == "stopped\n"
