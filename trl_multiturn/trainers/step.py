@@ -34,7 +34,7 @@ from trl.trainer.utils import nanstd, pad
 
 from ..credit import CreditBatch, get_estimator, turn_to_token_advantages
 from ..rollout.batch import RolloutBatch
-from .importance import importance_weights, turn_ids, weight_statistics
+from .importance import episode_row_weights, importance_weights, row_mean_loss, turn_ids, weight_statistics
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +149,8 @@ class MultiTurnStep:
         batch = batch.with_scores(self.score(rows, batch))
         # 5. Credit: per-token advantages (and, for PPO, the value targets).
         advantages, extra = self.credit(t, batch, x, old, ref)
+        if getattr(t.args, "count_episodes_once", False) and row_mean_loss(t.args):  # one episode, one weight
+            advantages = advantages * episode_row_weights(self.row_episodes(batch), x.trained)
         output = {"prompt_ids": x.prompt_ids, "prompt_mask": x.prompt_mask, "completion_ids": x.completion_ids,
                   "completion_mask": x.completion_mask, "tool_mask": x.trained, "advantages": advantages,
                   "num_items_in_batch": t.accelerator.gather(x.trained.sum()).sum(), **extra}
