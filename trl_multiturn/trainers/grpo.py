@@ -82,7 +82,9 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
     With `episode_format="stepwise"` TRL's rows are the step samples (`RolloutBatch.steps`; their number per process
     is `steps_per_batch`), each with its turn's advantage A[i, k]. The loss normalisation is TRL's `loss_type`: with
     its default "dapo", per token over the generation batch, L = -sum_{s,t} m[s,t] surrogate[s,t] / sum_{s,t} m[s,t]
-    (a step weighs in proportion to its reply's length); "grpo" averages each step first (per step).
+    (a step weighs in proportion to its reply's length); "grpo" averages each step first, and with
+    `count_episodes_once` (default) each step's advantages are scaled so that its episode counts once
+    (docs/stepwise.md, "One episode, one weight").
     """
 
     _tag_names = ["trl", "grpo", "trl-multiturn"]
