@@ -2,14 +2,18 @@
 not depend on its length when its per-token ratios do not) for the default and every length-neutral mode, TRL's
 sequence modes shown to break it, the logged statistics, the config's default and its refusals."""
 
+import dataclasses
 import math
 
 import pytest
 import torch
+from conftest import tiny_rl_args
+from datasets import Dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toy_envs import CountingEnv
 
-from trl_multiturn import MultiTurnGRPOConfig, MultiTurnPPOConfig
+from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnPPOConfig
 from trl_multiturn.trainers.importance import (
     IMPORTANCE_SAMPLING_MODES,
     LENGTH_NEUTRAL_MODES,
@@ -144,3 +148,38 @@ def test_bad_importance_sampling_settings_are_refused_when_the_config_is_built(o
     with pytest.raises(ValueError, match=message.replace("(", r"\(")) as error:
         config(**overrides)
     assert "\n" not in str(error.value)
+
+
+def test_the_steps_vllm_correction_is_length_neutral_by_default_and_logs_its_statistics(tiny_chatml_model, tmp_path):
+    # The step's own vLLM path (`MultiTurnStep.vllm_weights`) on a real rollout of episodes of 1 and 3 turns, with
+    # stand-in sampling log-probs (named as such: vLLM does not run in this suite) 1% off the policy's on every token.
+    rows = [{"target": 1}, {"target": 3}]
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, reward_mode="dense", max_turns=3, max_completion_length=4,
+                        per_device_train_batch_size=2, num_generations=2)
+    trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                                   train_dataset=Dataset.from_list(rows))
+    trainer.model.train()
+    torch.manual_seed(0)
+    trainer._generate_and_score_completions(list(rows))
+    batch, step = trainer.last_rollout, trainer.step
+    assert sorted(ep.num_turns for ep in batch.episodes) == [1, 3]
+    x = step.tensors(batch)
+    old = torch.randn(x.trained.shape)
+    x = dataclasses.replace(x, sampled_logps=old - math.log(1.01))
+    trained = x.trained.bool()
+    assert trained.sum(dim=1).tolist()[0] != trained.sum(dim=1).tolist()[1]  # episodes of different lengths
+    weights = step.vllm_weights(x, old, batch)  # the default, token_truncate
+    assert weights.expand_as(old)[trained].tolist() == pytest.approx([1.01] * int(trained.sum()), rel=1e-5)
+    assert torch.all(weights[~trained] == 1.0)
+    metrics = trainer._metrics["train"]
+    assert metrics["sampling/importance_sampling_ratio/ess"][-1] == pytest.approx(1.0)
+    assert metrics["sampling/importance_sampling_clipped/tokens"][-1] == 0.0
+    assert metrics["sampling/importance_sampling_clipped/episodes"][-1] == 0.0
+    for mode in ("turn_truncate", "geometric_truncate"):  # length-neutral through the batch's turn spans too
+        trainer.args.vllm_importance_sampling_mode = mode
+        assert step.vllm_weights(x, old, batch).expand_as(old)[trained].tolist() == pytest.approx(
+            [1.01] * int(trained.sum()), rel=1e-5)
+    trainer.args.vllm_importance_sampling_mode = "sequence_mask"  # TRL's: 1.01^n, a different weight per length
+    weights = step.vllm_weights(x, old, batch)[:, 0]
+    assert weights.tolist() == pytest.approx([1.01 ** int(n) for n in trained.sum(dim=1)], rel=1e-4)
+    assert weights[0] != pytest.approx(weights[1].item(), rel=1e-3)
