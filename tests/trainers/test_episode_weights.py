@@ -10,7 +10,7 @@ from conftest import tiny_rl_args
 from datasets import Dataset
 from toy_envs import CountingEnv
 
-from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRLOOConfig
+from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRLOOConfig, MultiTurnRLOOTrainer
 from trl_multiturn.agents import AgentEnvironment
 from trl_multiturn.trainers.importance import episode_row_weights, row_mean_loss
 
@@ -38,8 +38,9 @@ def test_which_losses_average_each_row_first(config, rows_count_equally):
 
 
 def per_episode_loss_weights(inputs, row_episodes) -> dict:
-    """Each episode's total weight in TRL's loss_type='grpo' loss at ratio 1, L = -1/R sum_r mean_t A[r, t]: the sum
-    of its rows' mean advantages (every turn's advantage is 1 here, so that is all the weighting)."""
+    """Each episode's total weight in a loss that averages each row first, at ratio 1 (TRL's loss_type='grpo',
+    L = -1/R sum_r mean_t A[r, t]; RLOO's segment mean, one segment per step row): the sum of its rows' mean
+    advantages (every turn's advantage is 1 here, so that is all the weighting)."""
     mask = (inputs["completion_mask"] * inputs["tool_mask"]).float()
     row_means = (inputs["advantages"] * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
     totals = defaultdict(float)
@@ -68,14 +69,19 @@ def scored_episode_weights(trainer, rows, count_once: bool) -> tuple[dict, list[
     return weights, [batch.episodes[e].num_turns for e in sorted(weights)]
 
 
-def test_a_stepwise_episode_counts_once_in_a_row_mean_loss(tiny_chatml_model, tmp_path):
+@pytest.mark.parametrize("config_cls, trainer_cls, loss", [
+    (MultiTurnGRPOConfig, MultiTurnGRPOTrainer, {"loss_type": "grpo"}),
+    (MultiTurnRLOOConfig, MultiTurnRLOOTrainer, {}),  # its default loss_granularity='episode': one ratio per row
+])
+def test_a_stepwise_episode_counts_once_in_a_row_mean_loss(tiny_chatml_model, tmp_path, config_cls, trainer_cls,
+                                                           loss):
     rows = [{"target": 1}] * 2 + [{"target": 3}] * 2
-    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, episode_format="stepwise", history="window:1",
-                        reward_mode="dense", max_turns=3, loss_type="grpo", per_device_train_batch_size=4,
-                        num_generations=2, max_completion_length=4)
+    args = tiny_rl_args(config_cls, tmp_path, episode_format="stepwise", history="window:1", reward_mode="dense",
+                        max_turns=3, per_device_train_batch_size=4, num_generations=2, max_completion_length=4,
+                        **loss)
     assert args.count_episodes_once  # the default
-    trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
-                                   train_dataset=Dataset.from_list(rows))
+    trainer = trainer_cls(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
+                          train_dataset=Dataset.from_list(rows))
     weights, turns = scored_episode_weights(trainer, rows, count_once=True)
     assert sorted(turns) == [1, 1, 3, 3]  # episodes of one and of three rows
     assert len(weights) == 4 and max(weights.values()) == pytest.approx(min(weights.values()), rel=1e-5)
