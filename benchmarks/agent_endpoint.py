@@ -19,9 +19,9 @@ request is in), so each turn is one generate call for every episode (the benchma
 The first turn is reported apart: it also holds the client's one-time costs (its first connection, and the `openai`
 package building its response models on first use).
 
-The batch_wait table plays the chat dialect with the default `batch_wait` (the least wait; the endpoint waits up to
-the last generate call's wall time for stragglers) and counts the generate calls per turn: more than 1.0 is a turn
-split into several calls.
+The batch_wait table plays the chat dialect with the default `batch_wait` (a call goes when every episode has a
+request in, or none arrived for that long) and counts the generate calls per turn: more than 1.0 is a turn split into
+several calls.
 
 Backends: "scripted" (a generate function that returns 8 fixed tokens at once: the endpoint's own cost alone) and
 "tiny model" (a 2-layer random model in-process, `hf_generate_fn`, 8 new tokens greedy: a real, small generate
@@ -216,8 +216,8 @@ def main() -> None:
     print(table(["backend", "concurrent episodes", "dialect", "streamed", "direct, median", "p99",
                  "through the endpoint, median", "p99", "overhead, median", "p99", "first turn's overhead, median",
                  "joined"], rows, text_columns=4))
-    print(f"\nThe default batch_wait ({default_wait} s, waiting up to the last generate call's time for stragglers), "
-          "chat dialect, not streamed:\n")
+    print(f"\nThe default batch_wait ({default_wait} s: a call goes when every episode has a request in, or none came "
+          f"for {default_wait} s), chat dialect, not streamed:\n")
     print(table(["backend", "concurrent episodes", "generate calls per turn", "overhead, median", "p99",
                  "through the endpoint, median"], waits, text_columns=1))
 
