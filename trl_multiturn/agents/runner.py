@@ -90,8 +90,8 @@ class AgentEnvironment:
         running episode has a request pending, or when no new request has arrived for `batch_wait` seconds (the
         episodes still out are busy with their own work). Agents answered one after another send their next
         requests one after another, and a turn gathers them all however long that takes (at most `batch_wait` per
-        episode). 0.2 s gathered every turn whole at 16 and 64 episodes on 2 busy cores, 0.05 s did not
-        (docs/agents.md).
+        episode). With a tiny model on 2 busy cores, 0.2 s gathered every turn whole at 16 and 64 episodes, 0.05 s
+        did not (docs/agents.md).
     """
 
     agent: AgentFn
