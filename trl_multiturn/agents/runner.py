@@ -55,8 +55,8 @@ class AgentResult:
 @dataclass(frozen=True)
 class AgentSession:
     """What an agent function is handed with its task row: the endpoint's base URL, the episode's API key and the
-    model name to send. `openai()` and `async_openai()` build clients bound to them (no retries: a refused request
-    is the episode's fault, not a transient one)."""
+    model name to send. `openai()`, `async_openai()` and `anthropic()` build clients bound to them (no retries: a
+    refused request is the episode's fault, not a transient one)."""
 
     base_url: str
     api_key: str
@@ -73,6 +73,13 @@ class AgentSession:
 
         return AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=self.timeout,
                            **kwargs)
+
+    def anthropic(self, **kwargs):
+        """An `anthropic.Anthropic` client (its base URL is the server's root: it adds `/v1/messages` itself)."""
+        from anthropic import Anthropic
+
+        return Anthropic(base_url=self.base_url.removesuffix("/v1"), api_key=self.api_key, max_retries=0,
+                         timeout=self.timeout, **kwargs)
 
 
 AgentFn = Callable[[dict, AgentSession], Union[float, AgentResult, Awaitable[Union[float, AgentResult]]]]
