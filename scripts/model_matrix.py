@@ -2,9 +2,9 @@
 
     python scripts/model_matrix.py --write          # CPU, fp32: regenerate docs/models.md (what CI checks)
     python scripts/model_matrix.py                  # print the table
-    python scripts/model_matrix.py --device cuda --dtype bfloat16 --attn sdpa flash_attention_2
+    python scripts/model_matrix.py --device cuda --dtype float32 bfloat16 --attn sdpa flash_attention_2
                                                     # the GPU column (scripts/gpu_check.sh): one table, a column per
-                                                    # path and attention implementation
+                                                    # path, dtype and attention implementation
 
 Exit status 1 when any cell is "WRONG" (a number off the rows' own forwards, or a crash).
 """
@@ -41,7 +41,12 @@ Paths:
 {legend}
 
 Sliding-window families are refused for packing only where a row outgrows the window (16 tokens here, 32-token
-rows): with rows inside the window they pack exactly. The padded path and `auto` are exact for every family.
+rows): with rows inside the window they pack exactly. The padded path and `auto` are exact for every family. A
+template refused for the trajectory format (it rewrites earlier turns, or its generation prompt is not how it
+renders a reply) still serves `episode_format="stepwise"`, which renders each context whole. Not in this table:
+vLLM (its CPU build serves the Llama-family tests of `tests_vllm/`), and the GPU column (`scripts/gpu_check.sh`
+prints it on a CUDA machine). Families whose layers run over the sequence as a stream also generate without the
+episode-history cache (`cache_episode_history` applies to attention-only models).
 
 """
 
@@ -50,12 +55,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help=f"write the table to {DOC.relative_to(ROOT)}")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--attn", nargs="*", default=[None],
+    parser.add_argument("--dtype", nargs="+", default=["float32"], choices=["float32", "bfloat16", "float16"],
+                        help="dtypes, each a set of columns")
+    parser.add_argument("--attn", nargs="+", default=[None],
                         help="attention implementations, each a set of columns (default: each family's own)")
     parser.add_argument("--families", nargs="*", help="family names (default: all)")
     args = parser.parse_args(argv)
-    if args.write and (args.device != "cpu" or args.dtype != "float32" or args.attn != [None]):
+    ci_table = args.device == "cpu" and args.dtype == ["float32"] and args.attn == [None]
+    if args.write and not ci_table:
         parser.error("--write writes docs/models.md, CI's table: CPU, float32, each family's attention")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(ROOT))
@@ -63,21 +70,32 @@ def main(argv=None) -> int:
     import torch
 
     from trl_multiturn.model_families import FAMILIES, family
-    from trl_multiturn.trainers.model_matrix import ATOL, markdown, run_matrix
+    from trl_multiturn.trainers.model_matrix import ATOL, COLUMNS, markdown, run_matrix
 
     families = [family(name) for name in args.families] if args.families else FAMILIES
-    # bf16/fp16: packed, padded and per-row forwards run different kernels over different shapes and agree to the
-    # dtype's precision only (tiny random models have large logits: 9e-2 seen on CPU for Qwen3 padded vs per-row in
-    # bf16), so no verdict there: the table shows the differences measured; exactness is judged in float32
-    atol = ATOL if args.dtype == "float32" else float("inf")
-    runs = {attn: run_matrix(families, device=args.device, dtype=getattr(torch, args.dtype), attn=attn, atol=atol)
-            for attn in args.attn}
-    results = runs[args.attn[0]] if len(runs) == 1 else {
-        fam.name: {f"{column} [{attn}]": cell for attn, run in runs.items() for column, cell in run[fam.name].items()}
-        for fam in families}
-    text = document(results, families, atol) if args.device == "cpu" and args.dtype == "float32" else \
-        f"model matrix on {args.device}, {args.dtype} (exact: max abs error <= {atol:g}; the error measured in " \
-        "each cell)\n\n" + markdown(results, families, numbers=True)
+    results = {fam.name: {} for fam in families}
+    measured = set()  # the columns whose cells show the difference measured rather than a verdict
+    for dtype in args.dtype:
+        for attn in args.attn:
+            # bf16/fp16: packed, padded and per-row forwards run different kernels over different shapes and agree
+            # to the dtype's precision only (tiny random models have large logits: 9e-2 seen on CPU for Qwen3 padded
+            # vs per-row in bf16), so no verdict there: the differences measured; exactness is judged in float32
+            atol = ATOL if dtype == "float32" else float("inf")
+            # the template columns do not depend on the model: once
+            columns = tuple(COLUMNS)[0 if not measured and dtype == args.dtype[0] and attn == args.attn[0] else 2:]
+            run = run_matrix(families, device=args.device, dtype=getattr(torch, dtype), attn=attn, atol=atol,
+                             columns=columns)
+            for name, cells in run.items():
+                for column, cell in cells.items():
+                    key = column if ci_table else f"{column} [{attn or 'default'}, {dtype}]"
+                    results[name][key] = cell
+                    if dtype != "float32":
+                        measured.add(key)
+    if ci_table:
+        text = document(results, families, ATOL)
+    else:
+        text = (f"model matrix on {args.device} (float32: exact means max abs difference <= {ATOL:g}; other dtypes: "
+                "the difference measured)\n\n" + markdown(results, families, numbers=measured))
     if args.write:
         DOC.write_text(text)
         print(f"wrote {DOC}")

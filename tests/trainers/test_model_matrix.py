@@ -99,12 +99,15 @@ def test_docs_models_md_is_the_matrix_output(matrix):
 def test_the_gpu_column_runs_its_entry_on_cpu(capsys):
     """scripts/gpu_check.sh's matrix call (bf16, a column per attention implementation), dry-run on CPU with one
     family: one table, the differences measured per cell, GPT-OSS (eager only) not supported under SDPA."""
-    assert _script().main(["--dtype", "bfloat16", "--attn", "sdpa", "eager", "--families", "Qwen3", "GPT-OSS"]) == 0
+    argv = ["--dtype", "float32", "bfloat16", "--attn", "sdpa", "eager", "--families", "Qwen3", "GPT-OSS"]
+    assert _script().main(argv) == 0
     out = capsys.readouterr().out
-    assert out.startswith("model matrix on cpu, bfloat16")
+    assert out.startswith("model matrix on cpu")
     header, _, qwen3, gptoss = out.split("\n\n")[1].splitlines()[:4]
-    assert "| prefix [sdpa] |" in header and "| prefix [eager] |" in header
-    assert qwen3.startswith("| Qwen3 |") and "diff " in qwen3 and "(packed)" in qwen3
+    assert header.count("| template [") == 1 and "| prefix [eager, bfloat16] |" in header
+    cells = dict(zip(header.split(" | "), qwen3.split(" | "), strict=True))
+    assert cells["prefix [sdpa, float32]"] == "exact" and cells["auto [eager, float32]"] == "exact (packed)"
+    assert cells["prefix [sdpa, bfloat16]"].startswith("diff ")
     assert "not supported [1]" in gptoss and "does not support an attention implementation" in out
 
 
@@ -163,10 +166,11 @@ def test_a_rollout_is_token_exact_with_the_familys_template(name):
 
 
 def _trainer(trainer_name, name, tmp_path, **overrides):
-    from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnPPOConfig, MultiTurnPPOTrainer
+    import trl_multiturn
 
-    config_cls, trainer_cls = {"grpo": (MultiTurnGRPOConfig, MultiTurnGRPOTrainer),
-                               "ppo": (MultiTurnPPOConfig, MultiTurnPPOTrainer)}[trainer_name]
+    kind = {"grpo": "GRPO", "rloo": "RLOO", "ppo": "PPO"}[trainer_name]
+    config_cls = getattr(trl_multiturn, f"MultiTurn{kind}Config")
+    trainer_cls = getattr(trl_multiturn, f"MultiTurn{kind}Trainer")
     fam = family(name)
     tokenizer = build_tokenizer(fam)
     args = tiny_rl_args(config_cls, tmp_path, max_steps=1, max_turns=2, reward_mode="dense",
@@ -189,18 +193,24 @@ def assert_old_logps_are_the_rows_own(trainer, inputs) -> None:
         torch.testing.assert_close(inputs["old_per_token_logps"][b, :len(completion)], own, atol=1e-4, rtol=0)
 
 
-def test_a_streaming_family_is_refused_at_the_trainers_start_and_trains_padded_by_default(tmp_path, caplog):
-    """packing="prefix" on Qwen3.5 stops the trainer's construction in one line; the default ("auto") logs that it
-    pads and trains a step whose old log-probs are those of the rows' own forwards."""
-    with pytest.raises(ValueError, match=r"^packing='prefix': Qwen3_5ForCausalLM \(qwen3_5_text\) has layer_types "
-                                         r"\['linear_attention'\].*use packing='padded'$"):
-        _trainer("grpo", "Qwen3.5", tmp_path, packing="prefix")
+@pytest.mark.parametrize(("trainer_name", "name", "model_class"), [("grpo", "Qwen3.5", "Qwen3_5ForCausalLM"),
+                                                                    ("rloo", "LFM2", "Lfm2ForCausalLM")])
+def test_a_streaming_family_is_refused_at_the_trainers_start_and_trains_padded_by_default(trainer_name, name,
+                                                                                          model_class, tmp_path,
+                                                                                          caplog):
+    """packing="prefix" on a family with Gated DeltaNet (Qwen3.5) or short-convolution (LFM2) layers stops the
+    trainer's construction in one line; the default ("auto") logs that it pads and trains a step whose old log-probs
+    are those of the rows' own forwards (its rollout generated without the episode-history cache)."""
+    with pytest.raises(ValueError, match=rf"^packing='prefix': {model_class} \(.*\) has layer_types .*"
+                                         r"use packing='padded'$"):
+        _trainer(trainer_name, name, tmp_path, packing="prefix")
     from trl_multiturn.trainers import packing
 
     packing._LOGGED_PADDING.clear()
     with caplog.at_level(logging.WARNING, logger="trl_multiturn.trainers.packing"):
-        trainer = _trainer("grpo", "Qwen3.5", tmp_path / "auto", num_iterations=2)
-    assert "packing='auto' pads the rows: Qwen3_5ForCausalLM" in caplog.text
+        trainer = _trainer(trainer_name, name, tmp_path / "auto", num_iterations=2)
+    assert f"packing='auto' pads the rows: {model_class}" in caplog.text
+    assert trainer._history_cache is None
     assert_old_logps_are_the_rows_own(trainer, trainer._generate_and_score_completions([{"target": 2}] * 4))
     trainer.train()
     assert trainer.state.global_step == 1

@@ -264,17 +264,17 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def markdown(results: dict[str, dict[str, Cell]], families=FAMILIES, numbers: bool = False) -> str:
+def markdown(results: dict[str, dict[str, Cell]], families=FAMILIES, numbers=()) -> str:
     """docs/models.md's table of `results` (`run_matrix`): a row per family with its template, a cell per path;
-    refusals and reasons are numbered notes under the table (one note per distinct text). `numbers`: a forward's cell
-    shows the largest difference measured instead of its verdict (machine-dependent: the GPU tables in bf16, not
-    docs/models.md)."""
+    refusals and reasons are numbered notes under the table (one note per distinct text). In the columns named in
+    `numbers`, a forward's cell shows the largest difference measured instead of its verdict (machine-dependent: the
+    GPU table's bf16 columns, never docs/models.md)."""
     columns = list(next(iter(results.values())))
     by_name = {fam.name: fam for fam in families}
     notes: dict[str, int] = {}
 
-    def cell_text(cell: Cell) -> str:
-        if cell.verdict == "exact" and numbers and cell.error is not None:
+    def cell_text(column: str, cell: Cell) -> str:
+        if cell.verdict == "exact" and column in numbers and cell.error is not None:
             return f"diff {cell.error:.0e}" + (f" ({cell.detail})" if cell.detail else "")
         if cell.verdict == "exact":
             return f"exact ({cell.detail})" if cell.detail else "exact"
@@ -285,6 +285,6 @@ def markdown(results: dict[str, dict[str, Cell]], families=FAMILIES, numbers: bo
     for name, cells in results.items():
         fam = by_name[name]
         template = f"`{fam.template}`" + (f" ({fam.note})" if fam.note else "")
-        lines.append(f"| {name} | {template} | " + " | ".join(cell_text(cells[c]) for c in columns) + " |")
+        lines.append(f"| {name} | {template} | " + " | ".join(cell_text(c, cells[c]) for c in columns) + " |")
     lines += ["", *(f"{number}. {text}" for text, number in notes.items())]
     return "\n".join(lines)

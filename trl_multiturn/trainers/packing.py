@@ -175,12 +175,14 @@ def check_model_packing(model, packing: str) -> None:
 
 
 _LOGGED_PADDING: set[str] = set()
-"""The reasons `packing="auto"` padded for, logged once each per process."""
+"""The reasons `packing="auto"` padded for, logged once each per process: each refusal's text up to its first
+colon (the model and the reason, without a batch's row length)."""
 
 
 def _log_padding(refusal: str) -> None:
-    if refusal not in _LOGGED_PADDING:
-        _LOGGED_PADDING.add(refusal)
+    key = refusal.partition(":")[0]
+    if key not in _LOGGED_PADDING:
+        _LOGGED_PADDING.add(key)
         logger.warning("packing='auto' pads the rows: %s", refusal)
 
 
