@@ -43,7 +43,7 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_atte
 """The sizes every family shares (a family's `options` override them; None removes one)."""
 
 _MOE = dict(num_experts_per_tok=2, moe_intermediate_size=32)
-_BORROWED = "TRL ships no template of its own for it: ChatML (qwen2_5_training.jinja)"
+_BORROWED = "borrowed: TRL ships no template for the family"
 
 FAMILIES: tuple[Family, ...] = (
     Family("Llama (SmolLM2)", "LlamaConfig", template="llama3.jinja",
