@@ -32,8 +32,9 @@ template named in the row; nothing is downloaded.
   (max abs difference <= {atol:g}), and where rows are packed the gradients of one loss equal the padded rows'; a
   template cell: the ids built turn by turn (as the rollout builds them) equal the template's rendering of the whole
   conversation. `auto` says whether it packed or padded the rows.
-- **refused [n]**: the library refuses at the start in the one line of note n (`packing="prefix"` raises it;
-  `packing="auto"`, the default, pads such a model and logs the line once; a refused template stops the trainer).
+- **refused [n]**: the library refuses in the one line of note n, at the trainer's start (a sliding window: at the
+  first batch whose rows outgrow it). `packing="prefix"` raises it; `packing="auto"`, the default, pads such a model
+  and logs the line once; a refused template stops the trainer.
 - **not supported [n]**: the path does not exist for the family, for the reason of note n.
 
 Paths:
