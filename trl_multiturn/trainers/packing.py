@@ -162,12 +162,12 @@ def sequence_mixer_refusal(model) -> str | None:
 
 
 def check_model_packing(model, packing: str) -> None:
-    """At a trainer's start: refuse `packing="prefix"` for a model whose layers cannot run packed rows at any length
-    (`sequence_mixer_refusal`, `packing_refusal`'s length-free part; sliding windows are judged per batch), and say in
-    the log that `packing="auto"` will pad its rows."""
+    """At a trainer's start: refuse `packing="prefix"` for a model that cannot run packed rows at any length (its
+    attention implementation, or its layers: `packing_refusal` for rows of no length; sliding windows are judged per
+    batch), and say in the log that `packing="auto"` will pad its rows."""
     if check_packing(packing) == "padded":
         return
-    refusal = sequence_mixer_refusal(model)
+    refusal = packing_refusal(model, 0)
     if refusal and packing == "prefix":
         raise ValueError(f"packing='prefix': {refusal}")
     if refusal:
