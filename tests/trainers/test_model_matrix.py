@@ -134,6 +134,25 @@ def test_a_new_family_with_a_convolution_is_refused_by_the_module_it_instantiate
     assert refusal.endswith("use packing='padded'")
 
 
+def test_what_cannot_pack_at_any_length_is_refused_at_start_or_padded_with_one_log_line(caplog):
+    """`check_model_packing`, which a trainer calls before anything else: "prefix" raises the one line, "auto" logs
+    it once, "padded" says nothing. An attention implementation that ignores the mask counts as a layer type does;
+    a sliding window does not (the rows may fit it)."""
+    from trl_multiturn.trainers import packing
+
+    model = build_model(family("Qwen3"))
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match=r"^packing='prefix': Qwen3ForCausalLM \(qwen3\): "
+                                         r"attn_implementation='flash_attention_2'.*use packing='padded'$"):
+        packing.check_model_packing(model, "prefix")
+    packing._LOGGED_PADDING.clear()
+    with caplog.at_level(logging.WARNING, logger="trl_multiturn.trainers.packing"):
+        for mode in ("auto", "auto", "padded"):
+            packing.check_model_packing(model, mode)
+    assert caplog.text.count("packing='auto' pads the rows: Qwen3ForCausalLM (qwen3): attn_implementation") == 1
+    packing.check_model_packing(build_model(family("Gemma 3")), "prefix")  # sliding_window=16: judged per batch
+
+
 def test_a_layer_type_the_library_does_not_know_is_refused():
     model = build_model(family("Qwen3"))
     model.config.layer_types = ["full_attention", "chunked_attention", "full_attention", "full_attention"]

@@ -132,9 +132,9 @@ def packing_refusal(model, max_length: int) -> str | None:
                 "packing='padded'")
     implementation = getattr(config, "_attn_implementation", None)
     if implementation not in MASKABLE_ATTENTION:
-        return (f"attn_implementation={implementation!r} cannot take the prefix-tree 4-D attention mask (it takes "
-                f"{' or '.join(MASKABLE_ATTENTION)}): load the model with attn_implementation='sdpa', or use "
-                "packing='padded'")
+        return (f"{model_name(model)}: attn_implementation={implementation!r} cannot take the prefix-tree 4-D "
+                f"attention mask (it takes {' or '.join(MASKABLE_ATTENTION)}): load the model with "
+                "attn_implementation='sdpa', or use packing='padded'")
     mixer = sequence_mixer_refusal(model)
     if mixer:
         return mixer
