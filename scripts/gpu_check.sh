@@ -6,7 +6,6 @@
 # code paths (DeepSpeed's CUDA engine, NCCL, bf16-capable kernels), not the sharding, which the CPU runs check with 2
 # processes.
 #
-#
 # First, the GPU column of the model-family matrix (docs/models.md; scripts/model_matrix.py): every family of
 # trl_multiturn/model_families.py built in-process (no Hub), each path checked against the rows' own forwards on CUDA,
 # in float32 (verdicts: exact / refused / not supported, as on CPU) with SDPA, and with flash attention 2 where it
@@ -43,6 +42,7 @@ import importlib.util
 print("hybrid kernels:", {name: importlib.util.find_spec(name) is not None
                           for name in ("fla", "mamba_ssm", "causal_conv1d")})
 KERNELS
-  "$PY" scripts/model_matrix.py --device cuda --dtype float32 bfloat16 --attn "${ATTN[@]}"
+  "$PY" scripts/model_matrix.py --device cuda --dtype float32 bfloat16 --attn "${ATTN[@]}" || MATRIX_WRONG=1
 fi
 "$PY" -m pytest -q -p no:cacheprovider tests/trainers/test_distributed.py -k ppo "$@"
+exit "${MATRIX_WRONG:-0}"  # a WRONG cell of the matrix (listed on stderr above) fails the check
