@@ -24,13 +24,13 @@ PACKAGE = "trl_multiturn"
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("lazy", "quiet", "config_checks", "registry", "cache", "progress", "data", "statistics",
-              "run_lifetime")),
+              "run_lifetime", "model_layers")),
     ("contract", ("envs.base",)),
     ("envs", ("envs",)),
     ("credit", ("credit",)),
     ("rollout", ("rollout", "episode_data", "agents")),
     ("evaluation", ("evaluation", "episode_settings", "model_card", "plotting", "models", "model_setup", "expert",
-                    "testing")),
+                    "testing", "model_families")),
     ("trainers", ("trainers",)),
     ("commands", ("commands", "__init__")),
 )

@@ -125,9 +125,10 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, rules: Episod
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .episode_settings import environment_factory_from_spec, load_episode_settings
+    from .model_layers import streaming_layers
     from .models import resolve_model
     from .progress import TurnProgress
-    from .rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
+    from .rollout.generation import CachedGenerator, generation_eos_ids, hf_generate_fn, reply_eos_ids
     from .rollout.runner import EpisodeRunner
 
     if episode_settings is None and isinstance(model, (str, os.PathLike)):
@@ -145,7 +146,8 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, rules: Episod
     was_training = model.training
     model.eval()
     eos = reply_eos_ids(tokenizer, generation_eos_ids(model))
-    generate = CachedGenerator(model, tokenizer, eos, temperature=temperature)
+    generate = (CachedGenerator(model, tokenizer, eos, temperature=temperature) if streaming_layers(model) is None
+                else hf_generate_fn(model, tokenizer, eos, temperature=temperature))  # Mamba, Gated DeltaNet...
     runner = EpisodeRunner(environment_factory, tokenizer, generate, rules, eos_token_ids=eos, env_mode=env_mode,
                            env_timeout=env_timeout)
     rows = list(tasks)

@@ -46,12 +46,18 @@ _CORPUS = [
 
 def build_tiny_tokenizer(template: str = "chatml", vocab_size: int = 600):
     """A byte-level BPE tokenizer trained in-process, with `template`'s special tokens and chat template."""
+    if template not in CHAT_TEMPLATES + HISTORY_REWRITING_TEMPLATES:
+        raise ValueError(f"template={template!r}: choose one of {CHAT_TEMPLATES + HISTORY_REWRITING_TEMPLATES}")
+    return train_tiny_tokenizer(_SPECIAL_TOKENS[template], trl_chat_template(_TRL_TEMPLATE_FILES[template]),
+                                vocab_size)
+
+
+def train_tiny_tokenizer(spec: dict, chat_template: str, vocab_size: int = 600):
+    """A byte-level BPE tokenizer trained in-process on a small corpus, with the special tokens of `spec` ("bos",
+    "eos", "pad": a token or None; "extra": a list) and `chat_template`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    if template not in CHAT_TEMPLATES + HISTORY_REWRITING_TEMPLATES:
-        raise ValueError(f"template={template!r}: choose one of {CHAT_TEMPLATES + HISTORY_REWRITING_TEMPLATES}")
-    spec = _SPECIAL_TOKENS[template]
     specials = [t for t in (spec["bos"], spec["eos"], spec["pad"], *spec["extra"]) if t]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -70,15 +76,15 @@ def build_tiny_tokenizer(template: str = "chatml", vocab_size: int = 600):
         pad_token=spec["pad"],
         additional_special_tokens=spec["extra"],
     )
-    fast.chat_template = _trl_chat_template(template)
+    fast.chat_template = chat_template
     return fast
 
 
-def _trl_chat_template(template: str) -> str:
+def trl_chat_template(filename: str) -> str:
+    """The text of TRL's chat template `filename` (in `trl/chat_templates/`)."""
     import trl
 
-    path = Path(trl.__file__).parent / "chat_templates" / _TRL_TEMPLATE_FILES[template]
-    return path.read_text()
+    return (Path(trl.__file__).parent / "chat_templates" / filename).read_text()
 
 
 def build_tiny_model(out_dir: str | os.PathLike, template: str = "chatml", hidden_size: int = 32, num_layers: int = 2,

@@ -92,3 +92,15 @@ def test_unsupported_sampling_settings_use_trls_generation(tiny_chatml_model, tm
     trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
                                    train_dataset=Dataset.from_list([{"target": 2}] * 2))
     assert trainer._history_cache is None
+
+
+def test_the_history_cache_refuses_a_model_whose_layers_stream():
+    """Gated DeltaNet (Qwen3.5) carries a state from token to token: a chunk's left padding would enter it mid-row
+    (and transformers' DynamicCache() holds no such state): refused in one line naming the layer, and evaluation and
+    the trainers generate with the padded `generate` instead (tests/trainers/test_model_matrix.py)."""
+    from trl_multiturn.model_families import build_model, build_tokenizer, family
+
+    tokenizer = build_tokenizer(family("Qwen3.5"))
+    with pytest.raises(ValueError, match=r"^Qwen3_5ForCausalLM \(qwen3_5_text\) has layer_types \['linear_attention'\]"
+                                         r".*Qwen3_5GatedDeltaNet.*cannot feed in padded chunks"):
+        CachedGenerator(build_model(family("Qwen3.5"), tokenizer), tokenizer)

@@ -229,5 +229,6 @@ class ChatTokenBuilder:
             f"The chat template of {self._name!r} cannot be extended token-exactly: {what}. Multi-turn rollouts need "
             "a prefix-preserving template (each turn only appends tokens). The trainers' "
             "`use_training_chat_template=True` switches to TRL's training version of known templates; "
-            "`chat_template_path` gives one (e.g. one of the `*_training.jinja` templates in `trl/chat_templates/`)."
+            "`chat_template_path` gives one (e.g. one of the `*_training.jinja` templates in `trl/chat_templates/`); "
+            "`episode_format='stepwise'` renders each turn's context whole and takes any template."
         )

@@ -10,6 +10,8 @@ import inspect
 
 import torch
 
+from ..model_layers import model_name, streaming_layers
+
 
 def left_pad(contexts: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists into `(input_ids, attention_mask)` tensors."""
@@ -75,12 +77,19 @@ class CachedGenerator:
     (the runner's `overlap` halves): a call continues the cache whose rows its contexts extend, and a call that
     extends none replaces the cache used least recently.
 
+    Models with layers that run over the sequence as a stream (`model_layers.streaming_layers`: Mamba, Gated
+    DeltaNet, short convolutions) are refused: the padding inside a chunk would enter their state.
+
     Greedy when `temperature == 0`, else sampling with temperature, top-k and top-p, from `generator` when one is
     given (else torch's global generator).
     """
 
     def __init__(self, model, tokenizer, eos_token_ids=None, temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, streams: int = 1, generator: torch.Generator | None = None):
+        streaming = streaming_layers(model)
+        if streaming:  # the chunks' padding would enter their state mid-sequence, and DynamicCache() holds none
+            raise ValueError(f"{model_name(model)} has {streaming}, which the episode-history cache cannot feed in "
+                             "padded chunks: generate with `hf_generate_fn` (trainers: cache_episode_history=False)")
         from transformers.generation.logits_process import (
             LogitsProcessorList,
             TemperatureLogitsWarper,

@@ -31,6 +31,7 @@ from ..config_checks import Range, check_fields, check_value, config_field, fiel
 from ..credit import get_estimator, shape_turn_rewards
 from ..credit.rewards import REWARD_MODES
 from ..episode_data import save_episodes
+from ..model_layers import streaming_layers
 from ..progress import TurnProgress
 from ..rollout import Episode, EpisodeRunner
 from ..rollout.batch import RolloutBatch
@@ -41,7 +42,7 @@ from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
 from ..rollout.training_template import use_training_chat_template_field
 from ..run_lifetime import sigterm_stops_the_run
-from .packing import PACKING_MODES, RowsPlanner, check_packing, packed_logps_and_entropies
+from .packing import PACKING_MODES, RowsPlanner, check_model_packing, check_packing, packed_logps_and_entropies
 from .policy_lag import LaggedRollouts, stale_episodes
 from .run_files import RunFilesMixin
 from .step import MultiTurnStep, sequence_logps
@@ -254,8 +255,10 @@ class MultiTurnArguments:
         metadata={"help": "On the transformers generation path, keep the live episodes' key/value cache from one "
                           "turn to the next, so that each token of an episode is processed once per rollout "
                           "(`CachedGenerator`). Off: TRL's `generate` re-reads each episode's whole history every "
-                          "turn. Applies only to plain sampling (temperature, top_p, top_k); with vLLM, continuous "
-                          "batching, min_p, repetition_penalty or generation_kwargs, TRL's own generation is used."},
+                          "turn. Applies only to plain sampling (temperature, top_p, top_k) and models whose token "
+                          "mixing is attention (not Mamba, Gated DeltaNet or convolution layers); with vLLM, "
+                          "continuous batching, min_p, repetition_penalty or generation_kwargs, TRL's own generation "
+                          "is used."},
     )
     max_policy_lag: int = config_field(
         0, "0: on-policy (each step's rollout is played by the weights it trains). k >= 1: the rollout for the next "
@@ -613,6 +616,7 @@ class MultiTurnMixin(RunFilesMixin):
             raise ValueError(f"packing='prefix' on {self.accelerator.num_processes} processes is not supported yet "
                              "(each rank's packs differ, so ranks would run different numbers of forwards): use "
                              "packing='auto', which pads the rows there, or 'padded'")
+        check_model_packing(self.accelerator.unwrap_model(self.model), self._packing())
         check_datasets(self.train_dataset, self.eval_dataset)
         check_trl_attributes(self)
         self.environment_factory = environment_factory
@@ -797,7 +801,8 @@ class MultiTurnMixin(RunFilesMixin):
         plain_sampling = (self.min_p is None and self.repetition_penalty == 1.0
                           and not getattr(self.args, "generation_kwargs", None))
         if (not self.args.cache_episode_history or self.use_vllm or not plain_sampling
-                or getattr(self, "use_transformers_continuous_batching", False)):
+                or getattr(self, "use_transformers_continuous_batching", False)
+                or streaming_layers(self.accelerator.unwrap_model(self.model))):
             return None
         return CachedGenerator(self.accelerator.unwrap_model(self.model), self.text_tokenizer, self.stop_token_ids,
                                temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
