@@ -41,9 +41,17 @@ packs, its value V(s_t) gathered from the position before t as a log-prob is: `p
 `packed_policy_and_values` for the loss, one plan per micro-batch serving one forward of each model per pack. Policy
 and critic take one mask form, so `choose_plan` holds both to the rules below and to one attention implementation.
 
+Sliding-window layers: a token of a sliding layer attends the keys less than `window` positions before it in its row
+(transformers' convention: the window holds the token itself and the `window - 1` before it), and in a pack a token's
+depth in the tree is its position id, so that layer's mask is the tree mask less the ancestors `window` or more
+positions above (`window_mask`). The families in `WINDOWED_FAMILIES` take one mask per layer type (a dict keyed by
+`config.layer_types`' names), and `model_inputs` gives them the tree mask for `full_attention` layers and the windowed
+one for `sliding_attention` layers: exact with rows longer than the window.
+
 Needs an attention implementation that honours a custom 4-D mask: SDPA (boolean, True = attend) or eager (additive
-float). Others (flash attention, flex attention, paged kernels) and sliding-window layers shorter than the rows are
-refused by name (`packing="prefix"`) or fall back to the padded path (`packing="auto"`), never silently wrong.
+float). Others (flash attention, flex attention, paged kernels), and sliding-window layers shorter than the rows of a
+family outside `WINDOWED_FAMILIES` (which would see the whole row), are refused by name (`packing="prefix"`) or fall
+back to the padded path (`packing="auto"`), never silently wrong.
 """
 
 from __future__ import annotations
@@ -62,6 +70,10 @@ PACKING_MODES = ("auto", "prefix", "padded")
 
 MASKABLE_ATTENTION = ("sdpa", "eager")
 """Attention implementations whose transformers kernels take a custom 4-D mask as it is."""
+
+WINDOWED_FAMILIES = ("gemma3_text", "gemma4_text", "gpt_oss")
+"""`model_type`s (of the text config) whose models take a dict of masks keyed by layer type, packed exactly with
+sliding-window layers narrower than the rows (tests/trainers/test_packing_windows.py)."""
 
 IGNORE = -100
 
@@ -115,7 +127,8 @@ def packing_refusal(model, max_length: int) -> str | None:
     """Why `model` cannot run packed rows up to `max_length` tokens long, or None when it can.
 
     Refused: an attention implementation that ignores or rebuilds a custom 4-D mask (anything but SDPA and eager),
-    and sliding-window attention layers narrower than the rows (the packed mask carries no window)."""
+    and sliding-window attention layers narrower than the rows outside `WINDOWED_FAMILIES` (their one 4-D mask carries
+    no window)."""
     config = _text_config(model)
     if config is None:
         return (f"{type(model).__name__} has no transformers config to tell its attention implementation: use "
@@ -129,10 +142,33 @@ def packing_refusal(model, max_length: int) -> str | None:
     layer_types = getattr(config, "layer_types", None)
     sliding = any(kind == "sliding_attention" for kind in layer_types) if layer_types else (
         window is not None and getattr(config, "use_sliding_window", True))
-    if sliding and window is not None and max_length > window:
-        return (f"sliding_window={window} is shorter than the longest row ({max_length} tokens) and the packed mask "
-                "carries no window: use packing='padded'")
+    family = getattr(config, "model_type", None)
+    if sliding and window is not None and max_length > window and family not in WINDOWED_FAMILIES:
+        return (f"{family}'s sliding_attention layers (sliding_window={window}) are shorter than the longest row "
+                f"({max_length} tokens) and its packed mask carries no window: use packing='padded'")
     return None
+
+
+def window_mask(mask: torch.Tensor, position_ids: torch.Tensor, window: int) -> torch.Tensor:
+    """The tree mask of a sliding-window layer: `mask` (k, 1, L, L) kept where the key is less than `window` positions
+    above the query in its row,
+
+        sliding[q, k] = mask[q, k] and pos[q] - pos[k] < window
+
+    with `position_ids` (k, L) the depth of each packed token (transformers' `sliding_window_overlay`: a window of W
+    holds the token itself and the W - 1 before it). A query's keys are its ancestors: the distance is in its row."""
+    distance = position_ids[:, None, :, None] - position_ids[:, None, None, :]
+    return mask & (distance < window)
+
+
+def layer_masks(config, forward: Forward) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The boolean mask(s) of one packed forward: the tree mask, or for a family in `WINDOWED_FAMILIES`, one per
+    layer type of `config.layer_types` (`window_mask` for "sliding_attention", the tree mask for the others)."""
+    if getattr(config, "model_type", None) not in WINDOWED_FAMILIES:
+        return forward.attention_mask
+    sliding = window_mask(forward.attention_mask, forward.position_ids, config.sliding_window)
+    return {kind: sliding if kind == "sliding_attention" else forward.attention_mask
+            for kind in set(config.layer_types)}
 
 
 def plan_packs(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
@@ -192,31 +228,43 @@ def plan_packs(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_
 
 
 def attention_cost_ratio(model) -> float:
-    """rho of the cost model: FLOPs of one masked query-key pair over those of one token's linear layers,
+    """rho of the cost model: FLOPs of one masked query-key pair over those of one token's linear layers, over the
+    layers l,
 
-        rho = 4 d / (2 (2 d^2 + 2 d d_kv + 3 d d_ff))
+        rho = sum_l 4 d / sum_l 2 (2 d^2 + 2 d d_kv,l + 3 d d_ff,l)
 
-    (the LM head runs on the scored tokens only, in both paths alike)."""
+    with each layer's own sizes where the config varies them by layer (`per_layer_config`, as Gemma 4's head sizes);
+    the LM head runs on the scored tokens only, in both paths alike."""
     config = _text_config(model)
-    d = config.hidden_size
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or d // heads
-    d_kv = (getattr(config, "num_key_value_heads", None) or heads) * head_dim
-    d_ff = getattr(config, "intermediate_size", 4 * d)
-    return 4 * d / (2 * (2 * d * d + 2 * d * d_kv + 3 * d * d_ff))
+    layers = list(config.per_layer_config) if getattr(config, "is_heterogeneous", False) else [config]
+    pairs = linear = 0.0
+    for layer in layers:
+        d = layer.hidden_size
+        heads = layer.num_attention_heads
+        head_dim = getattr(layer, "head_dim", None) or d // heads
+        d_kv = (getattr(layer, "num_key_value_heads", None) or heads) * head_dim
+        d_ff = getattr(layer, "intermediate_size", 4 * d)
+        pairs += 4 * d
+        linear += 2 * (2 * d * d + 2 * d * d_kv + 3 * d * d_ff)
+    return pairs / linear
 
 
 def model_inputs(model, forward: Forward) -> dict:
-    """The keyword arguments of `model` for one packed forward: ids, position ids and the 4-D mask in the form the
-    model's attention implementation takes (boolean for SDPA, additive for eager)."""
+    """The keyword arguments of `model` for one packed forward: ids, position ids and the 4-D mask(s) of
+    `layer_masks` in the form the model's attention implementation takes (boolean for SDPA, additive for eager)."""
     device = _device(model)
-    mask = forward.attention_mask.to(device)
     config = _text_config(model)
-    if config._attn_implementation == "eager":
-        dtype = getattr(model, "dtype", torch.float32)
-        mask = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
+    dtype = getattr(model, "dtype", torch.float32)
+
+    def form(mask: torch.Tensor) -> torch.Tensor:
+        mask = mask.to(device)
+        if config._attn_implementation != "eager":
+            return mask
+        return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
+
+    masks = layer_masks(config, forward)
     return {"input_ids": forward.input_ids.to(device), "position_ids": forward.position_ids.to(device),
-            "attention_mask": mask}
+            "attention_mask": {kind: form(m) for kind, m in masks.items()} if isinstance(masks, dict) else form(masks)}
 
 
 class RowsPlanner:
@@ -245,7 +293,7 @@ def choose_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
     padded rows: None for `packing="padded"`, and for "auto" where a model cannot take the packed mask
     (`packing_refusal`) or the plan costs more than the rows; "prefix" refuses such a model by name. The models (a
     policy, and PPO's critic beside it) are forwarded with the first one's mask form, so they must share an attention
-    implementation."""
+    implementation, and all or none be in `WINDOWED_FAMILIES` (a dict of masks per layer type)."""
     check_packing(packing)
     if packing == "padded":
         return None
@@ -255,6 +303,10 @@ def choose_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
     if refusal is None and len(set(implementations)) > 1:
         refusal = (f"the models' attn_implementation differ ({', '.join(map(repr, implementations))}) and one packed "
                    "mask serves them all: load them with the same one, or use packing='padded'")
+    families = [getattr(_text_config(m), "model_type", None) for m in models]
+    if refusal is None and len({family in WINDOWED_FAMILIES for family in families}) > 1:
+        refusal = (f"of the models' families ({', '.join(map(repr, families))}) some take a mask per layer type and "
+                   "some one mask, and one packed mask form serves them all: use packing='padded'")
     if refusal:
         if packing == "prefix":
             raise ValueError(f"packing='prefix': {refusal}")
