@@ -2,12 +2,15 @@
 layer type, the sliding layers' mask cut to the window by tree depth. Exact against per-row forwards with no padding
 (log-probs, entropies) and against the padded rows (the same, and the gradients), on tiny in-process configs."""
 
+import copy
 import random
 
 import pytest
 import torch
 from test_packing import ATOL, TEMPERATURE, assert_exact, batch, tokens
+from test_ppo_packing import assert_policy_and_values_exact
 from transformers import (
+    AutoModelForTokenClassification,
     Gemma3Config,
     Gemma3ForCausalLM,
     Gemma3ForConditionalGeneration,
@@ -25,6 +28,7 @@ from transformers import (
 
 from trl_multiturn.trainers.packing import choose_plan, packed_logps_and_entropies, packing_refusal, window_mask
 from trl_multiturn.trainers.step import token_logps_and_entropies
+from trl_multiturn.trainers.value_model import PolicyAndValueModel
 
 WINDOW = 8
 SHARED = dict(vocab_size=500, hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -106,6 +110,17 @@ def test_sliding_layers_pack_exactly_past_the_window(family, attn):
     model.config.get_text_config().sliding_window = 10**6
     unwindowed = per_row(model, rows)[0]
     assert (unwindowed - expected[0])[:4].abs().max() > 1e-2
+
+
+def test_ppo_policy_and_critic_pack_exactly_past_the_window():
+    """PPO's loss forward of a GPT-OSS policy and its token-classification critic (the critic a config copy, as
+    `value_model.create_value_model` builds it): one packed forward of each, values and gradients as padded."""
+    policy = build("gpt_oss", "eager")
+    config = copy.deepcopy(policy.config)
+    config.num_labels = 1
+    critic = AutoModelForTokenClassification.from_config(config).eval()  # eval: no dropout before its head
+    plan = assert_policy_and_values_exact(PolicyAndValueModel(policy, critic), rows_around_the_window())
+    assert plan.forwarded_tokens < plan.padded_tokens
 
 
 def test_window_mask_keeps_the_token_and_the_window_minus_one_before_it():
