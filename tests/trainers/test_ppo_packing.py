@@ -45,8 +45,14 @@ ROWS = {
 def test_the_loss_forward_of_policy_and_critic_packed_equals_padded(tiny_chatml_model, shape):
     """Log-probs, entropies and values of the loss's forward, and the gradients of both models after one backward
     of a loss over them, equal the padded forward's on every sampled column."""
-    model = policy_and_critic(tiny_chatml_model)
-    rows = ROWS[shape]()
+    plan = assert_policy_and_values_exact(policy_and_critic(tiny_chatml_model), ROWS[shape]())
+    if shape != "failed and truncated rows":
+        assert plan.forwarded_tokens < plan.padded_tokens
+
+
+def assert_policy_and_values_exact(model, rows):
+    """Packed and padded `policy_and_values` of a `PolicyAndValueModel` agree on `rows` (log-probs, entropies,
+    values, and the gradients of both models after one backward of a loss over them); returns the plan."""
     ids, mask, keep = batch(rows)
     plan = plan_packs(ids, mask, keep)
     scored = mask[:, -keep:].bool()
@@ -66,8 +72,7 @@ def test_the_loss_forward_of_policy_and_critic_packed_equals_padded(tiny_chatml_
     assert len(packed_grads) == len(padded_grads) == sum(1 for _ in model.parameters())  # policy and critic
     for a, b in zip(packed_grads, padded_grads, strict=True):
         torch.testing.assert_close(a, b, atol=ATOL * max(1.0, b.abs().max().item()), rtol=1e-4)
-    if shape != "failed and truncated rows":
-        assert plan.forwarded_tokens < plan.padded_tokens
+    return plan
 
 
 def test_a_critic_the_packed_mask_cannot_reach_is_refused_by_name_or_padded(tiny_chatml_model):
