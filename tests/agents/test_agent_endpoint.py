@@ -130,7 +130,7 @@ def test_a_failing_generate_call_stops_the_rollout_and_answers_every_agent(polic
 
     def agent(task, session):
         try:
-            session.openai().chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            session.openai().chat.completions.create(model=session.model, messages=[{"role": "user", "content": "hi"}])
         except openai.APIStatusError as exc:
             answered.put(exc.status_code)
         return 1.0

@@ -6,7 +6,8 @@ naming the field, the value and what to send instead. `chat_completion` writes t
 in OpenAI's form (`{"id", "type": "function", "function": {"name", "arguments": "<json>"}}`).
 
 Sampling settings in the request (`temperature`, `top_p`, `stop`, ...) are not applied: the policy samples with the
-trainer's settings, which are the ones the log-probs and the loss assume. `n` other than 1 and `stream` are refused.
+trainer's settings, which are the ones the log-probs and the loss assume. `n` other than 1 is refused. Streaming and
+the other dialects are translations to and from these shapes (`dialects.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-REFUSED = {"n": 1, "stream": False}  # field -> the only value served
+REFUSED = {"n": 1}  # field -> the only value served
 
 
 class RequestError(ValueError):

@@ -211,6 +211,7 @@ class AgentRunner:
                 for slot in slots:
                     self._fail(slot, "the rollout stopped before the agent returned")
                 self._slots = {}
+                self.endpoint.forget(ids)
                 for pending in self._queue:
                     pending.answer(410, error_body("the rollout ended", 410))
                 self._queue = []
