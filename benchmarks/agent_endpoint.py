@@ -2,6 +2,8 @@
 
     nice -n 10 python benchmarks/agent_endpoint.py                    # 16 and 64 concurrent episodes, both backends
     python benchmarks/agent_endpoint.py --episodes 16 --turns 5 --backends scripted
+    python benchmarks/agent_endpoint.py --agents process --backends scripted   # agents in their own processes
+    python benchmarks/agent_endpoint.py --mini-swe-agent 4            # mini-swe-agent's seconds per SWE-Gym episode
 
 Each row plays `--episodes` agents of `--turns` model calls each, every agent a loop on the real `openai` client
 that appends the reply it got and a short user message (so every call after the first joins its episode's sample).
@@ -17,6 +19,10 @@ generate call for every episode (the benchmark checks it). Per turn and episode:
 
 The first turn is reported apart: it also holds the client's one-time costs (its first connection, and the `openai`
 package building its response models on first use).
+
+Agents: "thread" (the loop above on a thread of the trainer's process) or "process" (the same loop in its own
+Python process per episode, `AgentCommand` running `benchmarks/process_agent.py`, its client configured by the
+environment; its first turn also waits for every process to start and import `openai`).
 
 Backends: "scripted" (a generate function that returns 8 fixed tokens at once: the endpoint's own cost alone) and
 "tiny model" (a 2-layer random model in-process, `hf_generate_fn`, 8 new tokens greedy: a real, small generate
@@ -40,7 +46,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from measures import heading, percentile  # noqa: E402
 from measures import markdown_table as table  # noqa: E402
 
-from trl_multiturn.agents import AgentEnvironment, AgentRunner  # noqa: E402
+from trl_multiturn.agents import AgentCommand, AgentEnvironment, AgentRunner  # noqa: E402
 from trl_multiturn.rollout.rules import EpisodeRules
 
 NEW_TOKENS = 8
@@ -92,17 +98,23 @@ def backends(names: list[str]):
     return tokenizer, {name: made[name] for name in names}
 
 
-def row(tokenizer, make_generate, episodes: int, turns: int) -> dict:
+def row(tokenizer, make_generate, episodes: int, turns: int, agents: str = "thread") -> dict:
     latencies: dict[int, list[float]] = {}
     endpoint_gen = Timed(make_generate())
-    start = threading.Barrier(episodes, timeout=600)
-    runner = AgentRunner(AgentEnvironment(looping_agent(turns, latencies, start), batch_wait=60.0), tokenizer,
-                         endpoint_gen, EpisodeRules(max_turns=turns, max_completion_length=NEW_TOKENS))
+    if agents == "thread":
+        agent = looping_agent(turns, latencies, threading.Barrier(episodes, timeout=600))
+    else:
+        agent = AgentCommand([sys.executable, os.path.join(os.path.dirname(__file__), "process_agent.py"), str(turns),
+                              str(NEW_TOKENS)])
+    runner = AgentRunner(AgentEnvironment(agent, batch_wait=60.0), tokenizer, endpoint_gen,
+                         EpisodeRules(max_turns=turns, max_completion_length=NEW_TOKENS))
     try:
         played = runner([{"i": i} for i in range(episodes)])
     finally:
         runner.close()
     failed = sum(ep.failed for ep in played)
+    if agents == "process":
+        latencies = {i: ep.turns[-1].info["latencies"] for i, ep in enumerate(played) if not ep.failed}
     if [len(c) for c in endpoint_gen.contexts] != [episodes] * turns:
         raise RuntimeError(f"the turns were not one generate call each: {[len(c) for c in endpoint_gen.contexts]}")
     through = [lat[k] for lat in latencies.values() for k in range(1, turns)]
@@ -126,25 +138,71 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--backends", nargs="+", default=["scripted", "tiny model"],
                         choices=["scripted", "tiny model"])
+    parser.add_argument("--agents", nargs="+", default=["thread", "process"], choices=["thread", "process"])
+    parser.add_argument("--mini-swe-agent", type=int, default=0, metavar="N",
+                        help="instead: mini-swe-agent on N shipped SWE-Gym tasks, one episode at a time")
     args = parser.parse_args()
+    if args.mini_swe_agent:
+        return mini_swe_agent_table(args.mini_swe_agent)
     load = os.getloadavg()[0]
     tokenizer, made = backends(args.backends)
     rows = []
     for name, make_generate in made.items():
-        for n in args.episodes:
-            r = row(tokenizer, make_generate, n, args.turns)
-            rows.append([name, str(n), ms(statistics.median(r["direct"])), ms(percentile(r["direct"], 0.99)),
-                         ms(statistics.median(r["through"])), ms(percentile(r["through"], 0.99)),
-                         ms(statistics.median(r["overhead"])), ms(percentile(r["overhead"], 0.99)),
-                         ms(statistics.median(r["first"])), f"{r['joined']}/{n * (args.turns - 1)}", str(r["failed"])])
-            print(rows[-1], file=sys.stderr, flush=True)
+        for agents in args.agents:
+            for n in args.episodes:
+                r = row(tokenizer, make_generate, n, args.turns, agents)
+                rows.append([name, agents, str(n), ms(statistics.median(r["direct"])),
+                             ms(percentile(r["direct"], 0.99)), ms(statistics.median(r["through"])),
+                             ms(percentile(r["through"], 0.99)), ms(statistics.median(r["overhead"])),
+                             ms(percentile(r["overhead"], 0.99)), ms(statistics.median(r["first"])),
+                             f"{r['joined']}/{n * (args.turns - 1)}", str(r["failed"])])
+                print(rows[-1], file=sys.stderr, flush=True)
     command = "python benchmarks/agent_endpoint.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     print(heading(command.strip(), load))
     print()
     print(f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply; per turn and episode, turns 2 to "
           f"{args.turns} (the first turn's overhead apart).\n")
-    print(table(["backend", "concurrent episodes", "direct, median", "p99", "through the endpoint, median", "p99",
-                 "overhead, median", "p99", "first turn's overhead, median", "joined", "failed"], rows,
+    print(table(["backend", "agents", "concurrent episodes", "direct, median", "p99", "through the endpoint, median",
+                 "p99", "overhead, median", "p99", "first turn's overhead, median", "joined", "failed"], rows,
+                text_columns=2))
+
+
+def mini_swe_agent_table(count: int) -> None:
+    """mini-swe-agent (`trl_multiturn.agents.mini_swe_agent`, its own mini.yaml) on the first `count` shipped SWE-Gym
+    tasks, one episode at a time, served by the tiny random model (8 new tokens a reply: it makes no tool call, so
+    mini stops after its 3 format errors; then the diff is graded): each episode's wall seconds (the sandbox's start,
+    the agent's run, the grading) and the part of them spent in generate calls."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_multiturn.agents.mini_swe_agent import mini_swe_agent_environment
+    from trl_multiturn.envs.swegym import SWEGymConfig, load_tasks
+    from trl_multiturn.rollout.generation import hf_generate_fn
+    from trl_multiturn.testing import build_tiny_model
+
+    load = os.getloadavg()[0]
+    path = build_tiny_model(tempfile.mkdtemp(prefix="agent-endpoint-bench-"), template="chatml")
+    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
+    generate = Timed(hf_generate_fn(model, tokenizer))
+    rows = []
+    for task in list(load_tasks())[:count]:
+        runner = AgentRunner(mini_swe_agent_environment(SWEGymConfig(reward="dense")), tokenizer, generate,
+                             EpisodeRules(max_turns=8, max_completion_length=NEW_TOKENS))
+        calls = len(generate.seconds)
+        t = time.perf_counter()
+        try:
+            (ep,) = runner([task])
+        finally:
+            runner.close()
+        seconds = time.perf_counter() - t
+        info = ep.turns[-1].info if not ep.failed else {}
+        rows.append([task["instance_id"], f"{seconds:.1f} s", f"{sum(generate.seconds[calls:]):.2f} s",
+                     str(ep.num_turns), info.get("exit_status", ep.failure or ""),
+                     f"{info.get('f2p_passed', 0)}/{info.get('f2p_total', 0)}"])
+        print(rows[-1], file=sys.stderr, flush=True)
+    command = "python benchmarks/agent_endpoint.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    print(heading(command.strip(), load))
+    print()
+    print(table(["task", "episode", "generate calls", "model calls", "mini's exit", "FAIL_TO_PASS passing"], rows,
                 text_columns=1))
 
 
