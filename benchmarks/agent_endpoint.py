@@ -1,15 +1,16 @@
-"""The agent chat endpoint's overhead per turn against calling the generate function directly; not a test.
+"""The agent endpoint's overhead per turn against calling the generate function directly; not a test.
 
-    nice -n 10 python benchmarks/agent_endpoint.py                    # 16 and 64 concurrent episodes, both backends
-    python benchmarks/agent_endpoint.py --episodes 16 --turns 5 --backends scripted
-    python benchmarks/agent_endpoint.py --agents process --backends scripted   # agents in their own processes
+    nice -n 10 python benchmarks/agent_endpoint.py          # 16 and 64 episodes, both backends, every dialect
+    python benchmarks/agent_endpoint.py --episodes 16 --turns 5 --backends scripted --dialects chat
+    python benchmarks/agent_endpoint.py --agents thread process       # agents in their own processes, beside threads
     python benchmarks/agent_endpoint.py --mini-swe-agent 4            # mini-swe-agent's seconds per SWE-Gym episode
 
-Each row plays `--episodes` agents of `--turns` model calls each, every agent a loop on the real `openai` client
-that appends the reply it got and a short user message (so every call after the first joins its episode's sample).
-All agents are waiting for the model at every turn (they start together, after a barrier, and `batch_wait` is 60 s,
-a bound that the gathering never reaches: a call goes when every episode's request is in), so each turn is one
-generate call for every episode (the benchmark checks it). Per turn and episode:
+Each row plays `--episodes` agents of `--turns` model calls each in one dialect, streamed or not: every agent a loop
+on the real client (`openai` for chat completions and the Responses API, `anthropic` for the Messages API) that
+appends the reply it got and a short user message (so every call after the first joins its episode's sample; a
+streamed reply is read event by event). All agents are waiting for the model at every turn (they start together,
+after a barrier, and `batch_wait` is 60 s, a bound that the gathering never reaches: a call goes when every episode's
+request is in), so each turn is one generate call for every episode (the benchmark checks it). Per turn and episode:
 
 * through the endpoint: the time from the agent's `chat.completions.create` call to its return (HTTP on loopback,
   JSON, the chat template's rendering of the request, the join check, gathering the batch, the generate call,
@@ -20,9 +21,14 @@ generate call for every episode (the benchmark checks it). Per turn and episode:
 The first turn is reported apart: it also holds the client's one-time costs (its first connection, and the `openai`
 package building its response models on first use).
 
-Agents: "thread" (the loop above on a thread of the trainer's process) or "process" (the same loop in its own
-Python process per episode, `AgentCommand` running `benchmarks/process_agent.py`, its client configured by the
-environment; its first turn also waits for every process to start and import `openai`).
+The batch_wait table plays the chat dialect with the default `batch_wait` (a call goes when every episode has a
+request in, or none arrived for that long) and counts the generate calls per turn: more than 1.0 is a turn split into
+several calls.
+
+With `--agents`, one table instead: the chat dialect, not streamed, played by thread agents (the loop above) and by
+process agents (the same loop in its own Python process per episode: `AgentCommand` running
+`benchmarks/process_agent.py`, its `openai` client configured by its environment; its first turn also waits for every
+process to start and import `openai`), in one run.
 
 Backends: "scripted" (a generate function that returns 8 fixed tokens at once: the endpoint's own cost alone) and
 "tiny model" (a 2-layer random model in-process, `hf_generate_fn`, 8 new tokens greedy: a real, small generate
@@ -39,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -66,18 +73,59 @@ class Timed:
         return out
 
 
-def looping_agent(turns: int, latencies: dict, start: threading.Barrier):
+def chat_turn(session, history: list[dict], stream: bool) -> list[dict]:
+    client = session.client
+    if not stream:
+        message = client.chat.completions.create(model=session.model, messages=history, max_tokens=NEW_TOKENS)
+        return [message.choices[0].message.model_dump(exclude_none=True)]
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+        model=session.model, messages=history, max_tokens=NEW_TOKENS, stream=True) if chunk.choices)
+    return [{"role": "assistant", "content": text}]
+
+
+def responses_turn(session, history: list[dict], stream: bool) -> list[dict]:
+    ask = dict(model=session.model, input=history, max_output_tokens=NEW_TOKENS, store=False)
+    if not stream:
+        response = session.client.responses.create(**ask)
+    else:
+        ends = ("response.completed", "response.incomplete")
+        response = next(e.response for e in session.client.responses.create(**ask, stream=True) if e.type in ends)
+    return [item.model_dump(exclude_none=True) for item in response.output]
+
+
+def messages_turn(session, history: list[dict], stream: bool) -> list[dict]:
+    ask = dict(model=session.model, messages=history, max_tokens=NEW_TOKENS)
+    if not stream:
+        message = session.client.messages.create(**ask)
+    else:
+        with session.client.messages.stream(**ask) as events:
+            message = events.get_final_message()
+    return [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]}]
+
+
+DIALECTS = {"chat": chat_turn, "responses": responses_turn, "messages": messages_turn}
+
+
+def client_of(dialect: str, session):
+    if dialect == "messages":
+        import anthropic
+
+        return anthropic.Anthropic(base_url=session.base_url.removesuffix("/v1"), api_key=session.api_key,
+                                   max_retries=0, timeout=session.timeout)
+    return session.openai()
+
+
+def looping_agent(dialect: str, stream: bool, turns: int, latencies: dict, start: threading.Barrier):
     def agent(task, session):
-        client = session.openai()
+        session = SimpleNamespace(client=client_of(dialect, session), model=session.model)
         start.wait()  # every agent's thread and client made: the first turn times requests, not thread start-up
-        messages = [{"role": "user", "content": f"Task {task['i']}: explore."}]
+        history = [{"role": "user", "content": f"Task {task['i']}: explore."}]
         own = latencies.setdefault(task["i"], [])
         for k in range(turns):
             t = time.perf_counter()
-            reply = client.chat.completions.create(model=session.model, messages=messages, max_tokens=NEW_TOKENS)
+            reply = DIALECTS[dialect](session, history, stream)
             own.append(time.perf_counter() - t)
-            messages += [reply.choices[0].message.model_dump(exclude_none=True),
-                         {"role": "user", "content": f"You see room {k}."}]
+            history += reply + [{"role": "user", "content": f"You see room {k}."}]
         return 1.0
     return agent
 
@@ -98,34 +146,47 @@ def backends(names: list[str]):
     return tokenizer, {name: made[name] for name in names}
 
 
-def row(tokenizer, make_generate, episodes: int, turns: int, agents: str = "thread") -> dict:
+def row(tokenizer, make_generate, episodes: int, turns: int, dialect: str = "chat", stream: bool = False,
+        batch_wait: float = 60.0, agents: str = "thread") -> dict:
     latencies: dict[int, list[float]] = {}
     endpoint_gen = Timed(make_generate())
     if agents == "thread":
-        agent = looping_agent(turns, latencies, threading.Barrier(episodes, timeout=600))
-    else:
+        agent = looping_agent(dialect, stream, turns, latencies, threading.Barrier(episodes, timeout=600))
+    else:  # the chat dialect, not streamed, in a process per episode
         agent = AgentCommand([sys.executable, os.path.join(os.path.dirname(__file__), "process_agent.py"), str(turns),
                               str(NEW_TOKENS)])
-    runner = AgentRunner(AgentEnvironment(agent, batch_wait=60.0), tokenizer, endpoint_gen,
+    runner = AgentRunner(AgentEnvironment(agent, batch_wait=batch_wait), tokenizer, endpoint_gen,
                          EpisodeRules(max_turns=turns, max_completion_length=NEW_TOKENS))
     try:
         played = runner([{"i": i} for i in range(episodes)])
     finally:
         runner.close()
-    failed = sum(ep.failed for ep in played)
+    failures = [ep.failure for ep in played if ep.failed]
+    if failures:
+        raise RuntimeError(f"{len(failures)} episodes failed: {failures[0]}")
     if agents == "process":
-        latencies = {i: ep.turns[-1].info["latencies"] for i, ep in enumerate(played) if not ep.failed}
-    if [len(c) for c in endpoint_gen.contexts] != [episodes] * turns:
-        raise RuntimeError(f"the turns were not one generate call each: {[len(c) for c in endpoint_gen.contexts]}")
+        latencies = {ep.task["i"]: ep.turns[-1].info["latencies"] for ep in played}
+    calls = [len(c) for c in endpoint_gen.contexts]
+    if batch_wait == 60.0 and calls != [episodes] * turns:
+        raise RuntimeError(f"the turns were not one generate call each: {calls}")
+    # the wall time of the generate call that served each context (a turn split into calls: each its own)
+    spent = {tuple(c): s for s, contexts in zip(endpoint_gen.seconds, endpoint_gen.contexts) for c in contexts}
+    served = {i: [spent[tuple(c)] for c in contexts] for i, contexts in _contexts_by_episode(played).items()}
     through = [lat[k] for lat in latencies.values() for k in range(1, turns)]
-    overhead = [lat[k] - endpoint_gen.seconds[k] for lat in latencies.values() for k in range(1, turns)]
-    first = [lat[0] - endpoint_gen.seconds[0] for lat in latencies.values()]
+    overhead = [latencies[i][k] - served[i][k] for i in latencies for k in range(1, turns)]
+    first = [latencies[i][0] - served[i][0] for i in latencies]
     direct_gen = Timed(make_generate())
     for contexts in endpoint_gen.contexts[1:]:  # the same contexts, straight to the generate function
         direct_gen(contexts, NEW_TOKENS)
-    direct = [s for s in direct_gen.seconds for _ in range(episodes)]
-    return {"through": through, "overhead": overhead, "direct": direct, "first": first, "failed": failed,
-            "joined": runner.last_stats["joined"]}
+    direct = [s for s, c in zip(direct_gen.seconds, endpoint_gen.contexts[1:]) for _ in c]
+    return {"through": through, "overhead": overhead, "direct": direct, "first": first,
+            "joined": runner.last_stats["joined"], "calls_per_turn": len(calls) / turns}
+
+
+def _contexts_by_episode(played) -> dict[int, list[list[int]]]:
+    """Each episode's (by task index) model contexts, turn by turn, as its trajectory holds them."""
+    return {ep.task["i"]: [ep.prompt_ids + ep.completion_ids[:start] for start, _ in ep.turn_spans]
+            for ep in played}
 
 
 def ms(seconds: float) -> str:
@@ -138,33 +199,71 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--backends", nargs="+", default=["scripted", "tiny model"],
                         choices=["scripted", "tiny model"])
-    parser.add_argument("--agents", nargs="+", default=["thread", "process"], choices=["thread", "process"])
+    parser.add_argument("--dialects", nargs="+", default=list(DIALECTS), choices=list(DIALECTS))
+    parser.add_argument("--agents", nargs="+", choices=["thread", "process"],
+                        help="instead: thread and/or process agents, chat dialect, not streamed")
     parser.add_argument("--mini-swe-agent", type=int, default=0, metavar="N",
                         help="instead: mini-swe-agent on N shipped SWE-Gym tasks, one episode at a time")
     args = parser.parse_args()
     if args.mini_swe_agent:
         return mini_swe_agent_table(args.mini_swe_agent)
+    if args.agents:
+        return agents_table(args)
+    load = os.getloadavg()[0]
+    tokenizer, made = backends(args.backends)
+    rows, waits = [], []
+    for name, make_generate in made.items():
+        for n in args.episodes:
+            for dialect in args.dialects:
+                for stream in (False, True):
+                    r = row(tokenizer, make_generate, n, args.turns, dialect, stream)
+                    rows.append([name, str(n), dialect, "yes" if stream else "no",
+                                 ms(statistics.median(r["direct"])), ms(percentile(r["direct"], 0.99)),
+                                 ms(statistics.median(r["through"])), ms(percentile(r["through"], 0.99)),
+                                 ms(statistics.median(r["overhead"])), ms(percentile(r["overhead"], 0.99)),
+                                 ms(statistics.median(r["first"])), f"{r['joined']}/{n * (args.turns - 1)}"])
+                    print(rows[-1], file=sys.stderr, flush=True)
+            default_wait = AgentEnvironment(lambda task, session: 0.0).batch_wait
+            r = row(tokenizer, make_generate, n, args.turns, batch_wait=default_wait)
+            waits.append([name, str(n), f"{r['calls_per_turn']:.2f}", ms(statistics.median(r["overhead"])),
+                          ms(percentile(r["overhead"], 0.99)), ms(statistics.median(r["through"]))])
+            print(waits[-1], file=sys.stderr, flush=True)
+    command = "python benchmarks/agent_endpoint.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    print(heading(command.strip(), load))
+    print()
+    print(f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply; per turn and episode, turns 2 to "
+          f"{args.turns} (the first turn's overhead apart); thread agents.\n")
+    print(table(["backend", "concurrent episodes", "dialect", "streamed", "direct, median", "p99",
+                 "through the endpoint, median", "p99", "overhead, median", "p99", "first turn's overhead, median",
+                 "joined"], rows, text_columns=4))
+    print(f"\nThe default batch_wait ({default_wait} s: a call goes when every episode has a request in, or none came "
+          f"for {default_wait} s), chat dialect, not streamed:\n")
+    print(table(["backend", "concurrent episodes", "generate calls per turn", "overhead, median", "p99",
+                 "through the endpoint, median"], waits, text_columns=1))
+
+
+def agents_table(args) -> None:
+    """Thread and process agents (`--agents`), chat dialect, not streamed, in one run."""
     load = os.getloadavg()[0]
     tokenizer, made = backends(args.backends)
     rows = []
     for name, make_generate in made.items():
         for agents in args.agents:
             for n in args.episodes:
-                r = row(tokenizer, make_generate, n, args.turns, agents)
+                r = row(tokenizer, make_generate, n, args.turns, agents=agents)
                 rows.append([name, agents, str(n), ms(statistics.median(r["direct"])),
                              ms(percentile(r["direct"], 0.99)), ms(statistics.median(r["through"])),
                              ms(percentile(r["through"], 0.99)), ms(statistics.median(r["overhead"])),
                              ms(percentile(r["overhead"], 0.99)), ms(statistics.median(r["first"])),
-                             f"{r['joined']}/{n * (args.turns - 1)}", str(r["failed"])])
+                             f"{r['joined']}/{n * (args.turns - 1)}"])
                 print(rows[-1], file=sys.stderr, flush=True)
     command = "python benchmarks/agent_endpoint.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     print(heading(command.strip(), load))
     print()
-    print(f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply; per turn and episode, turns 2 to "
-          f"{args.turns} (the first turn's overhead apart).\n")
+    print(f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply, chat dialect, not streamed; per turn "
+          f"and episode, turns 2 to {args.turns} (the first turn's overhead apart).\n")
     print(table(["backend", "agents", "concurrent episodes", "direct, median", "p99", "through the endpoint, median",
-                 "p99", "overhead, median", "p99", "first turn's overhead, median", "joined", "failed"], rows,
-                text_columns=2))
+                 "p99", "overhead, median", "p99", "first turn's overhead, median", "joined"], rows, text_columns=2))
 
 
 def mini_swe_agent_table(count: int) -> None:

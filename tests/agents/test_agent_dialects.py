@@ -10,6 +10,7 @@ import anthropic
 import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
+from rollout_checks import step_samples_of
 from test_agent_endpoint import TOOLS, Recorded, char_ids, make_runner
 from test_agent_endpoint import policy as policy  # noqa: F401 (the fixture)
 
@@ -225,3 +226,31 @@ def test_errors_come_in_each_dialects_shape(policy):
     assert "messages[0].content[0]" in seen["400"]["error"]["message"]
     # a malformed request fails its episode (as in every dialect); an unknown model alone does not
     assert ep.failed and "messages[0].content[0]" in ep.failure
+
+
+def test_a_responses_chain_that_branches_starts_a_new_sample_never_a_retokenised_one(policy):
+    """Chaining to an older response (not the last) is not an extension of the last request: a new step sample,
+    rendered from the chained conversation, and every sample trains on its reply's ids as sampled."""
+    model, tokenizer = policy
+    sent = []
+
+    def agent(task, session):
+        client = session.openai()
+        first = client.responses.create(model=session.model, input="Where to?", max_output_tokens=6)
+        for text in ("Go on.", "Try again."):  # both continue the first response: the second branches
+            sent.append(client.responses.create(model=session.model, previous_response_id=first.id,
+                                                input=text, max_output_tokens=6))
+        return 1.0
+
+    generate = Recorded(hf_generate_fn(model, tokenizer))
+    runner = make_runner(agent, policy, generate)
+    try:
+        (ep,) = runner([{}])
+    finally:
+        runner.close()
+    assert not ep.failed and runner.last_stats == {"joined": 1, "new_samples": 2, "failed": 0, "stepwise": 1}
+    branch = tokenizer.decode(ep.step_contexts[2])
+    assert "Try again." in branch and "Go on." not in branch  # the first response's conversation, then the new input
+    sampled = generate.sampled()
+    for sample in step_samples_of([ep]):
+        assert sampled[tuple(sample.prompt_ids)] == sample.completion_ids

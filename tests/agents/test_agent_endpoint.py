@@ -61,13 +61,13 @@ def make_runner(agent, policy, generate=None, **kwargs):
     return AgentRunner(AgentEnvironment(agent, **env), tokenizer, generate, rules, **kwargs)
 
 
-def appending_agent(turns: int = 3):
+def appending_agent(turns: int = 3, tools: list | None = TOOLS):
     """An agent that keeps its whole history: each reply as the endpoint returned it, then a new message."""
     def agent(task, session):
         client = session.openai()
         messages = [{"role": "system", "content": "You explore."}, {"role": "user", "content": task["goal"]}]
         for k in range(turns):
-            reply = client.chat.completions.create(model=session.model, messages=messages, tools=TOOLS)
+            reply = client.chat.completions.create(model=session.model, messages=messages, tools=tools)
             messages += [reply.choices[0].message.model_dump(exclude_none=True),
                          {"role": "user", "content": f"You see room {k}."}]
         return AgentResult(reward=1.0, won=True)
@@ -112,9 +112,10 @@ def test_turns_that_extend_the_history_join_one_token_exact_sample(policy, agent
         assert '"name": "go"' in tokenizer.decode(episodes[0].prompt_ids)  # the tools reached the model's prompt
 
 
-def test_turns_join_on_llama3s_template_which_trl_parses_no_tool_calls_of(tiny_llama3_model, caplog):
+def test_turns_join_on_llama3s_template_and_the_tools_it_drops_are_refused(tiny_llama3_model):
     model = AutoModelForCausalLM.from_pretrained(tiny_llama3_model).eval()
-    runner = make_runner(appending_agent(2), (model, AutoTokenizer.from_pretrained(tiny_llama3_model)))
+    policy = (model, AutoTokenizer.from_pretrained(tiny_llama3_model))
+    runner = make_runner(appending_agent(2, tools=None), policy)
     try:
         episodes = runner(ROWS[:2])
     finally:
@@ -122,7 +123,13 @@ def test_turns_join_on_llama3s_template_which_trl_parses_no_tool_calls_of(tiny_l
     assert runner.last_stats == {"joined": 2, "new_samples": 2, "failed": 0, "stepwise": 0}
     for ep in episodes:
         assert_token_exact(model, ep)
-    assert caplog.text.count("replies come back as text, without tool_calls") == 1
+    # Llama 3.0's template renders no tools: a request with tools is refused, naming the setting that fixes it
+    runner = make_runner(appending_agent(2), policy)
+    try:
+        episodes = runner(ROWS[:2])
+    finally:
+        runner.close()
+    assert all(ep.failed and "drops `tools`" in ep.failure and "chat_template_path" in ep.failure for ep in episodes)
 
 
 def test_a_failing_generate_call_stops_the_rollout_and_answers_every_agent(policy):

@@ -220,9 +220,9 @@ class Responses:
     def _output(self, completion: dict) -> list[dict]:
         message, _ = _message_of(completion)
         output = []
-        if message.get("content"):
+        if message.get("content") or not message.get("tool_calls"):  # an empty reply too: sent back, it joins
             output.append({"type": "message", "id": _uid("msg_"), "status": "completed", "role": "assistant",
-                           "content": [{"type": "output_text", "text": message["content"], "annotations": [],
+                           "content": [{"type": "output_text", "text": message["content"] or "", "annotations": [],
                                         "logprobs": []}]})
         output += [{"type": "function_call", "id": _uid("fc_"), "call_id": call["id"],
                     "name": call["function"]["name"], "arguments": call["function"]["arguments"],

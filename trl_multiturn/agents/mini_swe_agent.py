@@ -77,10 +77,10 @@ def mini_swe_agent_settings(config: str | Path | dict = "mini.yaml", **agent_ove
 
 
 def mini_swe_agent_environment(env_config: SWEGymConfig | None = None, config: str | Path | dict = "mini.yaml", *,
-                               agent_timeout: float = 3600.0, batch_wait: float = 0.05,
+                               agent_timeout: float = 3600.0, batch_wait: float | None = None,
                                **agent_overrides) -> AgentEnvironment:
     """The `AgentEnvironment` that plays mini-swe-agent on SWE-Gym rows (see the module docstring); `config` and
-    `agent_overrides` as `mini_swe_agent_settings`."""
+    `agent_overrides` as `mini_swe_agent_settings`; `batch_wait` None: `AgentEnvironment`'s default."""
     settings = mini_swe_agent_settings(config, **agent_overrides)
     env_config = env_config or SWEGymConfig()
 
@@ -102,7 +102,8 @@ def mini_swe_agent_environment(env_config: SWEGymConfig | None = None, config: s
         return AgentResult(reward=graded.reward, won=graded.won, info={
             "exit_status": exit_status, "commands": shell.commands, **graded.info})
 
-    return AgentEnvironment(mini_swe_agent, agent_timeout=agent_timeout, batch_wait=batch_wait)
+    waits = {} if batch_wait is None else {"batch_wait": batch_wait}
+    return AgentEnvironment(mini_swe_agent, agent_timeout=agent_timeout, **waits)
 
 
 def litellm_settings(model: dict, session: AgentSession) -> dict:

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..rollout.episode import Episode, Turn
-from .protocol import ChatRequest, same_reply
+from .protocol import ChatRequest, RequestError, same_reply
 
 
 @dataclass
@@ -39,12 +39,28 @@ class Call:
 
 
 class Renderer:
-    """The chat template's token renderings of a request's messages (its tools included)."""
+    """The chat template's token renderings of a request's messages (its tools included). A request with tools is
+    refused (`RequestError`, 400) where the template renders the same tokens without them: the model would never see
+    the tools (SmolLM2's template, for one, drops them)."""
 
     def __init__(self, tokenizer, eos_token_ids, chat_template_kwargs: dict | None = None):
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
         self.kwargs = dict(chat_template_kwargs or {})
+        self._drops_tools: bool | None = None  # decided on the first request with tools
+
+    def check_tools(self, request: ChatRequest, rendered: list[int]) -> None:
+        """Refuse `request` (rendered as `rendered`) where the template dropped its tools."""
+        if not request.tools:
+            return
+        if self._drops_tools is None:
+            self._drops_tools = rendered == self.render(request.messages, None, add_generation_prompt=True)
+        if self._drops_tools:
+            raise RequestError(
+                f"the request sends tools, but the policy's chat template ({self.tokenizer.name_or_path}) drops "
+                "`tools`: the model would never see them. Set the trainer's chat_template_path to a template that "
+                "renders tools (for a ChatML model, TRL's trl/chat_templates/qwen2_5.jinja; the offline default "
+                "model has one), or send no tools", 400)
 
     def render(self, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool) -> list[int]:
         out = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt,
@@ -83,6 +99,7 @@ class EpisodeRecord:
     def context_for(self, request: ChatRequest, renderer: Renderer) -> Call:
         """The call `request` makes: joined to the previous call where it continues it, else rendered whole."""
         full = renderer.render(request.messages, request.tools, add_generation_prompt=True)
+        renderer.check_tools(request, full)
         joined = renderer.joined_context(self.calls[-1], request) if self.calls else None
         call = Call(request, joined if joined is not None else full, joined is not None, full)
         self.calls.append(call)
