@@ -15,6 +15,14 @@ mode = task.get("mode", "ok")
 client = openai.OpenAI(max_retries=0)  # OPENAI_BASE_URL and OPENAI_API_KEY from the environment
 messages = [{"role": "user", "content": task.get("goal", "Go.")}]
 for k in range(task.get("turns", 2)):
+    if mode == "anthropic":  # Anthropic's client, configured by ANTHROPIC_BASE_URL and ANTHROPIC_API_KEY
+        import anthropic
+
+        reply = anthropic.Anthropic(max_retries=0).messages.create(
+            model=os.environ["TRL_MULTITURN_MODEL"], messages=messages, max_tokens=16)
+        messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]},
+                     {"role": "user", "content": f"Room {k}."}]
+        continue
     reply = client.chat.completions.create(model=os.environ["TRL_MULTITURN_MODEL"], messages=messages)
     messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": f"Room {k}."}]
 if mode in ("hang", "leave_child"):  # a child in the agent's process group, which outlives the agent itself

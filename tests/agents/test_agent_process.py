@@ -1,7 +1,7 @@
-"""Agents in their own processes (`AgentCommand`): a command-line agent configured only by its environment plays
-token-exact episodes; one whose episode fails is killed with its process group (the kill that also ends one past its
-`agent_timeout`), what one leaves running is killed when it exits, a crash fails only its episode with its output's
-tail, and its output is kept bounded."""
+"""Agents in their own processes (`AgentCommand`): a command-line agent configured only by its environment (the
+`openai` client, or the `anthropic` one) plays token-exact episodes; one whose episode fails is killed with its process
+group (the kill that also ends one past its `agent_timeout`), what one leaves running is killed when it exits, a crash
+fails only its episode with its output's tail, and its output is kept bounded."""
 
 import os
 import sys
@@ -51,7 +51,8 @@ def alive(pid: int) -> bool:
 
 
 def test_a_command_line_agent_plays_token_exact_episodes_from_its_environment(policy):
-    rows = [{"goal": "Find the key.", "turns": 2}, {"goal": "Open the chest.", "turns": 3}]
+    rows = [{"goal": "Find the key.", "turns": 2}, {"goal": "Open the chest.", "turns": 3},
+            {"goal": "Go north.", "turns": 2, "mode": "anthropic"}]
     episodes, sampled = play(policy, rows, batch_wait=60.0)
     for row, ep in zip(rows, episodes):
         assert not ep.failed, ep.failure
