@@ -107,12 +107,7 @@ DIALECTS = {"chat": chat_turn, "responses": responses_turn, "messages": messages
 
 
 def client_of(dialect: str, session):
-    if dialect == "messages":
-        import anthropic
-
-        return anthropic.Anthropic(base_url=session.base_url.removesuffix("/v1"), api_key=session.api_key,
-                                   max_retries=0, timeout=session.timeout)
-    return session.openai()
+    return session.anthropic() if dialect == "messages" else session.openai()
 
 
 def looping_agent(dialect: str, stream: bool, turns: int, latencies: dict, start: threading.Barrier):

@@ -100,13 +100,9 @@ def responses_agent(stream):
     return agent
 
 
-def anthropic_client(session) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=session.base_url.removesuffix("/v1"), api_key=session.api_key, max_retries=0)
-
-
 def messages_agent(stream):
     def agent(task, session):
-        client, seen = anthropic_client(session), task["seen"]
+        client, seen = session.anthropic(), task["seen"]
         messages = [{"role": "user", "content": "Where to?"}]
         for k in range(3):
             ask = dict(model=session.model, max_tokens=100, system=[{"type": "text", "text": "You explore."}],
@@ -178,7 +174,7 @@ def test_errors_come_in_each_dialects_shape(policy):
     seen = {}
 
     def agent(task, session):
-        chat, claude = session.openai(), anthropic_client(session)
+        chat, claude = session.openai(), session.anthropic()
         with pytest.raises(openai.NotFoundError) as chat_404:
             chat.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
         with pytest.raises(openai.NotFoundError) as responses_404:

@@ -57,9 +57,10 @@ class AgentResult:
 @dataclass(frozen=True)
 class AgentSession:
     """What an agent function is handed with its task row: the endpoint's base URL, the episode's API key and the
-    model name to send. `openai()` and `async_openai()` build clients bound to them (no retries: a refused request
-    is the episode's fault, not a transient one). `stop` is set when the episode fails (its deadline, a malformed
-    request, the rollout stopping): an agent that can stop early (`AgentCommand` kills its process) watches it."""
+    model name to send. `openai()`, `async_openai()` and `anthropic()` build clients bound to them (no retries: a
+    refused request is the episode's fault, not a transient one). `stop` is set when the episode fails (its deadline,
+    a malformed request, the rollout stopping): an agent that can stop early (`AgentCommand` kills its process)
+    watches it."""
 
     base_url: str
     api_key: str
@@ -78,6 +79,13 @@ class AgentSession:
         return AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=self.timeout,
                            **kwargs)
 
+    def anthropic(self, **kwargs):
+        """An `anthropic.Anthropic` client (its base URL is the server's root: it adds `/v1/messages` itself)."""
+        from anthropic import Anthropic
+
+        return Anthropic(base_url=self.base_url.removesuffix("/v1"), api_key=self.api_key, max_retries=0,
+                         timeout=self.timeout, **kwargs)
+
 
 AgentFn = Callable[[dict, AgentSession], Union[float, AgentResult, Awaitable[Union[float, AgentResult]]]]
 GenerateFn = Callable[[list[list[int]], int], "tuple[list[list[int]], list[list[float]] | None]"]
@@ -94,8 +102,8 @@ class AgentEnvironment:
         running episode has a request pending, or when no new request has arrived for `batch_wait` seconds (the
         episodes still out are busy with their own work). Agents answered one after another send their next
         requests one after another, and a turn gathers them all however long that takes (at most `batch_wait` per
-        episode). 0.2 s gathered every turn whole at 16 and 64 episodes on 2 busy cores, 0.05 s did not
-        (docs/agents.md).
+        episode). With a tiny model on 2 busy cores, 0.2 s gathered every turn whole at 16 and 64 episodes, 0.05 s
+        did not (docs/agents.md).
     """
 
     agent: AgentFn
