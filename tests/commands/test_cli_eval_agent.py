@@ -19,7 +19,7 @@ def agent(task, session):
     """Asks the model once about the task's issue; wins on the tasks of one repository (a verdict to count)."""
     client = session.openai()
     client.chat.completions.create(model=session.model, messages=[{"role": "user", "content": task["repo"]}])
-    return AgentResult(reward=0.5, won=task["repo"].endswith("rpn"))
+    return AgentResult(reward=0.5, won=task["repo"].endswith("semver"))
 '''
 
 
@@ -40,9 +40,10 @@ def test_eval_of_an_agent_writes_the_evaluations_result_file(how, tiny_chatml_mo
     summary, outcomes = saved["summary"], saved["outcomes"]
     assert summary["n"] == 3 and summary["failed"] == 0 and len(outcomes) == 3
     assert all(o["num_turns"] == (1 if how == "function" else 2) and o["messages"] for o in outcomes)
-    # the successes are the agent's verdicts: every task for the command agent, the rpn task(s) for the function
-    wins = 3 if how == "command" else sum(o["task"]["repo"].endswith("rpn") for o in outcomes)
+    # the successes are the agent's verdicts: every task for the command agent, the semver task for the function
+    wins = 3 if how == "command" else sum(o["task"]["repo"].endswith("semver") for o in outcomes)
     assert summary["successes"] == wins and [o["won"] for o in outcomes].count(True) == wins
+    assert how == "command" or 0 < wins < 3  # the held-out tasks hold semver and others: the verdicts differ
     assert f"the agent {agent[1]} served by" in out
 
 
