@@ -2,6 +2,8 @@
 
     nice -n 10 python benchmarks/agent_endpoint.py          # 16 and 64 episodes, both backends, every dialect
     python benchmarks/agent_endpoint.py --episodes 16 --turns 5 --backends scripted --dialects chat
+    python benchmarks/agent_endpoint.py --agents thread process       # agents in their own processes, beside threads
+    python benchmarks/agent_endpoint.py --mini-swe-agent 4            # mini-swe-agent's seconds per SWE-Gym episode
 
 Each row plays `--episodes` agents of `--turns` model calls each in one dialect, streamed or not: every agent a loop
 on the real client (`openai` for chat completions and the Responses API, `anthropic` for the Messages API) that
@@ -22,6 +24,11 @@ package building its response models on first use).
 The batch_wait table plays the chat dialect with the default `batch_wait` (a call goes when every episode has a
 request in, or none arrived for that long) and counts the generate calls per turn: more than 1.0 is a turn split into
 several calls.
+
+With `--agents`, one table instead: the chat dialect, not streamed, played by thread agents (the loop above) and by
+process agents (the same loop in its own Python process per episode: `AgentCommand` running
+`benchmarks/process_agent.py`, its `openai` client configured by its environment; its first turn also waits for every
+process to start and import `openai`), in one run.
 
 Backends: "scripted" (a generate function that returns 8 fixed tokens at once: the endpoint's own cost alone) and
 "tiny model" (a 2-layer random model in-process, `hf_generate_fn`, 8 new tokens greedy: a real, small generate
@@ -46,7 +53,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from measures import heading, percentile  # noqa: E402
 from measures import markdown_table as table  # noqa: E402
 
-from trl_multiturn.agents import AgentEnvironment, AgentRunner  # noqa: E402
+from trl_multiturn.agents import AgentCommand, AgentEnvironment, AgentRunner  # noqa: E402
 from trl_multiturn.rollout.rules import EpisodeRules
 
 NEW_TOKENS = 8
@@ -135,11 +142,14 @@ def backends(names: list[str]):
 
 
 def row(tokenizer, make_generate, episodes: int, turns: int, dialect: str = "chat", stream: bool = False,
-        batch_wait: float = 60.0) -> dict:
+        batch_wait: float = 60.0, agents: str = "thread") -> dict:
     latencies: dict[int, list[float]] = {}
     endpoint_gen = Timed(make_generate())
-    start = threading.Barrier(episodes, timeout=600)
-    agent = looping_agent(dialect, stream, turns, latencies, start)
+    if agents == "thread":
+        agent = looping_agent(dialect, stream, turns, latencies, threading.Barrier(episodes, timeout=600))
+    else:  # the chat dialect, not streamed, in a process per episode
+        agent = AgentCommand([sys.executable, os.path.join(os.path.dirname(__file__), "process_agent.py"), str(turns),
+                              str(NEW_TOKENS)])
     runner = AgentRunner(AgentEnvironment(agent, batch_wait=batch_wait), tokenizer, endpoint_gen,
                          EpisodeRules(max_turns=turns, max_completion_length=NEW_TOKENS))
     try:
@@ -149,6 +159,8 @@ def row(tokenizer, make_generate, episodes: int, turns: int, dialect: str = "cha
     failures = [ep.failure for ep in played if ep.failed]
     if failures:
         raise RuntimeError(f"{len(failures)} episodes failed: {failures[0]}")
+    if agents == "process":
+        latencies = {ep.task["i"]: ep.turns[-1].info["latencies"] for ep in played}
     calls = [len(c) for c in endpoint_gen.contexts]
     if batch_wait == 60.0 and calls != [episodes] * turns:
         raise RuntimeError(f"the turns were not one generate call each: {calls}")
@@ -183,7 +195,15 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["scripted", "tiny model"],
                         choices=["scripted", "tiny model"])
     parser.add_argument("--dialects", nargs="+", default=list(DIALECTS), choices=list(DIALECTS))
+    parser.add_argument("--agents", nargs="+", choices=["thread", "process"],
+                        help="instead: thread and/or process agents, chat dialect, not streamed")
+    parser.add_argument("--mini-swe-agent", type=int, default=0, metavar="N",
+                        help="instead: mini-swe-agent on N shipped SWE-Gym tasks, one episode at a time")
     args = parser.parse_args()
+    if args.mini_swe_agent:
+        return mini_swe_agent_table(args.mini_swe_agent)
+    if args.agents:
+        return agents_table(args)
     load = os.getloadavg()[0]
     tokenizer, made = backends(args.backends)
     rows, waits = [], []
@@ -215,6 +235,69 @@ def main() -> None:
           f"for {default_wait} s), chat dialect, not streamed:\n")
     print(table(["backend", "concurrent episodes", "generate calls per turn", "overhead, median", "p99",
                  "through the endpoint, median"], waits, text_columns=1))
+
+
+def agents_table(args) -> None:
+    """Thread and process agents (`--agents`), chat dialect, not streamed, in one run."""
+    load = os.getloadavg()[0]
+    tokenizer, made = backends(args.backends)
+    rows = []
+    for name, make_generate in made.items():
+        for agents in args.agents:
+            for n in args.episodes:
+                r = row(tokenizer, make_generate, n, args.turns, agents=agents)
+                rows.append([name, agents, str(n), ms(statistics.median(r["direct"])),
+                             ms(percentile(r["direct"], 0.99)), ms(statistics.median(r["through"])),
+                             ms(percentile(r["through"], 0.99)), ms(statistics.median(r["overhead"])),
+                             ms(percentile(r["overhead"], 0.99)), ms(statistics.median(r["first"])),
+                             f"{r['joined']}/{n * (args.turns - 1)}"])
+                print(rows[-1], file=sys.stderr, flush=True)
+    command = "python benchmarks/agent_endpoint.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    print(heading(command.strip(), load))
+    print()
+    print(f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply, chat dialect, not streamed; per turn "
+          f"and episode, turns 2 to {args.turns} (the first turn's overhead apart).\n")
+    print(table(["backend", "agents", "concurrent episodes", "direct, median", "p99", "through the endpoint, median",
+                 "p99", "overhead, median", "p99", "first turn's overhead, median", "joined"], rows, text_columns=2))
+
+
+def mini_swe_agent_table(count: int) -> None:
+    """mini-swe-agent (`trl_multiturn.agents.mini_swe_agent`, its own mini.yaml) on the first `count` shipped SWE-Gym
+    tasks, one episode at a time, served by the tiny random model (8 new tokens a reply: it makes no tool call, so
+    mini stops after its 3 format errors; then the diff is graded): each episode's wall seconds (the sandbox's start,
+    the agent's run, the grading) and the part of them spent in generate calls."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_multiturn.agents.mini_swe_agent import mini_swe_agent_environment
+    from trl_multiturn.envs.swegym import SWEGymConfig, load_tasks
+    from trl_multiturn.rollout.generation import hf_generate_fn
+    from trl_multiturn.testing import build_tiny_model
+
+    load = os.getloadavg()[0]
+    path = build_tiny_model(tempfile.mkdtemp(prefix="agent-endpoint-bench-"), template="chatml")
+    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
+    generate = Timed(hf_generate_fn(model, tokenizer))
+    rows = []
+    for task in list(load_tasks())[:count]:
+        runner = AgentRunner(mini_swe_agent_environment(SWEGymConfig(reward="dense")), tokenizer, generate,
+                             EpisodeRules(max_turns=8, max_completion_length=NEW_TOKENS))
+        calls = len(generate.seconds)
+        t = time.perf_counter()
+        try:
+            (ep,) = runner([task])
+        finally:
+            runner.close()
+        seconds = time.perf_counter() - t
+        info = ep.turns[-1].info if not ep.failed else {}
+        rows.append([task["instance_id"], f"{seconds:.1f} s", f"{sum(generate.seconds[calls:]):.2f} s",
+                     str(ep.num_turns), info.get("exit_status", ep.failure or ""),
+                     f"{info.get('f2p_passed', 0)}/{info.get('f2p_total', 0)}"])
+        print(rows[-1], file=sys.stderr, flush=True)
+    command = "python benchmarks/agent_endpoint.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    print(heading(command.strip(), load))
+    print()
+    print(table(["task", "episode", "generate calls", "model calls", "mini's exit", "FAIL_TO_PASS passing"], rows,
+                text_columns=1))
 
 
 if __name__ == "__main__":

