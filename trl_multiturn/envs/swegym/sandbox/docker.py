@@ -1,17 +1,17 @@
 """`DockerSandbox`: the task's image in a fresh container per episode and per grading, through the Docker SDK.
 
-Containers run without network (`--network none`), without any capability, with `no-new-privileges`, Docker's
-default seccomp profile (the keyring, ptrace, bpf, mounts, namespaces, io_uring... denied), IPC, PID, UTS and
-cgroup namespaces of their own (IPC and cgroup stated explicitly, not left to the daemon's defaults; PID and UTS
-are private unless asked otherwise), a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, and
-memory, pids and CPU limits. Its seccomp profile is the local sandbox's filter (`seccomp.docker_profile`), which
-also refuses page-cache residency calls, locks and watches on the image's shared files, and `sysinfo`; its
-/proc/meminfo is a fixed view (`procview.py`). A process the kernel kills for the container's own memory limit is
-the command's doing (`CommandResult.out_of_memory`); the machine running out is `SandboxError`. A container that
-does not start, or that stops under a command (killed from outside, its engine gone), raises `SandboxError`: an
-infrastructure failure, never a result; a start is tried `START_ATTEMPTS` times when the engine's error may pass.
-SWE-Gym's images are named after the instance id; the shipped tasks' images are built on this machine (`images.py`)
-and named after their recipe.
+Containers run without network (`--network none`), without any capability, with `no-new-privileges`, a seccomp
+profile (the keyring, ptrace, bpf, mounts, namespaces, io_uring... denied), IPC, PID, UTS and cgroup namespaces
+of their own (IPC and cgroup stated explicitly, not left to the daemon's defaults; PID and UTS are private unless
+asked otherwise), a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, memory, pids and CPU
+limits, and a disk quota where the engine takes one (`engine_gaps`). The seccomp profile is the local sandbox's
+filter (`seccomp.docker_profile`), which also refuses page-cache residency calls, locks and watches on the image's
+shared files, and `sysinfo`; its /proc/meminfo is a fixed view (`procview.py`). A process the kernel kills for the
+container's own memory limit is the command's doing (`CommandResult.out_of_memory`); the machine running out is
+`SandboxError`. A container that does not start, or that stops under a command (killed from outside, its engine
+gone), raises `SandboxError`: an infrastructure failure, never a result; a start is tried `START_ATTEMPTS` times
+when the engine's error may pass. SWE-Gym's images are named after the instance id; the shipped tasks' images are
+built on this machine (`images.py`) and named after their recipe.
 """
 
 from __future__ import annotations
