@@ -121,4 +121,10 @@ def sandbox_containers(client: docker.DockerClient) -> list:
 
 def remove_sandbox_containers(client: docker.DockerClient) -> None:
     for container in sandbox_containers(client):
-        container.remove(force=True)
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass  # removed meanwhile
+        except docker.errors.APIError as e:
+            if e.status_code != 409:  # 409: its removal is already in progress
+                raise

@@ -152,7 +152,8 @@ class DockerSandbox(Sandbox):
 
         Every process the command leaves behind is killed when it ends (`kill -9 -1` spares only the caller and
         PID 1), as in the local sandbox. The output goes to a fresh file, not to the exec's stream, so that no
-        process can hold the stream open and the call past its timeout.
+        process can hold the stream open and the call past its timeout; the file is in /dev/shm, outside the disk
+        quota, so that a command that filled the disk still gets its error message.
         """
         cfg = self.config
         timeout = timeout or cfg.command_timeout
@@ -163,7 +164,7 @@ class DockerSandbox(Sandbox):
         )
         outer = (  # the command's processes, not PID 1, are the ones the OOM killer picks in the container
             "echo 1000 > /proc/self/oom_score_adj; "
-            f"mkdir -p {self.scratch_dir}; out=$(mktemp {self.scratch_dir}/out.XXXXXXXXXX) || exit 1; "
+            "out=$(mktemp /dev/shm/out.XXXXXXXXXX) || exit 1; "
             f'timeout -k 5 {timeout:g} /bin/bash -c {shlex.quote(inner)} </dev/null >"$out" 2>&1; code=$?; '
             f'kill -9 -1 2>/dev/null; head -c {cfg.max_output_bytes} -- "$out"; rm -f -- "$out"; '
             f'[ $code -ne {TIMEOUT_EXIT_CODE} ] || echo {shlex.quote(timeout_note(timeout))}; exit $code'
