@@ -372,10 +372,20 @@ def test_a_child_that_cannot_be_set_up_says_why():
     assert "OSError: [Errno 22] setns into the sandbox's mount namespace" in done.stderr
 
 
-# four processes of 80 MiB each: past a 160 MiB sandbox, while each stays within its own address-space limit (which
+# four processes of 80 MiB each, started one after the other, each holding its memory until all four have allocated
+# or died (no clock involved): past a 160 MiB sandbox, while each stays within its own address-space limit (which
 # Docker sets to the container's memory)
-HOGS = ("for i in 1 2 3 4; do python -c 'import time; x = bytearray(80 << 20); time.sleep(5)' & done; wait; "
-        "echo waited")
+HOGS = """python - <<'EOF'
+import subprocess, sys
+hold = "import sys; x = bytearray(80 << 20); print(flush=True); sys.stdin.read()"
+hogs = []
+for _ in range(4):
+    hogs.append(subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    hogs[-1].stdout.readline()  # allocated, or killed
+for hog in hogs:
+    hog.stdin.close()
+print("codes", *sorted(hog.wait() for hog in hogs))
+EOF"""
 
 
 def _small(config: SWEGymConfig) -> SandboxConfig:
@@ -391,7 +401,7 @@ def test_a_command_past_the_sandbox_memory_limit_is_its_own_doing(config):
         sandbox.start(ROWS["roman"])
         result = sandbox.run(HOGS)
         assert result.out_of_memory and result.exit_code == 137, result
-        assert "Killed" in result.output and result.output.endswith("reached its memory limit of 160 MiB]\n")
+        assert "codes -9" in result.output and result.output.endswith("reached its memory limit of 160 MiB]\n")
         assert sandbox.run("echo up").output == "up\n"  # Docker: PID 1 was spared (the command's are picked first)
         assert not sandbox.run("true").out_of_memory
 
