@@ -86,6 +86,7 @@ def task_image(task: dict, config: SandboxConfig | None = None) -> str:
 # when the sandbox is closed, or its process dies however it dies. Then the engine removes the container.
 KEEPER = ("mkdir -p {scratch}; trap '' TERM INT HUP; "
           "while :; do sleep 1 & wait $!; if read -r -t 0; then read -r _ || exit 0; fi; done")
+OUTPUT_DIR = "/run/trl-multiturn-output"  # commands' output files (a tmpfs: outside the disk quota)
 _ENGINES: dict[str, dict] = {}  # `docker info` of each engine, by its address
 START_ATTEMPTS = 3  # a container start that failed in the engine (runc's "broken pipe" on a loaded machine)
 logger = logging.getLogger(__name__)
@@ -136,6 +137,7 @@ class DockerSandbox(Sandbox):
             "network_mode": "bridge" if cfg.docker_network else "none",
             "ipc_mode": "private",  # its own IPC namespace and /dev/shm, which no other container may join
             "shm_size": cfg.max_file_mb * 1024 * 1024,
+            "tmpfs": {OUTPUT_DIR: f"size={cfg.max_file_mb + 1}m,mode=0700"},
             "cgroupns": "private",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
@@ -152,8 +154,9 @@ class DockerSandbox(Sandbox):
 
         Every process the command leaves behind is killed when it ends (`kill -9 -1` spares only the caller and
         PID 1), as in the local sandbox. The output goes to a fresh file, not to the exec's stream, so that no
-        process can hold the stream open and the call past its timeout; the file is in /dev/shm, outside the disk
-        quota, so that a command that filled the disk still gets its error message.
+        process can hold the stream open and the call past its timeout; the file is in a tmpfs of its own
+        (`OUTPUT_DIR`), outside the disk quota, so that a command that filled the disk still gets its error message.
+        The scratch folder is made here too: the first command may come before PID 1 has made it.
         """
         cfg = self.config
         timeout = timeout or cfg.command_timeout
@@ -164,7 +167,7 @@ class DockerSandbox(Sandbox):
         )
         outer = (  # the command's processes, not PID 1, are the ones the OOM killer picks in the container
             "echo 1000 > /proc/self/oom_score_adj; "
-            "out=$(mktemp /dev/shm/out.XXXXXXXXXX) || exit 1; "
+            f"mkdir -p {shlex.quote(self.scratch_dir)}; out=$(mktemp {OUTPUT_DIR}/out.XXXXXXXXXX) || exit 1; "
             f'timeout -k 5 {timeout:g} /bin/bash -c {shlex.quote(inner)} </dev/null >"$out" 2>&1; code=$?; '
             f'kill -9 -1 2>/dev/null; head -c {cfg.max_output_bytes} -- "$out"; rm -f -- "$out"; '
             f'[ $code -ne {TIMEOUT_EXIT_CODE} ] || echo {shlex.quote(timeout_note(timeout))}; exit $code'
