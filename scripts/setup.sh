@@ -8,14 +8,15 @@ cd "$(dirname "$0")/.."
 start=$SECONDS
 say() { echo "setup [$((SECONDS - start)) s]: $*"; }
 
-# SWE-Gym's sandboxes: bubblewrap (the local sandbox), Docker and mmdebstrap (the Docker sandbox and the images of
-# the shipped tasks, built on this machine); Chromium for the episode page's browser test. Installed from the Debian
+# SWE-Gym's sandboxes: bubblewrap (the local sandbox), Docker, btrfs-progs and mmdebstrap (the Docker sandbox: the
+# tests' engine keeps its data on btrfs, and the images of the shipped tasks are built on this machine); Chromium for the episode page's browser test. Installed from the Debian
 # archive when running as root; otherwise say what is missing (the local sandbox then fails with that error, or runs
 # with isolation='none').
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+command -v mkfs.btrfs >/dev/null || missing+=(btrfs-progs)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -20,9 +20,10 @@ ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
 def client():
     client = docker_client()
     yield client
-    left = [c.name for c in sandbox_containers(client)]
+    # a container whose removal the sandbox began may still be listed (btrfs deletes a subvolume): "removing"
+    left = [c.name for c in sandbox_containers(client) if c.status != "removing"]
     remove_sandbox_containers(client)
-    assert left == []  # every sandbox removed its container
+    assert left == []  # every sandbox removed its container, or the engine is removing it
 
 
 @pytest.fixture
@@ -102,3 +103,55 @@ def test_images_are_built_once_by_recipe(client, monkeypatch):
                                             "pluggy.__version__)"], network_mode="none", remove=True)
     pins = dict(r.split("==") for r in TEST_REQUIREMENTS)
     assert versions.decode().split() == [pins["pytest"], pins["pluggy"]]  # the local task Python's pins too
+
+
+def test_writing_past_the_disk_quota_is_refused(client):
+    """`disk_mb` beyond the image (the engine's btrfs quota group, `--storage-opt size`): the third 30 MiB file of
+    a 64 MiB quota is refused, and the container's space is free again once the files go."""
+    config = SWEGymConfig(sandbox="docker", disk_mb=64, max_file_mb=32, command_timeout=120)
+    with DockerSandbox(config) as sandbox:
+        sandbox.start(ROWS["roman"])
+        fill = sandbox.run("for i in 1 2 3; do head -c 30M /dev/zero > /testbed/big$i || exit 7; done; echo filled")
+        assert fill.exit_code == 7 and "Disk quota exceeded" in fill.output and "filled" not in fill.output
+        freed = sandbox.run("rm -f /testbed/big* && sync && head -c 30M /dev/zero > /tmp/again && echo written")
+        assert freed.output == "written\n"
+
+
+def test_a_container_root_is_no_root_of_the_host(client):
+    """The engine remaps the user namespace: the container's uid 0 (its PID 1, and a command's process) is an
+    unprivileged uid on the host."""
+    with DockerSandbox(SWEGymConfig(sandbox="docker")) as sandbox:
+        sandbox.start(ROWS["roman"])
+        assert sandbox.run("id -u").output == "0\n"
+        sandbox.container.reload()
+        pid = sandbox.container.attrs["State"]["Pid"]
+        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines())
+        assert all(int(uid) >= 65536 for uid in status["Uid"].split()), status["Uid"]
+
+
+class _DefaultEngine:
+    """A stand-in client whose engine runs with Docker's defaults (overlay2, no user namespace remapping): only
+    `info()` and the address are asked before the sandbox refuses it."""
+
+    class api:
+        base_url = "stand-in://default-engine"
+
+    @staticmethod
+    def info():
+        return {"Driver": "overlay2", "SecurityOptions": ["name=seccomp,profile=default"]}
+
+
+def test_an_engine_without_private_files_or_userns_is_refused_or_named(client, caplog):
+    from trl_multiturn.envs.swegym.sandbox import SandboxError
+    from trl_multiturn.envs.swegym.sandbox.docker import engine_gaps
+
+    assert engine_gaps(client.info()) == []  # the tests' engine has all of it
+    gaps = engine_gaps(_DefaultEngine.info())
+    assert len(gaps) == 2 and "overlay2" in gaps[0] and "--userns-remap" in gaps[1]
+    refusing = DockerSandbox(SWEGymConfig(sandbox="docker", docker_engine_gaps="refuse"), client=_DefaultEngine())
+    with pytest.raises(SandboxError, match="lacks what the sandbox needs.*overlay2.*userns-remap"):
+        refusing.start(ROWS["roman"])
+    warning = DockerSandbox(SWEGymConfig(sandbox="docker"), client=_DefaultEngine())
+    with caplog.at_level("WARNING"):
+        warning.check_engine()
+    assert "overlay2" in caplog.text and "--userns-remap" in caplog.text

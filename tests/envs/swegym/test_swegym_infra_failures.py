@@ -27,7 +27,15 @@ import pytest
 import requests
 from docker_engine import docker_client
 
-from trl_multiturn.envs.swegym import SandboxError, SWEGymConfig, SWEGymEnv, grade_patch, make_sandbox, task_rows
+from trl_multiturn.envs.swegym import (
+    SandboxConfig,
+    SandboxError,
+    SWEGymConfig,
+    SWEGymEnv,
+    grade_patch,
+    make_sandbox,
+    task_rows,
+)
 from trl_multiturn.envs.swegym.patches import make_patch
 from trl_multiturn.envs.swegym.sandbox import bwrap
 from trl_multiturn.envs.swegym.sandbox import docker as docker_backend
@@ -362,3 +370,65 @@ def test_a_child_that_cannot_be_set_up_says_why():
     done = subprocess.run(["true"], capture_output=True, text=True, preexec_fn=reporting_child(setup))
     assert done.returncode == CHILD_SETUP_FAILED
     assert "OSError: [Errno 22] setns into the sandbox's mount namespace" in done.stderr
+
+
+# four processes of 80 MiB each, started one after the other, each holding its memory until all four have allocated
+# or died (no clock involved): past a 160 MiB sandbox, while each stays within its own address-space limit (which
+# Docker sets to the container's memory)
+HOGS = """python - <<'EOF'
+import subprocess, sys
+hold = "import sys; x = bytearray(80 << 20); print(flush=True); sys.stdin.read()"
+hogs = []
+for _ in range(4):
+    hogs.append(subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    hogs[-1].stdout.readline()  # allocated, or killed
+for hog in hogs:
+    hog.stdin.close()
+print("codes", *sorted(hog.wait() for hog in hogs))
+EOF"""
+
+
+def _small(config: SWEGymConfig) -> SandboxConfig:
+    return SandboxConfig(sandbox=config.sandbox, repo_cache_dir=config.repo_cache_dir, total_memory_mb=160,
+                         memory_mb=160 if config.sandbox == "docker" else 4096, command_timeout=120)
+
+
+def test_a_command_past_the_sandbox_memory_limit_is_its_own_doing(config):
+    """The kernel's OOM killer, working for the sandbox's own limit (its memory cgroup: memory.events or
+    memory.oom_control and memory.failcnt), ends a process of the command: the command's result says so, as the
+    code under test's doing (a crash, graded like any), never an infrastructure failure; the sandbox goes on."""
+    with make_sandbox(_small(config)) as sandbox:
+        sandbox.start(ROWS["roman"])
+        result = sandbox.run(HOGS)
+        assert result.out_of_memory and result.exit_code == 137, result
+        assert "codes -9" in result.output and result.output.endswith("reached its memory limit of 160 MiB]\n")
+        assert sandbox.run("echo up").output == "up\n"  # Docker: PID 1 was spared (the command's are picked first)
+        assert not sandbox.run("true").out_of_memory
+
+
+def test_the_machine_out_of_memory_is_an_infrastructure_failure(config, monkeypatch):
+    """A process of the sandbox killed while the machine's OOM killer worked (/proc/vmstat `oom_kill` rose) and the
+    sandbox's own limit was never reached: SandboxError (the episode fails, no reward), not a crash of the code.
+    The machine's counter is a fake here (a stand-in that rises on every read: a real machine-wide OOM cannot be
+    caused in a test); the kill is real (SIGKILL)."""
+    from trl_multiturn.envs.swegym.sandbox import containment
+
+    with make_sandbox(_small(config)) as sandbox:
+        sandbox.start(ROWS["roman"])
+        rises = iter(range(10**6))
+        monkeypatch.setattr(containment, "machine_oom_kills", lambda: next(rises))
+        assert sandbox.run("echo fine").output == "fine\n"  # nothing killed: the machine's trouble is not ours
+        with pytest.raises(SandboxError, match="machine ran out of memory"):
+            sandbox.run("sleep 0.1; kill -9 $$")
+
+
+@pytest.mark.parametrize("config", ["local"], indirect=True)  # Docker's address-space limit is its memory limit:
+def test_a_patch_that_exhausts_its_memory_is_graded_as_failing(config):  # one test process cannot pass it there
+    """A patch whose code takes more memory than the grading sandbox has: its test run is killed inside the
+    sandbox, and the patch is graded as failing (no reward), with no SandboxError."""
+    source = SOURCES["roman"].files_at_base()
+    module = next(name for name in source if name.startswith("roman/") and name.endswith(".py")
+                  and "test" not in name and name != "roman/__init__.py")
+    patch = make_patch({module: source[module]}, {module: "_ballast = bytearray(400 << 20)\n" + source[module]})
+    grade = grade_patch(ROWS["roman"], patch, _small(config))
+    assert grade.patch_applied and not grade.resolved and grade.reward("dense") == 0.0, grade

@@ -305,7 +305,9 @@ def test_nothing_left_in_the_host_kernel(pair):
     assert socket.gethostname() != "sandbox"
 
 
-# Local only: Docker applies its own default profile (test_kernel_keyring checks its keyring calls)
+# Local only: Docker's profile is made from the same tables (seccomp.docker_profile) but leaves `personality` free and
+# kills a call of another ABI (x32) instead of refusing it; test_kernel_keyring and test_swegym_kernel_channels.py
+# check its calls
 @pytest.mark.parametrize("pair", ["local"], indirect=True)
 def test_the_seccomp_filter_refuses_every_listed_call(pair):
     """Local: each call of `seccomp.DENIED` fails with EPERM, whatever its arguments (zeros here: unfiltered, most

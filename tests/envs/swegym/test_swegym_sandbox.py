@@ -114,7 +114,7 @@ def test_an_unprivileged_user_gets_the_same_namespaces(tmp_path):
     for folder in (checkout, own_tmp):
         os.chown(folder, user, user)
     argv = bwrap_argv(checkout=str(checkout), tmp=str(own_tmp), workdir="/testbed", python_dirs={}, hidden=[],
-                      env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, shm_bytes=1 << 20)
+                      env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, shm_bytes=1 << 20, proc_views={})
     script = ("id -u; touch /testbed/written /tmp/own && echo wrote; ls /root 2>&1 | head -1; "
               "python3 -c 'import socket; print(sorted(n for _, n in socket.if_nameindex()))'")
     become = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if os.geteuid() == 0 else []

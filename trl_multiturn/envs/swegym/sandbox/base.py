@@ -14,6 +14,7 @@ from ....config_checks import Range, check_fields, config_field
 SANDBOXES = ("local", "docker")
 NOBODY = 65534  # owner of write-only scratch files
 ISOLATIONS = ("bwrap", "none")
+ENGINE_GAPS = ("warn", "refuse")
 
 
 @dataclass
@@ -39,7 +40,7 @@ class SandboxConfig:
         max_file_mb (`int`, defaults to `64`):
             Largest file a command may write (RLIMIT_FSIZE), MiB.
         disk_mb (`int`, defaults to `4096`):
-            Local, as root: size of the tmpfs that holds the sandbox's writable folders, MiB.
+            Size of the sandbox's writable space, MiB (local, as root: a tmpfs; Docker: --storage-opt size).
         total_memory_mb (`int`, defaults to `8192`):
             Local: memory of all the sandbox's processes together (a cgroup's limit), MiB.
         max_output_bytes (`int`, defaults to `1_000_000`):
@@ -81,6 +82,8 @@ class SandboxConfig:
             CPUs each container may use.
         docker_network (`bool`, defaults to `False`):
             Give containers network access.
+        docker_engine_gaps (`str`, defaults to `"warn"`):
+            What to do when the engine lacks per-container files and quota or a remapped user namespace.
     """
 
     # Parameters that control the backend
@@ -100,8 +103,10 @@ class SandboxConfig:
     disk_mb: int = config_field(
         4096, "Local, as root: size of the tmpfs that holds the sandbox's writable folders (the checkout and its "
               "/tmp), MiB, mounted in the sandbox's own mount namespace, never on the host; writing past it fails "
-              "with ENOSPC and nothing reaches the host disk. Not root: no quota (logged once). Docker: not applied "
-              "(see the SWE-Gym README, 'Containment').", range=Range(ge=1))
+              "with ENOSPC and nothing reaches the host disk. Not root: no quota (logged once). Docker: what a "
+              "container may write beyond its image (--storage-opt size), where the engine's storage driver "
+              "takes a size (btrfs, zfs: see docker_engine_gaps and the SWE-Gym README, 'Containment').",
+        range=Range(ge=1))
     total_memory_mb: int = config_field(
         8192, "Local: memory of all the sandbox's processes together (tmpfs files they write included), MiB, as a "
               "cgroup's limit, where a memory cgroup can be made (root, cgroup v1 or v2); elsewhere only the "
@@ -175,6 +180,14 @@ class SandboxConfig:
     )
     docker_cpus: float = config_field(1.0, "CPUs each container may use.", range=Range(gt=0))
     docker_network: bool = field(default=False, metadata={"help": "Give containers network access."})
+    docker_engine_gaps: str = field(
+        default="warn",
+        metadata={"help": "What to do when the Docker engine lacks what the SWE-Gym README asks of it: a storage "
+                  "driver that gives each container files of its own and a disk quota (btrfs, zfs; overlay2 shares "
+                  "the image's files, their page cache a channel between gradings) and --userns-remap (else a "
+                  "container's root is the host's uid 0). 'warn': log each gap once and go on; 'refuse': "
+                  "SandboxError at start, naming them."},
+    )
 
     def __post_init__(self):
         check_fields(self)
@@ -184,6 +197,8 @@ class SandboxConfig:
             raise ValueError(f"isolation={self.isolation!r}: choose one of {ISOLATIONS}")
         if self.run_as_uid not in ("auto", "none") and not str(self.run_as_uid).isdigit():
             raise ValueError(f"run_as_uid={self.run_as_uid!r}: use 'auto', 'none' or a numeric uid")
+        if self.docker_engine_gaps not in ENGINE_GAPS:
+            raise ValueError(f"docker_engine_gaps={self.docker_engine_gaps!r}: choose one of {ENGINE_GAPS}")
         if self.isolation == "none" and str(self.run_as_uid).isdigit():
             raise ValueError(f"run_as_uid={self.run_as_uid}: switching user needs isolation='bwrap'")
 
@@ -204,14 +219,23 @@ def timeout_note(seconds: float) -> str:
     return f"[command timed out after {seconds:g} s]"
 
 
+def out_of_memory_note(megabytes: int) -> str:
+    """The last line of the output of a command whose process the kernel killed for the sandbox's memory limit."""
+    return f"[a process was killed: the sandbox reached its memory limit of {megabytes} MiB]"
+
+
 @dataclass
 class CommandResult:
     """A finished command: its output (stdout and stderr interleaved), exit code and whether it timed out. A
-    command cut at its limit ends its output with `timeout_note` and exits with TIMEOUT_EXIT_CODE."""
+    command cut at its limit ends its output with `timeout_note` and exits with TIMEOUT_EXIT_CODE.
+    `out_of_memory`: the kernel killed a process of the command for reaching the sandbox's own memory limit (the
+    code's doing, like any crash; the output ends with `out_of_memory_note`). The machine running out of memory is
+    not a result: it raises SandboxError."""
 
     output: str
     exit_code: int
     timed_out: bool = False
+    out_of_memory: bool = False
 
 
 class SandboxError(RuntimeError):

@@ -9,7 +9,9 @@ where the command has no capability; the seccomp filter keeps it from making ano
 the nested user namespace that option makes clears the init's parent-death signal, and a killed driver would leave
 the namespace running). The seccomp
 filter (`seccomp.py`, `--seccomp`, added per command by the caller) denies what could reach outside these
-namespaces (the kernel keyring, other processes, mounts, new namespaces, io_uring...). bubblewrap's own init is the
+namespaces (the kernel keyring, other processes, mounts, new namespaces, io_uring, page-cache residency, locks and
+watches on shared files...); the machine's memory statistics under /proc are replaced by a fixed view
+(`procview.py`). bubblewrap's own init is the
 PID namespace's PID 1 and dies with bubblewrap (`--die-with-parent`); when it dies the kernel kills everything else
 in the namespace.
 """
@@ -52,13 +54,15 @@ def bwrap_argv(
     hidden: list[Path],
     env: dict[str, str],
     shm_bytes: int,
+    proc_views: dict[str, str],
 ) -> list[str]:
     """The argv prefix (a command and its arguments follow) that runs a command in the sandbox.
 
     `checkout` (host) appears read-write at `workdir`, `tmp` (host) read-write at /tmp; `python_dirs` (each folder
     with where bubblewrap finds it: a bind mount the sandbox uid can reach, `containment.PrivateSpace`) read-only
     at their own paths (with world-readable parent folders made for them); each of `hidden` that lies inside a
-    visible folder is covered by an empty read-only tmpfs.
+    visible folder is covered by an empty read-only tmpfs; each of `proc_views` ({file under /proc: host file}) is
+    bound read-only over the machine's own (`procview.py`).
     """
     bwrap = find_program("bwrap", "bubblewrap, for isolation='bwrap'", ", or set isolation='none' to run commands "
                          "without isolation (see the SWE-Gym README for what that leaves open)")
@@ -72,7 +76,10 @@ def bwrap_argv(
             argv += ["--symlink", os.readlink(host), str(host)]
         elif host.is_dir():
             argv += ["--ro-bind", str(host), str(host)]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(shm_bytes), "--tmpfs", "/dev/shm",
+    argv += ["--proc", "/proc"]
+    for target, source in proc_views.items():
+        argv += ["--ro-bind", source, target]
+    argv += ["--dev", "/dev", "--perms", "1777", "--size", str(shm_bytes), "--tmpfs", "/dev/shm",
              "--bind", tmp, "/tmp", "--bind", checkout, workdir]
     same = [Path("/usr"), Path("/etc")]  # host folders seen at their own paths
     mounted = [*same, Path("/tmp"), Path(workdir)]

@@ -204,6 +204,32 @@ class MemoryCgroup:
                       "'Containment'")
             return None
 
+    @classmethod
+    def of_container(cls, container_id: str) -> MemoryCgroup | None:
+        """The memory cgroup a Docker engine on this machine made for a container (cgroupfs or systemd driver,
+        v1 or v2), or None where none is found (a remote engine)."""
+        hierarchy = _memory_hierarchy()
+        if hierarchy is None:
+            return None
+        root = hierarchy[0]
+        for path in (root / "docker" / container_id, root / "system.slice" / f"docker-{container_id}.scope"):
+            if path.is_dir():
+                return cls(path)
+        return None
+
+    def oom_counts(self) -> tuple[int, int]:
+        """(processes of this group the OOM killer has ended, whatever ran out: the group or the machine; times
+        the group reached its own limit), the kernel's counters: v2 memory.events' `oom_kill` and `oom`; v1
+        memory.oom_control's `oom_kill` and memory.failcnt. (0, 0) where they cannot be read (the group gone)."""
+        try:
+            if (self.path / "memory.events").exists():
+                events = dict(line.split() for line in (self.path / "memory.events").read_text().splitlines())
+                return int(events.get("oom_kill", 0)), int(events.get("oom", 0))
+            control = dict(line.split() for line in (self.path / "memory.oom_control").read_text().splitlines())
+            return int(control.get("oom_kill", 0)), int((self.path / "memory.failcnt").read_text())
+        except (OSError, ValueError):
+            return 0, 0
+
     def enter(self) -> None:
         """Move the calling process into the cgroup; run in the child before exec, so everything it starts is in."""
         fd = os.open(self.path / "cgroup.procs", os.O_WRONLY)
@@ -218,6 +244,43 @@ class MemoryCgroup:
             self.path.rmdir()
         except OSError:
             pass  # a process not yet reaped still holds it; an empty leftover folder costs nothing
+
+
+def machine_oom_kills() -> int:
+    """Processes the kernel's OOM killer has ended on this machine since it started (/proc/vmstat `oom_kill`)."""
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            key, value = line.split()
+            if key == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class OomWatch:
+    """Tells, once a command has ended, why a process of it was OOM-killed, if one was: the sandbox reached its own
+    memory limit (the code under test's doing: graded like any crash) or the machine ran out of memory (an
+    infrastructure failure: SandboxError, never a result). Started before the command; `cgroup` is the sandbox's
+    memory cgroup (None: only the machine's counter is watched)."""
+
+    def __init__(self, cgroup: MemoryCgroup | None):
+        self.cgroup = cgroup
+        self._group = cgroup.oom_counts() if cgroup is not None else (0, 0)
+        self._machine = machine_oom_kills()
+
+    def verdict(self, killed: bool) -> str | None:
+        """'limit' when a process of the group was killed and the group reached its limit meanwhile; 'machine' when
+        the machine's OOM killer ended something while the command ran and the command, or a process of the group,
+        was killed (`killed`: the command ended by SIGKILL, or with its shell's 137) without the group reaching its
+        limit; None otherwise. The machine's counter counts every process of the machine: a command killed while
+        another program's OOM kill happened is called the machine's (the episode fails, no reward is made up)."""
+        kills, hits = self.cgroup.oom_counts() if self.cgroup is not None else (0, 0)
+        if kills > self._group[0] and hits > self._group[1]:
+            return "limit"
+        if machine_oom_kills() > self._machine and (killed or kills > self._group[0]):
+            return "machine"
+        return None
 
 
 def _remove_orphans(parent: Path) -> None:

@@ -1,13 +1,17 @@
 """`DockerSandbox`: the task's image in a fresh container per episode and per grading, through the Docker SDK.
 
-Containers run without network (`--network none`), without any capability, with `no-new-privileges`, Docker's
-default seccomp profile (the keyring, ptrace, bpf, mounts, namespaces, io_uring... denied), IPC, PID, UTS and
-cgroup namespaces of their own (IPC and cgroup stated explicitly, not left to the daemon's defaults; PID and UTS
-are private unless asked otherwise), a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, and
-memory, pids and CPU limits. A container that does not start, or that stops under a command (killed from outside,
-its engine gone), raises `SandboxError`: an infrastructure failure, never a result; a start is tried
-`START_ATTEMPTS` times when the engine's error may pass. SWE-Gym's images are named after the instance id; the
-shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
+Containers run without network (`--network none`), without any capability, with `no-new-privileges`, a seccomp
+profile (the keyring, ptrace, bpf, mounts, namespaces, io_uring... denied), IPC, PID, UTS and cgroup namespaces
+of their own (IPC and cgroup stated explicitly, not left to the daemon's defaults; PID and UTS are private unless
+asked otherwise), a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, memory, pids and CPU
+limits, and a disk quota where the engine takes one (`engine_gaps`). The seccomp profile is the local sandbox's
+filter (`seccomp.docker_profile`), which also refuses page-cache residency calls, locks and watches on the image's
+shared files, and `sysinfo`; its /proc/meminfo is a fixed view (`procview.py`). A process the kernel kills for the
+container's own memory limit is the command's doing (`CommandResult.out_of_memory`); the machine running out is
+`SandboxError`. A container that does not start, or that stops under a command (killed from outside, its engine
+gone), raises `SandboxError`: an infrastructure failure, never a result; a start is tried `START_ATTEMPTS` times
+when the engine's error may pass. SWE-Gym's images are named after the instance id; the shipped tasks' images are
+built on this machine (`images.py`) and named after their recipe.
 """
 
 from __future__ import annotations
@@ -30,8 +34,31 @@ from .base import (
     SandboxError,
     SandboxPathError,
     exit_on_sigterm,
+    out_of_memory_note,
     timeout_note,
 )
+from .containment import MemoryCgroup, OomWatch, warn_once
+from .procview import MEMINFO, SHARED, write_views
+from .seccomp import docker_profile
+
+DOCKER_PROC_VIEWS = (MEMINFO, "/proc/slabinfo")
+# Storage drivers that make each container's files inodes of its own (a snapshot per container: the page cache,
+# locks and watches of one container's files are not another's) and take a size (`--storage-opt size`). overlay2
+# shares the image's files between containers and takes a size only on XFS with project quotas.
+PRIVATE_FILES_DRIVERS = ("btrfs", "zfs")
+
+
+def engine_gaps(info: dict) -> list[str]:
+    """What an engine (its `docker info`) lacks of what the Docker sandbox asks of it (the SWE-Gym README)."""
+    gaps = []
+    driver = info.get("Driver")
+    if driver not in PRIVATE_FILES_DRIVERS:
+        gaps.append(f"the storage driver {driver!r} shares the image's files between containers (their page cache "
+                    "carries state from one grading to the next) and gives no disk quota (disk_mb): use "
+                    f"{' or '.join(PRIVATE_FILES_DRIVERS)}")
+    if not any("name=userns" in option for option in info.get("SecurityOptions") or []):
+        gaps.append("the engine runs without --userns-remap: a container's root is the host's uid 0")
+    return gaps
 
 
 def docker_image_name(instance_id: str, config: SandboxConfig | None = None) -> str:
@@ -59,6 +86,8 @@ def task_image(task: dict, config: SandboxConfig | None = None) -> str:
 # when the sandbox is closed, or its process dies however it dies. Then the engine removes the container.
 KEEPER = ("mkdir -p {scratch}; trap '' TERM INT HUP; "
           "while :; do sleep 1 & wait $!; if read -r -t 0; then read -r _ || exit 0; fi; done")
+OUTPUT_DIR = "/run/trl-multiturn-output"  # commands' output files (a tmpfs: outside the disk quota)
+_ENGINES: dict[str, dict] = {}  # `docker info` of each engine, by its address
 START_ATTEMPTS = 3  # a container start that failed in the engine (runc's "broken pipe" on a loaded machine)
 logger = logging.getLogger(__name__)
 
@@ -78,16 +107,24 @@ class DockerSandbox(Sandbox):
         self._client = client
         self.container = None
         self._lifeline = None  # the attached stdin socket: the container lives while it is open
+        self._memory: MemoryCgroup | None = None  # the container's memory cgroup, where the engine is local
         self.workdir = self.config.docker_workdir
 
     def image_for(self, task: dict) -> str:
         return task_image(task, self.config)
 
     def container_options(self, task: dict) -> dict[str, Any]:
-        """Keyword arguments of `client.containers.run` for `task`."""
+        """Keyword arguments of `client.containers.run` for `task` (the fixed /proc views it binds are files of
+        this machine's, `procview.SHARED`: the engine must run on this machine)."""
         cfg = self.config
+        image = self.image_for(task)
+        quota = {}
+        if self._engine_info().get("Driver") in PRIVATE_FILES_DRIVERS:  # the size counts the image's files too
+            quota["storage_opt"] = {"size": f"{self.client.images.get(image).attrs['Size'] // 2**20 + cfg.disk_mb}M"}
+        views = write_views(SHARED, cfg.memory_mb)
         return {
-            "image": self.image_for(task),
+            **quota,
+            "image": image,
             "command": ["/bin/bash", "-c", KEEPER.format(scratch=shlex.quote(self.scratch_dir))],
             "detach": True,
             "stdin_open": True,  # with create's detach=False, also StdinOnce: the first attached client's end ends it
@@ -100,9 +137,13 @@ class DockerSandbox(Sandbox):
             "network_mode": "bridge" if cfg.docker_network else "none",
             "ipc_mode": "private",  # its own IPC namespace and /dev/shm, which no other container may join
             "shm_size": cfg.max_file_mb * 1024 * 1024,
+            "tmpfs": {OUTPUT_DIR: f"size={cfg.max_file_mb + 1}m,mode=0700"},
             "cgroupns": "private",
             "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
+            "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
+            # runc lets only these of the views be bound over /proc (those lxcfs emulates); see the README
+            "volumes": {str(source): {"bind": target, "mode": "ro"} for target, source in views.items()
+                        if target in DOCKER_PROC_VIEWS},
             "labels": {"trl_multiturn.swegym": task["instance_id"], "trl_multiturn.driver": str(os.getpid())},
         }
 
@@ -113,7 +154,9 @@ class DockerSandbox(Sandbox):
 
         Every process the command leaves behind is killed when it ends (`kill -9 -1` spares only the caller and
         PID 1), as in the local sandbox. The output goes to a fresh file, not to the exec's stream, so that no
-        process can hold the stream open and the call past its timeout.
+        process can hold the stream open and the call past its timeout; the file is in a tmpfs of its own
+        (`OUTPUT_DIR`), outside the disk quota, so that a command that filled the disk still gets its error message.
+        The scratch folder is made here too: the first command may come before PID 1 has made it.
         """
         cfg = self.config
         timeout = timeout or cfg.command_timeout
@@ -122,8 +165,9 @@ class DockerSandbox(Sandbox):
             f"ulimit -t {cfg.cpu_seconds} -f {cfg.max_file_mb * 1024} -v {cfg.memory_mb * 1024}; "
             f"cd {shlex.quote(cfg.docker_workdir)} && {command}"
         )
-        outer = (
-            f"out=$(mktemp {self.scratch_dir}/out.XXXXXXXXXX) || exit 1; "
+        outer = (  # the command's processes, not PID 1, are the ones the OOM killer picks in the container
+            "echo 1000 > /proc/self/oom_score_adj; "
+            f"mkdir -p {shlex.quote(self.scratch_dir)}; out=$(mktemp {OUTPUT_DIR}/out.XXXXXXXXXX) || exit 1; "
             f'timeout -k 5 {timeout:g} /bin/bash -c {shlex.quote(inner)} </dev/null >"$out" 2>&1; code=$?; '
             f'kill -9 -1 2>/dev/null; head -c {cfg.max_output_bytes} -- "$out"; rm -f -- "$out"; '
             f'[ $code -ne {TIMEOUT_EXIT_CODE} ] || echo {shlex.quote(timeout_note(timeout))}; exit $code'
@@ -143,15 +187,33 @@ class DockerSandbox(Sandbox):
                 raise SandboxError(f"no Docker engine answers ({e}): start dockerd, or set DOCKER_HOST") from e
         return self._client
 
+    def _engine_info(self) -> dict:
+        """The engine's `docker info`, asked once per client."""
+        key = self.client.api.base_url
+        if key not in _ENGINES:
+            _ENGINES[key] = self.client.info()
+        return _ENGINES[key]
+
+    def check_engine(self) -> None:
+        """Log each gap of the engine once (`docker_engine_gaps='warn'`), or refuse it ('refuse')."""
+        gaps = engine_gaps(self._engine_info())
+        if gaps and self.config.docker_engine_gaps == "refuse":
+            raise SandboxError("the Docker engine lacks what the sandbox needs (docker_engine_gaps='refuse'): "
+                               + "; ".join(gaps) + ". See the SWE-Gym README, 'Containment', for how to run one")
+        for gap in gaps:
+            warn_once(f"docker: {gap}", f"Docker sandbox: {gap} (see the SWE-Gym README, 'Containment')")
+
     def start(self, task: dict) -> None:
         from .images import ensure_task_image, shipped_source
 
         self.close()
         exit_on_sigterm()
+        self.check_engine()
         source = shipped_source(task)
         if source is not None and not task.get("image_name"):
             ensure_task_image(self.client, source)
         self.container = self._start_container(self.container_options(task))
+        self._memory = MemoryCgroup.of_container(self.container.id)
 
     def _start_container(self, options: dict[str, Any]):
         """Create and start a container; an engine error (HTTP 5xx, the engine unreachable) is tried again after a
@@ -184,16 +246,25 @@ class DockerSandbox(Sandbox):
             raise SandboxError("the sandbox is not started: call start(task) first")
         import docker
 
+        oom = OomWatch(self._memory)
         try:
             result = self.container.exec_run(self.exec_command(command, timeout), workdir=self.config.docker_workdir,
                                              user=self.config.docker_user, demux=False)
         except docker.errors.DockerException as e:
             raise SandboxError(f"the container could not run the command: {self._state()} ({e})") from e
+        output = (result.output or b"").decode("utf-8", errors="replace")
+        verdict = oom.verdict(killed=result.exit_code in (None, 128 + 9))
+        if verdict == "machine":
+            raise SandboxError("the machine ran out of memory while the container ran the command (the kernel's OOM "
+                               "killer ended a process; the container's own limit was not reached)")
+        if verdict == "limit":
+            end = "\n" if output and not output.endswith("\n") else ""
+            return CommandResult(f"{output}{end}{out_of_memory_note(self.config.memory_mb)}\n", 128 + 9,
+                                 out_of_memory=True)
         if result.exit_code is None or result.exit_code >= 128:  # killed by a signal: was it the container's end?
             state = self._state()
             if state != "running":
                 raise SandboxError(f"the container stopped while it ran the command: {state}")
-        output = (result.output or b"").decode("utf-8", errors="replace")
         return CommandResult(output, result.exit_code, timed_out=result.exit_code == 124)
 
     def _state(self) -> str:
@@ -282,7 +353,7 @@ class DockerSandbox(Sandbox):
         self._close_lifeline()
         if self.container is not None:
             _remove_quietly(self.container)
-            self.container = None
+            self.container, self._memory = None, None
 
     def _close_lifeline(self) -> None:
         if self._lifeline is not None:

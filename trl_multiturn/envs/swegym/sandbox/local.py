@@ -40,11 +40,21 @@ from .base import (
     SandboxError,
     SandboxPathError,
     exit_on_sigterm,
+    out_of_memory_note,
     timeout_note,
 )
 from .bwrap import bwrap_argv
-from .containment import MOUNT_POINT, MemoryCgroup, PrivateSpace, guard_argv, private_space, reporting_child
+from .containment import (
+    MOUNT_POINT,
+    MemoryCgroup,
+    OomWatch,
+    PrivateSpace,
+    guard_argv,
+    private_space,
+    reporting_child,
+)
 from .hostfiles import open_folder, read_regular, write_regular
+from .procview import write_views
 from .pyenv import ensure_task_python
 from .seccomp import seccomp_program
 
@@ -161,12 +171,14 @@ class LocalSandbox(Sandbox):
                 _chown_tree(self._tmp / "tmp", self.uid)
             if self.isolated:
                 self.workdir, self.scratch_dir = "/testbed", "/tmp/swegym"
+                views = write_views(self._tmp / "proc", self.config.total_memory_mb)
                 self._prefix = bwrap_argv(
                     checkout=str(checkout), tmp=str(own_tmp), workdir=self.workdir,
                     python_dirs={folder: self._space.binds[i] if self._space else folder
                                  for i, folder in enumerate(python_dirs)},
                     hidden=trainer_folders(),
                     env=self._env(python, home="/tmp"), shm_bytes=self.config.max_file_mb * 1024 * 1024,
+                    proc_views={target: str(inside / "proc" / source.name) for target, source in views.items()},
                 )
                 self._probe()
             else:
@@ -299,6 +311,7 @@ class LocalSandbox(Sandbox):
             passed += [info_write, seccomp_read]
             argv = [self._prefix[0], "--info-fd", str(info_write), "--seccomp", str(seccomp_read), *self._prefix[1:]]
         with tempfile.TemporaryFile() as out:  # outside the quota: a full sandbox still gets its error message
+            oom = OomWatch(self._cgroup)
             try:
                 proc = subprocess.Popen(
                     [*prefix, *argv, "/bin/bash", "-c", command],
@@ -330,6 +343,14 @@ class LocalSandbox(Sandbox):
                     os.close(init)
             output, code = _read_capped(out, self.config.max_output_bytes), proc.returncode
             started = _read_marker(started_read)
+            verdict = oom.verdict(killed=code == -signal.SIGKILL or code == 128 + signal.SIGKILL)
+            if verdict == "machine":
+                raise SandboxError("the machine ran out of memory while the sandbox ran the command (the kernel's "
+                                   "OOM killer ended a process; the sandbox's own limit was not reached)")
+            if verdict == "limit":  # the code's own doing, even where the killer picked bubblewrap or its init
+                end = "\n" if output and not output.endswith("\n") else ""
+                note = out_of_memory_note(self.config.total_memory_mb)
+                return CommandResult(f"{output}{end}{note}\n", 128 + signal.SIGKILL, out_of_memory=True)
             if self.isolated and code < 0 and not timed_out:  # only our timeout kills bubblewrap itself
                 raise SandboxError(f"the sandbox was killed from outside ({signal.Signals(-code).name}: the "
                                    "machine's OOM killer, an operator) while it ran the command")

@@ -11,6 +11,16 @@ calls, file handles (`open_by_handle_at`), NUMA placement, `fanotify_init`, `per
 allows; on x86_64 the x32 system calls (ENOSYS) and the legacy `iopl`/`ioperm`/`uselib`/`_sysctl`/... calls. A
 program of another architecture (a 32-bit binary) is killed.
 
+Beyond Docker's profile it closes the state the kernel keeps on files that every sandbox shares (the host's /usr,
+an image's lower layer), which one sandbox could set and a later or concurrent one read (issue 60): the calls that
+read or set a shared file's page-cache residency (`mincore`, `cachestat`, `fadvise64`, `readahead`,
+`process_madvise`, `madvise` with an advice that reads pages in or pushes them out, `preadv2`/`pwritev2` as ENOSYS
+so that the C library falls back to `preadv`/`pwritev`, which have no RWF_NOWAIT), file locks that another
+sandbox's process could see on the same inode (`flock`; `fcntl`'s F_GETLK and F_OFD_GETLK, the only way to see a
+read lock through a read-only descriptor; F_NOTIFY), `inotify_*` (watches on shared files see other sandboxes'
+opens) and `sysinfo` (the machine's free memory and process count). What stays open is in the SWE-Gym README's
+attack table: a page a sandbox reads stays cached, and a later one can tell by its fault count or its timing.
+
 Why hand-written BPF rather than libseccomp: the filter is one list and thirty lines of code with no system package
 or compiled binding to install (libseccomp's Python binding is Debian's python3-seccomp, not importable from a
 virtual environment), and the test suite checks every listed call against the kernel.
@@ -19,6 +29,7 @@ virtual environment), and the test suite checks every listed call against the ke
 from __future__ import annotations
 
 import errno
+import json
 import platform
 import struct
 
@@ -44,8 +55,21 @@ DENIED: dict[str, tuple[int | None, int | None]] = {
     "ustat": (136, None), "nfsservctl": (180, 42), "vhangup": (153, 58), "fanotify_init": (300, 262),
     "move_pages": (279, 239), "mbind": (237, 235), "set_mempolicy": (238, 237), "get_mempolicy": (239, 236),
     "migrate_pages": (256, 238), "set_mempolicy_home_node": (450, 450),
+    # state of shared files and of the machine that outlives a sandbox or reaches a concurrent one (issue 60)
+    "mincore": (27, 232), "cachestat": (451, 451), "fadvise64": (221, 223), "readahead": (187, 213),
+    "process_madvise": (440, 440), "flock": (73, 32), "inotify_init": (253, None), "inotify_init1": (294, 26),
+    "inotify_add_watch": (254, 27), "sysinfo": (99, 179),
 }
-CLONE, CLONE3, PERSONALITY = (56, 220), (435, 435), (135, 92)
+# ENOSYS rather than EPERM, so that the C library falls back to an older call (clone, preadv, pwritev)
+NOT_IMPLEMENTED: dict[str, tuple[int, int]] = {"clone3": (435, 435), "preadv2": (327, 286), "pwritev2": (328, 287)}
+# EPERM for these values of one argument (its index): madvise's advice, fcntl's command
+MADV_WILLNEED, MADV_COLD, MADV_PAGEOUT, MADV_POPULATE_READ, MADV_POPULATE_WRITE = 3, 20, 21, 22, 23
+F_GETLK, F_OFD_GETLK, F_NOTIFY = 5, 36, 1026
+ARGUMENT_DENIED: dict[str, tuple[tuple[int, int], int, tuple[int, ...]]] = {
+    "madvise": ((28, 233), 2, (MADV_WILLNEED, MADV_COLD, MADV_PAGEOUT, MADV_POPULATE_READ, MADV_POPULATE_WRITE)),
+    "fcntl": ((72, 25), 1, (F_GETLK, F_OFD_GETLK, F_NOTIFY)),
+}
+CLONE, CLONE3, PERSONALITY = (56, 220), NOT_IMPLEMENTED["clone3"], (135, 92)
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET, as Docker's profile masks clone's flags
 CLONE_NAMESPACES = 0x7E020000
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)  # Docker's: Linux, with and without the fixed ADDR_*
@@ -54,7 +78,31 @@ X32_BIT = 0x40000000
 
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _KILL_PROCESS, _ALLOW, _ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
-_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg 0: its low 32 bits, little-endian)
+_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg i: its low 32 bits at 16 + 8 i, little-endian)
+
+
+def docker_profile(machine: str | None = None) -> str:
+    """The same filter as a Docker seccomp profile (JSON, for `security_opt=["seccomp=..."]`): everything allowed
+    but the calls above, so that both backends refuse the same calls. Not expressed: `personality`'s allowed values
+    (a profile's rule cannot say "none of these"); the container has no capability that would make another value
+    matter."""
+    machine = machine or platform.machine()
+    if machine not in ARCHES:
+        raise SandboxError(f"no seccomp profile for {machine}: supported {sorted(ARCHES)}")
+    column = ARCHES[machine][0]
+
+    def rule(names, err, args=()):
+        return {"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": err, "args": list(args)}
+
+    names = [name for name, numbers in DENIED.items() if numbers[column] is not None]
+    rules = [rule(names, errno.EPERM), rule(sorted(NOT_IMPLEMENTED), errno.ENOSYS)]
+    for name, (_, arg, values) in ARGUMENT_DENIED.items():
+        rules += [rule([name], errno.EPERM, [{"index": arg, "value": v, "op": "SCMP_CMP_EQ"}]) for v in values]
+    flags = [1 << bit for bit in range(32) if CLONE_NAMESPACES >> bit & 1]
+    rules += [rule(["clone"], errno.EPERM, [{"index": 0, "value": f, "valueTwo": f, "op": "SCMP_CMP_MASKED_EQ"}])
+              for f in flags]
+    arch = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}[machine]
+    return json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "architectures": [arch], "syscalls": rules})
 
 
 def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -80,7 +128,15 @@ def seccomp_program(machine: str | None = None) -> bytes:
     for numbers in DENIED.values():
         if numbers[column] is not None:
             prog += _deny(numbers[column])
-    prog += _deny(CLONE3[column], errno.ENOSYS)
+    for numbers in NOT_IMPLEMENTED.values():
+        prog += _deny(numbers[column], errno.ENOSYS)
+    # a call with a denied argument value: EPERM; with another, allowed (after ld, the accumulator holds the
+    # argument, so each such block ends in a return)
+    for numbers, arg, values in ARGUMENT_DENIED.values():
+        prog += _op(_JEQ, numbers[column], 0, len(values) + 3) + _op(_LD_W_ABS, _ARG0 + 8 * arg)
+        for i, value in enumerate(values):
+            prog += _op(_JEQ, value, len(values) - i, 0)
+        prog += _op(_RET, _ALLOW) + _op(_RET, _ERRNO | errno.EPERM)
     # clone with a namespace flag: EPERM; other clones allowed (the instructions after ld jump over each other)
     prog += _op(_JEQ, CLONE[column], 0, 4) + _op(_LD_W_ABS, _ARG0) + _op(_JSET, CLONE_NAMESPACES, 0, 1)
     prog += _op(_RET, _ERRNO | errno.EPERM) + _op(_RET, _ALLOW)

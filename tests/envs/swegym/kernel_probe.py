@@ -1,0 +1,242 @@
+"""An attacker's probe of the state the kernel shares between sandboxes: code that runs inside a sandbox, as a
+patch's code would (`python - ARGS` with this text on stdin), and tries to leave 16 bits for a later or a concurrent
+sandbox of the same task to read, one channel class at a time.
+
+    python - write pagecache SALT BITS      set the residency of 16 shared files' first pages (1: read it, 0: evict
+                                            it with posix_fadvise)
+    python - read pagecache SALT            recover them, by every reader that works: preadv's RWF_NOWAIT (fails on
+                                            a page not in the cache) and fault counting (a mapped page's first touch
+                                            is a major fault, counted by getrusage, when it was not in the cache)
+    python - write flock SALT BITS SECS     hold an exclusive flock on the shared files of the 1 bits until
+                                            the scratch file `stop` exists (at most SECS)
+    python - read flock SALT                a non-blocking flock on each file: refused = 1
+    python - write lockf SALT BITS SECS     hold a POSIX read lock (fcntl F_SETLK) on the files of the 1 bits
+    python - read lockf SALT                fcntl F_GETLK asks who would stop a write lock: someone = 1
+    python - read inotify SALT SECS         watch the 16 files (inotify, through ctypes) for SECS: opened = 1
+    python - write inotify SALT BITS        open the files of the 1 bits
+    python - read meminfo                   the memory statistics a sandbox can read: /proc/meminfo's Shmem, MemFree
+                                            and MemAvailable, sysinfo's free RAM (os.sysconf), in kB, one a line
+
+The files (16 per reader) are picked by SALT among the shared read-only files both sandboxes see (regular files of
+at least 64 KiB under /usr/bin and /usr/lib/<arch>-linux-gnu, sorted), so a test picks fresh, cold files each run.
+A reader prints one line per reader: its name and 16 characters, each '0', '1', or '?' where the reader failed (the
+call refused). A writer writes a file `ready` into the scratch folder once its bits are set (the test waits for it),
+and prints `written` with what it could not do.
+"""
+
+PROBE = r'''
+import ctypes, errno, fcntl, glob, mmap, os, random, resource, struct, sys, time
+
+PAGE = mmap.PAGESIZE
+
+
+def files(salt):
+    found = []
+    for top in sorted(["/usr/bin", *glob.glob("/usr/lib/*-linux-gnu")]):
+        for root, dirs, names in os.walk(top):
+            dirs.sort()
+            for name in sorted(names):
+                path = os.path.join(root, name)
+                try:
+                    if not os.path.islink(path) and os.path.getsize(path) >= 65536 and os.access(path, os.R_OK):
+                        found.append(path)
+                except OSError:
+                    pass
+    return random.Random(salt).sample(found, 32)
+
+
+def ready():
+    open("/tmp/swegym/ready", "w").close()
+
+
+def write_pagecache(paths, bits):
+    refused = set()
+    for path, bit in zip(paths, bits):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if bit == "1":
+                os.read(fd, 65536)
+            else:
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                except OSError as e:
+                    refused.add("fadvise:" + errno.errorcode[e.errno])
+        finally:
+            os.close(fd)
+    return refused
+
+
+def per_file(paths, probe, blocked):
+    """One character per file: what `probe(fd)` returns, `blocked` where it raised BlockingIOError, '?' where the
+    call was refused (another OSError)."""
+    out = ""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            out += probe(fd)
+        except BlockingIOError:
+            out += blocked
+        except OSError:
+            out += "?"
+        finally:
+            os.close(fd)
+    return out
+
+
+def read_nowait(paths):  # a page not in the cache: EAGAIN
+    return per_file(paths, lambda fd: os.preadv(fd, [bytearray(PAGE)], 0, os.RWF_NOWAIT) and "1", "0")
+
+
+def read_faults(paths):
+    out = ""
+    for path in paths:
+        with open(path, "rb") as f:
+            try:
+                m = mmap.mmap(f.fileno(), PAGE, prot=mmap.PROT_READ)
+            except OSError:
+                out += "?"
+                continue
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+            m[0]
+            out += "0" if resource.getrusage(resource.RUSAGE_SELF).ru_majflt > before else "1"
+            m.close()
+    return out
+
+
+def hold(fds, seconds):
+    ready()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not os.path.exists("/tmp/swegym/stop"):
+        time.sleep(0.05)
+    for fd in fds:
+        os.close(fd)
+
+
+FLOCK = "hhxxxxqqixxxx"  # struct flock on 64-bit Linux: type, whence, start, len, pid
+LOCKS = {
+    "flock": lambda fd: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB),
+    "lockf": lambda fd: fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack(FLOCK, fcntl.F_RDLCK, 0, 0, 0, 0)),
+}
+
+
+def write_lock(channel, paths, bits, seconds):
+    fds, refused = [], set()
+    for path, bit in zip(paths, bits):
+        if bit == "1":
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                LOCKS[channel](fd)
+            except OSError as e:
+                refused.add(channel + ":" + errno.errorcode[e.errno])
+            fds.append(fd)
+    print("written", *sorted(refused), flush=True)
+    hold(fds, seconds)
+
+
+def read_flock(paths):  # held elsewhere: EWOULDBLOCK
+    return per_file(paths, lambda fd: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB) or "0", "1")
+
+
+def read_lockf(paths):  # F_GETLK names a lock that would stop a write lock
+    def held(fd):
+        got = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(FLOCK, fcntl.F_WRLCK, 0, 0, 0, 0))
+        return "0" if struct.unpack(FLOCK, got)[0] == fcntl.F_UNLCK else "1"
+
+    return per_file(paths, held, "?")
+
+
+def read_proc_locks(paths):
+    try:
+        text = open("/proc/locks").read()
+    except OSError:
+        return "?" * 16
+    held = {line.split()[5].rsplit(":", 1)[1] for line in text.splitlines() if len(line.split()) > 5}
+    return "".join("1" if str(os.stat(p).st_ino) in held else "0" for p in paths)
+
+
+def read_inotify(paths, seconds):
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK)
+    if fd < 0:
+        ready()
+        return "?" * 16
+    watches = {libc.inotify_add_watch(fd, p.encode(), 0x20 | 0x1): i for i, p in enumerate(paths)}  # OPEN|ACCESS
+    ready()
+    seen = set()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            time.sleep(0.05)
+            continue
+        while data:
+            wd, mask, cookie, length = struct.unpack("iIII", data[:16])
+            seen.add(watches.get(wd))
+            data = data[16 + length:]
+    return "".join("1" if i in seen else "0" for i in range(16))
+
+
+def write_inotify(paths, bits):
+    for path, bit in zip(paths, bits):
+        if bit == "1":
+            with open(path, "rb") as f:
+                f.read(1)
+    print("written", flush=True)
+
+
+def meminfo():
+    fields = {}
+    try:
+        for line in open("/proc/meminfo"):
+            key, value = line.split(":")
+            fields[key] = value.split()[0]
+    except OSError:
+        pass
+    for key in ("Shmem", "MemFree", "MemAvailable"):
+        print(key, fields.get(key, "?"))
+    try:
+        print("sysinfo", os.sysconf("SC_AVPHYS_PAGES") * PAGE // 1024)
+    except (OSError, ValueError):
+        print("sysinfo ?")
+
+
+action, channel = sys.argv[1:3]
+if channel == "meminfo":
+    meminfo()
+    sys.exit()
+paths = files(sys.argv[3])
+paths = paths if channel == "pagecache" else paths[:16]
+if action == "write" and channel == "pagecache":
+    print("written", *sorted(write_pagecache(paths, sys.argv[4] * 2)), flush=True)
+    ready()
+elif action == "write" and channel in LOCKS:
+    write_lock(channel, paths, sys.argv[4], float(sys.argv[5]))
+elif action == "write" and channel == "inotify":
+    write_inotify(paths, sys.argv[4])
+elif channel == "pagecache":
+    print("nowait", read_nowait(paths[:16]))  # apart: a RWF_NOWAIT read that fails starts the page's readahead
+    print("faults", read_faults(paths[16:]))
+elif channel == "flock":
+    print("flock", read_flock(paths))
+elif channel == "lockf":
+    print("lockf", read_lockf(paths))
+    print("proc_locks", read_proc_locks(paths))
+elif channel == "inotify":
+    print("inotify", read_inotify(paths, float(sys.argv[4])))
+'''
+
+
+def command(*args: object) -> str:
+    """The sandbox command that runs the probe with `args`."""
+    return "python - " + " ".join(str(a) for a in args) + f" <<'EOF'\n{PROBE}\nEOF"
+
+
+def readers(output: str) -> dict[str, str]:
+    """A reader's output as {reader: 16 characters of '0', '1', '?'}."""
+    return {line.split()[0]: line.split()[1] for line in output.splitlines() if len(line.split()) == 2}
+
+
+def matching(bits: str, read: str) -> int:
+    """How many of the 16 bits `read` recovered (a '?' recovers none)."""
+    return sum(a == b for a, b in zip(bits, read))
