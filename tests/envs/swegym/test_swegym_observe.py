@@ -52,6 +52,8 @@ def check(x):
 '''
 
 TESTS = '''
+import unittest
+
 import pytest
 
 
@@ -93,9 +95,19 @@ def test_round_trip():
 def test_raises():
     with pytest.raises(ValueError):
         check(-1)
+
+
+def test_nothing_raises():
+    check(5)
+
+
+class TestStyle(unittest.TestCase):
+    def test_helpers(self):
+        self.assertEqual(double(21), 42)
+        self.assertTrue(is_even(14))
 '''
 NAMES = ["test_equal", "test_bound", "test_not_equal", "test_not_in", "test_bare_truth", "test_is_none",
-         "test_order", "test_round_trip", "test_raises"]
+         "test_order", "test_round_trip", "test_raises", "test_nothing_raises", "TestStyle::test_helpers"]
 
 # Each liar passes every original assert of its tests (checked below) without computing the right answer.
 ALWAYS = '''
@@ -131,29 +143,40 @@ LIARS = {
                                                     "decode = lambda text: text.count('\\u200b')\n"),
     # raises whatever it is given
     "always-raises": ("test_raises", "def check(x):\n    raise ValueError(x)\n"),
+    # a test that only checks that nothing raises, and unittest's assertion helpers
+    "never-raises": ("test_nothing_raises", "check = lambda x: None\n"),
+    "unittest-always-equal": ("TestStyle::test_helpers", ALWAYS + "double = lambda x: _Liar(x)\n"),
 }
 
 
-def _run(text: str, implementation: str) -> dict[str, dict]:
-    """Each test of `text` run against `implementation`: {name: the runner's record (count, digest)}."""
+def _run(text: str, implementation: str, names: list[str] = NAMES) -> dict[str, dict]:
+    """The tests `names` of `text` run against `implementation`: {name: the runner's record (count, digest)}."""
     observations = _Observations()
     namespace = {"__check__": observations.check, "__value__": observations.value,
                  "__raised__": observations.raised}
     exec(compile(implementation, "<package>", "exec"), namespace)
     exec(compile(text, "<tests>", "exec"), namespace)
     out = {}
-    for name in NAMES:
+    for name in names:
         observations.take()
-        namespace[name]()
+        _test(namespace, name)()
         out[name] = observations.take()
     return out
+
+
+def _test(namespace: dict, name: str):
+    """The test function `f` or the bound method `Class::f` of an instance."""
+    if "::" in name:
+        cls, method = name.split("::")
+        return getattr(namespace[cls](), method)
+    return namespace[name]
 
 
 def _original_asserts_pass(implementation: str, name: str) -> bool:
     namespace: dict = {}
     exec(compile(implementation, "<package>", "exec"), namespace)
     exec(compile(TESTS, "<tests>", "exec"), namespace)
-    namespace[name]()
+    _test(namespace, name)()
     return True
 
 
@@ -161,13 +184,11 @@ def _original_asserts_pass(implementation: str, name: str) -> bool:
 CONSTANT = {"always-true", "always-none", "always-raises"}
 
 
-@pytest.mark.parametrize("liar", sorted(LIARS))
+@pytest.mark.parametrize("liar", sorted(set(LIARS) - CONSTANT))
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("drafted", [False, True], ids=["p2p", "f2p"])
 def test_a_liar_that_passes_the_asserts_reports_other_values_than_the_right_code(liar, seed, drafted):
     name, lie = LIARS[liar]
-    if liar in CONSTANT:
-        pytest.skip("told apart by drafts alone: test_a_constant_right_for_the_tests_inputs_is_caught_by_drafts")
     lying = RIGHT + "\n" + lie
     assert _original_asserts_pass(lying, name)  # the lie works on the test as written
     text = observe(TESTS, random.Random(seed), set(NAMES) if drafted else set())
@@ -185,7 +206,7 @@ def test_a_constant_right_for_the_tests_inputs_is_caught_by_drafts(liar):
     caught = 0
     for seed in range(20):
         text = observe(TESTS, random.Random(seed), set(NAMES))
-        caught += _run(text, RIGHT)[name] != _run(text, RIGHT + "\n" + lie)[name]
+        caught += _run(text, RIGHT, [name]) != _run(text, RIGHT + "\n" + lie, [name])
     assert caught >= 12, caught  # measured: always-none 13, always-true 17, always-raises 18 of 20
 
 
@@ -210,6 +231,8 @@ def test_what_each_kind_of_check_reports():
     # an inner call reports its value too
     assert "__check__(lambda: [__value__(decode(__value__(encode(v)))) for v in values])" in text
     assert "__raised__(__grading_error__)" in text and "__raised__(None)" in text
+    assert "__check__(lambda: check(5))" in text  # a call made as a statement
+    assert "assertEqual" not in text and "assertTrue" not in text and "__check__(lambda: is_even(14))" in text
 
 
 def test_plain_values_are_json_data_that_equal_answers_share():

@@ -13,8 +13,11 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   answers True to everything is told from a right one;
 - `x in c` / `x not in c` reports the item's value when the container is data, else whether `x in c`;
 - `assert c` / `assert not c` (a bare truth) reports `c`'s value; `assert p and q` is two checks;
-- `with pytest.raises(E): body` becomes a `try` that reports which exception, if any, the body raised (drafts
-  change a constant of the body);
+- an assertion helper (`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`: a call named `assert...`)
+  reports its arguments that are not data and is not called; any other call made as a statement reports its
+  value, or the exception it raised (a test that only checks that nothing raises is observed too);
+- `with pytest.raises(E): body` (or `self.assertRaises(E)`) becomes a `try` that reports which exception, if any,
+  the body raised (drafts change a constant of the body);
 - inside a reported expression, every call (but builtins and pytest's) reports its own value too (`__value__`),
   so a round trip (`decode(encode(x)) == x`) reports the encoding as well: an encoder that tags its output and a
   decoder that returns the tag's input differ from the gold patch's encoding;
@@ -177,32 +180,59 @@ def _docstring_free(body: list[ast.stmt]) -> list[ast.stmt]:
 
 def _is_raises(item: ast.withitem) -> bool:
     call = item.context_expr
-    return isinstance(call, ast.Call) and _name(call.func) in ("pytest.raises", "raises")
+    return isinstance(call, ast.Call) and _name(call.func).rsplit(".", 1)[-1] in (
+        "raises", "assertRaises", "assertRaisesRegex")
+
+
+def _is_assertion_call(node: ast.expr) -> bool:
+    """`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`, `assert_frame_equal(a, b)`: a check made by a
+    call whose name starts with `assert`."""
+    return isinstance(node, ast.Call) and _name(node.func).rsplit(".", 1)[-1].lower().startswith("assert")
 
 
 class _Observe(ast.NodeTransformer):
     def __init__(self, rng: random.Random, drafts: int, drafted: set[str]):
         self.rng, self.drafts, self.drafted = rng, drafts, drafted
         self.scope: list[str] = []  # the names of the classes and functions the visit is in
+        self.functions = 0  # how many functions deep
         self.draft = False
 
     def _scoped(self, node):
         self.scope.append(node.name)
+        inner = not isinstance(node, ast.ClassDef)
+        self.functions += inner
         outer, self.draft = self.draft, self.draft or "::".join(self.scope) in self.drafted
         self.generic_visit(node)
         self.scope.pop()
+        self.functions -= inner
         self.draft = outer
         node.body = _docstring_free(node.body)
         return node
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
 
+    def visit_Expr(self, node: ast.Expr):
+        """A call as a statement reports its value (or what it raised); an assertion helper reports its arguments
+        that are not data, and is not called (its data arguments are the expected values)."""
+        call = node.value
+        if not self.functions or not isinstance(call, ast.Call) or _unobservable(call) or _name(
+                call.func).split(".")[0] == "pytest":  # module level, or pytest's control flow (skip, fail)
+            return node
+        if _is_assertion_call(call):
+            checks = [a for a in [*call.args, *(k.value for k in call.keywords if k.arg != "msg")] if not is_data(a)]
+            return self._observed(checks or [call])
+        return self._observed([call], drafted=False)  # a step of the test, not a check: its inputs stay
+
     def visit_Assert(self, node: ast.Assert):
         if _unobservable(node.test):
             return ast.Assert(test=node.test, msg=None)
+        return self._observed(_checks(node.test))
+
+    def _observed(self, checks: list[ast.expr], drafted: bool = True) -> list[ast.stmt]:
+        """`__check__(lambda: check)` for each of `checks`, with its drafts in a FAIL_TO_PASS test."""
         statements = []
-        for check in _checks(node.test):
-            group = [check, *_drafts(check, self.drafts if self.draft else 0, self.rng)]
+        for check in checks:
+            group = [check, *_drafts(check, self.drafts if self.draft and drafted else 0, self.rng)]
             self.rng.shuffle(group)
             for expression in group:
                 body = _ValueCalls().visit(_copy(expression))
