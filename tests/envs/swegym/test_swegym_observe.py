@@ -101,13 +101,23 @@ def test_nothing_raises():
     check(5)
 
 
+EXPECTED = 42
+
+
+def test_named_values():
+    expected = [3, 14, 159]
+    assert double(21) == EXPECTED
+    assert [decode(encode(v)) for v in [3, 14, 159]] == expected
+
+
 class TestStyle(unittest.TestCase):
     def test_helpers(self):
         self.assertEqual(double(21), 42)
         self.assertTrue(is_even(14))
 '''
 NAMES = ["test_equal", "test_bound", "test_not_equal", "test_not_in", "test_bare_truth", "test_is_none",
-         "test_order", "test_round_trip", "test_raises", "test_nothing_raises", "TestStyle::test_helpers"]
+         "test_order", "test_round_trip", "test_raises", "test_nothing_raises", "test_named_values",
+         "TestStyle::test_helpers"]
 
 # Each liar passes every original assert of its tests (checked below) without computing the right answer.
 ALWAYS = '''
@@ -146,6 +156,8 @@ LIARS = {
     # a test that only checks that nothing raises, and unittest's assertion helpers
     "never-raises": ("test_nothing_raises", "check = lambda x: None\n"),
     "unittest-always-equal": ("TestStyle::test_helpers", ALWAYS + "double = lambda x: _Liar(x)\n"),
+    # the expected value named (a module constant, a local), not written in the check
+    "named-always-equal": ("test_named_values", ALWAYS + "double = lambda x: _Liar(x)\n"),
 }
 
 
@@ -214,7 +226,7 @@ def test_a_constant_right_for_the_tests_inputs_is_caught_by_drafts(liar):
 def test_the_observed_text_holds_no_expected_value_operator_or_message(seed):
     text = observe(TESTS, random.Random(seed), set(NAMES))
     for gone in ("== 42", "42 expected", "double(21) is 42", "< -5", "!= 11", "(9, 11)", "is None", "== values",
-                 "assert", "pytest.raises", "Version(1, 10) >"):
+                 "assert", "pytest.raises", "Version(1, 10) >", "EXPECTED", "expected =", "== expected"):
         assert gone not in text, (gone, text)
     assert text.count("__check__(lambda: double(") >= 3 * 4  # each check of a drafted test: itself and two drafts
 

@@ -5,7 +5,8 @@ with what the gold patch's code produced for the same text, in a sandbox of its 
 sandbox runs must hold no expected value: `observe(source, rng)` rewrites every function of a test module so that
 
 - `assert A == B` (also `!=`, `is`, `is not`, `<`, `<=`, `>`, `>=`) where one side is *data* (literals, containers
-  of data, a class called on data like `Interval(1, 5)`, `pytest.approx(...)`, `None`) reports the other side's
+  of data, a class called on data like `Interval(1, 5)`, `pytest.approx(...)`, `None`, a name bound to nothing but
+  data, `EXPECTED = {...}`, whose assignment goes when nothing else reads it) reports the other side's
   value and drops the data side: `assert f(x) == 4`, `assert f(x) != 4`, `assert f(x) < 10`, `assert f(x) is None`
   all become `__check__(lambda: f(x))`, so the operator, the bound and the expected value are all gone;
 - where neither side is data, both sides' values are reported, and for an ordering (also between two data
@@ -42,6 +43,7 @@ import builtins
 import copy
 import random
 import string
+from collections import Counter
 
 CHECK, VALUE, RAISED = "__check__", "__value__", "__raised__"
 _BUILTINS = set(dir(builtins))
@@ -59,47 +61,90 @@ def _name(node: ast.expr) -> str:
     return ""
 
 
-def is_data(node: ast.expr) -> bool:
+def is_data(node: ast.expr, names: frozenset[str] = frozenset()) -> bool:
     """Whether `node` is an expected value rather than a computation: literals, containers of data, `-x`, a class
-    (a capitalised name) or `pytest.approx` called on data."""
+    (a capitalised name) or `pytest.approx` called on data, and `names` (bound to data only: `_data_names`)."""
     if isinstance(node, ast.Constant):
         return True
+    if isinstance(node, ast.Name):
+        return node.id in names
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return all(is_data(e) for e in node.elts if not isinstance(e, ast.Starred))
+        return all(is_data(e, names) for e in node.elts if not isinstance(e, ast.Starred))
     if isinstance(node, ast.Dict):
-        return all(k is None or is_data(k) for k in node.keys) and all(is_data(v) for v in node.values)
+        return all(k is None or is_data(k, names) for k in node.keys) and all(is_data(v, names) for v in node.values)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return is_data(node.operand)
+        return is_data(node.operand, names)
     if isinstance(node, ast.Call):
         name = _name(node.func)
         last = name.rsplit(".", 1)[-1]
         return bool(last) and (last[:1].isupper() or name.endswith("approx")) and all(
-            is_data(a) for a in node.args) and all(is_data(k.value) for k in node.keywords)
+            is_data(a, names) for a in node.args) and all(is_data(k.value, names) for k in node.keywords)
     return False
 
 
-def _checks(test: ast.expr) -> list[ast.expr]:
-    """The expressions whose values an `assert test` reports (see the module docstring)."""
+def _checks(test: ast.expr, names: frozenset[str]) -> list[ast.expr]:
+    """The expressions whose values an `assert test` reports (see the module docstring); `names` count as data."""
+
+    def is_data_(node: ast.expr) -> bool:
+        return is_data(node, names)
+
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return [c for value in test.values for c in _checks(value)]
+        return [c for value in test.values for c in _checks(value, names)]
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _checks(test.operand) if isinstance(test.operand, ast.BoolOp) else [test.operand]
+        return _checks(test.operand, names) if isinstance(test.operand, ast.BoolOp) else [test.operand]
     if not isinstance(test, ast.Compare):
         return [test]
     if len(test.ops) > 1:
-        return [test, *(e for e in [test.left, *test.comparators] if not is_data(e))]
+        return [test, *(e for e in [test.left, *test.comparators] if not is_data_(e))]
     left, op, right = test.left, test.ops[0], test.comparators[0]
     if isinstance(op, (ast.In, ast.NotIn)):
-        if is_data(right):
+        if is_data_(right):
             return [left]
         return [ast.Compare(left=left, ops=[ast.In()], comparators=[right])]
-    if is_data(right) != is_data(left):
-        return [left if is_data(right) else right]
+    if is_data_(right) != is_data_(left):
+        return [left if is_data_(right) else right]
     ordering = isinstance(op, _ORDERINGS)
     both_ways = [test, ast.Compare(left=right, ops=[op], comparators=[left])] if ordering else [test]
-    if is_data(left):  # data on both sides (`Version(1, 2) < Version(1, 10)`): only the comparison is computed
+    if is_data_(left):  # data on both sides (`Version(1, 2) < Version(1, 10)`): only the comparison is computed
         return both_ways
     return [left, right, *both_ways] if ordering else [left, right]
+
+
+def _data_names(tree: ast.Module) -> frozenset[str]:
+    """The names whose every binding in the module is `NAME = <data>` (`EXPECTED = {...}`, `expected = [1, 2]`):
+    on the expected side of a check they are data, and their assignment goes once nothing else reads them."""
+    data, bindings = Counter(), Counter()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            data[node.targets[0].id] += is_data(node.value)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bindings[node.id] += 1
+        elif isinstance(node, ast.arg):
+            bindings[node.arg] += 1
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bindings[node.name] += 1
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bindings.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bindings.update(node.names)
+    return frozenset(name for name, count in data.items() if count and count == bindings[name])
+
+
+class _DeadData(ast.NodeTransformer):
+    """Drop the assignments of data names nothing reads any more (their values were expected sides)."""
+
+    def __init__(self, dead: set[str]):
+        self.dead = dead
+
+    def visit_Assign(self, node: ast.Assign):
+        target = node.targets[0]
+        return None if isinstance(target, ast.Name) and target.id in self.dead else node
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        if isinstance(getattr(node, "body", None), list) and not node.body:
+            node.body = [ast.Pass()]  # a block left empty
+        return node
 
 
 def _call(name: str, *args: ast.expr) -> ast.Call:
@@ -191,8 +236,8 @@ def _is_assertion_call(node: ast.expr) -> bool:
 
 
 class _Observe(ast.NodeTransformer):
-    def __init__(self, rng: random.Random, drafts: int, drafted: set[str]):
-        self.rng, self.drafts, self.drafted = rng, drafts, drafted
+    def __init__(self, rng: random.Random, drafts: int, drafted: set[str], names: frozenset[str]):
+        self.rng, self.drafts, self.drafted, self.names = rng, drafts, drafted, names
         self.scope: list[str] = []  # the names of the classes and functions the visit is in
         self.functions = 0  # how many functions deep
         self.draft = False
@@ -219,14 +264,15 @@ class _Observe(ast.NodeTransformer):
                 call.func).split(".")[0] == "pytest":  # module level, or pytest's control flow (skip, fail)
             return node
         if _is_assertion_call(call):
-            checks = [a for a in [*call.args, *(k.value for k in call.keywords if k.arg != "msg")] if not is_data(a)]
+            checks = [a for a in [*call.args, *(k.value for k in call.keywords if k.arg != "msg")]
+                      if not is_data(a, self.names)]
             return self._observed(checks or [call])
         return self._observed([call], drafted=False)  # a step of the test, not a check: its inputs stay
 
     def visit_Assert(self, node: ast.Assert):
         if _unobservable(node.test):
             return ast.Assert(test=node.test, msg=None)
-        return self._observed(_checks(node.test))
+        return self._observed(_checks(node.test, self.names))
 
     def _observed(self, checks: list[ast.expr], drafted: bool = True) -> list[ast.stmt]:
         """`__check__(lambda: check)` for each of `checks`, with its drafts in a FAIL_TO_PASS test."""
@@ -281,5 +327,8 @@ def observe(source: str, rng: random.Random, drafted: set[str], drafts: int = 3)
     except SyntaxError:
         return source
     tree.body = [s for s in _docstring_free(tree.body)]
-    tree = ast.fix_missing_locations(_Observe(rng, drafts, drafted).visit(tree))
+    names = _data_names(tree)
+    tree = _Observe(rng, drafts, drafted, names).visit(tree)
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    tree = ast.fix_missing_locations(_DeadData(set(names) - read).visit(tree))
     return ast.unparse(tree) + "\n"
