@@ -6,7 +6,8 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
 
 - `assert A == B` (also `!=`, `is`, `is not`, `<`, `<=`, `>`, `>=`) where one side is *data* (literals, containers
   of data, a class called on data like `Interval(1, 5)`, `pytest.approx(...)`, `None`, a name bound to nothing but
-  data, `EXPECTED = {...}`, whose assignment goes when nothing else reads it) reports the other side's
+  data, `EXPECTED = {...}`, whose assignment goes when nothing else reads it, or a `parametrize` argument of
+  plain constants, whose column becomes None when nothing else reads it, the test ids kept) reports the other side's
   value and drops the data side: `assert f(x) == 4`, `assert f(x) != 4`, `assert f(x) < 10`, `assert f(x) is None`
   all become `__check__(lambda: f(x))`, so the operator, the bound and the expected value are all gone;
 - where neither side is data, both sides' values are reported, and for an ordering (also between two data
@@ -247,7 +248,14 @@ class _Observe(ast.NodeTransformer):
         inner = not isinstance(node, ast.ClassDef)
         self.functions += inner
         outer, self.draft = self.draft, self.draft or "::".join(self.scope) in self.drafted
-        self.generic_visit(node)
+        outer_names, columns = self.names, [c for d in getattr(node, "decorator_list", []) if (c := _Columns.of(d))]
+        self.names = self.names | {name for c in columns for name in c.data}
+        node.body = [s for statement in node.body for s in _listed(self.visit(statement))]
+        self.names = outer_names
+        read = {n.id for n in ast.walk(ast.Module(body=node.body, type_ignores=[]))
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for column in columns:
+            column.drop(set(column.data) - read)
         self.scope.pop()
         self.functions -= inner
         self.draft = outer
@@ -307,6 +315,55 @@ class _Observe(ast.NodeTransformer):
                                             body=[ast.Expr(_call(RAISED, ast.Name(id=error, ctx=ast.Load())))])],
                 orelse=[ast.Expr(_call(RAISED, ast.Constant(None)))], finalbody=[]))
         return out
+
+
+class _Columns:
+    """A `pytest.mark.parametrize("a, expected", [(1, 2), ...])` decorator whose values are plain constants: `data`
+    its argument names; `drop(names)` replaces those columns' values by None and writes out the test ids pytest made
+    from the original values (`ids=`), so that the node ids stay and the expected values go."""
+
+    def __init__(self, call: ast.Call, names: list[str], rows: list[list[ast.Constant]]):
+        self.call, self.names, self.rows = call, names, rows
+        self.data = names
+
+    @classmethod
+    def of(cls, decorator: ast.expr):
+        if not (isinstance(decorator, ast.Call) and _name(decorator.func).endswith("mark.parametrize")
+                and len(decorator.args) == 2 and not decorator.keywords):
+            return None
+        spec, values = decorator.args
+        if isinstance(spec, ast.Constant) and isinstance(spec.value, str):
+            names = [n.strip() for n in spec.value.split(",") if n.strip()]
+        elif isinstance(spec, (ast.List, ast.Tuple)) and all(isinstance(e, ast.Constant) for e in spec.elts):
+            names = [e.value for e in spec.elts]
+        else:
+            return None
+        if not isinstance(values, (ast.List, ast.Tuple)) or not values.elts:
+            return None
+        rows = [row.elts if len(names) > 1 and isinstance(row, ast.Tuple) else [row] for row in values.elts]
+        if not all(len(row) == len(names) and all(_plain_constant(v) for v in row) for row in rows):
+            return None  # ids pytest would make otherwise are not written out here: left as it is
+        return cls(decorator, names, rows)
+
+    def drop(self, names: set[str]) -> None:
+        if not names:
+            return
+        # pytest's id of a plain constant is its str, escaped to ASCII as pytest escapes explicit ids too
+        ids = ["-".join(str(ast.literal_eval(v)) for v in row) for row in self.rows]
+        values = [[ast.Constant(None) if name in names else v for name, v in zip(self.names, row)]
+                  for row in self.rows]
+        self.call.args[1] = ast.List(elts=[ast.Tuple(elts=row, ctx=ast.Load()) if len(row) > 1 else row[0]
+                                           for row in values], ctx=ast.Load())
+        self.call.keywords.append(ast.keyword(arg="ids", value=ast.List(elts=[ast.Constant(i) for i in ids],
+                                                                          ctx=ast.Load())))
+
+
+def _plain_constant(node: ast.expr) -> bool:
+    """A str, int, float, bool or None written as a literal (`-1` too)."""
+    try:
+        return type(ast.literal_eval(node)) in (str, int, float, bool, type(None))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
 
 
 def _listed(result) -> list:
