@@ -317,3 +317,13 @@ class _Collected:
 
     def pytest_collection_finish(self, session):
         self.ids = [item.nodeid.split("::", 1)[1] for item in session.items]
+
+
+def test_an_object_the_test_works_on_or_a_list_it_fills_is_not_an_expected_value():
+    """`cache = LRUCache(2)` and `calls = []` filled by `calls.append` are inputs, not expected values: a check
+    against them reports the membership and the list (found wrong: `"b" not in cache` once reported only `"b"`)."""
+    source = ("def test_cache():\n    cache = LRUCache(2)\n    calls = []\n    calls.append(1)\n"
+              "    assert 'b' not in cache\n    assert calls == [1]\n")
+    text = observe(source, random.Random(0), set())
+    assert "__check__(lambda: 'b' in cache)" in text and "__check__(lambda: calls)" in text
+    assert "cache = LRUCache(2)" in text and "calls = []" in text
