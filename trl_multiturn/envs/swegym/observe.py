@@ -6,8 +6,9 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
 
 - `assert A == B` (also `!=`, `is`, `is not`, `<`, `<=`, `>`, `>=`) where one side is *data* (literals, containers
   of data, a class called on data like `Interval(1, 5)`, `pytest.approx(...)`, `None`, a name bound to nothing but
-  literals and never changed in place, `EXPECTED = {...}`, whose assignment goes when nothing else reads it, or a `parametrize` argument of
-  plain constants, whose column becomes None when nothing else reads it, the test ids kept) reports the other side's
+  literals and never changed in place, `EXPECTED = {...}`, whose assignment goes when nothing else reads it, or a
+  `parametrize` argument of plain constants, whose column becomes None when nothing else reads it, the test ids
+  kept) reports the other side's
   value and drops the data side: `assert f(x) == 4`, `assert f(x) != 4`, `assert f(x) < 10`, `assert f(x) is None`
   all become `__check__(lambda: f(x))`, so the operator, the bound and the expected value are all gone;
 - where neither side is data, both sides' values are reported, and for an ordering (also between two data
