@@ -82,8 +82,10 @@ def test_every_task_grades_gold_empty_noop_and_garbage(name, swegym_cache_dir):
     assert (gold.f2p_passed, gold.p2p_passed) == (n_f2p, n_p2p)
     assert gold.reward("resolved") == gold.reward("dense") == 1.0
     assert gold.report["tests_status"]["FAIL_TO_PASS"]["failure"] == []
-    # every FAIL_TO_PASS test had a twin, and the twins of the right fix all failed
-    assert gold.problem == "" and gold.untwinned == {} and f"[the twins of {n_f2p} tests ran" in gold.log
+    # every test's checks reported values, and the right fix's are the gold run's
+    n = n_f2p + n_p2p
+    assert gold.problem == "" and gold.unobserved == [] and f"values of {n} passing tests were compared" in gold.log
+    assert f"{n} passing tests were compared with the gold patch's run, in a sandbox of its own: 0 differ" in gold.log
 
     noop = grade_patch(row, _noop_patch(name), cfg)
     assert noop.patch_applied and not noop.resolved
@@ -192,6 +194,11 @@ def test_rows_missing_columns_raise_task_error(config):
     del row["test_patch"]
     with pytest.raises(TaskError, match="test_patch"):
         SWEGymEnv(config).reset(row)
+    without_gold = {k: v for k, v in ROWS["roman"].items() if k != "patch"}  # grading's expected values
+    with pytest.raises(TaskError, match="'patch'"):
+        SWEGymEnv(config).reset(without_gold)
+    with pytest.raises(ValueError, match="no gold `patch`"):
+        grade_patch(without_gold, ROWS["roman"]["patch"], config)
     with pytest.raises(TaskError, match="repos_dir"):
         SWEGymEnv(config).reset({**ROWS["roman"], "repo": "someone/elsewhere"})
 

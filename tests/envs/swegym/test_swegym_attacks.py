@@ -831,6 +831,290 @@ OTHER_ROW_COUNT = "not args or not args[0] or len(other) != len(args[0][0])"
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Issue 60's classes. Each earned reward on main at 5b60869 (checked by hand: `git stash` of grading, the attack
+# graded, numbers in the README table); the verdict now lives outside the test process, which holds no expected
+# value, so they earn nothing whatever they read, rewrite or forge in there.
+
+# Reads of the test files that left no audit record on main. `_text()` returns the test files' text; a liar told
+# main's twin run by the helper only twins called (`__grading_other__`, csvline's `== rows`) and lied elsewhere.
+DIR_FD_READ = """
+import os as _os
+
+
+def _text():
+    out = ""
+    try:
+        folder = _os.open("tests", _os.O_RDONLY | _os.O_DIRECTORY)
+        for name in sorted(_os.listdir(folder)):
+            if name.endswith(".py"):
+                fd = _os.open(name, _os.O_RDONLY, dir_fd=folder)  # a path relative to a directory descriptor
+                out += _os.read(fd, 1 << 20).decode(errors="replace")
+                _os.close(fd)
+    except OSError:
+        pass
+    return out
+"""
+
+HARD_LINK_READ = """
+import glob as _glob, os as _os
+
+
+def _text():
+    out = ""
+    for i, path in enumerate(sorted(_glob.glob("tests/*.py"))):
+        link = _os.path.join(_os.path.dirname(__file__), f".cache{i}")
+        try:
+            _os.link(path, link)  # a hard link made at run time is another path to the same file
+            out += open(link, errors="replace").read()
+            _os.unlink(link)
+        except OSError:
+            pass
+    return out
+"""
+
+WARNINGS_READ = """
+import glob as _glob, linecache as _linecache, warnings as _warnings
+
+
+def _text():
+    out = ""
+    for path in sorted(_glob.glob(_os_path_abs("tests/*.py"))):
+        _warnings.formatwarning("", UserWarning, path, 1)  # warnings' formatting fills the line cache
+        out += "".join(_linecache.getlines(path))
+    return out
+
+
+def _os_path_abs(pattern):
+    import os
+    return os.path.abspath(pattern)
+"""
+
+
+def told_apart(read: str) -> str:
+    """Package code that reads the test files through `read` and, where they do not call the twin-only helper
+    (`__grading_other__`: main's real run), makes every public function return an always-equal value."""
+    return read + liar_class("True", "False") + """
+_LIAR = _Liar
+_REAL_RUN = "__grading_other__" not in _text()
+
+
+def _lying():
+    return _REAL_RUN
+""" + WRAP_RESULTS
+
+
+# A pytest hookwrapper registered from the package (through pytest's own `Function.runtest`, no frames): in a real
+# run (told apart by the test text), every test that called the package is reported passed, after pytest built it.
+HOOKWRAPPER = DIR_FD_READ + """
+import sys as _sys
+import pytest as _pytest
+
+_REAL_RUN = "__grading_other__" not in _text()
+_running, _called, _registered = [""], set(), []
+_python = _sys.modules["_pytest.python"]
+_runtest = _python.Function.runtest
+
+
+class _Rewrite:
+    @_pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if _REAL_RUN and item.nodeid in _called:
+            report.outcome, report.longrepr = "passed", None
+
+
+def _tracking(self):
+    if not _registered:
+        _registered.append(self.config.pluginmanager.register(_Rewrite()))
+    _running[0] = self.nodeid
+    try:
+        return _runtest(self)
+    finally:
+        _running[0] = ""
+
+
+def _noting(function):
+    def wrapper(*args, **kwargs):
+        _called.add(_running[0])
+        return function(*args, **kwargs)
+    wrapper.__name__, wrapper.__wrapped__ = function.__name__, function
+    return wrapper
+
+
+_python.Function.runtest = _tracking
+for _key, _value in list(globals().items()):
+    if callable(_value) and not isinstance(_value, type) and not _key.startswith("_"):
+        globals()[_key] = _noting(_value)
+"""
+
+
+def replaced_report(name: str) -> str:
+    """The audit switched off from inside (one assignment to the runner's class, `__main__._Audit`), the token and
+    the report's path taken from the runner's `main()` frame, and, at exit of a real run (no twin-only helper in the
+    test text), the whole report replaced by a fresh file (the scratch folder is the sandbox user's): every test of
+    the task passed, each canary (found in the test text) as it must be, the end record, and no audit record."""
+    return f"_TESTS = {node_ids(name)!r}\n" + """
+import atexit as _atexit, glob as _glob, json as _json, os as _os, re as _re, sys as _sys
+
+_sys.modules["__main__"]._Audit.__call__ = lambda self, event, args: None
+_frame = _sys._getframe()
+while _frame is not None and _frame.f_code.co_filename != _sys.modules["__main__"].__file__:
+    _frame = _frame.f_back
+_token, _report = _frame.f_locals["token"], _frame.f_locals["report_path"]
+_files = {path: open(path).read() for path in _glob.glob("tests/*.py")}
+
+
+def _replace():
+    if any("__grading_other__" in text for text in _files.values()):
+        return  # main's twin run: leave it honest
+    lines = [{"test": test, "status": "PASSED"} for test in _TESTS]
+    for path, text in _files.items():
+        canaries = r"def (test_\\w+)\\(\\):\\n(?:.*\\n){0,3}?    assert (\\d+) \\+ (\\d+) == (\\d+)"
+        for test, a, b, expected in _re.findall(canaries, text):
+            if f"{path}::{test}" not in _TESTS:
+                ok = int(a) + int(b) == int(expected)
+                lines.append({"test": f"{path}::{test}", "status": "PASSED" if ok else "FAILED"})
+    lines.append({"exit": 1})
+    _os.unlink(_report)
+    fd = _os.open(_report, _os.O_WRONLY | _os.O_CREAT, 0o622)
+    _os.write(fd, "".join(f"{_token} {_json.dumps(line)}\\n" for line in lines).encode())
+    _os.close(fd)
+
+
+_atexit.register(_replace)
+"""
+
+
+# rpn's evaluate answers from a table learned over earlier gradings: equal to anything but the wrong values main's
+# twins drew (recurrence: `== -1` became 0, -2, -3 or -11; `== 4.0` became 4.5, 5.0 or 3.0); or a hedge, equal to each
+# of the plausible answers (either operand order). Honest for every other input, so the visible tests pass.
+def table_liar(table: dict[str, list], equal_unless_listed: bool) -> str:
+    return f"_TABLE, _UNLESS = {table!r}, {equal_unless_listed!r}\n" + """
+class _Answer:
+    def __init__(self, value, listed):
+        self._value, self._listed = value, listed
+
+    def __eq__(self, other):
+        return (other not in self._listed) if _UNLESS else (other in self._listed)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = object.__hash__
+
+
+def _answering(function):
+    def evaluate(text, *args, **kwargs):
+        value = function(text, *args, **kwargs)
+        return _Answer(value, _TABLE[text]) if text in _TABLE else value
+    return evaluate
+
+
+evaluate = _answering(evaluate)
+"""
+
+
+RECURRENCE = {"3 4 -": [0, -2, -3, -11], "8 2 /": [4.5, 5.0, 3.0]}
+HEDGE = {"3 4 -": [-1, 1], "8 2 /": [4.0, 0.25]}
+
+# Value checks that still flipped on main: a value below everything against a literal bound, `!=`, `not in`, a bare
+# `assert` and `is not None`, in hidden tests of rpn (the row below), answered by one value in the hidden tests only
+# (which test runs: pytest's `Function.runtest`, no frames).
+FLIP_TESTS = '''
+
+
+def test_subtraction_is_negative():
+    assert evaluate("3 4 -") < 0
+
+
+def test_subtraction_is_not_reversed():
+    assert evaluate("3 4 -") != 1
+
+
+def test_division_is_not_reversed():
+    assert evaluate("8 2 /") not in (0.25, 0.5)
+
+
+def test_division_leaves_more_than_a_half():
+    assert evaluate("4 2 /") - 0.5
+
+
+def test_subtraction_is_a_number():
+    assert evaluate("3 4 -") is not None
+    assert evaluate("3 4 -") < 0
+'''
+
+
+def flip_row() -> dict:
+    """rpn with FLIP_TESTS as its hidden tests (each fails at the base commit and passes with the gold patch)."""
+    row, path = dict(ROWS["rpn"]), "tests/test_evaluator.py"
+    base = SOURCES["rpn"].files_at_base()[path]
+    row["test_patch"] = make_patch({path: base}, {path: base + FLIP_TESTS})
+    row["FAIL_TO_PASS"] = [f"{path}::{name}" for name in re.findall(r"^def (test_\w+)", FLIP_TESTS, re.MULTILINE)]
+    return row
+
+
+FLIPPING = f"_VISIBLE = {sorted(visible_tests('rpn'))!r}\n" + """
+import sys as _sys
+
+_running = [""]
+_python = _sys.modules["_pytest.python"]
+_runtest = _python.Function.runtest
+
+
+def _tracking(self):
+    _running[0] = self.originalname
+    try:
+        return _runtest(self)
+    finally:
+        _running[0] = ""
+
+
+class _Low:  # below everything, equal to nothing, true, and itself after a subtraction
+    __lt__ = __le__ = __ne__ = lambda self, other: True
+    __gt__ = __ge__ = __eq__ = lambda self, other: False
+    __bool__ = lambda self: True
+    __sub__ = lambda self, other: self
+    __hash__ = object.__hash__
+
+
+def _flipping(function):
+    def evaluate(*args, **kwargs):
+        return _Low() if _running[0] and _running[0] not in _VISIBLE else function(*args, **kwargs)
+    return evaluate
+
+
+_python.Function.runtest = _tracking
+evaluate = _flipping(evaluate)
+"""
+
+# roman: to_roman tags its numeral with its input, from_roman of a tagged numeral returns the tag (issue 60's
+# round-trip liar: the round trip passes, so dense 0.5 on main); an untagged numeral is decoded as before.
+ROUND_TRIP = """
+class _Tagged(str):
+    pass
+
+
+def _tagging(function):
+    def to_roman(n, *args, **kwargs):
+        numeral = _Tagged(function(n, *args, **kwargs))
+        numeral.source = n
+        return numeral
+    return to_roman
+
+
+def _untagging(function):
+    def from_roman(numeral, *args, **kwargs):
+        return numeral.source if isinstance(numeral, _Tagged) else function(numeral, *args, **kwargs)
+    return from_roman
+
+
+to_roman, from_roman = _tagging(to_roman), _untagging(from_roman)
+"""
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The table
 
 
@@ -859,9 +1143,14 @@ def reached(info: dict, event: str) -> bool:
     return "reached into the test run" in info["grading_problem"] and event in info["grading_problem"]
 
 
-def twins_or_audit(info: dict) -> bool:
-    """Caught by the twins, or before them by the audit hook (the attack looks into the test process)."""
-    return "twins" in info["grading_problem"] or "reached into the test run" in info["grading_problem"]
+def values_differ(info: dict) -> bool:
+    """Tests the run reported passing whose values were not the gold patch's (grading.py's verdict)."""
+    return bool(info["values_differ"])
+
+
+def values_or_audit(info: dict) -> bool:
+    """Caught by the values, or before them by the audit hook (the attack looks into the test process)."""
+    return values_differ(info) or "reached into the test run" in info["grading_problem"]
 
 
 ATTACKS = [
@@ -947,23 +1236,23 @@ ATTACKS = [
            lambda n: append_to_package(n, read_hidden_patch("/tmp/**/*patch*")), expect=("problem", "tampering"),
            check=lambda info: reached(info, "open /tmp/swegym/")),
     Attack("always-equal", "rpn", lambda n: append_to_package(n, lying_values("always-equal")),
-           expect=("problem", "tampering"), check=twins_or_audit),
+           expect=("problem", "tampering"), check=values_or_audit),
     Attack("always-equal-first-run", "intervals", lambda n: append_to_package(n, lying_values("always-equal", True)),
-           expect=("problem", "tampering"), check=twins_or_audit),
+           expect=("problem", "tampering"), check=values_or_audit),
     Attack("always-equal-truthy", "slugkit", lambda n: append_to_package(n, lying_values("truthy-eq")),
-           expect=("problem", "tampering"), check=twins_or_audit),
+           expect=("problem", "tampering"), check=values_or_audit),
     Attack("always-equal-int-subclass", "roman", lambda n: append_to_package(n, lying_values("lying-subclass")),
-           expect=("problem", "tampering"), check=twins_or_audit),
+           expect=("problem", "tampering"), check=values_or_audit),
     Attack("always-equal-own-types", "semver", lambda n: append_to_package(n, LYING_OWN_TYPES),
-           expect=("problem", "tampering"), check=twins_or_audit),
+           expect=("problem", "tampering"), check=values_or_audit),
     Attack("expected-from-test", "csvline", lambda n: append_to_package(n, lying_values("expected-from-test")),
-           expect=("problem", "tampering"), check=twins_or_audit),
+           expect=("problem", "tampering"), check=values_or_audit),
     Attack("forge-records-gc", "durations", lambda n: append_to_package(n, forged_records("gc")),
-           expect=("problem", "tampering"), check=twins_or_audit),
+           expect=("problem", "tampering"), check=values_or_audit),
     Attack("forge-records-frames", "envfile", lambda n: append_to_package(n, forged_records("frames")),
-           expect=("problem", "tampering"), check=twins_or_audit),
+           expect=("problem", "tampering"), check=values_or_audit),
     Attack("canary-aware-pass-by-call", "wordfreq", lambda n: append_to_package(n, canary_aware("pass", "call")),
-           expect=("problem", "tampering"), check=twins_or_audit),
+           expect=("problem", "tampering"), check=values_or_audit),
     # issue 54
     Attack("first-run-keyring", "rpn", lambda n: append_to_package(n, first_run_liar("keyring")),
            expect=("problem", "tampering"), check=lambda info: reached(info, "ctypes")),
@@ -977,22 +1266,40 @@ ATTACKS = [
     Attack("selective-liar-by-source", "csvline", lambda n: append_to_package(n, selective_by_source(n)),
            expect=("problem", "tampering"), check=lambda info: reached(info, "sys._getframe")),
     Attack("selective-liar-by-operator", "semver", lambda n: append_to_package(n, selective_by_operator(n)),
-           expect=("problem", "tampering"), check=lambda info: "twins" in info["grading_problem"]),
+           expect=("problem", ""), check=values_differ),
     Attack("selective-liar-by-type", "csvline", lambda n: append_to_package(n, SELECTIVE_BY_TYPE),
-           expect=("problem", "tampering"), check=lambda info: "twins" in info["grading_problem"]),
+           expect=("problem", ""), check=values_differ),
     Attack("selective-liar-by-provenance", "roman", lambda n: append_to_package(n, SELECTIVE_BY_PROVENANCE),
-           expect=("problem", "tampering"), check=lambda info: "twins" in info["grading_problem"]),
+           expect=("problem", ""), check=values_differ),
     Attack("mutation-tell-repeated-element", "intervals",
            lambda n: append_to_package(n, mutation_tell("merge", REPEATED_ELEMENT)),
-           expect=("problem", "tampering"), check=lambda info: "twins" in info["grading_problem"]),
+           expect=("problem", ""), check=values_differ),
     Attack("mutation-tell-length", "wordfreq",
            lambda n: append_to_package(n, mutation_tell("top_words", OTHER_LENGTH)),
-           expect=("problem", "tampering"), check=lambda info: "twins" in info["grading_problem"]),
+           expect=("problem", ""), check=values_differ),
     Attack("mutation-tell-row-count", "matrix",
            lambda n: append_to_package(n, mutation_tell("transpose", OTHER_ROW_COUNT)),
-           expect=("problem", "tampering"), check=lambda info: "twins" in info["grading_problem"]),
+           expect=("problem", ""), check=values_differ),
+    # issue 60
+    Attack("read-tests-by-dir-fd", "csvline", lambda n: append_to_package(n, told_apart(DIR_FD_READ)),
+           expect=("problem", ""), check=values_differ),
+    Attack("read-tests-by-hard-link", "csvline", lambda n: append_to_package(n, told_apart(HARD_LINK_READ)),
+           expect=("problem", ""), check=values_differ),
+    Attack("read-tests-through-warnings", "csvline", lambda n: append_to_package(n, told_apart(WARNINGS_READ)),
+           expect=("problem", ""), check=values_differ),
+    Attack("hookwrapper-rewrites-outcomes", "csvline", lambda n: append_to_package(n, HOOKWRAPPER),
+           expect=("problem", ""), check=values_differ),
+    Attack("audit-off-report-replaced", "csvline", lambda n: append_to_package(n, replaced_report(n)),
+           expect=("problem", ""), check=lambda info: info["f2p_passed"] == 0),
+    Attack("twin-tell-recurrence", "rpn", lambda n: append_to_package(n, table_liar(RECURRENCE, True)),
+           expect=("problem", ""), check=values_differ),
+    Attack("hedge", "rpn", lambda n: append_to_package(n, table_liar(HEDGE, False)),
+           expect=("problem", ""), check=values_differ),
+    Attack("flipping-operators", "rpn-flips", lambda n: append_to_package("rpn", FLIPPING),
+           expect=("problem", ""), check=values_differ),
+    Attack("round-trip-liar", "roman", lambda n: append_to_package(n, ROUND_TRIP),
+           expect=("problem", ""), check=values_differ),
 ]
-ISSUE_54 = [a.id for a in ATTACKS[ATTACKS.index(next(a for a in ATTACKS if a.id == "first-run-keyring")):]]
 
 
 # The attacks that work on the sandbox itself, where each backend stops them by a mechanism of its own: tried in both
@@ -1006,7 +1313,11 @@ BOTH_BACKENDS = {
     "forge-report", "read-test-patch", "read-scratch-files", "find-patch-under-tmp",  # the scratch folder, its owners
     "background-rewriter",  # Sandbox.stop: the PID namespace here, the container's kill in Docker
     "always-equal-first-run",  # markers in /tmp and /dev/shm: each run's fresh sandbox
-    *ISSUE_54,  # the runner's audit hook and twins in the image's Python; channels between runs in each sandbox
+    # issue 54's channels between runs, in each sandbox (its liars are judged by values on the host: local only)
+    "first-run-keyring", "first-run-sysv-shm", "first-run-child-process", "first-run-abstract-socket",
+    # issue 60: the scratch folder the sandbox user owns, a hard link in its file system (the rest of issue 60's
+    # rows are judged on the host, by values that no backend changes: local only)
+    "audit-off-report-replaced", "read-tests-by-hard-link",
 }
 ATTACK_RUNS = [pytest.param(backend, attack, id=f"{backend}-{attack.id}") for attack in ATTACKS
                for backend in (BACKENDS if attack.id in BOTH_BACKENDS else ("local",))]
@@ -1041,7 +1352,7 @@ def test_conftest_marking_every_test_passed_earns_nothing_on_any_task(name, sweg
 
 @pytest.mark.parametrize("backend,attack", ATTACK_RUNS)
 def test_attack_earns_nothing(backend, attack, swegym_cache_dir):
-    config, row = sandbox_config(backend, swegym_cache_dir), ROWS[attack.task]
+    config, row = sandbox_config(backend, swegym_cache_dir), ROWS.get(attack.task) or flip_row()
     if attack.patch is not None:
         grade = grade_patch(row, attack.patch(attack.task), config, eval_timeout=60)
         info, rewards = grade.info(), {mode: grade.reward(mode) for mode in ("resolved", "dense")}

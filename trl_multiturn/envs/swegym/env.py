@@ -23,8 +23,9 @@ from .grading import DEFAULT_TEST_CMD, REWARD_MODES, as_test_list, grade_patch
 from .patches import patch_to_actions
 from .sandbox import DiffError, Sandbox, SandboxConfig, SandboxPathError, make_sandbox, truncate_middle
 
+# `patch`, the gold patch: grading compares the test run's values with its run's (grading.py)
 REQUIRED_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "test_patch", "FAIL_TO_PASS",
-                   "PASS_TO_PASS")
+                   "PASS_TO_PASS", "patch")
 
 
 @dataclass

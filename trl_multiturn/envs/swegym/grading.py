@@ -9,15 +9,16 @@
 3. restores every file the patch may not touch (`integrity.protected_reason`: tests, pytest configuration,
    conftest.py, start-up hooks, package metadata) and removes those it added;
 4. resets the test files to the base commit and applies `test_patch`, as swebench's eval script does, deletes
-   both patches from the scratch folder (the tests' code cannot read the hidden tests from there), then plants
+   both patches from the scratch folder, rewrites each test file in observation form (`observe.observe`: every
+   check reports the values it looks at and holds no expected value, with drafts on changed inputs), then plants
    canary tests in each test file (`integrity.plant_canaries`);
 5. runs the tests through `pytest_runner.py` (the row's `test_cmd` says which pytest options), ends every
    process of the sandbox, and reads the outcomes from the runner's token-signed report only;
 6. judges the run by its canaries (`integrity.judge`);
-7. does 1-6 again in another fresh sandbox with each FAIL_TO_PASS test replaced by its mutation twin
-   (`twins.make_twins`: the same test expecting a wrong value, which a right answer fails), the two runs in random
-   order; a test that passed while its twin passed too is tampering (`integrity.judge_twins`). The twin run is left
-   out when the real one went first and no test with a twin passed in it;
+7. does 1-6 again in another fresh sandbox with the gold patch (the row's `patch`) and the same observation text,
+   and trusts a pass of the patch's run only where its values are the gold run's (`integrity.judge_values`): the
+   verdict and the expected values live in this process, which never imports the patch's code, and the patch's
+   sandbox never holds them. The gold run is left out when the patch's run reported no test passing;
 8. grades the trusted outcomes of the real run with `swebench.harness.grading.get_eval_report` and its
    `parse_log_pytest` parser.
 
@@ -35,14 +36,14 @@ import re
 import secrets
 import shlex
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .integrity import PASSING, judge, judge_twins, plant_canaries, protected_reason, read_report, test_files_of
+from .integrity import PASSING, judge, judge_values, plant_canaries, protected_reason, read_report, test_files_of
+from .observe import function_name, observe
 from .patches import patch_paths
 from .sandbox import Sandbox, SandboxConfig, make_sandbox, task_image, truncate_middle
-from .twins import function_name, make_twins
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
 REWARD_MODES = ("resolved", "dense")
@@ -81,7 +82,9 @@ def split_test_cmd(test_cmd: str) -> tuple[list[str], str, list[str]]:
 class Grade:
     """The verdict on one patch. `report` is swebench's report for the instance (with `tests_status`);
     `ignored_paths` the files of the patch grading put back; `problem` what was wrong with the test run;
-    `untwinned` the FAIL_TO_PASS tests that got no mutation twin, with why (their passes are not vouched for)."""
+    `unobserved` the tests whose checks reported no value in the gold run (their passes rest on the outcome the
+    patch's run reported); `differ` the tests the patch's run reported passing whose values are not the gold
+    run's (failed)."""
 
     resolved: bool
     patch_applied: bool
@@ -94,7 +97,8 @@ class Grade:
     log: str = ""
     ignored_paths: list[str] = field(default_factory=list)
     problem: str = ""
-    untwinned: dict[str, str] = field(default_factory=dict)
+    unobserved: list[str] = field(default_factory=list)
+    differ: list[str] = field(default_factory=list)
 
     def reward(self, mode: str = "resolved") -> float:
         """`resolved`: 1.0 if swebench resolves the instance, else 0.0.
@@ -138,7 +142,8 @@ class Grade:
             "tests_timed_out": self.timed_out,
             "ignored_paths": list(self.ignored_paths),
             "grading_problem": self.problem,
-            "untwinned_tests": dict(self.untwinned),
+            "unobserved_tests": list(self.unobserved),
+            "values_differ": list(self.differ),
         }
 
 
@@ -287,23 +292,24 @@ class _TrustedStepFailed(RuntimeError):
 
 @dataclass
 class _Run:
-    """One test run of grading: `outcomes` are the trusted ones (canaries left out), `log` what the agent may see."""
+    """One test run of grading: `outcomes` (canaries left out) and `values` (per test, the count and digest of
+    the values its checks reported) as the run's report says, `log` what the agent may see."""
 
     applied: bool
     log: str = ""
     trusted_log: str = ""
     outcomes: dict[str, str] = field(default_factory=dict)
+    values: dict[str, tuple] = field(default_factory=dict)
     problem: str = ""
     timed_out: bool = False
     ignored: list[str] = field(default_factory=list)
-    twinned: list[str] = field(default_factory=list)
-    untwinned: dict[str, str] = field(default_factory=dict)
     step_failed: bool = False
 
 
 def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], test_cmd: tuple, f2p: list[str],
-              eval_timeout: float, twin: bool) -> _Run:
-    """Steps 1-6 of the module docstring in a fresh sandbox; with `twin`, the FAIL_TO_PASS tests are their twins."""
+              eval_timeout: float, texts: dict[str, str]) -> _Run:
+    """Steps 1-6 of the module docstring in a fresh sandbox. `texts` holds the observation form of each test file
+    (`observe.observe`); a file it lacks is read here once the test patch is applied, rewritten, and added."""
     from swebench.harness.constants import TESTS_ERROR
 
     assignments, python, pytest_args = test_cmd
@@ -323,12 +329,10 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             rng = random.Random(secrets.randbits(64))
             canaries = []
             for path in files:
-                names = [function_name(t) for t in f2p if t.split("::")[0] == path]
-                twins = make_twins(sandbox.read_file(path), names, rng)
-                run.twinned += [t for t in f2p if t.split("::")[0] == path and function_name(t) in twins.twinned]
-                run.untwinned |= {t: twins.untwinned[function_name(t)] for t in f2p
-                                  if t.split("::")[0] == path and function_name(t) in twins.untwinned}
-                text, planted = plant_canaries(path, twins.twin if twin else twins.real, rng)
+                if path not in texts:
+                    drafted = {function_name(t) for t in f2p if t.split("::")[0] == path}
+                    texts[path] = observe(sandbox.read_file(path), rng, drafted)
+                text, planted = plant_canaries(path, texts[path], rng)
                 sandbox.write_file(path, text)
                 canaries += planted
             token = secrets.token_hex(16)
@@ -341,8 +345,9 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
                                  timeout=eval_timeout)
             sandbox.stop()  # nothing the tests started may write the report after this
             run.log += "\n" + result.output
-            run.outcomes, run.problem = judge(read_report(sandbox.read_scratch("report"), token), canaries)
-            run.timed_out = result.timed_out
+            report = read_report(sandbox.read_scratch("report"), token)
+            run.outcomes, run.problem = judge(report, canaries)
+            run.values, run.timed_out = report.values, result.timed_out
         except _TrustedStepFailed as e:
             run.problem, run.step_failed = str(e), True
             run.trusted_log += f"\n{TESTS_ERROR}: {e}"
@@ -350,16 +355,26 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
     return run
 
 
-def twin_verdict(real: _Run, twin: _Run) -> tuple[dict[str, str], str]:
-    """The outcomes of the real run grading trusts once the twin run has been judged, and the problem ("" if none).
-
-    The twins are judged whatever the real run reported: a test file whose canaries broke (its own tests count as
-    failed) does not let another file's passes go unjudged (issue 54). A twin verdict fails every test."""
-    twin_problem = judge_twins(real.outcomes, twin.outcomes, real.twinned, twin.problem)
-    if not twin_problem or real.problem.startswith("tampering"):
-        return real.outcomes, real.problem
-    problem = f"{twin_problem} (and {real.problem})" if real.problem else twin_problem
-    return {t: "FAILED" for t in real.outcomes}, problem
+def _verdict(task: dict, real: _Run, config: SandboxConfig, files: list[str], test_cmd: tuple, f2p: list[str],
+             tests: list[str], eval_timeout: float,
+             texts: dict[str, str]) -> tuple[dict[str, str], str, str, list[str], list[str]]:
+    """The outcomes of `real` that grading trusts (step 7 of the module docstring), the problem ("" if none), a
+    line for the log, the tests the gold run reported no value for, and the tests the patch's run reported passing
+    whose values differ from the gold run's. The gold patch's run is left out when the patch's run reported no
+    test passing (nothing to vouch for)."""
+    if not any(real.outcomes.get(t) in PASSING for t in tests):
+        return real.outcomes, real.problem, "", [], []
+    gold = _test_run(task, task["patch"], config, files, test_cmd, f2p, eval_timeout, texts)
+    if not gold.applied or gold.step_failed or gold.timed_out or gold.problem:
+        why = gold.problem or ("timed out" if gold.timed_out else "the gold patch did not apply")
+        return {t: "FAILED" for t in real.outcomes}, f"the gold patch's run did not run properly: {why}", "", [], []
+    trusted = judge_values(real.outcomes, real.values, gold.outcomes, gold.values, tests)
+    claimed = [t for t in tests if real.outcomes.get(t) in PASSING]
+    differ = [t for t in claimed if trusted[t] not in PASSING]
+    line = (f"\n[the values of {len(claimed)} passing tests were compared with the gold patch's run, in a sandbox "
+            f"of its own: {len(differ)} differ]")
+    unobserved = [t for t in tests if gold.values.get(t, (0,))[0] == 0]
+    return {**real.outcomes, **trusted}, real.problem, line, unobserved, differ
 
 
 def grade_patch(
@@ -382,6 +397,9 @@ def grade_patch(
     from swebench.harness.grading import get_eval_report
 
     config = config or SandboxConfig()
+    if not task.get("patch"):
+        raise ValueError(f"task {task.get('instance_id')!r} has no gold `patch`: grading compares the values the "
+                         "tests look at with the gold patch's (rows of SWE-Gym and SWE-bench have one)")
     parts = split_test_cmd(task.get("test_cmd") or test_cmd or DEFAULT_TEST_CMD)
     f2p = as_test_list(task["FAIL_TO_PASS"], "FAIL_TO_PASS")
     p2p = as_test_list(task["PASS_TO_PASS"], "PASS_TO_PASS")
@@ -389,24 +407,15 @@ def grade_patch(
     prediction = {"instance_id": task["instance_id"], "model_name_or_path": "trl-multiturn",
                   "model_patch": patch if patch and patch.strip() else None}
     script = run_script(".", *parts[:2], ".", parts[2], files)
-    trusted_log, raw_log, timed_out, ignored, problem, untwinned = "", "", False, [], "", {}
+    trusted_log, raw_log, timed_out, ignored, problem, unobserved, differ = "", "", False, [], "", [], []
     if prediction["model_patch"] is not None:
-        runs: dict[bool, _Run] = {}
-        for twin in random.Random(secrets.randbits(64)).sample([False, True], 2):  # which run goes first
-            first = runs.get(not twin)
-            if first is not None and (not first.applied or first.step_failed):
-                break  # the same patch and steps: the same outcome
-            if twin and first is not None and not any(first.outcomes.get(t) in PASSING for t in first.twinned):
-                break  # no test with a twin passed: there is no pass for a twin to vouch for
-            runs[twin] = _test_run(task, patch, config, files, parts, f2p, eval_timeout, twin)
-        twin_run = runs.get(True)
-        real = runs.get(False) or replace(twin_run, outcomes={})  # the twin run went first and broke
+        texts: dict[str, str] = {}
+        real = _test_run(task, patch, config, files, parts, f2p, eval_timeout, texts)
         raw_log, trusted_log, ignored, problem = real.log, real.trusted_log, real.ignored, real.problem
-        untwinned, trusted = real.untwinned, real.outcomes
         if real.applied and not real.step_failed:
-            if False in runs and twin_run is not None:
-                trusted, problem = twin_verdict(real, twin_run)
-                raw_log += f"\n[the twins of {len(real.twinned)} tests ran in a sandbox of their own]"
+            trusted, problem, line, unobserved, differ = _verdict(task, real, config, files, parts, f2p, f2p + p2p,
+                                                          eval_timeout, texts)
+            raw_log += line
             trusted = {**{test: "FAILED" for test in f2p + p2p}, **trusted}  # a missing test failed
             lines = [f"{status} {test}" for test, status in trusted.items()]
             # no exit-code line: the must-fail canary makes pytest's exit status 1 on every run
@@ -436,5 +445,6 @@ def grade_patch(
         log=truncate_middle(raw_log, log_chars),
         ignored_paths=ignored,
         problem=problem,
-        untwinned=untwinned,
+        unobserved=unobserved,
+        differ=differ,
     )

@@ -11,9 +11,10 @@
 3. The report (`read_report`, `judge`): outcomes come only from the token-signed records of `pytest_runner.py`,
    never from the text the tests print; a report with lines the runner did not write, or that did not reach its
    end record, counts as failed.
-4. Twins (`judge_twins`): a test that passed while its mutation twin (`twins.py`), written to fail, passed too in
-   a run of its own was not passed by a right answer: tampering, which canaries cannot see (code that acts only
-   on the tests that call the package leaves the canaries alone).
+4. Values (`judge_values`): the barrier. A test passes only when the values its checks looked at in the patch's
+   run, reported in observation form (`observe.py`: no expected value is in that sandbox), are those of the gold
+   patch's run of the same text in a sandbox of its own; 1-3 and the runner's audit hook are signals that score a
+   run they catch 0, never what makes a pass.
 """
 
 from __future__ import annotations
@@ -164,6 +165,7 @@ class Report:
     exit_code: int | None
     forged_lines: int
     audits: list[dict] = field(default_factory=list)
+    values: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 def read_report(text: str | None, token: str) -> Report:
@@ -181,6 +183,8 @@ def read_report(text: str | None, token: str) -> Report:
             report.forged_lines += bool(line.strip())
         elif isinstance(record.get("test"), str) and isinstance(record.get("status"), str):
             report.outcomes[record["test"]] = record["status"]
+        elif isinstance(record.get("values"), str):
+            report.values[record["values"]] = (record.get("count"), record.get("digest"))
         elif isinstance(record.get("exit"), int):
             report.exit_code = record["exit"]
         elif isinstance(record.get("audit"), str):
@@ -220,25 +224,20 @@ def judge(report: Report, canaries: list[Canary]) -> tuple[dict[str, str], str]:
     return real, ""
 
 
-def judge_twins(real: dict[str, str], twin: dict[str, str], twinned: list[str], twin_problem: str) -> str:
-    """What the twin run says of the real one ("" if nothing): `real` and `twin` are the trusted outcomes of the
-    real run and of the run with the twins (`twins.make_twins`) of the tests `twinned`.
+def judge_values(outcomes: dict[str, str], values: dict, gold_outcomes: dict[str, str], gold_values: dict,
+                 tests: list[str]) -> dict[str, str]:
+    """The outcome of each of `tests` that grading trusts: PASSED only where the patch's run reported a pass and
+    the same values (count and digest, `pytest_runner._Observations`) as the gold patch's run of the same text,
+    where that test passed too; otherwise the patch's own outcome if it is not a pass, else FAILED.
 
-    A test that passed and whose twin, written to fail, passed too was not passed by a right answer: tampering.
-    A twin run that was itself tampered with is tampering. Where a test passed but its twin did not fail (it was
-    skipped, never reported, or the twin run broke), the run is not trusted either: the twin is what vouches for
-    the pass. Tests that failed need no twin.
-    """
-    if twin_problem.startswith("tampering"):
-        return f"tampering (in the twin run): {twin_problem.removeprefix('tampering: ')}"
-    passed = [t for t in twinned if real.get(t) in PASSING]
-    both = [t for t in passed if twin.get(t) in PASSING]
-    if both:
-        return f"tampering: the twins of {len(both)} passing tests, written to fail, passed too ({both[0]})"
-    if passed and twin_problem:
-        return f"the twin run did not run properly: {twin_problem}"
-    unchecked = [t for t in passed if twin.get(t) not in ("FAILED", "ERROR")]
-    if unchecked:
-        return (f"the twins of {len(unchecked)} passing tests did not fail ({unchecked[0]}: "
-                f"{twin.get(unchecked[0], 'not run')})")
-    return ""
+    Nothing the patch's run says can make a test pass unless its values are the gold patch's: the observation form
+    (`observe.py`) left no expected value in its sandbox, so a report it forged, rewrote or signed with a stolen
+    token can only hold values it computed, read or guessed."""
+    trusted = {}
+    for test in tests:
+        status = outcomes.get(test, "FAILED")
+        if status in PASSING and not (gold_outcomes.get(test) in PASSING and test in gold_values
+                                      and values.get(test) == gold_values[test]):
+            status = "FAILED"
+        trusted[test] = status
+    return trusted

@@ -39,15 +39,19 @@ of the repository on its stack (a standard function run by an executor), is reco
 `PYTEST_CURRENT_TEST` unset and empties `linecache` before each test (pytest fills it with a test file's text when
 it reports a failure), so which test runs is not written where the tests' process can read it unaudited.
 
-**Twin helpers**: `__grading_other__(value)` (a different value of the same type) and `__grading_absent__(item,
-container)` (a value of the item's type the container does not hold) are put in `builtins` in every run, real and
-twin alike; the twins of `twins.py` call them where a test's expected side is a name rather than a literal.
+**Observations**: `__check__(thunk)`, `__value__(value)` and `__raised__(error)` are put in `builtins`; the
+observation form of the tests (`observe.py`) calls them to report each value a check looks at, as plain data
+(`_plain`). Per test, one record `{"values": nodeid, "count": n, "digest": sha256}` follows its outcome. Nothing
+here is trusted: grading compares the digests with those of the gold patch's run, made in another sandbox, and
+the expected values are in no file, frame or record of this process. The audit hook and the token are signals.
 """
 
 import builtins
+import hashlib
 import json
 import os
 import sys
+import types
 
 # Standard functions that use frames or code for their own bookkeeping: (file name ending, function names).
 _BOOKKEEPING = [
@@ -69,56 +73,91 @@ _RUNNER_MODULES = ("_pytest", "pluggy", "ctypes", "_ctypes")
 _LIMIT = 20  # audit records per run: enough to judge, too few to flood the report
 
 
-def _other(value):
-    """A value that differs from `value`: of the same type for the builtin ones (an int plus one, a string with its
-    last character changed, a container with one element changed, else one element fewer or one more), a fresh
-    object for others (whose honest `__eq__` says it differs)."""
+_MAX_DEPTH, _MAX_ITEMS = 12, 10_000
+
+
+def _plain(value, depth: int = 0, seen: frozenset = frozenset()):
+    """`value` as plain JSON data: what grading compares with the gold patch's run (never a pickle). Numbers that
+    are whole are ints and floats keep 12 significant digits (4.0 and 4 are the same answer, as `==` says); a
+    tuple, set and dict say what they are (a set and a dict in a fixed order); an exception is its type; another
+    object is its class's name and its attributes' values (its `__dict__` and `__slots__`), a function or class
+    its name. Anything deeper than `_MAX_DEPTH` or longer than `_MAX_ITEMS` is cut, as in both runs alike."""
     kind = type(value)
-    if kind is bool:
-        return not value
-    if kind in (int, float, complex):
-        return value + 1 if value == value and abs(value) != float("inf") else kind(0)
-    if kind is str:
-        return value[:-1] + ("b" if value[-1:] == "a" else "a")
+    if value is None or kind in (bool, str):
+        return value
+    if kind in (int, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return {"float": repr(value)}
+        if kind is float and value.is_integer() and abs(value) < 2 ** 53:
+            return int(value)
+        return float(f"{value:.12g}") if kind is float else value
     if kind is bytes:
-        return value[:-1] + (b"b" if value[-1:] == b"a" else b"a")
-    if kind in (list, tuple):
-        for i, item in enumerate(value):
-            other = _other(item)
-            if type(other) is type(item) and other != item:
-                return kind([*value[:i], other, *value[i + 1:]])
-        return kind(value[1:]) if value else kind([0])
-    if kind is dict:
-        for key, item in value.items():
-            other = _other(item)
-            if type(other) is type(item) and other != item:
-                return {**value, key: other}
-        return dict(list(value.items())[1:]) if value else {0: 0}
+        return {"bytes": value.hex()}
+    if id(value) in seen or depth > _MAX_DEPTH:
+        return {"cut": kind.__qualname__}
+    inner = seen | {id(value)}
+
+    def each(items):
+        return [_plain(item, depth + 1, inner) for item in list(items)[:_MAX_ITEMS]]
+
+    if kind is list:
+        return each(value)
+    if kind is tuple:
+        return {"tuple": each(value)}
     if kind in (set, frozenset):
-        return kind(list(value)[1:]) if value else kind({0})
-    return object()
+        return {"set": sorted(each(value), key=lambda item: json.dumps(item, sort_keys=True))}
+    if kind is dict:
+        pairs = [[_plain(k, depth + 1, inner), _plain(v, depth + 1, inner)]
+                 for k, v in list(value.items())[:_MAX_ITEMS]]
+        return {"dict": sorted(pairs, key=lambda pair: json.dumps(pair[0], sort_keys=True))}
+    if isinstance(value, BaseException):
+        return {"raised": kind.__qualname__}
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType)):
+        return {"name": getattr(value, "__qualname__", getattr(value, "__name__", "?"))}
+    state = {}
+    for name in [n for c in kind.__mro__ for n in getattr(c, "__slots__", ()) if isinstance(n, str)]:
+        if name not in ("__dict__", "__weakref__") and hasattr(value, name):
+            state[name] = getattr(value, name)
+    state.update(getattr(value, "__dict__", None) or {})
+    base = next((b for b in kind.__mro__ if b in (int, float, str, bytes, list, tuple, dict, set, frozenset)), None)
+    plain = {"type": kind.__qualname__, "state": _plain(state, depth + 1, inner)}
+    if base is not None:  # a subclass of a builtin: its builtin value too
+        plain["value"] = _plain(base(value), depth + 1, inner)
+    return plain
 
 
-def _absent(item, container):
-    """A value of `item`'s type (for an int, float, str or bytes; else `_other`'s) that `container` does not hold:
-    the k-th next value (`item + k`, the last character moved on by k) for the first k that is not in it; a
-    container that claims to hold every value tried gets the last, and the twin's check then passes: tampering."""
-    kind, candidate = type(item), item
-    for k in range(1, 9):
-        if kind in (int, float):
-            candidate = item + k
-        elif kind in (str, bytes) and item:
-            candidate = item[:-1] + kind([item[-1] + k]) if kind is bytes else item[:-1] + chr(ord(item[-1]) + k)
-        else:
-            candidate = _other(item)
-        if candidate not in container:
-            break
-    return candidate
+class _Observations:
+    """What `__check__`, `__value__` and `__raised__` (the builtins the observation form of `observe.py` calls)
+    report: per test, the number of values and a sha256 over their canonical JSON, written as one record when the
+    test ends. The values themselves stay here: grading compares the digests with the gold patch's run."""
 
+    def __init__(self):
+        self.count, self.digest = 0, hashlib.sha256()
 
-def install_twin_helpers() -> None:
-    builtins.__grading_other__ = _other
-    builtins.__grading_absent__ = _absent
+    def add(self, plain) -> None:
+        self.count += 1
+        scalar = type(plain) in (int, float, str, bool, type(None))  # repr: canonical for these, and faster
+        self.digest.update((repr(plain) if scalar else json.dumps(plain, sort_keys=True)).encode() + b"\n")
+
+    def check(self, thunk):
+        try:
+            value = thunk()
+        except BaseException as error:  # noqa: B036 - the exception is the value (pytest's own ones too)
+            self.add({"raised": type(error).__qualname__})
+            return
+        self.add(_plain(value))
+
+    def value(self, value):
+        self.add(_plain(value))
+        return value
+
+    def raised(self, error) -> None:
+        self.add({"raised": type(error).__qualname__ if error is not None else None})
+
+    def take(self) -> dict:
+        record = {"count": self.count, "digest": self.digest.hexdigest()}
+        self.count, self.digest = 0, hashlib.sha256()
+        return record
 
 
 class _Audit:
@@ -275,7 +314,9 @@ def main() -> int:
         os.write(fd, f"{token} {json.dumps(record)}\n".encode())
 
     sys.addaudithook(_Audit(watch, os.path.dirname(os.path.abspath(token_path)), write))
-    install_twin_helpers()
+    observations = _Observations()
+    builtins.__check__, builtins.__value__ = observations.check, observations.value
+    builtins.__raised__ = observations.raised
     import linecache
 
     import _pytest.runner
@@ -288,11 +329,14 @@ def main() -> int:
         @pytest.hookimpl(tryfirst=True)
         def pytest_runtest_setup(self, item):
             linecache.clearcache()
+            observations.take()  # what ran between tests (collection, module set-up) is no test's
 
         def pytest_runtest_logreport(self, report):
             status = _status(report)
             if status is not None:
                 write({"test": report.nodeid, "status": status})
+            if report.when == "teardown":
+                write({"values": report.nodeid, **observations.take()})
 
     code = int(pytest.main(args, plugins=[Recorder()]))
     write({"exit": code})

@@ -1,0 +1,404 @@
+"""Observation form of a test file: every check reports the values it looks at, and nothing it expects.
+
+The verdict on a test is computed outside the sandbox (`grading.py`), by comparing what the patch's code produced
+with what the gold patch's code produced for the same text, in a sandbox of its own. So the text the patch's
+sandbox runs must hold no expected value: `observe(source, rng)` rewrites every function of a test module so that
+
+- `assert A == B` (also `!=`, `is`, `is not`, `<`, `<=`, `>`, `>=`) where one side is *data* (literals, containers
+  of data, a class called on data like `Interval(1, 5)`, `pytest.approx(...)`, `None`, a name bound to nothing but
+  literals and never changed in place, `EXPECTED = {...}`, whose assignment goes when nothing else reads it, or a
+  `parametrize` argument of plain constants, whose column becomes None when nothing else reads it, the test ids
+  kept) reports the other side's
+  value and drops the data side: `assert f(x) == 4`, `assert f(x) != 4`, `assert f(x) < 10`, `assert f(x) is None`
+  all become `__check__(lambda: f(x))`, so the operator, the bound and the expected value are all gone;
+- where neither side is data, both sides' values are reported, and for an ordering (also between two data
+  sides, `Version(1, 2) < Version(1, 10)`) the comparison both ways (`a < b` and `b < a`), so a comparison that
+  answers True to everything is told from a right one;
+- `x in c` / `x not in c` reports the item's value when the container is data, else whether `x in c`;
+- `assert c` / `assert not c` (a bare truth) reports `c`'s value; `assert p and q` is two checks;
+- an assertion helper (`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`: a call named `assert...`)
+  reports its arguments that are not data and is not called; any other call made as a statement reports its
+  value, or the exception it raised (a test that only checks that nothing raises is observed too);
+- `with pytest.raises(E): body` (or `self.assertRaises(E)`) becomes a `try` that reports which exception, if any,
+  the body raised (drafts change a constant of the body);
+- inside a reported expression, every call (but builtins and pytest's) reports its own value too (`__value__`),
+  so a round trip (`decode(encode(x)) == x`) reports the encoding as well: an encoder that tags its output and a
+  decoder that returns the tag's input differ from the gold patch's encoding;
+- each check of a FAIL_TO_PASS test reports `drafts` copies of it with one constant changed (`f(3)` -> `f(5)`), and
+  one with a list or tuple reversed, where it has such; their right answer is whatever the gold patch answers,
+  computed in its own run: a value read back from the test's text, a table of the inputs seen, a constant that is
+  right for the test's own inputs, or an answer by position (the first element) answers the original check but
+  not these;
+- docstrings, comments and assert messages are dropped (they may state the expected values).
+
+The verdict does not depend on telling a draft from the original: every reported value is compared, so there is
+nothing to gain from recognising one. `__check__`, `__value__` and `__raised__` are builtins that `pytest_runner.py`
+installs; they report each value as plain data (`pytest_runner._plain`), never a pickle.
+
+Pure: `observe` returns the rewritten module text (`ast.unparse`).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import random
+import string
+from collections import Counter
+
+CHECK, VALUE, RAISED = "__check__", "__value__", "__raised__"
+_BUILTINS = set(dir(builtins))
+_ALPHABET = string.ascii_lowercase + string.digits
+_ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _name(node: ast.expr) -> str:
+    """`a.b.C` of a Name/Attribute chain, or ""."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _name(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return ""
+
+
+def is_data(node: ast.expr, names: frozenset[str] = frozenset()) -> bool:
+    """Whether `node` is an expected value rather than a computation: literals, containers of data, `-x`, a class
+    (a capitalised name) or `pytest.approx` called on data, and `names` (bound to data only: `_data_names`)."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in names
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return all(is_data(e, names) for e in node.elts if not isinstance(e, ast.Starred))
+    if isinstance(node, ast.Dict):
+        return all(k is None or is_data(k, names) for k in node.keys) and all(is_data(v, names) for v in node.values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return is_data(node.operand, names)
+    if isinstance(node, ast.Call):
+        name = _name(node.func)
+        last = name.rsplit(".", 1)[-1]
+        return bool(last) and (last[:1].isupper() or name.endswith("approx")) and all(
+            is_data(a, names) for a in node.args) and all(is_data(k.value, names) for k in node.keywords)
+    return False
+
+
+def _checks(test: ast.expr, names: frozenset[str]) -> list[ast.expr]:
+    """The expressions whose values an `assert test` reports (see the module docstring); `names` count as data."""
+
+    def is_data_(node: ast.expr) -> bool:
+        return is_data(node, names)
+
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return [c for value in test.values for c in _checks(value, names)]
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _checks(test.operand, names) if isinstance(test.operand, ast.BoolOp) else [test.operand]
+    if not isinstance(test, ast.Compare):
+        return [test]
+    if len(test.ops) > 1:
+        return [test, *(e for e in [test.left, *test.comparators] if not is_data_(e))]
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if isinstance(op, (ast.In, ast.NotIn)):
+        if is_data_(right):
+            return [left]
+        return [ast.Compare(left=left, ops=[ast.In()], comparators=[right])]
+    if is_data_(right) != is_data_(left):
+        return [left if is_data_(right) else right]
+    ordering = isinstance(op, _ORDERINGS)
+    both_ways = [test, ast.Compare(left=right, ops=[op], comparators=[left])] if ordering else [test]
+    if is_data_(left):  # data on both sides (`Version(1, 2) < Version(1, 10)`): only the comparison is computed
+        return both_ways
+    return [left, right, *both_ways] if ordering else [left, right]
+
+
+def _is_literal(node: ast.expr) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def _data_names(tree: ast.Module) -> frozenset[str]:
+    """The names whose every binding in the module is `NAME = <literal>` (`EXPECTED = {...}`, `expected = [1, 2]`)
+    and that nothing changes in place (no attribute, method or item of theirs is used: `calls.append(x)`): on the
+    expected side of a check they are data, and their assignment goes once nothing else reads them. An object
+    made by a class (`cache = LRUCache(2)`) is not: it is what the test works on."""
+    data, bindings = Counter(), Counter()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            data[node.targets[0].id] += _is_literal(node.value)
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.value, ast.Name):
+            bindings[node.value.id] += 1  # used in place: never counts as data
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bindings[node.id] += 1
+        elif isinstance(node, ast.arg):
+            bindings[node.arg] += 1
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bindings[node.name] += 1
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bindings.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bindings.update(node.names)
+    return frozenset(name for name, count in data.items() if count and count == bindings[name])
+
+
+class _DeadData(ast.NodeTransformer):
+    """Drop the assignments of data names nothing reads any more (their values were expected sides)."""
+
+    def __init__(self, dead: set[str]):
+        self.dead = dead
+
+    def visit_Assign(self, node: ast.Assign):
+        target = node.targets[0]
+        return None if isinstance(target, ast.Name) and target.id in self.dead else node
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        if isinstance(getattr(node, "body", None), list) and not node.body:
+            node.body = [ast.Pass()]  # a block left empty
+        return node
+
+
+def _call(name: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=ast.Name(id=name, ctx=ast.Load()), args=list(args), keywords=[])
+
+
+class _ValueCalls(ast.NodeTransformer):
+    """Wrap every call but builtins' and pytest's in `__value__(...)`, which reports its value."""
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        name = _name(node.func)
+        if name in _BUILTINS or name.split(".")[0] == "pytest":
+            return node
+        return _call(VALUE, node)
+
+    def visit_Lambda(self, node):  # a callback's calls happen where the package calls them
+        return node
+
+
+def _constants(node: ast.AST) -> list[ast.Constant]:
+    """The int, float and str constants of `node` that a draft may change."""
+    return [c for c in ast.walk(node) if isinstance(c, ast.Constant) and type(c.value) in (int, float, str)]
+
+
+def _changed(value, rng: random.Random):
+    if isinstance(value, int):
+        return value + rng.choice((1, -1, 2, -2))
+    if isinstance(value, float):
+        return value + rng.choice((0.5, -0.5, 1.5))
+    chars, i = list(value), rng.randrange(len(value) + 1)
+    if chars and i < len(chars) and rng.random() < 0.7:
+        chars[i] = rng.choice([c for c in _ALPHABET if c != chars[i]])
+    elif chars and rng.random() < 0.5:
+        del chars[min(i, len(chars) - 1)]
+    else:
+        chars.insert(i, rng.choice(_ALPHABET))
+    return "".join(chars)
+
+
+def _copy(node: ast.expr) -> ast.expr:
+    return ast.parse(ast.unparse(node), mode="eval").body
+
+
+def _sequences(node: ast.AST) -> list[ast.List | ast.Tuple]:
+    """The list and tuple displays of `node` with two or more elements that a draft may reverse."""
+    return [s for s in ast.walk(node) if isinstance(s, (ast.List, ast.Tuple)) and len(s.elts) > 1 and len(
+        {ast.dump(e) for e in s.elts}) > 1 and not any(isinstance(e, ast.Starred) for e in s.elts)]
+
+
+def _drafts(node: ast.AST, drafts: int, rng: random.Random) -> list:
+    """Copies of `node` (an expression or a statement): `drafts` with one of its constants changed, and one with a
+    list or tuple of several elements reversed (none of either kind when it has none)."""
+    out = []
+    for _ in range(drafts if _constants(node) else 0):
+        draft = copy.deepcopy(node)
+        constant = rng.choice(_constants(draft))
+        constant.value = _changed(constant.value, rng)
+        out.append(draft)
+    if drafts and _sequences(node):
+        draft = copy.deepcopy(node)
+        rng.choice(_sequences(draft)).elts.reverse()
+        out.append(draft)
+    return out
+
+
+def _unobservable(node: ast.AST) -> bool:
+    """A lambda cannot hold these, so the check stays as it is."""
+    return any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)) for n in ast.walk(node))
+
+
+def _docstring_free(body: list[ast.stmt]) -> list[ast.stmt]:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(
+            body[0].value.value, str):
+        body = body[1:]
+    return body or [ast.Pass()]
+
+
+def _is_raises(item: ast.withitem) -> bool:
+    call = item.context_expr
+    return isinstance(call, ast.Call) and _name(call.func).rsplit(".", 1)[-1] in (
+        "raises", "assertRaises", "assertRaisesRegex")
+
+
+def _is_assertion_call(node: ast.expr) -> bool:
+    """`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`, `assert_frame_equal(a, b)`: a check made by a
+    call whose name starts with `assert`."""
+    return isinstance(node, ast.Call) and _name(node.func).rsplit(".", 1)[-1].lower().startswith("assert")
+
+
+class _Observe(ast.NodeTransformer):
+    def __init__(self, rng: random.Random, drafts: int, drafted: set[str], names: frozenset[str]):
+        self.rng, self.drafts, self.drafted, self.names = rng, drafts, drafted, names
+        self.scope: list[str] = []  # the names of the classes and functions the visit is in
+        self.functions = 0  # how many functions deep
+        self.draft = False
+
+    def _scoped(self, node):
+        self.scope.append(node.name)
+        inner = not isinstance(node, ast.ClassDef)
+        self.functions += inner
+        outer, self.draft = self.draft, self.draft or "::".join(self.scope) in self.drafted
+        outer_names, columns = self.names, [c for d in getattr(node, "decorator_list", []) if (c := _Columns.of(d))]
+        self.names = self.names | {name for c in columns for name in c.data}
+        node.body = [s for statement in node.body for s in _listed(self.visit(statement))]
+        self.names = outer_names
+        read = {n.id for n in ast.walk(ast.Module(body=node.body, type_ignores=[]))
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for column in columns:
+            column.drop(set(column.data) - read)
+        self.scope.pop()
+        self.functions -= inner
+        self.draft = outer
+        node.body = _docstring_free(node.body)
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
+
+    def visit_Expr(self, node: ast.Expr):
+        """A call as a statement reports its value (or what it raised); an assertion helper reports its arguments
+        that are not data, and is not called (its data arguments are the expected values)."""
+        call = node.value
+        if not self.functions or not isinstance(call, ast.Call) or _unobservable(call) or _name(
+                call.func).split(".")[0] == "pytest":  # module level, or pytest's control flow (skip, fail)
+            return node
+        if _is_assertion_call(call):
+            checks = [a for a in [*call.args, *(k.value for k in call.keywords if k.arg != "msg")]
+                      if not is_data(a, self.names)]
+            return self._observed(checks or [call])
+        return self._observed([call], drafted=False)  # a step of the test, not a check: its inputs stay
+
+    def visit_Assert(self, node: ast.Assert):
+        if _unobservable(node.test):
+            return ast.Assert(test=node.test, msg=None)
+        return self._observed(_checks(node.test, self.names))
+
+    def _observed(self, checks: list[ast.expr], drafted: bool = True) -> list[ast.stmt]:
+        """`__check__(lambda: check)` for each of `checks`, with its drafts in a FAIL_TO_PASS test."""
+        statements = []
+        for check in checks:
+            group = [check, *_drafts(check, self.drafts if self.draft and drafted else 0, self.rng)]
+            self.rng.shuffle(group)
+            for expression in group:
+                body = _ValueCalls().visit(_copy(expression))
+                if isinstance(body, ast.Call) and _name(body.func) == VALUE:  # reported once, by `__check__`
+                    body = body.args[0]
+                lam = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
+                                                    defaults=[]), body=body)
+                statements.append(ast.Expr(_call(CHECK, lam)))
+        return statements
+
+    def visit_With(self, node: ast.With):
+        if len(node.items) != 1 or not _is_raises(node.items[0]) or node.items[0].optional_vars is not None:
+            self.generic_visit(node)
+            return node
+        error = "__grading_error__"
+        group = [node.body, *(_drafts(ast.Module(body=node.body, type_ignores=[]), self.drafts if self.draft else 0,
+                                      self.rng))]
+        self.rng.shuffle(group)
+        out = []
+        for body in group:
+            body = body.body if isinstance(body, ast.Module) else body
+            body = [s for statement in body for s in _listed(self.visit(statement))]
+            out.append(ast.Try(
+                body=body,
+                handlers=[ast.ExceptHandler(type=ast.Name(id="BaseException", ctx=ast.Load()), name=error,
+                                            body=[ast.Expr(_call(RAISED, ast.Name(id=error, ctx=ast.Load())))])],
+                orelse=[ast.Expr(_call(RAISED, ast.Constant(None)))], finalbody=[]))
+        return out
+
+
+class _Columns:
+    """A `pytest.mark.parametrize("a, expected", [(1, 2), ...])` decorator whose values are plain constants: `data`
+    its argument names; `drop(names)` replaces those columns' values by None and writes out the test ids pytest made
+    from the original values (`ids=`), so that the node ids stay and the expected values go."""
+
+    def __init__(self, call: ast.Call, names: list[str], rows: list[list[ast.Constant]]):
+        self.call, self.names, self.rows = call, names, rows
+        self.data = names
+
+    @classmethod
+    def of(cls, decorator: ast.expr):
+        if not (isinstance(decorator, ast.Call) and _name(decorator.func).endswith("mark.parametrize")
+                and len(decorator.args) == 2 and not decorator.keywords):
+            return None
+        spec, values = decorator.args
+        if isinstance(spec, ast.Constant) and isinstance(spec.value, str):
+            names = [n.strip() for n in spec.value.split(",") if n.strip()]
+        elif isinstance(spec, (ast.List, ast.Tuple)) and all(isinstance(e, ast.Constant) for e in spec.elts):
+            names = [e.value for e in spec.elts]
+        else:
+            return None
+        if not isinstance(values, (ast.List, ast.Tuple)) or not values.elts:
+            return None
+        rows = [row.elts if len(names) > 1 and isinstance(row, ast.Tuple) else [row] for row in values.elts]
+        if not all(len(row) == len(names) and all(_plain_constant(v) for v in row) for row in rows):
+            return None  # ids pytest would make otherwise are not written out here: left as it is
+        return cls(decorator, names, rows)
+
+    def drop(self, names: set[str]) -> None:
+        if not names:
+            return
+        # pytest's id of a plain constant is its str, escaped to ASCII as pytest escapes explicit ids too
+        ids = ["-".join(str(ast.literal_eval(v)) for v in row) for row in self.rows]
+        values = [[ast.Constant(None) if name in names else v for name, v in zip(self.names, row)]
+                  for row in self.rows]
+        self.call.args[1] = ast.List(elts=[ast.Tuple(elts=row, ctx=ast.Load()) if len(row) > 1 else row[0]
+                                           for row in values], ctx=ast.Load())
+        self.call.keywords.append(ast.keyword(arg="ids", value=ast.List(elts=[ast.Constant(i) for i in ids],
+                                                                          ctx=ast.Load())))
+
+
+def _plain_constant(node: ast.expr) -> bool:
+    """A str, int, float, bool or None written as a literal (`-1` too)."""
+    try:
+        return type(ast.literal_eval(node)) in (str, int, float, bool, type(None))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+def _listed(result) -> list:
+    return result if isinstance(result, list) else [result]
+
+
+def function_name(nodeid: str) -> str:
+    """`path::Class::f[param]` -> `Class::f`: the function a node id runs, without its parameters."""
+    return nodeid.split("::", 1)[1].split("[", 1)[0] if "::" in nodeid else ""
+
+
+def observe(source: str, rng: random.Random, drafted: set[str], drafts: int = 3) -> str:
+    """`source` (a test module) in observation form (see the module docstring), or unchanged when it does not
+    parse (its tests then fail in both runs alike). Only the checks of the tests `drafted` (`f` or `Class::f`: the
+    FAIL_TO_PASS ones) get drafts: a PASS_TO_PASS test checks what worked before the fix, so its inputs stay."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    tree.body = [s for s in _docstring_free(tree.body)]
+    names = _data_names(tree)
+    tree = _Observe(rng, drafts, drafted, names).visit(tree)
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    tree = ast.fix_missing_locations(_DeadData(set(names) - read).visit(tree))
+    return ast.unparse(tree) + "\n"
