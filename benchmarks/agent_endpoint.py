@@ -212,22 +212,15 @@ def main() -> None:
             for dialect in args.dialects:
                 for stream in (False, True):
                     r = row(tokenizer, make_generate, n, args.turns, dialect, stream)
-                    rows.append([name, str(n), dialect, "yes" if stream else "no",
-                                 ms(statistics.median(r["direct"])), ms(percentile(r["direct"], 0.99)),
-                                 ms(statistics.median(r["through"])), ms(percentile(r["through"], 0.99)),
-                                 ms(statistics.median(r["overhead"])), ms(percentile(r["overhead"], 0.99)),
-                                 ms(statistics.median(r["first"])), f"{r['joined']}/{n * (args.turns - 1)}"])
+                    rows.append([name, str(n), dialect, "yes" if stream else "no", *timing_cells(r, n, args.turns)])
                     print(rows[-1], file=sys.stderr, flush=True)
             default_wait = AgentEnvironment(lambda task, session: 0.0).batch_wait
             r = row(tokenizer, make_generate, n, args.turns, batch_wait=default_wait)
             waits.append([name, str(n), f"{r['calls_per_turn']:.2f}", ms(statistics.median(r["overhead"])),
                           ms(percentile(r["overhead"], 0.99)), ms(statistics.median(r["through"]))])
             print(waits[-1], file=sys.stderr, flush=True)
-    command = "python benchmarks/agent_endpoint.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    print(heading(command.strip(), load))
-    print()
-    print(f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply; per turn and episode, turns 2 to "
-          f"{args.turns} (the first turn's overhead apart); thread agents.\n")
+    print_heading(load, f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply; per turn and episode, "
+                        f"turns 2 to {args.turns} (the first turn's overhead apart); thread agents.")
     print(table(["backend", "concurrent episodes", "dialect", "streamed", "direct, median", "p99",
                  "through the endpoint, median", "p99", "overhead, median", "p99", "first turn's overhead, median",
                  "joined"], rows, text_columns=4))
@@ -235,6 +228,23 @@ def main() -> None:
           f"for {default_wait} s), chat dialect, not streamed:\n")
     print(table(["backend", "concurrent episodes", "generate calls per turn", "overhead, median", "p99",
                  "through the endpoint, median"], waits, text_columns=1))
+
+
+def print_heading(load: float, setting: str) -> None:
+    """The table's heading (the command that made it, the load) and a line saying what was measured."""
+    command = "python benchmarks/agent_endpoint.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    print(heading(command.strip(), load))
+    print()
+    print(setting + "\n")
+
+
+def timing_cells(r: dict, episodes: int, turns: int) -> list[str]:
+    """A row's timing columns: direct, through the endpoint and overhead (median, p99), the first turn's overhead,
+    and the turns joined."""
+    cells = []
+    for key in ("direct", "through", "overhead"):
+        cells += [ms(statistics.median(r[key])), ms(percentile(r[key], 0.99))]
+    return [*cells, ms(statistics.median(r["first"])), f"{r['joined']}/{episodes * (turns - 1)}"]
 
 
 def agents_table(args) -> None:
@@ -246,17 +256,10 @@ def agents_table(args) -> None:
         for agents in args.agents:
             for n in args.episodes:
                 r = row(tokenizer, make_generate, n, args.turns, agents=agents)
-                rows.append([name, agents, str(n), ms(statistics.median(r["direct"])),
-                             ms(percentile(r["direct"], 0.99)), ms(statistics.median(r["through"])),
-                             ms(percentile(r["through"], 0.99)), ms(statistics.median(r["overhead"])),
-                             ms(percentile(r["overhead"], 0.99)), ms(statistics.median(r["first"])),
-                             f"{r['joined']}/{n * (args.turns - 1)}"])
+                rows.append([name, agents, str(n), *timing_cells(r, n, args.turns)])
                 print(rows[-1], file=sys.stderr, flush=True)
-    command = "python benchmarks/agent_endpoint.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    print(heading(command.strip(), load))
-    print()
-    print(f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply, chat dialect, not streamed; per turn "
-          f"and episode, turns 2 to {args.turns} (the first turn's overhead apart).\n")
+    print_heading(load, f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply, chat dialect, not "
+                        f"streamed; per turn and episode, turns 2 to {args.turns} (the first turn's overhead apart).")
     print(table(["backend", "agents", "concurrent episodes", "direct, median", "p99", "through the endpoint, median",
                  "p99", "overhead, median", "p99", "first turn's overhead, median", "joined"], rows, text_columns=2))
 

@@ -712,11 +712,7 @@ def _lying():
 _LIAR = _Table
 """ + WRAP_RESULTS
 
-# semver, without frames: which test runs comes from pytest's own `Function.runtest` (a class attribute, which no
-# audit event covers), and in a hidden test the package's versions answer `<`, `<=` true and `>`, `>=` false (the
-# old twin of `parse(a) < parse(b)` was `>=`, which this table fails; the new one is `parse(b) < parse(a)`)
-def selective_by_operator(name: str) -> str:
-    return f"_VISIBLE = {sorted(visible_tests(name))!r}\n" + """
+TRACK_RUNNING_TEST = """
 import sys as _sys
 _running = [""]
 _python = _sys.modules["_pytest.python"]
@@ -729,6 +725,16 @@ def _tracking(self):
         return _runtest(self)
     finally:
         _running[0] = ""
+"""
+"""A payload's prefix: `_running[0]` names the test pytest runs now, read from pytest's own `Function.runtest` (a
+class attribute, which no audit event covers)."""
+
+
+# semver, without frames: which test runs comes from pytest's own `Function.runtest` (a class attribute, which no
+# audit event covers), and in a hidden test the package's versions answer `<`, `<=` true and `>`, `>=` false (the
+# old twin of `parse(a) < parse(b)` was `>=`, which this table fails; the new one is `parse(b) < parse(a)`)
+def selective_by_operator(name: str) -> str:
+    return f"_VISIBLE = {sorted(visible_tests(name))!r}\n" + TRACK_RUNNING_TEST + """
 
 
 _python.Function.runtest = _tracking
@@ -1055,20 +1061,7 @@ def flip_row() -> dict:
     return row
 
 
-FLIPPING = f"_VISIBLE = {sorted(visible_tests('rpn'))!r}\n" + """
-import sys as _sys
-
-_running = [""]
-_python = _sys.modules["_pytest.python"]
-_runtest = _python.Function.runtest
-
-
-def _tracking(self):
-    _running[0] = self.originalname
-    try:
-        return _runtest(self)
-    finally:
-        _running[0] = ""
+FLIPPING = f"_VISIBLE = {sorted(visible_tests('rpn'))!r}\n" + TRACK_RUNNING_TEST + """
 
 
 class _Low:  # below everything, equal to nothing, true, and itself after a subtraction
