@@ -21,16 +21,9 @@ import pytest
 import torch
 from conftest import tiny_rl_args
 from datasets import Dataset
-from toy_envs import ReplyScoringEnv, reply_characters
+from toy_envs import ReplyScoringEnv, openai_loop_agent, reply_characters
 
-from trl_multiturn import (
-    MultiTurnGRPOConfig,
-    MultiTurnGRPOTrainer,
-    MultiTurnPPOConfig,
-    MultiTurnPPOTrainer,
-    MultiTurnRLOOConfig,
-    MultiTurnRLOOTrainer,
-)
+import trl_multiturn as tm
 from trl_multiturn.agents import AgentEnvironment
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "step_identity.json"
@@ -41,19 +34,9 @@ CLOCK_KEYS = ("runtime", "per_second", "step_time")  # wall-clock metrics
 WHOLE_REPLY = "trl_multiturn.rollout.parsing:whole_reply"
 
 
-def loop_agent(task, session):
-    """An agent on the `openai` client: two calls, a reward from its last reply's text."""
-    client = session.openai()
-    messages = [{"role": "user", "content": task["goal"]}]
-    for k in range(2):
-        reply = client.chat.completions.create(model=session.model, messages=messages).choices[0].message
-        messages += [reply.model_dump(exclude_none=True), {"role": "user", "content": f"Room {k}."}]
-    return sum(map(ord, reply.content)) % 11 / 10
-
-
-GRPO = (MultiTurnGRPOTrainer, MultiTurnGRPOConfig)
-RLOO = (MultiTurnRLOOTrainer, MultiTurnRLOOConfig)
-PPO = (MultiTurnPPOTrainer, MultiTurnPPOConfig)
+GRPO = (tm.MultiTurnGRPOTrainer, tm.MultiTurnGRPOConfig)
+RLOO = (tm.MultiTurnRLOOTrainer, tm.MultiTurnRLOOConfig)
+PPO = (tm.MultiTurnPPOTrainer, tm.MultiTurnPPOConfig)
 PLAIN = dict(reward_mode="dense", action_parser=WHOLE_REPLY, max_completion_length=6, max_steps=1)
 # name: (trainer and config, config overrides, reward_funcs, environment factory, rows)
 CASES = {
@@ -79,7 +62,7 @@ CASES = {
                         ROWS),
     # greedy (top_k=1): the agents' calls reach the model in batches that depend on thread timing
     "grpo_agent": (GRPO, dict(reward_mode="dense", max_turns=4, max_steps=1, top_k=1), None,
-                   AgentEnvironment(loop_agent), GOALS),
+                   AgentEnvironment(openai_loop_agent), GOALS),
 }
 
 
