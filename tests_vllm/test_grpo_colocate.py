@@ -58,6 +58,10 @@ def test_vllm_sampling_logprobs_reach_the_importance_sampling_correction(grpo):
         assert entry["sampling/sampling_logp_difference/max"] < SYNC_TOLERANCE * 10
         for stat in ("min", "mean", "max"):
             assert entry[f"sampling/importance_sampling_ratio/{stat}"] == pytest.approx(1.0, abs=0.05)
+        # the default token_truncate: weights this close to 1 are never clipped, and their ESS is close to 1
+        assert entry["sampling/importance_sampling_ratio/ess"] > 0.99
+        assert entry["sampling/importance_sampling_clipped/tokens"] == 0.0
+        assert entry["sampling/importance_sampling_clipped/episodes"] == 0.0
 
 
 def test_greedy_rollouts_through_vllm_are_token_exact(grpo, textworld_games):

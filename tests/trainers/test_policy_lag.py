@@ -3,7 +3,6 @@ k optimizer steps old, corrected by truncated importance weights; every sample's
 ones are dropped and counted, faults stay within their episode and resume is exact."""
 
 import copy
-import math
 
 import pytest
 import torch
@@ -21,18 +20,9 @@ from trl_multiturn import (
 from trl_multiturn.testing import FaultyEnv
 from trl_multiturn.trainers import policy_lag
 from trl_multiturn.trainers.multiturn import POLICY_LAG_FILE
-from trl_multiturn.trainers.policy_lag import snapshot_is_due, stale_episodes, truncated_importance_weights
+from trl_multiturn.trainers.policy_lag import snapshot_is_due, stale_episodes
 
 ROWS = [{"turns": 2, "id": i} for i in range(8)]  # 8 rows, 4 a step (2 tasks x num_generations=2)
-
-
-def test_truncated_importance_weights_by_hand():
-    current = torch.tensor([[0.0, math.log(2.0), math.log(5.0), -1.0], [math.log(0.5), 0.0, 0.0, 0.0]])
-    behaviour = torch.tensor([[0.0, 0.0, 0.0, 3.0], [0.0, float("nan"), 0.0, 0.0]])
-    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
-    weights = truncated_importance_weights(current, behaviour, mask, cap=3.0)
-    # exp(0) = 1, exp(log 2) = 2, exp(log 5) = 5 capped at 3; masked: 1; exp(log 0.5) = 0.5; NaN behaviour: 1
-    assert torch.allclose(weights, torch.tensor([[1.0, 2.0, 3.0, 1.0], [0.5, 1.0, 1.0, 1.0]]))
 
 
 def test_the_snapshot_is_refreshed_only_when_the_bound_needs_it():

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import trl.trainer.grpo_trainer as trl_grpo
 from trl import GRPOConfig, GRPOTrainer
 
-from ..config_checks import check_fields
+from ..config_checks import check_fields, config_field
 from .estimator_credit import EstimatorCredit
+from .importance import DEFAULT_MODE, IMPORTANCE_SAMPLING_MODES, check_importance_sampling
 from .multiturn import (
     MultiTurnArguments,
     MultiTurnMixin,
@@ -31,16 +32,34 @@ class MultiTurnGRPOConfig(GRPOConfig, MultiTurnArguments):
         mask_truncated_completions (`bool`, defaults to `False`):
             Leave truncated episodes (cut by `max_turns` or `max_episode_tokens`) out of the loss (TRL's field, with
             its multi-turn meaning).
+        vllm_importance_sampling_mode (`str`, defaults to `"token_truncate"`):
+            How vLLM's sampling log-probs correct the loss: `<level>_<constraint>`, level 'token', 'turn',
+            'geometric' (length-neutral) or TRL's 'sequence' (a product over the whole episode), constraint
+            'truncate' or 'mask' (TRL's field, with a multi-turn default and two more levels).
     """
 
     # Parameters that control the loss
     mask_truncated_completions: bool = mask_truncated_field()
+    vllm_importance_sampling_mode: str = config_field(
+        DEFAULT_MODE,
+        "With use_vllm and vllm_importance_sampling_correction: how each trained token's loss is weighted by "
+        "rho = pi_old / pi_vllm, as '<level>_<constraint>'. Level: 'token' (each token its own ratio), 'turn' (the "
+        "geometric mean of the ratios over the token's turn), 'geometric' (their geometric mean over the row: the "
+        "episode, or a step-wise step), 'sequence' (TRL's: their product over the row, so a long episode's weight "
+        "drifts with its length). Constraint: 'truncate' clamps rho to [vllm_importance_sampling_clip_min, "
+        "vllm_importance_sampling_clip_max], 'mask' sets it to 0 outside. The default 'token_truncate' weighs an "
+        "episode the same whatever its length when its per-token ratios are the same (TRL's default is "
+        "'sequence_mask'); see docs/vllm.md.",
+        choices=IMPORTANCE_SAMPLING_MODES)
 
     def __post_init__(self):
         check_fields(self)  # before TRL's own checks
         bf16_only_where_supported(self)
         super().__post_init__()
         self.check_multiturn_args()
+        if self.vllm_importance_sampling_correction:
+            check_importance_sampling(self.vllm_importance_sampling_mode, self.vllm_importance_sampling_clip_min,
+                                      self.vllm_importance_sampling_clip_max)
 
     def unused_fields(self) -> dict[str, str]:
         return {**super().unused_fields(), "multi_objective_aggregation": (
@@ -60,7 +79,9 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
     With `episode_format="stepwise"` TRL's rows are the step samples (`RolloutBatch.steps`; their number per process
     is `steps_per_batch`), each with its turn's advantage A[i, k]. The loss normalisation is TRL's `loss_type`: with
     its default "dapo", per token over the generation batch, L = -sum_{s,t} m[s,t] surrogate[s,t] / sum_{s,t} m[s,t]
-    (a step weighs in proportion to its reply's length); "grpo" averages each step first (per step).
+    (a step weighs in proportion to its reply's length); "grpo" averages each step first, and with
+    `count_episodes_once` (default) each step's advantages are scaled so that its episode counts once
+    (docs/stepwise.md, "One episode, one weight").
     """
 
     _tag_names = ["trl", "grpo", "trl-multiturn"]

@@ -143,6 +143,8 @@ class MultiTurnArguments:
 
         steps_per_batch (`int`, *optional*):
             episode_format='stepwise': the step samples each process trains on per generation batch.
+        count_episodes_once (`bool`, defaults to `True`):
+            In a loss that averages each row first, an episode that becomes k rows counts once, not k times.
         packing (`str`, defaults to `"auto"`):
             How a step's forwards lay out their rows: 'prefix', 'padded' or 'auto'.
 
@@ -280,6 +282,18 @@ class MultiTurnArguments:
               "(one process only). Must be a multiple of steps_per_generation, and (times the number of processes) "
               "of num_generations.",
         range=Range(ge=1, text="a positive number of step samples per process (an integer), or None"))
+    count_episodes_once: bool = field(
+        default=True,
+        metadata={"help": "One episode, one weight. When an episode becomes k training rows (episode_format="
+                          "'stepwise', or an agent that rewrote its history) and the loss averages each row over "
+                          "its tokens before averaging the rows (GRPO's loss_type 'grpo' or 'sapo', RLOO's "
+                          "loss_granularity='episode'), each of its rows' advantages is scaled by R / (E k) (R rows "
+                          "and E episodes that train a token, per process), so the episode weighs what its one row "
+                          "weighs in the trajectory format. False: every row counts once (TRL's), an episode k "
+                          "times. The token-summed losses (dapo, bnpo, dr_grpo, cispo, luspo, PPO's) already weigh "
+                          "an episode by its tokens however many rows hold them; the group baselines count each "
+                          "episode once either way (docs/stepwise.md, 'One episode, one weight')."},
+    )
     packing: str = field(
         default="auto",
         metadata={"help": "How a step's forwards (old, reference and the loss's log-probs; PPO's critic values) lay "

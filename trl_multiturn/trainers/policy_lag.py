@@ -6,8 +6,9 @@ a background thread, from a snapshot of the policy: a copy of the model whose we
 old. Each episode carries the version of the weights it was sampled from (the number of optimizer steps they had
 taken) and its behaviour log-probs (one forward pass of the snapshot over the sampled tokens, TRL's own
 log-prob function); the loss multiplies each sampled token by its truncated importance weight
-(`truncated_importance_weights`). The snapshot samples with its own seeded `torch.Generator`, so what it plays
-depends on the step and the weights only, never on how the two threads interleave: resume is exact.
+(`importance.importance_weights`, "token_truncate": per token, so an episode's weight does not depend on its
+length). The snapshot samples with its own seeded `torch.Generator`, so what it plays depends on the step and the
+weights only, never on how the two threads interleave: resume is exact.
 """
 
 from __future__ import annotations
@@ -15,21 +16,6 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
-
-
-def truncated_importance_weights(current_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor,
-                                 cap: float) -> torch.Tensor:
-    """Per-token truncated importance weights (TRL's `vllm_importance_sampling_mode="token_truncate"`):
-
-        w[i, t] = min(exp(log pi_current(y_t) - log pi_behaviour(y_t)), cap)   where mask[i, t] = 1
-        w[i, t] = 1                                                             elsewhere
-
-    `current_logps`: the log-probs of the sampled tokens under the weights the loss starts from (TRL's
-    `old_per_token_logps`); `behaviour_logps`: under the weights that sampled them. A NaN behaviour log-prob (none
-    recorded) gives weight 1, as in TRL.
-    """
-    diff = torch.nan_to_num((current_logps - behaviour_logps) * mask, nan=0.0)
-    return torch.clamp(torch.exp(diff), max=cap)
 
 
 def snapshot_is_due(next_use_step: int, snapshot_version: int | None, max_lag: int) -> bool:

@@ -32,7 +32,7 @@ from accelerate.utils import gather_object
 from trl.trainer.utils import pad
 
 from .batch import RolloutBatch
-from .policy_lag import truncated_importance_weights
+from .importance import episode_row_weights, importance_weights, row_mean_loss, turn_ids, weight_statistics
 from .step_tensors import StepTensors, sampling_logps
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ class MultiTurnStep:
         batch = batch.with_scores(self.scorer(rows, batch))
         # 5. Credit: per-token advantages (and, for PPO, the value targets).
         advantages, extra = self.credit(batch, x, old, ref)
+        if getattr(self.args, "count_episodes_once", False) and row_mean_loss(self.args):  # one episode, one weight
+            advantages = advantages * episode_row_weights(self.row_episodes(batch), x.trained)
         output = {"prompt_ids": x.prompt_ids, "prompt_mask": x.prompt_mask, "completion_ids": x.completion_ids,
                   "completion_mask": x.completion_mask, "tool_mask": x.trained, "advantages": advantages,
                   "num_items_in_batch": self.accelerator.gather(x.trained.sum()).sum(), **extra}
@@ -86,11 +88,11 @@ class MultiTurnStep:
             output["sampling_per_token_logps"] = x.sampled_logps
         # 6. Off-policy corrections of the sampled tokens (a snapshot's rollout; vLLM's sampler against the model).
         if batch.policy_versions is not None:
-            output["importance_sampling_ratio"] = self.policy_lag_weights(x, old, batch.mode)
+            output["importance_sampling_ratio"] = self.policy_lag_weights(x, old, batch)
             output["advantages"] = output["advantages"] * output["importance_sampling_ratio"]
         elif self.use_vllm and getattr(self.args, "vllm_importance_sampling_correction", False) and old is not None \
                 and x.sampled_logps is not None:
-            output["importance_sampling_ratio"] = self.vllm_weights(x, old, batch.mode)
+            output["importance_sampling_ratio"] = self.vllm_weights(x, old, batch)
         # 7. What happened, logged under TRL's and trl-multiturn's metric names.
         self.log.step(rows, batch, x, output["advantages"])
         self.log.episodes(batch, self.episodes.episode_return)
@@ -155,48 +157,46 @@ class MultiTurnStep:
 
     # -- 6. off-policy corrections ------------------------------------------------------------------------------------
 
-    def policy_lag_weights(self, x: StepTensors, old: torch.Tensor, mode: str) -> torch.Tensor:
+    def policy_lag_weights(self, x: StepTensors, old: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
         """`max_policy_lag`: each sampled token's truncated importance weight min(pi_old / pi_behaviour, cap) of the
-        weights this step starts from over the snapshot that sampled it (`truncated_importance_weights`). Scaling
-        the advantage by w > 0 is the weighted loss for every loss_type but VESPO (refused): -min(r w A, clip(r) w
-        A) = w * -min(r A, clip(r) A); CISPO and SAPO are linear in A with its sign kept."""
-        weights = truncated_importance_weights(old, x.sampled_logps, x.trained, self.args.policy_lag_is_cap)
-        self.log_weights(mode, weights, x.trained)
+        weights this step starts from over the snapshot that sampled it (`importance_weights`, "token_truncate":
+        length-neutral). Scaling the advantage by w > 0 is the weighted loss for every loss_type but VESPO
+        (refused): -min(r w A, clip(r) w A) = w * -min(r A, clip(r) A); CISPO and SAPO are linear in A with its
+        sign kept."""
+        weights, outside = importance_weights(old, x.sampled_logps, x.trained, "token_truncate", None,
+                                              self.args.policy_lag_is_cap)
+        self.log_weights(batch, weights, outside, x.trained)
         return weights
 
-    def vllm_weights(self, x: StepTensors, old: torch.Tensor, mode: str) -> torch.Tensor:
-        """vLLM's sampler against the trained model, TRL's `vllm_importance_sampling_*` correction: per token
-        (`token_*`) or per sequence (`sequence_*`) w = exp(log pi_old - log pi_vllm) over the trained tokens,
-        truncated to at most `clip_max` (`*_truncate`) or set to 0 outside [clip_min, clip_max] (`*_mask`)."""
-        args = self.args
-        mask = x.trained.to(old.dtype)
-        difference = torch.nan_to_num((old - x.sampled_logps) * mask, nan=0.0)
-        mode_name = args.vllm_importance_sampling_mode
-        if mode_name.startswith("sequence"):
-            difference = difference.sum(dim=-1, keepdim=True)
-        weights = torch.exp(difference)
-        low = args.vllm_importance_sampling_clip_min
-        high = args.vllm_importance_sampling_clip_max
-        if mode_name.endswith("truncate"):
-            weights = torch.clamp(weights, min=low, max=high)
-        else:
-            low, high = -math.inf if low is None else low, math.inf if high is None else high
-            outside = (weights < low) | (weights > high)
-            weights = weights.masked_fill(outside, 0.0)
+    def vllm_weights(self, x: StepTensors, old: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
+        """vLLM's sampler against the trained model: `importance_weights` of w = pi_old / pi_vllm over the trained
+        tokens, at `vllm_importance_sampling_mode`'s level (token, turn, geometric: length-neutral; TRL's sequence)
+        truncated to [clip_min, clip_max] (`*_truncate`) or set to 0 outside it (`*_mask`)."""
+        args, metrics = self.args, self.log.metrics[batch.mode]
+        mode = args.vllm_importance_sampling_mode
+        turns = turn_ids(batch.row_turn_spans(), x.length, old.device) if mode.startswith("turn_") else None
+        weights, outside = importance_weights(old, x.sampled_logps, x.trained, mode,
+                                              args.vllm_importance_sampling_clip_min,
+                                              args.vllm_importance_sampling_clip_max, turns)
         token_difference = (old - x.sampled_logps).abs()[x.trained.bool()]
-        metrics = self.log.metrics[mode]
         if token_difference.numel():
             metrics["sampling/sampling_logp_difference/mean"].append(
                 self.accelerator.gather(token_difference.nanmean()).nanmean().item())
             metrics["sampling/sampling_logp_difference/max"].append(
                 self.accelerator.gather(token_difference.nan_to_num(0).max()).max().item())
-        self.log_weights(mode, weights.expand_as(mask), x.trained)
+        self.log_weights(batch, weights, outside, x.trained)
         return weights
 
-    def log_weights(self, mode: str, weights: torch.Tensor, trained: torch.Tensor) -> None:
-        sampled = weights[trained.bool()]
-        if sampled.numel():
-            metrics = self.log.metrics[mode]
-            metrics["sampling/importance_sampling_ratio/min"].append(sampled.min().item())
-            metrics["sampling/importance_sampling_ratio/mean"].append(sampled.mean().item())
-            metrics["sampling/importance_sampling_ratio/max"].append(sampled.max().item())
+    def log_weights(self, batch: RolloutBatch, weights: torch.Tensor, outside: torch.Tensor,
+                    trained: torch.Tensor) -> None:
+        """`sampling/importance_sampling_ratio/{min,mean,max,ess}` and the fractions of trained tokens and of
+        episodes whose ratio was truncated or masked, `sampling/importance_sampling_clipped/{tokens,episodes}`
+        (`weight_statistics`, this process's rows)."""
+        metrics = self.log.metrics[batch.mode]
+        for name, value in weight_statistics(weights, outside, trained, self.row_episodes(batch)).items():
+            metrics[f"sampling/{name}"].append(value)
+
+    @staticmethod
+    def row_episodes(batch: RolloutBatch) -> list[int]:
+        """Each row's episode, as an id: step-wise rows (and an agent's step samples) of one episode share it."""
+        return [id(ep) for ep in batch.layout.row_episodes(batch)]
