@@ -161,14 +161,12 @@ class MultiTurnArguments:
     # Parameters that control the episode (the rules of play): `EpisodeRules`' fields, added by `rule_fields`
 
     # Parameters that control the reward and the credit
-    reward_mode: str = field(
-        default="sparse",
-        metadata={"help": "How per-turn rewards are formed: 'sparse' (success_reward on the final turn of a won "
-                          "episode), 'dense' (the environment's per-turn rewards), 'shaped' (dense plus the "
-                          "success reward), 'dense_scaled' (dense, divided in a won episode by its number m of "
-                          "non-zero rewards (the paper's dense-reward scaling) and in a lost one by m + 1, so that a "
-                          "loss returns less than a win)."},
-    )
+    reward_mode: str = config_field(
+        "sparse", "How per-turn rewards are formed: 'sparse' (success_reward on the final turn of a won episode), "
+                  "'dense' (the environment's per-turn rewards), 'shaped' (dense plus the success reward), "
+                  "'dense_scaled' (dense, divided in a won episode by its number m of non-zero rewards (the paper's "
+                  "dense-reward scaling) and in a lost one by m + 1, so that a loss returns less than a win).",
+        choices=REWARD_MODES)
     success_reward: float = config_field(
         1.0, "Reward for a won episode in the 'sparse' and 'shaped' reward modes.", range=Range())
     format_penalty: float = config_field(
@@ -331,8 +329,6 @@ class MultiTurnArguments:
         check_fields(self, inherited=False)  # inherited fields: checked as given, before the parent's __post_init__
         self.estimator_kwargs = parse_estimator_kwargs(self.estimator_kwargs)
         refuse_unused_fields(self, self.unused_fields())
-        if self.reward_mode not in REWARD_MODES:
-            raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
         self.episode_rules().episode_format_strategy().check_config(self)
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)

@@ -16,7 +16,7 @@ import torch
 import trl.trainer.rloo_trainer as trl_rloo
 from trl import RLOOConfig, RLOOTrainer
 
-from ..config_checks import check_fields
+from ..config_checks import check_fields, config_field
 from ..credit.tokens import turn_index
 from .estimator_credit import EstimatorCredit
 from .multiturn import (
@@ -63,12 +63,11 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
     )
 
     # Parameters that control the loss
-    loss_granularity: str = field(
-        default="episode",
-        metadata={"help": "What one importance ratio covers. 'episode' (TRL's RLOO): the whole episode's sampled "
-                          "tokens, with one advantage per episode. 'turn': each turn's reply, with that turn's "
-                          "advantage; needed by turn-level estimators (e.g. 'turn_rloo', 'gigpo')."},
-    )
+    loss_granularity: str = config_field(
+        "episode", "What one importance ratio covers. 'episode' (TRL's RLOO): the whole episode's sampled tokens, "
+                   "with one advantage per episode. 'turn': each turn's reply, with that turn's advantage; needed by "
+                   "turn-level estimators (e.g. 'turn_rloo', 'gigpo').",
+        choices=LOSS_GRANULARITIES)
     mask_truncated_completions: bool = mask_truncated_field()
 
     def __post_init__(self):
@@ -76,8 +75,6 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
         bf16_only_where_supported(self)
         super().__post_init__()
         self.check_multiturn_args()
-        if self.loss_granularity not in LOSS_GRANULARITIES:
-            raise ValueError(f"loss_granularity={self.loss_granularity!r}: choose one of {LOSS_GRANULARITIES}")
 
     def policy_lag_refusal(self) -> str | None:
         return ("its one importance ratio per episode or turn has no per-token behaviour correction yet; use "
