@@ -11,6 +11,8 @@ functions apart (a function-level import is a dependency too, only hidden). Thre
 - arrows back up: imports from a module of a lower layer to one of a higher layer, the layers being the
   package's intended order (`LAYERS`, bottom first): e.g. an engine under `envs/` importing the rollout or a
   command.
+- forbidden imports: imports of another library's modules that a layer may not use (`FORBIDDEN`): e.g. the rollout
+  importing TRL's training utilities.
 """
 
 from __future__ import annotations
@@ -27,15 +29,20 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "run_lifetime", "model_layers")),
     ("contract", ("envs.base",)),
     ("envs", ("envs",)),
-    ("credit", ("credit",)),
     ("rollout", ("rollout", "episode_data", "agents")),
+    ("credit", ("credit",)),
     ("evaluation", ("evaluation", "episode_settings", "model_card", "plotting", "models", "model_setup", "expert",
                     "testing", "model_families")),
     ("trainers", ("trainers",)),
     ("commands", ("commands", "__init__")),
 )
 """The package's intended layers, bottom first: a module belongs to the layer of the longest dotted prefix (after
-`trl_multiturn.`) that names it; the top-level `trl_multiturn/__init__.py`, the public facade, is at the top."""
+`trl_multiturn.`) that names it; the top-level `trl_multiturn/__init__.py`, the public facade, is at the top. The
+rollout plays episodes and knows nothing of the credit, which the trainers' step applies to the rows it lays out."""
+
+FORBIDDEN: dict[str, tuple[str, ...]] = {"rollout": ("trl.trainer",)}
+"""Per layer, the modules of other libraries (and their submodules) its modules may not import: the rollout uses
+TRL's chat-template helpers only, never its training utilities (they belong to the trainers)."""
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -68,6 +75,18 @@ def imports_of(path: Path, name: str, modules: set[str]) -> list[tuple[str, bool
                 target = target.rpartition(".")[0]
             if target and target != name:
                 found.append((target, id(node) not in nested))
+    return found
+
+
+def library_imports(path: Path) -> list[str]:
+    """The absolute module names `path` imports (`import a.b`, `from a.b import c`: a.b), wherever in the file."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append(node.module)
     return found
 
 
@@ -160,6 +179,12 @@ def main(root: Path) -> None:
     for a, b, top in back:
         where = "module level" if top else "inside a function"
         print(f"  {a} [{LAYERS[layer_of(a)][0]}] -> {b} [{LAYERS[layer_of(b)][0]}] ({where})")
+    forbidden = [(name, target) for name, path in paths.items() for target in library_imports(path)
+                 for banned in FORBIDDEN.get(LAYERS[layer_of(name)][0], ())
+                 if target == banned or target.startswith(banned + ".")]
+    print(f"forbidden imports ({len(forbidden)}):")
+    for name, target in forbidden:
+        print(f"  {name} [{LAYERS[layer_of(name)][0]}] -> {target}")
 
 
 if __name__ == "__main__":

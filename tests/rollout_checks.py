@@ -2,8 +2,9 @@
 
 import torch
 
-from trl_multiturn.rollout import Episode, RolloutBatch
-from trl_multiturn.rollout.batch import StepSample
+from trl_multiturn.rollout import Episode
+from trl_multiturn.trainers.batch import RolloutBatch
+from trl_multiturn.trainers.rows import StepSample
 
 
 def assert_token_exact(model, episode: Episode) -> None:

@@ -55,10 +55,11 @@ def test_the_names_of_earlier_layouts_are_gone():
 
 
 def test_the_house_has_no_circle_and_no_arrow_running_back_up():
-    """scripts/import_graph.py's layers (base < contract < envs < credit < rollout < evaluation < trainers <
+    """scripts/import_graph.py's layers (base < contract < envs < rollout < credit < evaluation < trainers <
     commands, CONTRIBUTING.md): no module imports one of a higher layer (an engine knows nothing of the rollout
-    that plays it: the OpenEnv server, which runs one in an `EnvPool`, is a driver in `commands/`), and no two
-    modules import each other."""
+    that plays it: the OpenEnv server, which runs one in an `EnvPool`, is a driver in `commands/`; the rollout knows
+    nothing of the credit), no two modules import each other, and the rollout imports none of TRL's training
+    utilities (`trl.trainer`)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -68,6 +69,7 @@ def test_the_house_has_no_circle_and_no_arrow_running_back_up():
     assert "package-internal import arrows" in report and "commands.cli" in report  # it read the package
     assert "circles (0):" in report, report[report.index("circles"):]
     assert "arrows back up (0):" in report, report[report.index("arrows back up"):]
+    assert "forbidden imports (0):" in report, report[report.index("forbidden imports"):]
 
 
 def test_the_shipped_swegym_repositories_are_data_pytest_does_not_collect():

@@ -121,3 +121,14 @@ def reply_characters(completions, **kwargs):
     """A trajectory reward that differs between any two episodes whose replies differ: a group of sampled episodes
     then carries signal, so that a training step must change the weights."""
     return [float(sum(len(m["content"]) for m in c if m["role"] == "assistant")) for c in completions]
+
+
+def openai_loop_agent(task, session):
+    """An agent written on the `openai` client, as a user writes one: two calls, its reward a function of its last
+    reply's text (for `AgentEnvironment`)."""
+    client = session.openai()
+    messages = [{"role": "user", "content": task["goal"]}]
+    for k in range(2):
+        reply = client.chat.completions.create(model=session.model, messages=messages).choices[0].message
+        messages += [reply.model_dump(exclude_none=True), {"role": "user", "content": f"Room {k}."}]
+    return sum(map(ord, reply.content)) % 11 / 10

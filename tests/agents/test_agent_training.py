@@ -14,6 +14,7 @@ import yaml
 from conftest import tiny_rl_args
 from datasets import Dataset
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+from toy_envs import openai_loop_agent
 from transformers import AutoTokenizer
 from trl import TrlParser
 
@@ -46,15 +47,6 @@ def smolagents_agent(task, session):
     agent = ToolCallingAgent(tools=[go], model=model, max_steps=2, verbosity_level=0, prompt_templates=short_prompts())
     answer = agent.run(task["goal"])
     return AgentResult(reward=len(str(answer)) / 100, won=len(str(answer)) > 20)
-
-
-def openai_loop_agent(task, session):
-    client = session.openai()
-    messages = [{"role": "user", "content": task["goal"]}]
-    for k in range(2):
-        reply = client.chat.completions.create(model=session.model, messages=messages).choices[0].message
-        messages += [reply.model_dump(exclude_none=True), {"role": "user", "content": f"Room {k}."}]
-    return sum(map(ord, reply.content)) % 11 / 10
 
 
 class Recorded:

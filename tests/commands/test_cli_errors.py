@@ -48,7 +48,7 @@ def test_a_yaml_choice_outside_its_choices_is_one_line_naming_the_choices(tmp_pa
     config = tmp_path / "mine.yaml"
     config.write_text("reward_mode: denser\n")
     line = _one_error_line(["train", "grpo", "--config", str(config)], capsys)
-    assert "reward_mode='denser': choose one of ('sparse', 'dense'" in line
+    assert "reward_mode" in line and "'denser' (choose from 'sparse', 'dense', 'shaped', 'dense_scaled')" in line
 
 
 def test_an_unknown_yaml_key_is_named_with_a_suggestion_and_no_trl_advice(tmp_path, capsys):

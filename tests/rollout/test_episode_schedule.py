@@ -172,7 +172,7 @@ def test_a_trainer_with_episode_scheduling_plays_the_same_greedy_episodes(tiny_c
                                   train_dataset=Dataset.from_list(rows)) as trainer:
             assert trainer.episode_runner.schedule == schedule
             trainer.model.eval()
-            _, batch = trainer._rollout(rows)
+            _, batch = trainer.step.episodes(rows)
             played[schedule] = batch.episodes
     assert all(same_episode(ep, ref) for ep, ref in zip(played["episode"], played["turn"]))
     assert [ep.num_turns for ep in played["episode"]] == [3, 1, 2, 3]

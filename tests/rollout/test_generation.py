@@ -76,7 +76,7 @@ def test_trainer_rollouts_from_the_history_cache_equal_trls_generate(tiny_chatml
                               train_dataset=Dataset.from_list(rows))
         assert (trainer._history_cache is not None) == cached
         trainer.model.eval()
-        _, batch = trainer._rollout(rows)
+        _, batch = trainer.step.episodes(rows)
         played[cached] = batch.episodes
     for ep, ref in zip(played[True], played[False]):
         assert ep.completion_ids == ref.completion_ids and ep.env_mask == ref.env_mask

@@ -171,7 +171,7 @@ def test_a_trainer_with_rollout_overlap_plays_the_same_greedy_episodes(tiny_chat
                                   train_dataset=Dataset.from_list(rows)) as trainer:
             assert trainer.episode_runner.overlap == overlap and trainer._history_cache.streams == 1 + overlap
             trainer.model.eval()
-            _, batch = trainer._rollout(rows)
+            _, batch = trainer.step.episodes(rows)
             played[overlap] = batch.episodes
     assert all(same_episode(ep, ref) for ep, ref in zip(played[True], played[False]))
     assert [ep.num_turns for ep in played[True]] == [3, 1, 2, 3]

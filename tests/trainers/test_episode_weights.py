@@ -110,7 +110,7 @@ def test_an_agent_that_rewrites_its_history_counts_once_in_a_row_mean_loss(tiny_
                                    environment_factory=AgentEnvironment(rewriting_agent),
                                    train_dataset=Dataset.from_list(rows))
     weights, turns = scored_episode_weights(trainer, rows, count_once=True)
-    assert trainer.last_rollout.format.name == "stepwise"  # the rewritten history made the calls step samples
+    assert trainer.last_rollout.layout.name == "stepwise"  # the rewritten history made the calls step samples
     assert sorted(turns) == [1, 1, 3, 3]
     assert max(weights.values()) == pytest.approx(min(weights.values()), rel=1e-5)
     weights, turns = scored_episode_weights(trainer, rows, count_once=False)

@@ -28,7 +28,7 @@ def test_trains_on_generated_textworld_games(tiny_chatml_model, tmp_path, textwo
     assert trainer.state.global_step == 2 and math.isfinite(result.training_loss)
     logged = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
     assert len(logged) == 2 and all(log["episodes/failed"] == 0 for log in logged)
-    # TRL's metric names, from the multi-turn step (TRL's own scoring path no longer runs)
+    # TRL's metric names, from the multi-turn step (TRL's own scoring path never runs)
     trl_names = {"reward", "reward_std", "frac_reward_zero_std", "num_tokens", "entropy", "clip_ratio/region_mean",
                  "completions/mean_length", "completions/max_length", "completions/clipped_ratio",
                  "rewards/environment_return/mean", "rewards/reply_characters/mean"}

@@ -1,5 +1,5 @@
 """Prefix-tree packing (trl_multiturn/trainers/packing.py) against the step's padded log-prob function
-(`step.sequence_logps`, which every forward of a step, TRL's loss's included, uses): per-token log-probs, entropies
+(`logprobs.sequence_logps`, which every forward of a step, TRL's loss's included, uses): per-token log-probs, entropies
 and gradients equal in fp32, on every row shape a step has; models that cannot take the mask refused or padded."""
 
 import random
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, MistralConfig, MistralForCausalLM
 from trl.trainer.utils import pad
 
+from trl_multiturn.trainers.logprobs import sequence_logps
 from trl_multiturn.trainers.packing import (
     RowsPlanner,
     attention_cost_ratio,
@@ -22,7 +23,6 @@ from trl_multiturn.trainers.packing import (
     packing_refusal,
     plan_packs,
 )
-from trl_multiturn.trainers.step import sequence_logps
 from trl_multiturn.trainers.value_model import PolicyAndValueModel, token_values
 
 ATOL = 1e-5

@@ -13,7 +13,7 @@ from toy_envs import CountingEnv
 from transformers import AutoModelForTokenClassification
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
-from trl_multiturn.trainers import ppo
+from trl_multiturn.trainers import forwards, ppo
 from trl_multiturn.trainers.packing import choose_plan, plan_packs
 from trl_multiturn.trainers.ppo import policy_and_values
 from trl_multiturn.trainers.value_model import PolicyAndValueModel, create_value_model
@@ -108,7 +108,7 @@ def make_trainer(path, tmp_path, packing, **overrides):
 
 
 def count_packed_calls(monkeypatch) -> dict:
-    """Counts the PPO trainer's packed forwards: the critic's value passes and the loss's."""
+    """Counts the PPO trainer's packed forwards: the critic's value passes (`forwards.Forwards`) and the loss's."""
     calls = {"values": 0, "loss": 0}
 
     def counted(name, function):
@@ -117,7 +117,7 @@ def count_packed_calls(monkeypatch) -> dict:
             return function(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(ppo, "packed_values", counted("values", ppo.packed_values))
+    monkeypatch.setattr(forwards, "packed_values", counted("values", forwards.packed_values))
     monkeypatch.setattr(ppo, "packed_policy_and_values", counted("loss", ppo.packed_policy_and_values))
     return calls
 

@@ -13,8 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl_multiturn import Environment, MultiTurnRLOOConfig, MultiTurnRLOOTrainer, StepResult
 from trl_multiturn.credit import CreditBatch, get_estimator
 from trl_multiturn.envs import TextWorldEnv
+from trl_multiturn.trainers.estimator_credit import turn_kl_penalties
 from trl_multiturn.trainers.rloo import check_one_advantage_per_episode
-from trl_multiturn.trainers.step import turn_kl_penalties
 
 pytestmark = pytest.mark.filterwarnings("ignore::jericho.UnsupportedGameWarning")
 

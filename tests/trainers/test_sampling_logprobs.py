@@ -2,7 +2,7 @@
 
 import math
 
-from trl_multiturn.trainers.step import sampling_logps
+from trl_multiturn.trainers.step_tensors import sampling_logps
 
 
 def test_a_none_logprob_from_vllm_is_passed_on_as_nan():

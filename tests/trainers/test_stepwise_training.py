@@ -24,10 +24,11 @@ from trl_multiturn.commands.train import evaluation_options
 from trl_multiturn.credit import CreditBatch, get_estimator
 from trl_multiturn.episode_settings import episode_settings
 from trl_multiturn.evaluation import evaluate
-from trl_multiturn.rollout.formats import Trajectory, fit_steps
+from trl_multiturn.rollout.formats import Trajectory
 from trl_multiturn.rollout.history import window
 from trl_multiturn.rollout.rules import EpisodeRules
-from trl_multiturn.trainers.step import turn_kl_penalties
+from trl_multiturn.trainers.estimator_credit import turn_kl_penalties
+from trl_multiturn.trainers.rows import fit_steps
 
 
 def make_trainer(model, tmp_path, rows, **overrides):

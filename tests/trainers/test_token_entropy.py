@@ -1,10 +1,10 @@
-"""The step's per-token entropy (`token_logps_and_entropies`) against a float64 reference."""
+"""The per-token entropy of every forward (`logprobs.token_logps_and_entropies`) against a float64 reference."""
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from trl.trainer.utils import entropy_from_logits
 
-from trl_multiturn.trainers.step import token_logps_and_entropies
+from trl_multiturn.trainers.logprobs import token_logps_and_entropies
 
 
 def peaked_logits(vocab_size: int = 32768, seed: int = 0) -> torch.Tensor:

@@ -12,7 +12,6 @@ _PUBLIC = {
     "Episode": ".episode",
     "EpisodeRules": ".rules",
     "EpisodeRunner": ".runner",
-    "RolloutBatch": ".batch",
     "Status": ".episode",
     "Turn": ".episode",
     "get_action_parser": ".parsing",

@@ -8,19 +8,16 @@ import trl.trainer.grpo_trainer as trl_grpo
 from trl import GRPOConfig, GRPOTrainer
 
 from ..config_checks import check_fields, config_field
-from ..models import resolve_model
+from .estimator_credit import EstimatorCredit
 from .importance import DEFAULT_MODE, IMPORTANCE_SAMPLING_MODES, check_importance_sampling
 from .multiturn import (
     MultiTurnArguments,
     MultiTurnMixin,
     bf16_only_where_supported,
-    default_args,
     mask_truncated_field,
-    reference_from_policy,
+    trainer_prologue,
+    trl_constructor,
 )
-from .step import EstimatorCredit
-from .trl_compat import check_trl_compat
-from .vllm_cpu import colocated_vllm_on_cpu
 
 
 @dataclass
@@ -106,19 +103,16 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         rollout_func=None,
         environment_factory=None,
     ):
-        check_trl_compat(type(self))
-        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
+        model, args = trainer_prologue(type(self), MultiTurnGRPOConfig, model, args)
         if tools or rollout_func is not None:
             raise ValueError("MultiTurnGRPOTrainer plays episodes through `environment_factory`; `tools` and "
                              "`rollout_func` belong to TRL's single-call GRPOTrainer and cannot be combined with it.")
-        if args is None:
-            args = default_args(MultiTurnGRPOConfig, model)
         if args.scale_rewards == "batch":
             raise ValueError("scale_rewards='batch' is not supported for multi-turn credit; use 'group' or 'none'.")
         reward_funcs, reward_processing_classes = self._with_environment_reward(
             reward_funcs, args, reward_processing_classes
         )
-        with reference_from_policy(trl_grpo, model, args.beta != 0.0, peft_config), colocated_vllm_on_cpu(args, model):
+        with trl_constructor(trl_grpo, model, args, peft_config):
             super().__init__(
                 model=model,
                 reward_funcs=reward_funcs,
@@ -137,4 +131,5 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
     def _credit(self) -> EstimatorCredit:
         """The configured estimator, with GRPO's per-group std scaling (`scale_rewards`)."""
         return EstimatorCredit(self.args.advantage_estimator, self.args.estimator_kwargs,
-                               {"gamma": self.args.turn_gamma, "scale": self.args.scale_rewards != "none"})
+                               {"gamma": self.args.turn_gamma, "scale": self.args.scale_rewards != "none"},
+                               reference=self.beta != 0.0, log=self.step_log)

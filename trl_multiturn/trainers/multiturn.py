@@ -1,10 +1,10 @@
-"""What every multi-turn trainer shares: the config fields, the episode runner wiring, per-turn credit and metrics.
+"""What every multi-turn trainer shares: the config fields, and the mixin that builds the step's parts.
 
-The trainers (GRPO, RLOO, PPO) mix `MultiTurnMixin` into their TRL parent. The mixin plays episodes with the
-parent's own single-turn generation backend (transformers, vLLM colocate or server), hands TRL the episode tokens
-with `env_mask` as the loss mask, and replaces TRL's per-sequence advantages with per-token advantages from the
-configured estimator. A step's data passes explicitly from the rollout to the credit to the loss as a
-`trl_multiturn.rollout.batch.RolloutBatch` (its module says how, and the one place TRL's flow needs the trainer).
+The trainers (GRPO, RLOO, PPO) mix `MultiTurnMixin` into their TRL parent. At the end of set-up it builds, once,
+the parts of the training step (`step.MultiTurnStep`): the episode runner over the parent's own single-turn
+generation backend (transformers, vLLM colocate or server; the generation methods here), the episode source, the
+forwards, the trainer's credit (`_credit`), the scorer and the step's log. TRL's private hooks stay here as
+one-line delegates to those parts, because TRL calls them on the trainer.
 """
 
 from __future__ import annotations
@@ -13,40 +13,43 @@ import copy
 import dataclasses
 import inspect
 import logging
-import random
 import typing
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from accelerate.utils import gather_object, is_peft_model
+from accelerate.utils import is_peft_model
 from transformers import TrainerCallback
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
 from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
-from trl.trainer.utils import pad, use_adapter
 
 from ..agents import AgentEnvironment, AgentRunner
 from ..config_checks import Range, check_fields, check_value, config_field, field_range, parse_json_dict
-from ..credit import get_estimator, shape_turn_rewards
+from ..credit import get_estimator
 from ..credit.rewards import REWARD_MODES
-from ..episode_data import save_episodes
 from ..model_layers import streaming_layers
+from ..models import resolve_model
 from ..progress import TurnProgress
 from ..rollout import Episode, EpisodeRunner
-from ..rollout.batch import RolloutBatch
 from ..rollout.env_pool import check_env_settings
-from ..rollout.generation import CachedGenerator
+from ..rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
 from ..rollout.ray_pool import RayPlacement, check_ray_placement, parse_ray_resources
 from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
 from ..rollout.training_template import use_training_chat_template_field
 from ..run_lifetime import sigterm_stops_the_run
-from .packing import PACKING_MODES, RowsPlanner, check_model_packing, check_packing, packed_logps_and_entropies
-from .policy_lag import LaggedRollouts, stale_episodes
+from .batch import RolloutBatch
+from .episode_source import EpisodeSource
+from .forwards import Forwards
+from .packing import PACKING_MODES, check_model_packing, check_packing
+from .policy_lag import LaggedRollouts
 from .run_files import RunFilesMixin
-from .step import MultiTurnStep, sequence_logps
-from .trl_compat import check_trl_attributes, single_turn_replies
+from .scorer import Scorer
+from .step import MultiTurnStep
+from .step_log import StepLog
+from .trl_compat import check_trl_attributes, check_trl_compat, single_turn_replies
+from .vllm_cpu import colocated_vllm_on_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -159,14 +162,12 @@ class MultiTurnArguments:
     # Parameters that control the episode (the rules of play): `EpisodeRules`' fields, added by `rule_fields`
 
     # Parameters that control the reward and the credit
-    reward_mode: str = field(
-        default="sparse",
-        metadata={"help": "How per-turn rewards are formed: 'sparse' (success_reward on the final turn of a won "
-                          "episode), 'dense' (the environment's per-turn rewards), 'shaped' (dense plus the "
-                          "success reward), 'dense_scaled' (dense, divided in a won episode by its number m of "
-                          "non-zero rewards (the paper's dense-reward scaling) and in a lost one by m + 1, so that a "
-                          "loss returns less than a win)."},
-    )
+    reward_mode: str = config_field(
+        "sparse", "How per-turn rewards are formed: 'sparse' (success_reward on the final turn of a won episode), "
+                  "'dense' (the environment's per-turn rewards), 'shaped' (dense plus the success reward), "
+                  "'dense_scaled' (dense, divided in a won episode by its number m of non-zero rewards (the paper's "
+                  "dense-reward scaling) and in a lost one by m + 1, so that a loss returns less than a win).",
+        choices=REWARD_MODES)
     success_reward: float = config_field(
         1.0, "Reward for a won episode in the 'sparse' and 'shaped' reward modes.", range=Range())
     format_penalty: float = config_field(
@@ -331,8 +332,6 @@ class MultiTurnArguments:
         check_fields(self, inherited=False)  # inherited fields: checked as given, before the parent's __post_init__
         self.estimator_kwargs = parse_estimator_kwargs(self.estimator_kwargs)
         refuse_unused_fields(self, self.unused_fields())
-        if self.reward_mode not in REWARD_MODES:
-            raise ValueError(f"reward_mode={self.reward_mode!r}: choose one of {REWARD_MODES}")
         self.check_advantage_estimator()
         self.episode_rules().episode_format_strategy().check_config(self)
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
@@ -485,14 +484,6 @@ def reference_from_policy(trl_trainer_module, model, needed: bool, peft_config=N
         trl_trainer_module.create_model_from_path = loader
 
 
-def stop_token_ids(model, tokenizer) -> list[int]:
-    """The ids that end a reply: the tokenizer's end-of-sequence id, then every one the model's generation config
-    declares (e.g. an end-of-turn token)."""
-    declared = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    declared = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
-    return [tokenizer.eos_token_id, *(i for i in declared if i != tokenizer.eos_token_id)]
-
-
 def full_fsdp1_parameters(model, accelerator):
     """Under FSDP v1, a context in which `model`'s own parameters are whole (torch's `summon_full_params`,
     `recurse=False`: its submodules gather theirs in their forwards); FSDP v2 and every other backend keep whole
@@ -520,9 +511,35 @@ def default_args(config_cls, model):
     return config_cls(output_dir=f"{str(name).split('/')[-1]}-{config_cls.__name__.removesuffix('Config')}")
 
 
-# Column names a task dataset may not use: the keyword arguments TRL's reward call passes itself
-# (`GRPOTrainer._calculate_rewards`, RLOO's alike: a column of the same name is a second value for `prompts`,
-# `completions` or `completion_ids`, and is replaced for the others) and the fields `_rollout` writes into every row.
+def trainer_prologue(trainer_cls: type, config_cls: type, model, args):
+    """What every multi-turn trainer's constructor (GRPO, RLOO, PPO, SFT) does first, before its TRL parent's:
+    check the installed TRL against what `trainer_cls` relies on, resolve a model name (`offline:...` names too),
+    and take `args` as a `config_cls` (TRL's default, `default_args`, when None: the trainer reads the multi-turn
+    fields, which TRL's own configs lack). Returns (model, args)."""
+    check_trl_compat(trainer_cls)
+    model = resolve_model(model) if isinstance(model, str) else model
+    if args is None:
+        return model, default_args(config_cls, model)
+    if not isinstance(args, config_cls):
+        raise TypeError(f"args must be a {config_cls.__name__} (the multi-turn fields are read from it), got "
+                        f"{type(args).__name__}")
+    return model, args
+
+
+@contextmanager
+def trl_constructor(trl_trainer_module, model, args, peft_config):
+    """Around a TRL RL trainer's `__init__` (GRPO's, RLOO's): its reference model a frozen copy of a policy object
+    (`reference_from_policy`, where `beta != 0`), and a colocated vLLM engine on a CPU machine
+    (`vllm_cpu.colocated_vllm_on_cpu`)."""
+    with (reference_from_policy(trl_trainer_module, model, args.beta != 0.0, peft_config),
+          colocated_vllm_on_cpu(args, model)):
+        yield
+
+
+# Column names a task dataset may not use: the keyword arguments of TRL's reward-function signature, which the step's
+# scorer (`scorer.Scorer`) passes itself (`environments` too, which TRL's own reward call passes: a column of the same
+# name would be a second value for one of them), and the fields the episode source (`episode_source.EpisodeSource`)
+# writes into every row.
 RESERVED_COLUMNS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
                     "environments", "episode_return", "won", "num_turns")
 
@@ -550,9 +567,9 @@ def check_datasets(train_dataset, eval_dataset) -> None:
 def environment_return(**kwargs):
     """The environment's return, the first reward source of every multi-turn trainer. TRL's trainers require one
     reward function at construction and name and weigh their sources by position, so it stands first in their
-    `reward_funcs`; `MultiTurnStep.score` reads the returns from the played episodes themselves, and nothing calls
-    this function."""
-    raise RuntimeError("environment_return is scored by MultiTurnStep from the played episodes, never called")
+    `reward_funcs`; the step's scorer (`scorer.Scorer`) reads the returns from the played episodes themselves, and
+    nothing calls this function."""
+    raise RuntimeError("environment_return is scored by the step's Scorer from the played episodes, never called")
 
 
 POLICY_LAG_FILE = "policy_lag.pt"
@@ -620,18 +637,35 @@ class MultiTurnMixin(RunFilesMixin):
         check_datasets(self.train_dataset, self.eval_dataset)
         check_trl_attributes(self)
         self.environment_factory = environment_factory
-        self.stop_token_ids = stop_token_ids(self.accelerator.unwrap_model(self.model), self.text_tokenizer)
+        self.stop_token_ids = reply_eos_ids(self.text_tokenizer,
+                                            generation_eos_ids(self.accelerator.unwrap_model(self.model)))
         self.format = self.args.episode_rules().episode_format_strategy()
         self.format.prepare_trainer(self)
         self.episode_runner = self._episode_runner(self._generate_turn, self.text_tokenizer)
         if isinstance(self.episode_runner, EpisodeRunner) and not self.args.disable_tqdm:
             # a bar under the training bar that moves within a step, as the rollout's episodes end turn by turn
             self.episode_runner.on_progress = TurnProgress("rollout")
-        self.last_rollout: RolloutBatch | None = None  # the last step's batch, for inspection only
-        self.step = MultiTurnStep(self, self._credit())
-        self._planner = RowsPlanner()  # one prefix-tree plan for every forward of a batch's rows (packing)
         self._history_cache = self._make_history_cache()
+        self.step_log = StepLog(self._metrics, self._logs, self.accelerator, lambda: self.state,
+                                self.reward_func_names)
+        self.forwards = Forwards(lambda: self.model, lambda: self.ref_model, self.accelerator, self.args,
+                                 temperature=self.temperature, pad_token_id=self.text_tokenizer.pad_token_id)
         self._lagged_rollouts = self._make_lagged_rollouts() if self.args.max_policy_lag else None
+        episodes = EpisodeSource(
+            self.episode_runner, self.format, self.args, self.accelerator, history_cache=self._history_cache,
+            generation_model=self._generation_model, lagged=self._lagged_rollouts,
+            training=lambda: self.model.training, state=lambda: self.state, reward_weights=self.reward_weights,
+            num_generations=self.num_generations, num_generations_eval=self.num_generations_eval, log=self.step_log)
+        scorer = Scorer(self.reward_funcs, self.reward_func_names, self.accelerator, lambda: self.state,
+                        self.step_log)
+        self.step = MultiTurnStep(episodes, self.forwards, self._credit(), scorer, self.step_log, args=self.args,
+                                  accelerator=self.accelerator, pad_token_id=self.text_tokenizer.pad_token_id,
+                                  eos_token_id=self.stop_token_ids[0], use_vllm=self.use_vllm)
+
+    @property
+    def last_rollout(self) -> RolloutBatch | None:
+        """The last step's batch, for inspection only."""
+        return self.step.last_batch
 
     def _episode_runner(self, generate_fn, tokenizer) -> EpisodeRunner | AgentRunner:
         """An `EpisodeRunner` of this config's rules over `generate_fn`, executed as the config says (an
@@ -671,7 +705,7 @@ class MultiTurnMixin(RunFilesMixin):
                 episodes = runner(inputs)
             finally:
                 cache.reset()
-            return self._with_behaviour_logps(snapshot, episodes)
+            return self.forwards.behaviour_logps(snapshot, episodes)
 
         self.add_callback(SavePolicyLagState(self))
         return LaggedRollouts(lambda: self.accelerator.unwrap_model(self.model), self._policy_snapshot, play, lag,
@@ -681,36 +715,10 @@ class MultiTurnMixin(RunFilesMixin):
         """A frozen copy of the policy whose forward runs the copy's weights. A forward set on the instance (TRL's
         fused LM head, a closure over the original model's forward) is dropped from the copy: a deep copy keeps
         the closure and would compute with the live weights; every log-prob of a step comes from the plain forward
-        (`step.sequence_logps`)."""
+        (`logprobs.sequence_logps`)."""
         snapshot = copy.deepcopy(self.accelerator.unwrap_model(self.model)).requires_grad_(False)
         vars(snapshot).pop("forward", None)
         return snapshot
-
-    @torch.no_grad()
-    def _with_behaviour_logps(self, model, episodes: list[Episode]) -> list[Episode]:
-        """`episodes` with `logprobs` the log-probs of their completion tokens under `model` (the weights that
-        sampled them), by TRL's own log-prob function; failed episodes and those without a reply as they are."""
-        rows = [i for i, ep in enumerate(episodes) if not ep.failed and ep.completion_ids]
-        if not rows:
-            return episodes
-        pad_id = self.text_tokenizer.pad_token_id
-
-        def padded(name: str, side: str) -> tuple[torch.Tensor, torch.Tensor]:
-            lists = [torch.tensor(getattr(episodes[i], name)) for i in rows]
-            return (pad(lists, padding_value=pad_id, padding_side=side),
-                    pad([torch.ones_like(ids) for ids in lists], padding_value=0, padding_side=side))
-
-        (prompt_ids, prompt_mask), (completion_ids, completion_mask) = padded("prompt_ids", "left"), padded(
-            "completion_ids", "right")
-        device = self.accelerator.device
-        logps = self._get_per_token_logps_and_entropies(
-            model, torch.cat([prompt_ids, completion_ids], dim=1).to(device),
-            torch.cat([prompt_mask, completion_mask], dim=1).to(device), completion_ids.shape[1],
-            self.args.per_device_train_batch_size)[0]
-        out = list(episodes)
-        for row, i in enumerate(rows):
-            out[i] = dataclasses.replace(episodes[i], logprobs=logps[row, :len(episodes[i].completion_ids)].tolist())
-        return out
 
     # -- environments' lifetime ---------------------------------------------------------------------------------------
 
@@ -829,99 +837,6 @@ class MultiTurnMixin(RunFilesMixin):
         """`(completions, logprobs | None)`: one reply per context from the parent's single-turn generation."""
         return single_turn_replies(self, contexts)
 
-    # -- episodes to TRL's inputs -------------------------------------------------------------------------------------
-
-    def _rollout(self, inputs: list[dict]) -> tuple[list[dict], RolloutBatch]:
-        """Play one episode per row. Returns TRL's rows (each with its episode's opening messages as `prompt`) and
-        the step's `RolloutBatch`. With `max_policy_lag`, training takes the rollout played in the background
-        (`LaggedRollouts`: the rows are those it played) and starts the next one on `inputs`."""
-        mode = "train" if self.model.training else "eval"
-        versions = None
-        if mode == "train" and self._lagged_rollouts is not None:
-            inputs, episodes, version = self._lagged_rollouts.take(inputs, self.state.global_step)
-            versions = [version] * len(episodes)
-        else:
-            episodes = self._play(inputs)
-        if self.args.save_episodes:
-            self._save_rollout_episodes(episodes)
-        batch = RolloutBatch(
-            episodes=episodes,
-            turn_rewards=[self._credit_turn_rewards(ep) for ep in episodes],
-            reward_weights=self.reward_weights,
-            num_generations=self.num_generations if mode == "train" else self.num_generations_eval,
-            mode=mode,
-            process_index=self.accelerator.process_index,
-            policy_versions=versions,
-        )
-        if versions is not None:
-            self._log_policy_lag(batch)
-        rows = []
-        for row, ep in zip(inputs, episodes):
-            prompt = ep.prompt_messages or [{"role": "user", "content": ""}]
-            rows.append({**row, "prompt": prompt, "episode_return": self._episode_return(ep), "won": ep.won,
-                         "num_turns": ep.num_turns})
-        # an agent that rewrote its history gives step samples in either format
-        played = self.format.as_played(any(ep.step_contexts for ep in episodes))
-        return played.training_rows(rows, batch, *self._step_budget(batch.mode), self._step_rng(),
-                                    self.args.mask_truncated_completions)
-
-    def _play(self, inputs: list[dict]) -> list[Episode]:
-        """One episode per row, played by the live policy."""
-        if self._history_cache is not None:
-            self._history_cache.reset()  # the weights changed since the last rollout
-        try:
-            with self._generation_model():
-                return self.episode_runner(inputs)
-        finally:
-            if self._history_cache is not None:
-                self._history_cache.reset()  # free the caches between rollouts
-
-    def _step_budget(self, mode: str) -> tuple[int | None, int]:
-        """Step-wise rows: (how many each process trains on, None for every step; the multiple of rows padded to).
-        Training: `steps_per_batch` whole groups of `num_generations` per optimizer step; evaluation: every step, in
-        whole groups."""
-        if mode == "train":
-            return self.args.steps_per_batch, self.num_generations * self.args.steps_per_generation
-        return None, self.num_generations_eval
-
-    def _step_rng(self) -> random.Random:
-        """The draw of step-wise rows under `steps_per_batch`: seeded per run, step and process."""
-        return random.Random(f"{self.args.seed}-{self.state.global_step}-{self.accelerator.process_index}")
-
-    def _save_rollout_episodes(self, episodes: list[Episode]) -> None:
-        """This rank's episodes of the rollout just played, to `output_dir/episodes/` (`save_episodes`)."""
-        mode = "train" if self.model.training else "eval"
-        save_episodes(episodes, self.args.output_dir,
-                      f"{mode}-step-{self.state.global_step}-rank{self.accelerator.process_index}")
-
-    def _shaped_rewards(self, ep: Episode) -> list[float]:
-        return shape_turn_rewards(
-            ep.turn_rewards, ep.won, self.args.reward_mode, self.args.success_reward, ep.format_errors,
-            self.args.format_penalty,
-        )
-
-    def _credit_turn_rewards(self, ep: Episode) -> list[float]:
-        """The per-turn rewards the credit is given: the environment's, under `reward_mode`, times its weight
-        `reward_weights[0]` (trajectory `reward_funcs` are added, weighted, by `step.with_trajectory_rewards`)."""
-        weight = float(self.reward_weights[0])
-        return [weight * r for r in self._shaped_rewards(ep)]
-
-    def _episode_return(self, ep: Episode) -> float | None:
-        return None if ep.failed else float(sum(self._shaped_rewards(ep)))
-
-    def _trained_mask(self, batch: RolloutBatch, env_mask: list[list[int]]) -> list[list[int]]:
-        """`batch.trained_mask` under the config's `mask_truncated_completions`, without the episodes sampled more
-        than `max_policy_lag` optimizer steps ago (`_stale`)."""
-        mask = batch.trained_mask(env_mask, self.args.mask_truncated_completions)
-        if batch.policy_versions is None:  # on-policy (step-wise batches among them: rows are step samples)
-            return mask
-        return [[0] * len(m) if stale else m for m, stale in zip(mask, self._stale(batch))]
-
-    def _stale(self, batch: RolloutBatch) -> list[bool]:
-        """Per episode of `batch` (sampled by a snapshot), whether it was sampled more than `max_policy_lag` optimizer
-        steps ago."""
-        return stale_episodes(batch.policy_versions, self.state.global_step, self.args.max_policy_lag)
-
     # -- the step and its forwards (TRL's two private methods a step is made of) ----------------------------------
 
     def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
@@ -930,73 +845,6 @@ class MultiTurnMixin(RunFilesMixin):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):
-        """Every log-prob of a step, TRL's loss's included, from one function: the rows' shared prefixes forwarded
-        once (`packing.packed_logps_and_entropies`), or each row whole (`step.sequence_logps`), as `packing` says.
-        Episodes are text: multimodal inputs are refused."""
-        given = sorted(name for name, value in multimodal.items() if value is not None)
-        if given:
-            raise ValueError(f"multi-turn episodes are text only; got {given}")
-        # MoE's load-balancing loss: the rows' own forwards
-        if compute_aux_loss or self._packing() == "padded":
-            return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=self.temperature,
-                                  batch_size=batch_size, compute_entropy=compute_entropy,
-                                  compute_aux_loss=compute_aux_loss, autocast=self.accelerator.autocast)
-        return (*packed_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                            compute_entropy, temperature=self.temperature, packing=self._packing(),
-                                            planner=self._planner, autocast=self.accelerator.autocast), None)
-
-    def _packing(self) -> str:
-        """`packing` as this run applies it: "padded" on several processes, whose packs differ, so their numbers of
-        forwards would (ZeRO-3 and FSDP gather parameters per forward, DDP reduces once per forward)."""
-        return "padded" if self.accelerator.num_processes > 1 else self.args.packing
-
-    @torch.no_grad()
-    def _reference_logps(self, input_ids, attention_mask, logits_to_keep: int, batch_size: int) -> torch.Tensor:
-        """Per-token log-probabilities of the completion under the reference policy: the reference model, or with
-        PEFT the policy with its adapter disabled (or switched to the frozen "ref" adapter TRL adds for a pretrained
-        one)."""
-        if self.ref_model is not None:
-            return self._get_per_token_logps_and_entropies(
-                self.ref_model, input_ids, attention_mask, logits_to_keep, batch_size)[0]
-        model = self.accelerator.unwrap_model(self.model)
-        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-            return self._get_per_token_logps_and_entropies(
-                self.model, input_ids, attention_mask, logits_to_keep, batch_size)[0]
-
-    # -- metrics ------------------------------------------------------------------------------------------------------
-
-    def _log_episode_metrics(self, batch: RolloutBatch) -> None:
-        mode = batch.mode
-        stats = gather_object([
-            (ep.won, ep.failed, ep.truncated, ep.num_turns, ep.num_tokens, sum(ep.env_mask), len(ep.completion_ids),
-             self._episode_return(ep), float(sum(ep.turn_rewards)))
-            for ep in batch.episodes
-        ])
-        valid = [s for s in stats if not s[1]]
-        metrics = self._metrics[mode]
-        metrics["episodes/failed"].append(float(len(stats) - len(valid)))
-        if not valid:
-            return
-        n = len(valid)
-        metrics["episodes/success_rate"].append(sum(s[0] for s in valid) / n)
-        metrics["episodes/truncated"].append(float(sum(s[2] for s in valid)))
-        metrics["episodes/mean_turns"].append(sum(s[3] for s in valid) / n)
-        metrics["episodes/mean_tokens"].append(sum(s[4] for s in valid) / n)
-        metrics["episodes/mean_shaped_return"].append(sum(s[7] for s in valid) / n)  # under reward_mode
-        metrics["episodes/mean_return"].append(sum(s[8] for s in valid) / n)  # the environment's, as evaluate's
-        metrics["episodes/trained_token_fraction"].append(sum(s[5] for s in valid) / max(1, sum(s[6] for s in valid)))
-
-    def _log_policy_lag(self, batch: RolloutBatch) -> None:
-        """The lag of this step's samples (optimizer steps between the weights that sampled them and the weights
-        they train), and how many were dropped for a lag above `max_policy_lag`."""
-        lags = [self.state.global_step - v for v in batch.policy_versions]
-        metrics = self._metrics[batch.mode]
-        metrics["policy_lag/mean"].append(sum(lags) / len(lags))
-        metrics["policy_lag/max"].append(float(max(lags)))
-        metrics["policy_lag/dropped"].append(float(sum(self._stale(batch))))
-
-    def _log_masked_mean(self, mode: str, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
-        """Log the mean of `values` over `mask`, over all processes (e.g. a per-token quantity over env_mask)."""
-        mask = mask.to(values.dtype)
-        totals = self.accelerator.reduce(torch.stack([(values * mask).sum(), mask.sum()]).detach(), reduction="sum")
-        self._metrics[mode][name].append((totals[0] / totals[1].clamp(min=1.0)).item())
+        """Every log-prob of a step, TRL's loss's included: `forwards.Forwards.logps`."""
+        return self.forwards.logps(model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                                   compute_aux_loss, **multimodal)

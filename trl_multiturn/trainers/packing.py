@@ -10,7 +10,7 @@ token therefore computes what it computes in its own row, and per-position outpu
                                     pred(b, d) the packed position of the row's token d - 1
 
 for the K kept columns of the (B, W) padded input (TRL's `logits_to_keep`), 0 where the column is padding, exactly as
-the padded path (`step.sequence_logps`) returns them. The logit at depth d - 1 predicts token d; a packed position
+the padded path (`logprobs.sequence_logps`) returns them. The logit at depth d - 1 predicts token d; a packed position
 predicts one label (`shift_labels`; the LM head runs at the labelled positions only), so where two rows need
 different labels from one position (the last shared token before their completions diverge), the later row
 re-forwards the tokens from that position on (one token for a GRPO group's shared prompt).
@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model_layers import model_name, streaming_layers, text_config
-from .step import sequence_logps, token_logps_and_entropies
+from .logprobs import sequence_logps, token_logps_and_entropies
 
 logger = logging.getLogger(__name__)
 
@@ -371,7 +371,7 @@ def choose_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
 def packed_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
                                batch_size: int | None = None, compute_entropy: bool = False, *, temperature: float,
                                packing: str = "auto", planner=plan_packs, autocast=None, padded=None):
-    """(logps (B, K), entropies (B, K) or None): what the padded path `step.sequence_logps(model, input_ids,
+    """(logps (B, K), entropies (B, K) or None): what the padded path `logprobs.sequence_logps(model, input_ids,
     attention_mask, logits_to_keep, temperature=temperature, batch_size=..., compute_entropy=...)` returns, by
     prefix-tree packing.
 
@@ -408,7 +408,7 @@ def packed_policy_and_values(model, plan: PackPlan, *, temperature: float):
 
 def _run_packed(model, plan: PackPlan, compute_entropy: bool, temperature: float, with_values: bool = False):
     """Each forward of `plan`, its logits computed only at the positions that predict a label (`logits_to_keep` as
-    indices), scored by `step.token_logps_and_entropies` as the padded path scores them; with `with_values`, the
+    indices), scored by `logprobs.token_logps_and_entropies` as the padded path scores them; with `with_values`, the
     critic's values of the same forward (`output="both"`). Returns (logps, entropies or None, values or None)."""
     logps, entropies, values = [], [], []
     for forward in plan.forwards:

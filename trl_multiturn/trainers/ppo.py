@@ -3,7 +3,7 @@
 TRL (1.14-1.16) has no PPO trainer. This one takes `MultiTurnGRPOTrainer`'s generation backends (vLLM included),
 TRL's batching (multiple PPO epochs through `num_iterations`, mini-batches through `steps_per_generation`) and the
 multi-turn step (`step.MultiTurnStep`: rollout, old and reference log-probs, scores), with its own credit
-(`CriticCredit`) and loss:
+(`ppo_credit.CriticCredit`) and loss:
 
 - a critic (`value_model.py`): its own backbone with a scalar head (a new head starts at zero), initialised from
   the policy or a given path, optionally with a PEFT adapter;
@@ -24,9 +24,9 @@ Design choices:
   `PolicyAndValueWrapper`): the trainer's `model`, so transformers' one optimizer (the critic's groups at
   `critic_learning_rate`), gradient accumulation, clipping (one norm over both), scheduler, DDP / FSDP2 / DeepSpeed
   preparation and checkpoints of optimizer state cover the critic with no second loop or engine.
-- The algorithm reads top to bottom: the step (`step.MultiTurnStep`), `_critic_advantages` (per-token rewards, the
-  critic's values, `credit.gae`'s estimator, whitening), then `_compute_loss` (one forward of policy and critic;
-  the clipped surrogate plus `vf_coef` times the clipped value loss).
+- The algorithm is in two files: its credit (`ppo_credit.CriticCredit`: per-token rewards, the critic's values,
+  `credit.gae`'s estimator, whitening) and its loss (`_compute_loss` here: one forward of policy and critic; the
+  clipped surrogate plus `vf_coef` times the clipped value loss); the step (`step.MultiTurnStep`) runs the credit.
 - Checkpoints: every checkpoint (and the final `save_model`) holds the policy as TRL writes it plus the critic in a
   `critic/` sub-folder (`save_pretrained` layout); the optimizer's and DeepSpeed's / FSDP's resume state are
   transformers' own, over both models.
@@ -38,14 +38,19 @@ Design choices:
   untested (accelerate's FSDP1 plugin refuses CPU).
 - The reference model of the KL in the reward is PPO's own where TRL builds none (TRL builds one only for its
   loss's `beta != 0`): the policy as given, prepared for the backend as TRL prepares its own (`_reward_reference`).
-- One workaround is left, for TRL's config rather than for the algorithm: `_GroupOfOne` lets `num_generations=1`
-  through `GRPOConfig.__post_init__`, which refuses groups of one (GRPO's baseline needs two; PPO's is the critic).
+- PPO keeps subclassing the GRPO trainer and its config (decided for issue 62): what it takes from them is TRL's
+  generation-batch machinery (`_prepare_inputs`' buffering of one generation batch over `steps_per_generation` *
+  `num_iterations` micro-batches, TRL's shuffling and splitting, the vLLM colocate and server backends and their
+  weight sync, `epsilon`/`num_iterations`/`steps_per_generation` and the generation fields), none of which is
+  public TRL API to build on otherwise: a standalone trainer over transformers' `Trainer` would re-implement it or
+  reach into more private TRL names than the one boundary table allows. The price is in the config only:
+  `_GroupOfOne` lets `num_generations=1` through `GRPOConfig.__post_init__`, which refuses groups of one (GRPO's
+  baseline needs two; PPO's is the critic), and `unused_fields` refuses the GRPO loss fields PPO's loss has not.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import os
 from dataclasses import dataclass, field
 
@@ -55,16 +60,15 @@ from torch import nn
 from transformers import set_seed
 from transformers.trainer import TRAINING_ARGS_NAME
 from trl.models.utils import prepare_deepspeed, prepare_fsdp
-from trl.trainer.utils import create_model_from_path, disable_dropout_in_model, pad
+from trl.trainer.utils import create_model_from_path, disable_dropout_in_model
 
 from ..config_checks import Range, check_fields, config_field
-from ..credit.gae import get_value_estimator, masked_moments, masked_whiten
-from ..models import resolve_model
-from ..rollout.batch import RolloutBatch, StepSample
+from ..credit.gae import get_value_estimator
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
-from .multiturn import default_args
-from .packing import PackPlan, choose_plan, packed_policy_and_values, packed_values
-from .step import StepTensors, token_logps_and_entropies, with_trajectory_rewards
+from .logprobs import token_logps_and_entropies
+from .multiturn import trainer_prologue
+from .packing import PackPlan, packed_policy_and_values
+from .ppo_credit import CriticCredit
 from .value_model import PolicyAndValueModel, create_value_model, load_value_model_weights, save_value_model
 
 
@@ -248,20 +252,6 @@ def active_peft_config(model):
     return model.peft_config[model.active_adapter] if isinstance(model, nn.Module) and is_peft_model(model) else None
 
 
-class CriticCredit:
-    """PPO's credit: per-token rewards, the critic's values and a value estimator of `credit.gae`
-    (`MultiTurnPPOTrainer._critic_advantages`). It needs pi_old and pi_ref for the KL folded into the reward."""
-
-    def needs_old_logps(self, trainer) -> bool:
-        return trainer.args.kl_coef != 0.0
-
-    def needs_reference(self, trainer) -> bool:
-        return trainer.args.kl_coef != 0.0 or trainer.beta != 0.0
-
-    def __call__(self, t, batch, x, old, ref):
-        return t._critic_advantages(batch, x, old, ref)
-
-
 class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
     """PPO with a critic over multi-turn episodes.
 
@@ -302,11 +292,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         value_model: str | nn.Module | None = None,
         value_peft_config=None,
     ):
-        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
-        if args is None:
-            args = default_args(MultiTurnPPOConfig, model)
-        if not isinstance(args, MultiTurnPPOConfig):
-            raise TypeError(f"args must be a MultiTurnPPOConfig, got {type(args).__name__}")
+        model, args = trainer_prologue(type(self), MultiTurnPPOConfig, model, args)
         if optimizers[0] is not None:
             raise ValueError("MultiTurnPPOTrainer builds one optimizer for the policy and the critic: leave "
                              "optimizers=(None, None) and set learning_rate / critic_learning_rate / optim.")
@@ -385,140 +371,10 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
                                            "weight_decay": group["weight_decay"], "critic": True})
         return optimizer
 
-    # -- credit -------------------------------------------------------------------------------------------------------
-
-    def _turn_rewards(self, batch: RolloutBatch) -> list[list[float]]:
-        """Per episode of `batch` and turn: the environment's weighted reward under `reward_mode`, trajectory
-        `reward_funcs` (weighted) added on the final turn."""
-        return with_trajectory_rewards([list(r) for r in batch.turn_rewards], batch.local_scores(),
-                                       batch.reward_weights, self.reward_func_names)
-
-    def _token_rewards(self, batch: RolloutBatch, length: int, device) -> torch.Tensor:
-        """(rows, length): each turn's reward on the last token the model sampled in that turn (step-wise: a step
-        row's turn reward on its reply's last token); 0 elsewhere, for failed episodes and for padding rows."""
-        row_rewards = batch.format.row_turn_values(batch, self._turn_rewards(batch))
-        rewards = torch.zeros(len(row_rewards), length, device=device)
-        for i, (spans, turn_rewards) in enumerate(zip(batch.row_turn_spans(), row_rewards)):
-            for (start, end), reward in zip(spans, turn_rewards):
-                if end > start:
-                    rewards[i, end - 1] += reward
-        return rewards
+    # -- credit (ppo_credit.py) ----------------------------------------------------------------------------------
 
     def _credit(self) -> CriticCredit:
-        return CriticCredit()
-
-    def _critic_advantages(self, batch: RolloutBatch, x: StepTensors, old, ref) -> tuple[torch.Tensor, dict]:
-        """(B, T) advantages from the value estimator on the critic's values (whitened if configured), and the value
-        targets the value loss reads (`returns`, `old_values`, `value_mask`). Each turn's reward lands on its last
-        sampled token, minus `kl_coef` * (log pi_old - log pi_ref) on every sampled token. The batch's episode format
-        runs the estimator (`formats.StepWise.value_targets`: step rows, the estimator across each episode's steps,
-        a critic pass over the steps left out of the rows)."""
-        mode = batch.mode
-        mask = (x.completion_mask * x.trained).bool()
-        length = x.length
-        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        rewards = self._token_rewards(batch, length, x.completion_ids.device)
-        plan = self._packing_plan(x.input_ids, x.attention_mask, length, batch_size)
-        with torch.no_grad(), self.accelerator.autocast():
-            values = self._values(x.input_ids, x.attention_mask, length, batch_size, plan) * mask
-        if self.args.kl_coef != 0.0:
-            kl = old - ref
-            rewards = rewards - self.args.kl_coef * kl * mask
-            self._log_masked_mean(mode, "kl_in_reward", kl, mask)
-        targets = batch.format.value_targets(
-            batch, get_value_estimator(self.args.advantage_estimator), rewards, values, mask, gamma=self.args.gamma,
-            lam=self.args.lam, mask_truncated=self.args.mask_truncated_completions,
-            left_out_values=lambda steps: self._step_values(steps, batch_size))
-        advantages = targets.advantages
-        moments = self._global_moments(advantages, mask)
-        if self.args.whiten_advantages:
-            advantages = masked_whiten(advantages, mask, moments)
-        value_mask = targets.value_mask & mask
-        self._log_critic_metrics(mode, moments, values, targets.returns, value_mask)
-        return advantages, {"returns": targets.returns, "old_values": values, "value_mask": value_mask}
-
-    def _packing_plan(self, input_ids, attention_mask, length: int, batch_size: int | None) -> PackPlan | None:
-        """The prefix-tree plan by which the critic (and, in the loss, the policy beside it) runs these rows, or None
-        for the padded rows: as `packing` chooses (`packing.choose_plan`, over the policy and the critic)."""
-        model = self.accelerator.unwrap_model(self.model)
-        return choose_plan((model.policy, model.critic), input_ids, attention_mask, length, batch_size,
-                           packing=self._packing(), planner=self._planner)
-
-    def _values(self, input_ids, attention_mask, length: int, batch_size: int, plan: PackPlan | None) -> torch.Tensor:
-        """(rows, length) the critic's V(s_t) of the last `length` tokens, from the head at t - 1 (before token t):
-        by `plan` (each shared prefix once, 0 at padding), or `batch_size` padded rows per forward."""
-        if plan is not None:
-            return packed_values(self.model, plan)
-        return torch.cat([
-            self.model(input_ids=input_ids[i: i + batch_size], attention_mask=attention_mask[i: i + batch_size],
-                       output="values")[:, -length - 1:-1]
-            for i in range(0, input_ids.size(0), batch_size)
-        ])
-
-    @torch.no_grad()
-    def _step_values(self, steps: list[StepSample], batch_size: int) -> list[torch.Tensor]:
-        """The critic's values over each step's reply tokens (V before each token), for steps that are no TRL row,
-        laid out as TRL lays out its rows (contexts padded on the left, replies on the right): packed, all the steps
-        in one plan (an episode's steps share its earlier turns), where `packing` chooses it; else `batch_size` steps
-        per forward, every process making as many forwards as the busiest one (sharded models run them together)."""
-        if steps:
-            input_ids, attention_mask = self._padded_steps(steps)
-            length = max(len(s.completion_ids) for s in steps)
-            plan = self._packing_plan(input_ids, attention_mask, length, batch_size)
-            if plan is not None:
-                with self.accelerator.autocast():
-                    values = packed_values(self.model, plan)
-                return [values[j, :len(s.completion_ids)] for j, s in enumerate(steps)]
-        calls = -(-len(steps) // batch_size)
-        if self.accelerator.num_processes > 1:
-            calls = int(self.accelerator.reduce(torch.tensor([calls], device=self.accelerator.device),
-                                                reduction="max").item())
-        out = []
-        for i in range(calls):
-            chunk = steps[i * batch_size: (i + 1) * batch_size]  # empty: a dummy forward for the other processes
-            input_ids, attention_mask = self._padded_steps(chunk)
-            length = max((len(s.completion_ids) for s in chunk), default=1)
-            with self.accelerator.autocast():
-                values = self._values(input_ids, attention_mask, length, len(input_ids), None)
-            out.extend(values[j, :len(s.completion_ids)] for j, s in enumerate(chunk))
-        return out
-
-    def _padded_steps(self, steps: list[StepSample]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(input_ids, attention_mask) of `steps` as TRL lays out its rows: contexts padded on the left, replies on
-        the right; no steps: one row of a pad token and a one-token reply (a dummy forward)."""
-        device, pad_id = self.accelerator.device, self.text_tokenizer.pad_token_id
-        contexts = [torch.tensor(ids, device=device) for ids in [s.prompt_ids for s in steps] or [[pad_id]]]
-        replies = [torch.tensor(ids, device=device) for ids in [s.completion_ids for s in steps] or [[pad_id]]]
-        return (torch.cat([pad(contexts, pad_id, "left"), pad(replies, pad_id, "right")], dim=1),
-                torch.cat([pad([torch.ones_like(c) for c in contexts], 0, "left"),
-                           pad([torch.ones_like(r) for r in replies], 0, "right")], dim=1))
-
-    def _log_critic_metrics(self, mode: str, advantage_moments, values, returns, value_mask) -> None:
-        """The advantages' mean and std over the sampled tokens before whitening, the critic's mean value and target,
-        and its explained variance over the positions it is trained on: 1 - Var(R - V) / Var(R) (1: the critic
-        predicts every return; 0: no better than the mean return; below 0: worse)."""
-        metrics = self._metrics[mode]
-        total, total_sq, count = advantage_moments.tolist()
-        mean = total / max(count, 1.0)
-        metrics["credit/advantage_mean"].append(mean)
-        metrics["credit/advantage_std"].append(math.sqrt(max(total_sq - count * mean ** 2, 0.0) / max(count - 1, 1.0)))
-        value_moments = self._global_moments(values, value_mask)
-        return_moments = self._global_moments(returns, value_mask)
-        error_moments = self._global_moments(returns - values, value_mask)
-        count = value_moments[2].clamp(min=1.0)
-        metrics["critic/value_mean"].append((value_moments[0] / count).item())
-        metrics["critic/return_mean"].append((return_moments[0] / count).item())
-
-        def variance(moments):
-            return moments[1] / count - (moments[0] / count) ** 2
-
-        return_var = variance(return_moments)
-        explained = 1 - variance(error_moments) / return_var if return_var > 1e-12 else torch.tensor(math.nan)
-        metrics["critic/explained_variance"].append(explained.item())
-
-    def _global_moments(self, values, mask):
-        """(sum, sum of squares, count) of `values` over `mask`, summed over all processes (for whitening)."""
-        return self.accelerator.reduce(masked_moments(values, mask), reduction="sum")
+        return CriticCredit(self.args, self.forwards, self.step_log, self.accelerator, beta=self.beta)
 
     # -- loss ---------------------------------------------------------------------------------------------------------
 
@@ -536,7 +392,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         length = completion_ids.size(1)
         mask = inputs["completion_mask"] * inputs["tool_mask"]
-        plan = self._packing_plan(input_ids, attention_mask, length, None)  # the micro-batch's rows, one budget
+        plan = self.forwards.plan(input_ids, attention_mask, length, None)  # the micro-batch's rows, one budget
         with self.accelerator.autocast():
             logps, entropies, values = policy_and_values(model, input_ids, attention_mask, length,
                                                          temperature=self.temperature, plan=plan)
@@ -553,14 +409,14 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
             if self.args.use_bias_correction_kl:
                 kl = kl * ratio
             per_token = per_token + self.beta * kl
-            self._log_masked_mean(mode, "kl", kl, mask)
+            self.step_log.masked_mean(mode, "kl", kl, mask)
         policy_loss = masked_mean(per_token, mask)
         value_loss, value_clipped = clipped_value_loss(values, inputs["old_values"], inputs["returns"],
                                                        inputs["value_mask"], self.args.cliprange_value)
         loss = policy_loss + self.args.vf_coef * value_loss
 
-        self._log_masked_mean(mode, "entropy", entropies, mask)
-        self._log_masked_mean(mode, "clip_ratio/region_mean", clipped.to(logps.dtype), mask)
+        self.step_log.masked_mean(mode, "entropy", entropies, mask)
+        self.step_log.masked_mean(mode, "clip_ratio/region_mean", clipped.to(logps.dtype), mask)
         reported = self.accelerator.reduce(torch.stack([policy_loss, value_loss, value_clipped]).detach(),
                                            reduction="mean")
         for name, value in zip(("policy_loss", "critic/value_loss", "critic/clip_fraction"), reported.tolist()):

@@ -16,20 +16,17 @@ import torch
 import trl.trainer.rloo_trainer as trl_rloo
 from trl import RLOOConfig, RLOOTrainer
 
-from ..config_checks import check_fields
+from ..config_checks import check_fields, config_field
 from ..credit.tokens import turn_index
-from ..models import resolve_model
+from .estimator_credit import EstimatorCredit
 from .multiturn import (
     MultiTurnArguments,
     MultiTurnMixin,
     bf16_only_where_supported,
-    default_args,
     mask_truncated_field,
-    reference_from_policy,
+    trainer_prologue,
+    trl_constructor,
 )
-from .step import EstimatorCredit
-from .trl_compat import check_trl_compat
-from .vllm_cpu import colocated_vllm_on_cpu
 
 LOSS_GRANULARITIES = ("episode", "turn")
 
@@ -66,12 +63,11 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
     )
 
     # Parameters that control the loss
-    loss_granularity: str = field(
-        default="episode",
-        metadata={"help": "What one importance ratio covers. 'episode' (TRL's RLOO): the whole episode's sampled "
-                          "tokens, with one advantage per episode. 'turn': each turn's reply, with that turn's "
-                          "advantage; needed by turn-level estimators (e.g. 'turn_rloo', 'gigpo')."},
-    )
+    loss_granularity: str = config_field(
+        "episode", "What one importance ratio covers. 'episode' (TRL's RLOO): the whole episode's sampled tokens, "
+                   "with one advantage per episode. 'turn': each turn's reply, with that turn's advantage; needed by "
+                   "turn-level estimators (e.g. 'turn_rloo', 'gigpo').",
+        choices=LOSS_GRANULARITIES)
     mask_truncated_completions: bool = mask_truncated_field()
 
     def __post_init__(self):
@@ -79,8 +75,6 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
         bf16_only_where_supported(self)
         super().__post_init__()
         self.check_multiturn_args()
-        if self.loss_granularity not in LOSS_GRANULARITIES:
-            raise ValueError(f"loss_granularity={self.loss_granularity!r}: choose one of {LOSS_GRANULARITIES}")
 
     def policy_lag_refusal(self) -> str | None:
         return ("its one importance ratio per episode or turn has no per-token behaviour correction yet; use "
@@ -129,13 +123,13 @@ class RLOOCredit(EstimatorCredit):
         super().__init__(*args, **kwargs)
         self.one_per_episode = one_per_episode
 
-    def needs_old_logps(self, trainer) -> bool:
+    def needs_old_logps(self) -> bool:
         return True  # RLOO's loss takes the ratio to pi_old per segment
 
-    def __call__(self, t, batch, x, old, ref):
-        advantages, extra = super().__call__(t, batch, x, old, ref)
+    def __call__(self, batch, x, old, ref):
+        advantages, extra = super().__call__(batch, x, old, ref)
         if self.one_per_episode:
-            check_one_advantage_per_episode(advantages, x.trained, t.args.advantage_estimator)
+            check_one_advantage_per_episode(advantages, x.trained, self.name)
         return advantages, extra
 
 
@@ -180,14 +174,11 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         peft_config=None,
         environment_factory=None,
     ):
-        check_trl_compat(type(self))
-        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
-        if args is None:
-            args = default_args(MultiTurnRLOOConfig, model)
+        model, args = trainer_prologue(type(self), MultiTurnRLOOConfig, model, args)
         reward_funcs, reward_processing_classes = self._with_environment_reward(
             reward_funcs, args, reward_processing_classes
         )
-        with reference_from_policy(trl_rloo, model, args.beta != 0.0, peft_config), colocated_vllm_on_cpu(args, model):
+        with trl_constructor(trl_rloo, model, args, peft_config):
             super().__init__(
                 model=model,
                 reward_funcs=reward_funcs,
@@ -208,7 +199,8 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         each turn's reward (beta), and `normalize_advantages`."""
         return RLOOCredit(self.args.advantage_estimator, self.args.estimator_kwargs,
                           {"gamma": self.args.turn_gamma, "scale": False}, kl_in_reward=self.beta,
-                          normalize=self.normalize_advantages, one_per_episode=self.args.loss_granularity == "episode")
+                          normalize=self.normalize_advantages, one_per_episode=self.args.loss_granularity == "episode",
+                          reference=self.beta != 0.0, log=self.step_log)
 
     # -- loss ---------------------------------------------------------------------------------------------------------
 
@@ -236,7 +228,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         if self.aux_loss_enabled:
             loss = loss + self.router_aux_loss_coef * aux_loss
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
-        self._log_masked_mean(mode, "entropy", entropies, env_mask)
+        self.step_log.masked_mean(mode, "entropy", entropies, env_mask)
         clipped = ((ratio < 1 - self.epsilon_low) & (seg_adv < 0)) | ((ratio > 1 + self.epsilon_high) & (seg_adv > 0))
-        self._log_masked_mean(mode, "clip_ratio/region_mean", clipped.float(), present)
+        self.step_log.masked_mean(mode, "clip_ratio/region_mean", clipped.float(), present)
         return loss

@@ -11,14 +11,12 @@ from trl.data_utils import get_dataset_column_names
 
 from ..config_checks import check_fields
 from ..expert import conversation_token_ids, expert_trajectories
-from ..models import resolve_model
 from ..rollout.chat_tokens import ChatTokenBuilder
 from ..rollout.generation import generation_eos_ids, reply_eos_ids
 from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.training_template import prepare_chat_template, use_training_chat_template_field
-from .multiturn import bf16_only_where_supported, default_args
+from .multiturn import bf16_only_where_supported, trainer_prologue
 from .run_files import RunFilesMixin
-from .trl_compat import check_trl_compat
 
 logger = logging.getLogger(__name__)
 
@@ -117,13 +115,7 @@ class MultiTurnSFTTrainer(RunFilesMixin, SFTTrainer):
         peft_config=None,
         environment_factory=None,
     ):
-        check_trl_compat(type(self))
-        model = resolve_model(model) if isinstance(model, str) else model  # `offline:...` names too
-        if args is None:
-            args = default_args(MultiTurnSFTConfig, model)
-        elif not isinstance(args, MultiTurnSFTConfig):
-            raise TypeError(f"args must be a MultiTurnSFTConfig, got {type(args).__name__}: the trainer needs its "
-                            "system_prompt / action_parser / chat_template_kwargs fields")
+        model, args = trainer_prologue(type(self), MultiTurnSFTConfig, model, args)
         # Set before the parent's __init__, which prepares the datasets through `_prepare_dataset`.
         self.environment_factory = environment_factory
         self._generation_eos_ids = generation_eos_ids(model)

@@ -11,7 +11,7 @@ The private names, and why each one is needed (the whole list: `PRIVATE_NAMES` i
 | name | where | why |
 | --- | --- | --- |
 | `_generate_and_score_completions` | overridden (RL) | TRL's one request for a generation batch: `MultiTurnStep` |
-| `_get_per_token_logps_and_entropies` | overridden (RL) | TRL's loss reads its log-probs here: one function |
+| `_get_per_token_logps_and_entropies` | overridden (RL) | TRL's loss reads its log-probs here: `Forwards.logps` |
 | `_compute_loss` | overridden (RLOO, PPO) | their losses are not GRPO's (per-segment ratios; the critic) |
 | `_generate_single_turn` | called | TRL's backends (vLLM, transformers' generate): one reply per episode |
 | `_metrics`, `_logs` | appended to | TRL's metric and completion logs: its `log` reports ours by its names |
@@ -27,9 +27,9 @@ loading), and vLLM's CPU engine (`vllm_cpu.py`). The reply cap (`generation_conf
 `vllm_generation.max_completion_length`) and RLOO's `num_generations` (and GRPO's before TRL 1.15) are set around
 one generate call, since TRL's single-turn generation takes neither as an argument.
 
-`PolicyAndValueModel`'s PPO sets `beta` non-zero while TRL's `__init__` runs so that TRL builds a reference model for
-the KL in the reward, and passes `num_generations=1` through `GRPOConfig`'s "< 2" check (`ppo._GroupOfOne`): covered
-by tests/trainers/test_ppo.py.
+PPO builds the reference model of the KL in its reward itself where TRL builds none (TRL builds one for `beta != 0`
+only: `ppo.MultiTurnPPOTrainer._reward_reference`, prepared as TRL prepares its own), and passes `num_generations=1`
+through `GRPOConfig`'s "< 2" check (`ppo._GroupOfOne`): covered by tests/trainers/test_ppo.py.
 """
 
 from __future__ import annotations
@@ -123,10 +123,10 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
                exact=True),
     TouchPoint(RLOO, "_generate_and_score_completions", ("inputs",), "overridden: MultiTurnStep answers it",
                exact=True),
-    TouchPoint(GRPO, "_get_per_token_logps_and_entropies", None, "overridden: step.sequence_logps for every "
+    TouchPoint(GRPO, "_get_per_token_logps_and_entropies", None, "overridden: forwards.Forwards.logps for every "
                "forward, TRL's loss's included (which passes model, input_ids, attention_mask, logits_to_keep, "
                "compute_entropy, compute_aux_loss and multimodal keywords)"),
-    TouchPoint(RLOO, "_get_per_token_logps_and_entropies", None, "overridden: step.sequence_logps"),
+    TouchPoint(RLOO, "_get_per_token_logps_and_entropies", None, "overridden: forwards.Forwards.logps"),
     TouchPoint(GRPO, "_compute_loss", ("model", "inputs"), "overridden by PPO: clipped surrogate + vf_coef * clipped "
                "value loss from one forward of policy and critic", exact=True),
     TouchPoint(RLOO, "_compute_loss", ("model", "inputs"), "overridden: per-segment surrogate on the trained mask",
@@ -259,9 +259,9 @@ def _takes_num_generations(trainer_cls: type) -> bool:
 
 
 def check_trl_compat(trainer_cls: type) -> None:
-    """Raise `TRLCompatibilityError` if the installed TRL differs from what `trainer_cls` relies on: the signatures
-    of `TOUCH_POINTS` whose owner is among its bases (or whose module defines one), `_generate`'s tuple and
-    `_compute_loss`'s `tool_mask` (GRPO). Cached per class."""
+    """Raise `TRLCompatibilityError` if the installed TRL differs from what `trainer_cls` relies on: the existence and
+    signatures of the `TOUCH_POINTS` whose owner is among its bases (or whose module defines one), and the shared
+    ones. Cached per class."""
     problems = _class_problems(trainer_cls)
     if problems:
         raise TRLCompatibilityError(_message(problems))

@@ -12,8 +12,8 @@ The trainers' step (`trl_multiturn.trainers.step.MultiTurnStep`, which TRL calls
    tensors, which TRL shuffles and splits into the loss's mini-batches. The batch itself never enters that dict: TRL
    permutes and slices every value of it per row, and an episode list is not a per-row tensor.
 
-After the step the trainer keeps the batch as `last_rollout`, for inspection only (tests, benchmarks, callbacks);
-no computation of a later step reads it.
+The step keeps its last batch (the trainer's `last_rollout`), for inspection only (tests, benchmarks, callbacks); no
+computation of a later step reads it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .episode import Episode
-from .formats import EpisodeFormat, StepSample, Trajectory
+from ..rollout.episode import Episode
+from .rows import StepRows, StepSample, TrajectoryRows
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,8 +38,8 @@ class RolloutBatch:
     mode: "train" or "eval".
     process_index: this rank; its episodes are rows `process_index * len(episodes) ...` of gathered tensors.
     rewards_per_func: TRL's (all ranks' episodes, reward sources) scores once they are computed, else None.
-    format: the episode format TRL's rows follow (`trl_multiturn.rollout.formats`): `Trajectory` (a row per
-        episode) or `StepWise` (a row per step sample: `steps`); its `training_rows` sets both.
+    layout: how TRL's rows lay out the episodes (`rows.py`): `TrajectoryRows` (a row per episode) or `StepRows` (a
+        row per step sample: `steps`); its `training_rows` sets both.
     steps: step-wise format: TRL's rows are these step samples (None: padding, trained on nothing), not the
         episodes; None in the trajectory format.
     policy_versions: `max_policy_lag`: per episode, the version of the weights that sampled it (the optimizer steps
@@ -53,7 +53,7 @@ class RolloutBatch:
     mode: str = "train"
     process_index: int = 0
     rewards_per_func: torch.Tensor | None = None
-    format: EpisodeFormat = field(default_factory=Trajectory)
+    layout: TrajectoryRows | StepRows = field(default_factory=TrajectoryRows)
     steps: list[StepSample | None] | None = None
     policy_versions: list[int] | None = None
 
@@ -63,7 +63,7 @@ class RolloutBatch:
     def row_turn_spans(self) -> list[list[tuple[int, int]]]:
         """Per TRL row, the spans of its turns' sampled tokens in its completion: an episode's `turn_spans`, or a
         step sample's one reply (none for padding)."""
-        return self.format.row_turn_spans(self)
+        return self.layout.row_turn_spans(self)
 
     def with_scores(self, rewards_per_func: torch.Tensor | None) -> RolloutBatch:
         """This batch with TRL's `rewards_per_func` (gathered over ranks) recorded."""
@@ -72,12 +72,12 @@ class RolloutBatch:
     def local_scores(self) -> torch.Tensor | None:
         """The rows of `rewards_per_func` that belong to this rank's episodes (None before scoring, and for step
         rows, whose scores belong to no one episode)."""
-        return self.format.local_scores(self)
+        return self.layout.local_scores(self)
 
     def token_lists(self, pad_id: int, eos_id: int) -> list[tuple[list[int], list[int], list[int], list[float]]]:
         """Per TRL row: (prompt_ids, completion_ids, env_mask, logprobs). A failed episode, one with no reply, and a
         padding row become a one-token prompt and completion under mask 0."""
-        return self.format.token_lists(self, pad_id, eos_id)
+        return self.layout.token_lists(self, pad_id, eos_id)
 
     def step_samples(self, mask_truncated: bool = False) -> list[StepSample]:
         """Step-wise format: one training sample per turn of every episode that did not fail, in episode then
@@ -96,14 +96,14 @@ class RolloutBatch:
     def trained_mask(self, env_mask: list[list[int]], mask_truncated: bool) -> list[list[int]]:
         """Per TRL row, the tokens the loss trains on: `env_mask`, or nothing for a truncated episode when
         `mask_truncated` (the config's `mask_truncated_completions`) is set (step-wise: `step_samples` did)."""
-        return self.format.trained_mask(self, env_mask, mask_truncated)
+        return self.layout.trained_mask(self, env_mask, mask_truncated)
 
     def completion_id_lists(self) -> list[list[int]]:
         """Per TRL row, the ids of its completion as the reward functions are given them: an episode's whole
         completion, or a step's reply (none for padding)."""
-        return self.format.completion_id_lists(self)
+        return self.layout.completion_id_lists(self)
 
     def completions(self) -> list[list[dict]]:
         """The whole episode after its prompt, as chat messages (what reward functions and completion logs see);
         step-wise: each step's reply."""
-        return self.format.completions(self)
+        return self.layout.completions(self)

@@ -8,8 +8,9 @@ from datasets import Dataset
 from toy_envs import CountingEnv
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnRLOOConfig, MultiTurnRLOOTrainer
-from trl_multiturn.rollout import Episode, RolloutBatch
+from trl_multiturn.rollout import Episode
 from trl_multiturn.rollout.episode import Status
+from trl_multiturn.trainers.batch import RolloutBatch
 
 
 def _episode(**fields) -> Episode:
@@ -70,7 +71,7 @@ def test_a_step_hands_its_batch_to_the_credit_and_leaves_no_state_between_calls(
     # exactly the advantages the loss was handed.
     assert batch.rewards_per_func.shape == (4, 2) and batch.mode == "train" and batch.num_generations == 2
     assert [ep.task["target"] for ep in batch.episodes] == [1, 3, 1, 3]
-    assert torch.equal(trainer.step.credit.token_advantages(trainer, batch, output["completion_ids"].shape[1]).to(
+    assert torch.equal(trainer.step.credit.token_advantages(batch, output["completion_ids"].shape[1]).to(
         output["advantages"].device), output["advantages"])
     assert output["advantages"].abs().sum() > 0
     # Nothing of the step stays on the trainer for the next TRL call to read.
