@@ -26,8 +26,8 @@ from transformers import (
     SiglipVisionConfig,
 )
 
-from trl_multiturn.trainers.packing import choose_plan, packed_logps_and_entropies, packing_refusal, window_mask
 from trl_multiturn.trainers.logprobs import token_logps_and_entropies
+from trl_multiturn.trainers.packing import choose_plan, packed_logps_and_entropies, packing_refusal, window_mask
 from trl_multiturn.trainers.value_model import PolicyAndValueModel
 
 WINDOW = 8

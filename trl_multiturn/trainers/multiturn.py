@@ -633,7 +633,6 @@ class MultiTurnMixin(RunFilesMixin):
             raise ValueError(f"packing='prefix' on {self.accelerator.num_processes} processes is not supported yet "
                              "(each rank's packs differ, so ranks would run different numbers of forwards): use "
                              "packing='auto', which pads the rows there, or 'padded'")
-        check_model_packing(self.accelerator.unwrap_model(self.model), self._packing())
         check_datasets(self.train_dataset, self.eval_dataset)
         check_trl_attributes(self)
         self.environment_factory = environment_factory
@@ -650,6 +649,7 @@ class MultiTurnMixin(RunFilesMixin):
                                 self.reward_func_names)
         self.forwards = Forwards(lambda: self.model, lambda: self.ref_model, self.accelerator, self.args,
                                  temperature=self.temperature, pad_token_id=self.text_tokenizer.pad_token_id)
+        check_model_packing(self.accelerator.unwrap_model(self.model), self.forwards.packing)
         self._lagged_rollouts = self._make_lagged_rollouts() if self.args.max_policy_lag else None
         episodes = EpisodeSource(
             self.episode_runner, self.format, self.args, self.accelerator, history_cache=self._history_cache,
