@@ -9,9 +9,9 @@ start=$SECONDS
 say() { echo "setup [$((SECONDS - start)) s]: $*"; }
 
 # SWE-Gym's sandboxes: bubblewrap (the local sandbox), Docker, btrfs-progs and mmdebstrap (the Docker sandbox: the
-# tests' engine keeps its data on btrfs, and the images of the shipped tasks are built on this machine); Chromium for the episode page's browser test. Installed from the Debian
-# archive when running as root; otherwise say what is missing (the local sandbox then fails with that error, or runs
-# with isolation='none').
+# tests' engine keeps its data on btrfs, and the images of the shipped tasks are built on this machine); Chromium
+# for the episode page's browser test. Installed from the Debian archive when running as root; otherwise say what is
+# missing (the local sandbox then fails with that error, or runs with isolation='none').
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v dockerd >/dev/null || missing+=(docker.io)
