@@ -237,7 +237,7 @@ def test_a_local_cluster_the_pool_started_is_gone_after_close_or_the_owners_deat
 @pytest.mark.parametrize("settings,message", [
     (dict(env_ray_address="auto"), r"env_ray_address place environments on a Ray cluster, but env_mode='auto'"),
     (dict(env_mode="process", env_ray_scheduling="SPREAD"), r"env_ray_scheduling .* env_mode='process'"),
-    (dict(env_mode="ray", env_ray_scheduling="PACK"), r"env_ray_scheduling='PACK': choose one of"),
+    (dict(env_mode="ray", env_ray_scheduling="PACK"), r"env_ray_scheduling='PACK': give one of"),
     (dict(env_mode="ray", env_ray_resources='{"gpu_free": -1}'), r"env_ray_resources\['gpu_free'\]=-1"),
     (dict(env_mode="ray", env_ray_resources='{"env_node": '), r"env_ray_resources='.*' is not valid JSON"),
     (dict(env_mode="ray", env_max_memory_mb=100), r"env_max_memory_mb needs env_mode='process'"),

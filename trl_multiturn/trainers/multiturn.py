@@ -34,7 +34,7 @@ from ..progress import TurnProgress
 from ..rollout import Episode, EpisodeRunner
 from ..rollout.env_pool import check_env_settings
 from ..rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
-from ..rollout.ray_pool import RayPlacement, check_ray_placement, parse_ray_resources
+from ..rollout.ray_pool import RAY_SCHEDULING, RayPlacement, check_ray_placement, parse_ray_resources
 from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
 from ..rollout.training_template import use_training_chat_template_field
@@ -42,7 +42,7 @@ from ..run_lifetime import sigterm_stops_the_run
 from .batch import RolloutBatch
 from .episode_source import EpisodeSource
 from .forwards import Forwards
-from .packing import PACKING_MODES, check_model_packing, check_packing
+from .packing import PACKING_MODES, check_model_packing
 from .policy_lag import LaggedRollouts
 from .run_files import RunFilesMixin
 from .scorer import Scorer
@@ -226,11 +226,9 @@ class MultiTurnArguments:
                           "'{\"env_node\": 0.01}' to keep environments on the nodes started with `ray start "
                           "--resources='{\"env_node\": 1000}'` (a JSON string on the command line)."},
     )
-    env_ray_scheduling: str = field(
-        default="DEFAULT",
-        metadata={"help": "env_mode='ray': Ray's scheduling strategy for the environment actors: 'DEFAULT' (fill "
-                          "nodes) or 'SPREAD' (across the nodes)."},
-    )
+    env_ray_scheduling: str = config_field(
+        "DEFAULT", "env_mode='ray': Ray's scheduling strategy for the environment actors: 'DEFAULT' (fill nodes) or "
+        "'SPREAD' (across the nodes).", choices=RAY_SCHEDULING)
 
     # Parameters that control the rollout
     rollout_overlap: bool = field(
@@ -240,17 +238,16 @@ class MultiTurnArguments:
                           "long as a generate call (sandboxes, remote or slow engines); with fast environments it "
                           "only halves the generation batch. The same number of generate calls on every rank."},
     )
-    rollout_schedule: str = field(
-        default="turn",
-        metadata={"help": "'turn' (lockstep: each turn is one generate call for every live episode, and the next "
-                          "turn waits for the slowest environment step) or 'episode' (an episode whose environment "
-                          "has answered goes to the next generate call at once, batched with every other episode "
-                          "ready by then, while slower steps keep running: no episode waits for a straggler). Under "
-                          "greedy decoding both play the same episodes. Ranks still make equal numbers of generate "
-                          "calls (a rank with no episode ready makes a dummy call), so vLLM server mode and ZeRO-3 "
-                          "work. Not with rollout_overlap.",
-                  "choices": ROLLOUT_SCHEDULES},
-    )
+    rollout_schedule: str = config_field(
+        "turn",
+        "'turn' (lockstep: each turn is one generate call for every live episode, and the next "
+        "turn waits for the slowest environment step) or 'episode' (an episode whose environment "
+        "has answered goes to the next generate call at once, batched with every other episode "
+        "ready by then, while slower steps keep running: no episode waits for a straggler). Under "
+        "greedy decoding both play the same episodes. Ranks still make equal numbers of generate "
+        "calls (a rank with no episode ready makes a dummy call), so vLLM server mode and ZeRO-3 "
+        "work. Not with rollout_overlap.",
+        choices=ROLLOUT_SCHEDULES)
     cache_episode_history: bool = field(
         default=True,
         metadata={"help": "On the transformers generation path, keep the live episodes' key/value cache from one "
@@ -295,17 +292,16 @@ class MultiTurnArguments:
                           "an episode by its tokens however many rows hold them; the group baselines count each "
                           "episode once either way (docs/stepwise.md, 'One episode, one weight')."},
     )
-    packing: str = field(
-        default="auto",
-        metadata={"help": "How a step's forwards (old, reference and the loss's log-probs; PPO's critic values) lay "
-                          "out its rows: 'prefix' forwards each shared token prefix once (a group's prompt, a "
-                          "step-wise episode's earlier turns) with a prefix-tree attention mask, 'padded' forwards "
-                          "each row whole, 'auto' packs where the model's attention takes the mask and a cost model "
-                          "says it is cheaper. The log-probs and values are the same either way "
-                          "(trl_multiturn/trainers/packing.py; benchmarks/packing.py measures the saving). One "
-                          "process only: on several, 'auto' pads.",
-                  "choices": list(PACKING_MODES)},
-    )
+    packing: str = config_field(
+        "auto",
+        "How a step's forwards (old, reference and the loss's log-probs; PPO's critic values) lay "
+        "out its rows: 'prefix' forwards each shared token prefix once (a group's prompt, a "
+        "step-wise episode's earlier turns) with a prefix-tree attention mask, 'padded' forwards "
+        "each row whole, 'auto' packs where the model's attention takes the mask and a cost model "
+        "says it is cheaper. The log-probs and values are the same either way "
+        "(trl_multiturn/trainers/packing.py; benchmarks/packing.py measures the saving). One "
+        "process only: on several, 'auto' pads.",
+        choices=PACKING_MODES)
 
     # Parameters that control the chat template and the saved episodes
     chat_template_path: str | None = field(
@@ -336,7 +332,6 @@ class MultiTurnArguments:
         self.episode_rules().episode_format_strategy().check_config(self)
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
         check_schedule(self.rollout_schedule, self.rollout_overlap)
-        check_packing(self.packing)
         self.check_policy_lag()
         self.env_ray_resources = parse_ray_resources(self.env_ray_resources)
         check_ray_placement(self.env_mode, self.ray_placement())
