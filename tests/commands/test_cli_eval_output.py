@@ -119,8 +119,8 @@ def test_an_evaluation_whose_every_task_fails_is_one_error_naming_the_field(sums
 
 def test_eval_of_a_recipe_whose_model_is_not_trained_refuses_naming_the_folder_and_the_command(tmp_path, monkeypatch,
                                                                                               capsys):
-    """`eval --config quickstart` with no trained GRPO model evaluates nothing else in its place (it used to play
-    the recipe's SFT start and rewrite that model's card)."""
+    """`eval --config quickstart` with no trained GRPO model evaluates nothing else in its place (neither
+    the recipe's SFT start nor any other model, whose card stays as it was)."""
     monkeypatch.chdir(tmp_path)
     sft = tmp_path / "outputs" / "quickstart_sft"
     sft.mkdir(parents=True)

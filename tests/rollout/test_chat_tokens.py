@@ -36,7 +36,7 @@ def refusal_is_justified(builder, reply):
 
 @hypothesis_settings(max_examples=150)
 @given(conversation=CONVERSATIONS)
-@example(conversation=(None, "", [("<|im_end|>", "")]))  # found by hypothesis: used to be cut at the first eos
+@example(conversation=(None, "", [("<|im_end|>", "")]))  # a reply that is the eos as text
 @example(conversation=(None, "", [("  ", "")]))  # found by hypothesis: joined to the prompt's "\n" in ChatML
 def test_turn_by_turn_ids_equal_the_templates_rendering(builder, conversation):
     system, first, turns = conversation
@@ -56,9 +56,8 @@ def test_turn_by_turn_ids_equal_the_templates_rendering(builder, conversation):
 
 
 def test_replies_no_model_could_sample_are_refused_by_name():
-    """Regression tests of what hypothesis found: the builder used to return the tokens up to the first eos of the
-    rendering (cutting a reply that holds one as text) and the tokens after the generation prompt's length (for a
-    reply the tokenizer joins to the prompt's last token, misaligned ids)."""
+    """Cases hypothesis found, each refused by name: a reply that holds the eos as text before its end (never cut at
+    it), and a reply the tokenizer would join to the generation prompt's last token (never given misaligned ids)."""
     chatml = ChatTokenBuilder(build_tiny_tokenizer("chatml"))
     with pytest.raises(ValueError, match=r"reply 'go<\|im_end\|>north' contains the end-of-sequence token "
                                          r"'<\|im_end\|>' before its end"):
