@@ -40,6 +40,7 @@ os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")  # no banner per import in th
 from minisweagent.agents.default import DefaultAgent  # noqa: E402
 from minisweagent.config import get_config_path  # noqa: E402
 from minisweagent.environments.local import LocalEnvironment  # noqa: E402
+from minisweagent.exceptions import Submitted  # noqa: E402
 from minisweagent.models.litellm_model import LitellmModel  # noqa: E402
 
 from ..envs.swegym import Sandbox, SWEGymConfig, SWEGymEnv  # noqa: E402
@@ -63,8 +64,24 @@ class SandboxEnvironment(LocalEnvironment):
         self.commands.append({"command": command, "exit_code": result.exit_code})
         output = {"output": result.output, "returncode": result.exit_code,
                   "exception_info": "the command ran past the sandbox's time limit" if result.timed_out else ""}
-        self._check_finished(output)  # mini's own submit check: raises Submitted
+        raise_if_submitted(output)
         return output
+
+
+SUBMIT_LINE = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+"""mini-swe-agent's submit protocol: a command whose output's first line is this, exiting 0, ends the episode with the
+rest of its output as the submission."""
+
+
+def raise_if_submitted(output: dict) -> None:
+    """mini's `Submitted` when `output` (a command's, as `execute` returns it) follows the submit protocol
+    (`SUBMIT_LINE`). Each of mini's environments checks it in its own `execute` (no public helper holds it), so this
+    environment does too."""
+    lines = output.get("output", "").lstrip().splitlines(keepends=True)
+    if lines and lines[0].strip() == SUBMIT_LINE and output["returncode"] == 0:
+        submission = "".join(lines[1:])
+        raise Submitted({"role": "exit", "content": submission,
+                         "extra": {"exit_status": "Submitted", "submission": submission}})
 
 
 def mini_swe_agent_settings(config: str | Path | dict = "mini.yaml", **agent_overrides) -> dict:
