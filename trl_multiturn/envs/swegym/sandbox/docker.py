@@ -23,6 +23,7 @@ import posixpath
 import shlex
 import tarfile
 import time
+from pathlib import Path
 from typing import Any
 
 from .base import (
@@ -276,6 +277,10 @@ class DockerSandbox(Sandbox):
         except docker.errors.DockerException as e:
             return f"gone ({e})"
         state = self.container.attrs.get("State", {})
+        local = self.client.api.base_url.startswith("http+docker://")  # a Unix socket: the engine's processes are ours
+        if state.get("Running") and local and not _alive(state.get("Pid", 0)):
+            # the engine learns of its PID 1's death from an event that can come after the command returned
+            return f"killed (its PID 1, {state.get('Pid')} on the host, is gone; the engine has not noticed yet)"
         if state.get("Running"):
             return "running"
         return f"{state.get('Status')}, exit code {state.get('ExitCode')}, OOM-killed {state.get('OOMKilled')}"
@@ -359,6 +364,20 @@ class DockerSandbox(Sandbox):
         if self._lifeline is not None:
             self._lifeline.close()
             self._lifeline = None
+
+
+def _alive(pid: int) -> bool:
+    """Whether this machine's process `pid` (a container's PID 1, as its engine reports it) still runs: neither gone
+    nor a zombie. True where it cannot be told (no pid, a /proc that cannot be read)."""
+    if pid <= 0:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _remove_quietly(container) -> None:
