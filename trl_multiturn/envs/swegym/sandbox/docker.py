@@ -23,8 +23,9 @@ import posixpath
 import shlex
 import tarfile
 import time
-from pathlib import Path
 from typing import Any
+
+import psutil
 
 from .base import (
     NOBODY,
@@ -368,16 +369,15 @@ class DockerSandbox(Sandbox):
 
 def _alive(pid: int) -> bool:
     """Whether this machine's process `pid` (a container's PID 1, as its engine reports it) still runs: neither gone
-    nor a zombie. True where it cannot be told (no pid, a /proc that cannot be read)."""
+    nor a zombie. True where it cannot be told (no pid, a process psutil may not inspect)."""
     if pid <= 0:
         return True
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except OSError:
+    except psutil.Error:
         return True
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _remove_quietly(container) -> None:
