@@ -14,6 +14,7 @@ from trl_multiturn.envs import SWEGymEnv, TaskError
 from trl_multiturn.envs.swegym import (
     LocalSandbox,
     SandboxConfig,
+    SandboxError,
     SWEGymConfig,
     docker_image_name,
     grade_patch,
@@ -199,6 +200,10 @@ def test_rows_missing_columns_raise_task_error(config):
         SWEGymEnv(config).reset(without_gold)
     with pytest.raises(ValueError, match="no gold `patch`"):
         grade_patch(without_gold, ROWS["roman"]["patch"], config)
+    # a gold patch that does not apply leaves nothing to compare a passing run with: the grading fails, never a 0
+    broken_gold = {**ROWS["roman"], "patch": "this is not a diff\n"}
+    with pytest.raises(SandboxError, match="the gold patch's run did not run properly: the gold patch did not apply"):
+        grade_patch(broken_gold, ROWS["roman"]["patch"], config)
     with pytest.raises(TaskError, match="repos_dir"):
         SWEGymEnv(config).reset({**ROWS["roman"], "repo": "someone/elsewhere"})
 

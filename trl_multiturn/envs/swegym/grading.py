@@ -18,7 +18,9 @@
 7. does 1-6 again in another fresh sandbox with the gold patch (the row's `patch`) and the same observation text,
    and trusts a pass of the patch's run only where its values are the gold run's (`integrity.judge_values`): the
    verdict and the expected values live in this process, which never imports the patch's code, and the patch's
-   sandbox never holds them. The gold run is left out when the patch's run reported no test passing;
+   sandbox never holds them. The gold run is left out when the patch's run reported no test passing; a gold run
+   that does not run properly (its patch does not apply, it times out) raises `SandboxError`: nothing to compare
+   with is an infrastructure failure, never a 0;
 8. grades the trusted outcomes of the real run with `swebench.harness.grading.get_eval_report` and its
    `parse_log_pytest` parser.
 
@@ -43,7 +45,7 @@ from typing import Any
 from .integrity import PASSING, judge, judge_values, plant_canaries, protected_reason, read_report, test_files_of
 from .observe import function_name, observe
 from .patches import patch_paths
-from .sandbox import Sandbox, SandboxConfig, make_sandbox, task_image, truncate_middle
+from .sandbox import Sandbox, SandboxConfig, SandboxError, make_sandbox, task_image, truncate_middle
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
 REWARD_MODES = ("resolved", "dense")
@@ -367,7 +369,8 @@ def _verdict(task: dict, real: _Run, config: SandboxConfig, files: list[str], te
     gold = _test_run(task, task["patch"], config, files, test_cmd, f2p, eval_timeout, texts)
     if not gold.applied or gold.step_failed or gold.timed_out or gold.problem:
         why = gold.problem or ("timed out" if gold.timed_out else "the gold patch did not apply")
-        return {t: "FAILED" for t in real.outcomes}, f"the gold patch's run did not run properly: {why}", "", [], []
+        # the values to compare with are missing: an infrastructure failure (or a bad row), never a grade of 0
+        raise SandboxError(f"the gold patch's run did not run properly: {why}")
     trusted = judge_values(real.outcomes, real.values, gold.outcomes, gold.values, tests)
     claimed = [t for t in tests if real.outcomes.get(t) in PASSING]
     differ = [t for t in claimed if trusted[t] not in PASSING]
