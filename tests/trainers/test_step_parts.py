@@ -107,6 +107,12 @@ def test_the_critic_credit_alone_folds_the_kl_and_the_reward_functions_into_gae(
     assert torch.equal(extra["old_values"], values * mask) and torch.equal(extra["value_mask"], mask)
     assert log.metrics["train"]["kl_in_reward"] == [pytest.approx(0.5)]
     assert log.metrics["train"]["critic/value_mean"] == [pytest.approx((0.5 + 0.25 + 0.75) / 3)]
+    # A distillation teacher's per-token rewards join each sampled token's reward before GAE (none reaches the
+    # observation, even where the tensor holds one)
+    taught, _ = credit(batch, x, old, ref, torch.tensor([[0.1, 5.0, 5.0, -0.2, 0.3]]))
+    expected = gae(ValueBatch(rewards + torch.tensor([[0.1, 0.0, 0.0, -0.2, 0.3]]), values * mask, mask), gamma=0.9,
+                   lam=0.8)
+    assert torch.allclose(taught, expected.advantages)
 
 
 def test_the_estimator_credit_alone_broadcasts_each_episodes_advantage_to_its_sampled_tokens():
@@ -121,6 +127,11 @@ def test_the_estimator_credit_alone_broadcasts_each_episodes_advantage_to_its_sa
     assert extra == {}
     assert advantages.tolist() == [[-2.0, 0.0, -2.0], [2.0, 2.0, 2.0]]  # the observation token takes none
     assert log.metrics["train"]["credit/zero_advantage_groups"] == [0.0]
+    # A distillation teacher's per-token rewards join each turn's reward as their sum over the turn's tokens: the
+    # returns become 3 + 1 + 3 = 7 and 7 + 0.5 + 0.5 = 8, so GRPO gives -0.5 and +0.5
+    advantages, _ = credit(batch, tensors([[1, 0, 1], [1, 1, 1]]), None, None,
+                           torch.tensor([[1.0, 0.0, 3.0], [0.5, 0.5, 0.0]]))
+    assert advantages.tolist() == [[-0.5, 0.0, -0.5], [0.5, 0.5, 0.5]]
 
 
 def test_the_forwards_alone_give_the_log_softmax_of_the_sampled_tokens_packed_or_padded(tiny_chatml_model):
@@ -218,9 +229,10 @@ def test_the_step_assembles_its_parts_in_order_and_hands_the_loss_their_outputs(
         def needs_reference(self):
             return True
 
-        def __call__(self, batch, x, old, ref):
+        def __call__(self, batch, x, old, ref, token_rewards):
             calls.append("credit")
             assert batch.rewards_per_func.tolist() == [[1.0]]  # scored before the credit
+            assert token_rewards is None  # no distillation teacher
             return (old - ref) * x.trained, {"returns": x.trained.float()}
 
     def scorer(rows, batch):

@@ -51,11 +51,18 @@ class EstimatorCredit:
     def needs_reference(self) -> bool:
         return self.reference
 
-    def __call__(self, batch: RolloutBatch, x: StepTensors, old, ref) -> tuple[torch.Tensor, dict]:
+    def __call__(self, batch: RolloutBatch, x: StepTensors, old, ref,
+                 token_rewards: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+        """(B, T) advantages; `token_rewards` (B, T), per-token rewards of another source (a distillation teacher's),
+        join each turn's reward as their sum over the turn's tokens, before the estimator."""
         penalties = None
         if self.kl_in_reward and ref is not None:
             penalties = turn_kl_penalties(batch, old, ref, x.trained, self.kl_in_reward)
             self.log.masked_mean(batch.mode, "kl", old - ref, x.trained)
+        if token_rewards is not None:  # a reward is a negative penalty
+            taught = [[-r for r in turns] for turns in batch.layout.turn_sums(batch, token_rewards)]
+            penalties = taught if penalties is None else [[p + t for p, t in zip(ps, ts)]
+                                                          for ps, ts in zip(penalties, taught)]
         advantages = self.token_advantages(batch, x.length, penalties)
         return advantages.to(x.completion_ids.device), {}
 

@@ -1,6 +1,6 @@
 """Every forward of a multi-turn step: the policy's log-probs (old, reference, the loss's own, a snapshot's
-behaviour log-probs) and PPO's critic values, laid out by the packing plan (`packing`) or as padded rows, with the
-log-prob maths of `logprobs`.
+behaviour log-probs), a distillation teacher's log-probs and PPO's critic values, laid out by the packing plan
+(`packing`) or as padded rows, with the log-prob maths of `logprobs`.
 
 `Forwards` is built once by the trainer and handed to the step, the credit and the losses; TRL's
 `_get_per_token_logps_and_entropies` is a one-line delegate to `Forwards.logps`, so the ratio pi / pi_old is exactly
@@ -28,11 +28,12 @@ if TYPE_CHECKING:
 class Forwards:
     """The step's forwards. `model()` and `reference()` give the trainer's current model and reference model (None:
     the policy with its adapter disabled): transformers and PPO replace the model after set-up, so they are read at
-    each forward. `args` is the trainer's config (batch sizes, `packing`, gradient checkpointing)."""
+    each forward. `args` is the trainer's config (batch sizes, `packing`, gradient checkpointing); `teacher` the
+    frozen teacher of on-policy distillation, if any (`distillation.py`)."""
 
     def __init__(self, model: Callable[[], torch.nn.Module], reference: Callable[[], torch.nn.Module | None],
-                 accelerator, args, *, temperature: float, pad_token_id: int):
-        self.model, self.reference_model = model, reference
+                 accelerator, args, *, temperature: float, pad_token_id: int, teacher: torch.nn.Module | None = None):
+        self.model, self.reference_model, self.teacher_model = model, reference, teacher
         self.accelerator, self.args = accelerator, args
         self.temperature, self.pad_token_id = temperature, pad_token_id
         self.planner = RowsPlanner()  # one prefix-tree plan for every forward of a batch's rows
@@ -82,6 +83,13 @@ class Forwards:
             unwrapped = self.accelerator.unwrap_model(model)
             with use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None):
                 return self.logps(model, x.input_ids, x.attention_mask, x.length, self.batch_size(mode))[0]
+
+    @torch.no_grad()
+    def teacher(self, x: StepTensors, mode: str) -> torch.Tensor:
+        """log pi_T of the step's rows under the distillation teacher, laid out as every policy forward is (packed
+        where the teacher takes the prefix-tree mask and `packing` chooses it, else padded rows), at the sampling
+        temperature the policy's log-probs use."""
+        return self.logps(self.teacher_model, x.input_ids, x.attention_mask, x.length, self.batch_size(mode))[0]
 
     @torch.no_grad()
     def behaviour_logps(self, model, episodes: list[Episode]) -> list[Episode]:

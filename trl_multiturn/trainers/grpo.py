@@ -75,6 +75,8 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
     the environment's `reset` understands. `reward_funcs` are optional extra trajectory-level rewards with TRL's
     signature; the environment's return under `reward_mode` is always the first reward source. With a model object
     and `beta > 0`, the reference model is a frozen copy of that object (not reloaded from `config._name_or_path`).
+    `teacher_model` (a path, a name or a model object sharing the student's tokenizer; or the config's
+    `teacher_model_name_or_path`) scores every sampled token for on-policy distillation (`distillation.py`).
 
     With `episode_format="stepwise"` TRL's rows are the step samples (`RolloutBatch.steps`; their number per process
     is `steps_per_batch`), each with its turn's advantage A[i, k]. The loss normalisation is TRL's `loss_type`: with
@@ -102,6 +104,7 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
         tools=None,
         rollout_func=None,
         environment_factory=None,
+        teacher_model=None,
     ):
         model, args = trainer_prologue(type(self), MultiTurnGRPOConfig, model, args)
         if tools or rollout_func is not None:
@@ -126,7 +129,7 @@ class MultiTurnGRPOTrainer(MultiTurnMixin, GRPOTrainer):
                 quantization_config=quantization_config,
                 peft_config=peft_config,
             )
-        self._init_multiturn(environment_factory)
+        self._init_multiturn(environment_factory, teacher_model)
 
     def _credit(self) -> EstimatorCredit:
         """The configured estimator, with GRPO's per-group std scaling (`scale_rewards`)."""

@@ -22,7 +22,13 @@ import torch
 from accelerate.utils import is_peft_model
 from transformers import TrainerCallback
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
+from trl.models.utils import (
+    disable_gradient_checkpointing,
+    prepare_deepspeed,
+    prepare_fsdp,
+    unwrap_model_for_generation,
+)
+from trl.trainer.utils import create_model_from_path, disable_dropout_in_model
 
 from ..agents import AgentEnvironment, AgentRunner
 from ..config_checks import Range, check_fields, check_value, config_field, field_range, parse_json_dict
@@ -40,6 +46,7 @@ from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
 from ..rollout.training_template import use_training_chat_template_field
 from ..run_lifetime import sigterm_stops_the_run
 from .batch import RolloutBatch
+from .distillation import TEACHER_SIGNALS, Distillation, check_teacher_vocabulary
 from .episode_source import EpisodeSource
 from .forwards import Forwards
 from .packing import PACKING_MODES, check_model_packing
@@ -106,6 +113,17 @@ class MultiTurnArguments:
             Name of the advantage estimator in `trl_multiturn.credit.ESTIMATORS`.
         estimator_kwargs (`dict`, *optional*):
             Extra options of the advantage estimator (a JSON object on the command line).
+
+        > Parameters that control on-policy distillation
+
+        teacher_model_name_or_path (`str`, *optional*):
+            A teacher model (path or name) that scores every token the student samples (or the trainer's
+            `teacher_model` argument, which also takes a model object).
+        teacher_kl_coef (`float`, defaults to `1.0`):
+            Weight of the teacher's per-token reward -(log pi - log pi_teacher) on the sampled tokens.
+        teacher_signal (`str`, defaults to `"reward"`):
+            'reward' (added to the environment's reward through the credit) or 'loss' (the teacher's per-token
+            reward alone is the advantage).
 
         > Parameters that control the environments
 
@@ -186,6 +204,33 @@ class MultiTurnArguments:
         metadata={"help": "Extra options of the advantage estimator, e.g. {'step_weight': 0.5} for 'gigpo' (a JSON "
                           "string on the command line)."},
     )
+
+    # Parameters that control on-policy distillation
+    teacher_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "On-policy distillation: a causal LM (a path or Hub name; in Python the trainer's "
+                          "`teacher_model` argument also takes a model object) that scores every token the student "
+                          "sampled in its episodes. Each sampled token gets the reward -teacher_kl_coef * "
+                          "(log pi(y_t) - log pi_teacher(y_t)), the negative of the per-token reverse KL; "
+                          "observation tokens get none. The teacher must share the student's tokenizer (refused at "
+                          "start otherwise). Loaded as TRL loads a reference model (`model_init_kwargs`), frozen, "
+                          "its forwards packed as the reference's (padded where it cannot take the packed mask). "
+                          "None: no teacher."},
+    )
+    teacher_kl_coef: float = config_field(
+        1.0, "With a teacher: the weight of its per-token reward -(log pi(y_t) - log pi_teacher(y_t)) on each sampled "
+             "token (logged: `teacher/reverse_kl`, the mean reverse KL per trained token, and `teacher/reward_share`, "
+             "the teacher's share of the batch's reward magnitude).",
+        range=Range(gt=0, text="a number > 0 (the weight of the teacher's per-token reward; to train without a "
+                               "teacher, leave teacher_model_name_or_path unset)"))
+    teacher_signal: str = config_field(
+        "reward", "With a teacher: 'reward' adds its per-token rewards to the environment's reward through the "
+                  "trainer's credit (GRPO and RLOO: each turn's sum joins that turn's reward before the advantage "
+                  "estimator; PPO: each token's reward before GAE); 'loss' trains on the teacher alone, each sampled "
+                  "token's advantage its own teacher reward (no baseline, no discount: on-policy distillation's "
+                  "per-token reverse-KL policy gradient; the environment still plays and is logged). See "
+                  "docs/distillation.md.",
+        choices=TEACHER_SIGNALS)
 
     # Parameters that control the environments
     env_mode: str = field(
@@ -333,6 +378,7 @@ class MultiTurnArguments:
         check_env_settings(self.env_mode, self.env_timeout, self.env_max_memory_mb)
         check_schedule(self.rollout_schedule, self.rollout_overlap)
         self.check_policy_lag()
+        self.check_teacher_signal()
         self.env_ray_resources = parse_ray_resources(self.env_ray_resources)
         check_ray_placement(self.env_mode, self.ray_placement())
 
@@ -393,6 +439,16 @@ class MultiTurnArguments:
                              f"{self.num_iterations} / {self.gradient_accumulation_steps} optimizer steps, which must "
                              f"be a whole number <= max_policy_lag: raise max_policy_lag to it, or set "
                              f"steps_per_generation=gradient_accumulation_steps and num_iterations=1")
+
+    def teacher_loss_refusal(self) -> str | None:
+        """Why this config's trainer cannot train with `teacher_signal='loss'`, with what to use; None if it can."""
+        return None
+
+    def check_teacher_signal(self) -> None:
+        """Refuse `teacher_signal='loss'` where the trainer cannot train on the teacher's per-token advantages."""
+        refusal = self.teacher_loss_refusal() if self.teacher_signal == "loss" else None
+        if refusal:
+            raise ValueError(f"teacher_signal='loss' is not supported by {type(self).__name__}: {refusal}")
 
     def check_advantage_estimator(self) -> None:
         """Raise if `advantage_estimator` is not registered or `estimator_kwargs` holds options it does not take.
@@ -619,7 +675,7 @@ class MultiTurnMixin(RunFilesMixin):
         """The tokenizer of `processing_class`: itself, or a processor's `tokenizer`."""
         return getattr(self.processing_class, "tokenizer", self.processing_class)
 
-    def _init_multiturn(self, environment_factory) -> None:
+    def _init_multiturn(self, environment_factory, teacher_model=None) -> None:
         if environment_factory is None:
             raise ValueError("environment_factory is required: pass a callable that returns a fresh Environment "
                              "(e.g. `TextWorldEnv` or `lambda: MyEnv(...)`).")
@@ -642,9 +698,12 @@ class MultiTurnMixin(RunFilesMixin):
         self._history_cache = self._make_history_cache()
         self.step_log = StepLog(self._metrics, self._logs, self.accelerator, lambda: self.state,
                                 self.reward_func_names)
+        teacher = self._teacher(teacher_model)
         self.forwards = Forwards(lambda: self.model, lambda: self.ref_model, self.accelerator, self.args,
-                                 temperature=self.temperature, pad_token_id=self.text_tokenizer.pad_token_id)
-        check_model_packing(self.accelerator.unwrap_model(self.model), self.forwards.packing)
+                                 temperature=self.temperature, pad_token_id=self.text_tokenizer.pad_token_id,
+                                 teacher=teacher)
+        for model in (self.model, *([teacher] if teacher is not None else [])):
+            check_model_packing(self.accelerator.unwrap_model(model), self.forwards.packing)
         self._lagged_rollouts = self._make_lagged_rollouts() if self.args.max_policy_lag else None
         episodes = EpisodeSource(
             self.episode_runner, self.format, self.args, self.accelerator, history_cache=self._history_cache,
@@ -653,9 +712,46 @@ class MultiTurnMixin(RunFilesMixin):
             num_generations=self.num_generations, num_generations_eval=self.num_generations_eval, log=self.step_log)
         scorer = Scorer(self.reward_funcs, self.reward_func_names, self.accelerator, lambda: self.state,
                         self.step_log)
+        distillation = None if teacher is None else Distillation(
+            self.forwards, self.step_log, self.accelerator, coef=self.args.teacher_kl_coef,
+            signal=self.args.teacher_signal)
         self.step = MultiTurnStep(episodes, self.forwards, self._credit(), scorer, self.step_log, args=self.args,
                                   accelerator=self.accelerator, pad_token_id=self.text_tokenizer.pad_token_id,
-                                  eos_token_id=self.stop_token_ids[0], use_vllm=self.use_vllm)
+                                  eos_token_id=self.stop_token_ids[0], use_vllm=self.use_vllm,
+                                  distillation=distillation)
+
+    def _teacher(self, teacher_model) -> torch.nn.Module | None:
+        """The teacher of on-policy distillation, or None: the trainer's `teacher_model` argument (a path, a name or
+        a model object) or the config's `teacher_model_name_or_path`, loaded as TRL loads a reference model, refused
+        unless it shares the student's vocabulary (`distillation.check_teacher_vocabulary`), then frozen and prepared
+        for the backend (`_frozen_model`)."""
+        named = self.args.teacher_model_name_or_path
+        if teacher_model is not None and named is not None:
+            raise ValueError(f"teacher_model and teacher_model_name_or_path={named!r} are both given: pass one")
+        given = teacher_model if teacher_model is not None else named
+        if given is None:
+            if self.args.teacher_signal == "loss":
+                raise ValueError("teacher_signal='loss' trains on a teacher's signal alone, and no teacher is given: "
+                                 "set teacher_model_name_or_path (or pass teacher_model), or teacher_signal='reward'")
+            return None
+        if isinstance(given, str):
+            given = resolve_model(given)
+            teacher = create_model_from_path(given, **(self.args.model_init_kwargs or {}))
+        else:
+            teacher = given
+        check_teacher_vocabulary(self.text_tokenizer, teacher, given)
+        return self._frozen_model(teacher)
+
+    def _frozen_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """`model` without gradients or dropout, in eval mode, prepared for the backend as TRL prepares its reference
+        model (DeepSpeed, FSDP, or the accelerator's device)."""
+        model.requires_grad_(False).eval()
+        disable_dropout_in_model(model)
+        if self.is_deepspeed_enabled:
+            return prepare_deepspeed(model, self.accelerator)
+        if self.is_fsdp_enabled:
+            return prepare_fsdp(model, self.accelerator)
+        return self.accelerator.prepare_model(model, evaluation_mode=True)
 
     @property
     def last_rollout(self) -> RolloutBatch | None:

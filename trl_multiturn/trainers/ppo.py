@@ -59,7 +59,6 @@ from accelerate.utils import is_peft_model
 from torch import nn
 from transformers import set_seed
 from transformers.trainer import TRAINING_ARGS_NAME
-from trl.models.utils import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import create_model_from_path, disable_dropout_in_model
 
 from ..config_checks import Range, check_fields, config_field
@@ -179,6 +178,11 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
         return ("its critic's values and GAE are computed for the live policy's samples; use MultiTurnGRPOConfig for "
                 "off-policy training, or max_policy_lag=0")
 
+    def teacher_loss_refusal(self) -> str | None:
+        return ("its critic learns the environment's returns, which would then train nothing: use "
+                "teacher_signal='reward' (the teacher's per-token rewards join PPO's token rewards before GAE), or "
+                "MultiTurnGRPOConfig / MultiTurnRLOOConfig")
+
     def check_advantage_estimator(self) -> None:
         get_value_estimator(self.advantage_estimator)
 
@@ -291,6 +295,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         environment_factory=None,
         value_model: str | nn.Module | None = None,
         value_peft_config=None,
+        teacher_model=None,
     ):
         model, args = trainer_prologue(type(self), MultiTurnPPOConfig, model, args)
         if optimizers[0] is not None:
@@ -321,6 +326,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
             quantization_config=quantization_config,
             peft_config=peft_config,
             environment_factory=environment_factory,
+            teacher_model=teacher_model,
         )
         if own_reference:
             self.ref_model = self._reward_reference(reference)
@@ -341,13 +347,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         backend as TRL prepares its own."""
         if isinstance(model, str):
             model = create_model_from_path(model, **(self.args.model_init_kwargs or {}))
-        model.requires_grad_(False).eval()
-        disable_dropout_in_model(model)
-        if self.is_deepspeed_enabled:
-            return prepare_deepspeed(model, self.accelerator)
-        if self.is_fsdp_enabled:
-            return prepare_fsdp(model, self.accelerator)
-        return self.accelerator.prepare_model(model, evaluation_mode=True)
+        return self._frozen_model(model)
 
     @property
     def unwrapped_critic(self) -> nn.Module:

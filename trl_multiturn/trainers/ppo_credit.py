@@ -2,6 +2,7 @@
 
     r_t  = each turn's reward on the last token the model sampled in that turn
            - kl_coef * (log pi_old(y_t) - log pi_ref(y_t)) on every sampled token
+           + a distillation teacher's reward on every sampled token, if any (`distillation.py`)
     V_t  = the critic's value before token t (`forwards.Forwards.values`)
     A_t, R_t = a value estimator of `credit.gae` ('gae' over the sampled tokens, observation tokens skipped, or
            'turn_gae' one step per turn), run within each episode's row or, step-wise, across its steps
@@ -42,16 +43,20 @@ class CriticCredit:
     def needs_reference(self) -> bool:
         return self.args.kl_coef != 0.0 or self.beta != 0.0
 
-    def __call__(self, batch: RolloutBatch, x: StepTensors, old, ref) -> tuple[torch.Tensor, dict]:
+    def __call__(self, batch: RolloutBatch, x: StepTensors, old, ref,
+                 token_rewards: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """(B, T) advantages from the value estimator on the critic's values (whitened if configured), and the value
         targets the value loss reads (`returns`, `old_values`, `value_mask`). The batch's episode format runs the
         estimator (`formats.StepWise.value_targets`: step rows, the estimator across each episode's steps, a critic
-        pass over the steps left out of the rows)."""
+        pass over the steps left out of the rows). `token_rewards` (B, T), per-token rewards of another source (a
+        distillation teacher's), join each token's reward r_t."""
         args, mode = self.args, batch.mode
         mask = (x.completion_mask * x.trained).bool()
         length = x.length
         batch_size = self.forwards.batch_size(mode)
         rewards = self.token_rewards(batch, length, x.completion_ids.device)
+        if token_rewards is not None:
+            rewards = rewards + token_rewards * mask
         plan = self.forwards.plan(x.input_ids, x.attention_mask, length, batch_size)
         with torch.no_grad(), self.accelerator.autocast():
             values = self.forwards.values(x.input_ids, x.attention_mask, length, batch_size, plan) * mask

@@ -80,6 +80,13 @@ class MultiTurnRLOOConfig(RLOOConfig, MultiTurnArguments):
         return ("its one importance ratio per episode or turn has no per-token behaviour correction yet; use "
                 "MultiTurnGRPOConfig for off-policy training, or max_policy_lag=0")
 
+    def teacher_loss_refusal(self) -> str | None:
+        if self.loss_granularity == "episode":
+            return ("the teacher gives each token its own advantage, and loss_granularity='episode' takes one per "
+                    "episode: set loss_granularity='turn' (each turn's advantage the mean of its tokens'), or "
+                    "teacher_signal='reward'")
+        return None
+
     def unused_fields(self) -> dict[str, str]:
         return {**super().unused_fields(), "reward_clip_range": (
             "it clips one reward per completion, which multi-turn credit does not have; shape per-turn rewards with "
@@ -126,8 +133,8 @@ class RLOOCredit(EstimatorCredit):
     def needs_old_logps(self) -> bool:
         return True  # RLOO's loss takes the ratio to pi_old per segment
 
-    def __call__(self, batch, x, old, ref):
-        advantages, extra = super().__call__(batch, x, old, ref)
+    def __call__(self, batch, x, old, ref, token_rewards=None):
+        advantages, extra = super().__call__(batch, x, old, ref, token_rewards)
         if self.one_per_episode:
             check_one_advantage_per_episode(advantages, x.trained, self.name)
         return advantages, extra
@@ -154,7 +161,8 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
     is always the first reward source, and `reward_funcs` add trajectory-level rewards with TRL's signature.
     `environment_factory` is a callable returning a fresh `trl_multiturn.Environment`; each `train_dataset` row is
     one task that its `reset` understands. With a model object and `beta > 0`, the reference model is a frozen copy
-    of that object (not reloaded from `config._name_or_path`).
+    of that object (not reloaded from `config._name_or_path`). `teacher_model`: as `MultiTurnGRPOTrainer`'s (on-policy
+    distillation).
     """
 
     _tag_names = ["trl", "rloo", "trl-multiturn"]
@@ -173,6 +181,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
         quantization_config=None,
         peft_config=None,
         environment_factory=None,
+        teacher_model=None,
     ):
         model, args = trainer_prologue(type(self), MultiTurnRLOOConfig, model, args)
         reward_funcs, reward_processing_classes = self._with_environment_reward(
@@ -192,7 +201,7 @@ class MultiTurnRLOOTrainer(MultiTurnMixin, RLOOTrainer):
                 quantization_config=quantization_config,
                 peft_config=peft_config,
             )
-        self._init_multiturn(environment_factory)
+        self._init_multiturn(environment_factory, teacher_model)
 
     def _credit(self) -> RLOOCredit:
         """The configured estimator without per-group std scaling (RLOOConfig has none), the KL penalty folded into

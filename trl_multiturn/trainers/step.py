@@ -12,6 +12,8 @@ parts once and hands them over; the step never sees the trainer:
 - the credit: `estimator_credit.EstimatorCredit` (GRPO, RLOO: the configured estimator on per-turn rewards) or
   `ppo_credit.CriticCredit` (PPO: per-token rewards, the critic's values, GAE);
 - the scorer (`scorer.Scorer`): the reward functions with TRL's signature;
+- the teacher of on-policy distillation, if any (`distillation.Distillation`): per-token rewards on the sampled tokens,
+  added to the environment's reward through the credit or, alone, the advantages;
 - the step's log (`step_log.StepLog`).
 
 TRL asks for a generation batch in one place, `_generate_and_score_completions(inputs)`, and every trainer answers it
@@ -36,6 +38,7 @@ from .importance import episode_row_weights, importance_weights, row_mean_loss, 
 from .step_tensors import StepTensors, sampling_logps
 
 if TYPE_CHECKING:
+    from .distillation import Distillation
     from .episode_source import EpisodeSource
     from .forwards import Forwards
     from .scorer import Scorer
@@ -51,11 +54,13 @@ class EpisodesFailedError(RuntimeError):
 class MultiTurnStep:
     """The training step of a multi-turn trainer (see the module docstring): `step(rows) -> inputs of the loss`,
     from the parts it is handed. `args` is the trainer's config; `pad_token_id` and `eos_token_id` lay out a padding
-    row; `use_vllm`: replies come from vLLM, whose sampler TRL may correct for."""
+    row; `use_vllm`: replies come from vLLM, whose sampler TRL may correct for; `distillation`: the teacher, if any."""
 
     def __init__(self, episodes: EpisodeSource, forwards: Forwards, credit, scorer: Scorer, log: StepLog, *, args,
-                 accelerator, pad_token_id: int, eos_token_id: int, use_vllm: bool):
+                 accelerator, pad_token_id: int, eos_token_id: int, use_vllm: bool,
+                 distillation: Distillation | None = None):
         self.episodes, self.forwards, self.credit, self.scorer, self.log = episodes, forwards, credit, scorer, log
+        self.distillation = distillation
         self.args, self.accelerator, self.use_vllm = args, accelerator, use_vllm
         self.pad_token_id, self.eos_token_id = pad_token_id, eos_token_id
         self.failed_steps = 0  # training steps in a row whose every episode failed
@@ -73,8 +78,13 @@ class MultiTurnStep:
         ref = self.forwards.reference(x, batch.mode) if self.credit.needs_reference() else None
         # 4. Every reward source's score: the environment's return, then each of `reward_funcs`.
         batch = batch.with_scores(self.scorer(rows, batch))
-        # 5. Credit: per-token advantages (and, for PPO, the value targets).
-        advantages, extra = self.credit(batch, x, old, ref)
+        # 5. Credit: per-token advantages (and, for PPO, the value targets). A teacher's per-token rewards join the
+        #    other rewards there, or are the advantages alone (teacher_signal='loss').
+        taught = self.distillation(batch, x, old) if self.distillation is not None else None
+        if taught is not None and self.distillation.alone:
+            advantages, extra = taught, {}
+        else:
+            advantages, extra = self.credit(batch, x, old, ref, taught)
         if getattr(self.args, "count_episodes_once", False) and row_mean_loss(self.args):  # one episode, one weight
             advantages = advantages * episode_row_weights(self.row_episodes(batch), x.trained)
         output = {"prompt_ids": x.prompt_ids, "prompt_mask": x.prompt_mask, "completion_ids": x.completion_ids,
@@ -147,13 +157,14 @@ class MultiTurnStep:
 
     def needs_old_logps(self, batch: RolloutBatch) -> bool:
         """Whether the loss or the credit needs pi_old: the batch is trained on over more than one optimizer step
-        (TRL's rule), vLLM's sampler is corrected for, a snapshot sampled it, or the credit needs them (a KL
-        penalty in the reward)."""
+        (TRL's rule), vLLM's sampler is corrected for, a snapshot sampled it, or the credit or a distillation teacher
+        needs them (a KL penalty in the reward, the teacher's reverse KL)."""
         args = self.args
         generate_every = args.steps_per_generation * args.num_iterations
         return (args.gradient_accumulation_steps % generate_every != 0
                 or (self.use_vllm and getattr(args, "vllm_importance_sampling_correction", False))
-                or batch.policy_versions is not None or self.credit.needs_old_logps())
+                or batch.policy_versions is not None or self.credit.needs_old_logps()
+                or self.distillation is not None)
 
     # -- 6. off-policy corrections ------------------------------------------------------------------------------------
 

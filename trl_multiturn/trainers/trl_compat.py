@@ -193,13 +193,14 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint("trl.trainer.utils", "pad", ("tensors",), "called: the step's padded rows",
                keywords=("padding_value", "padding_side", "pad_to_multiple_of"), shared=True),
     TouchPoint("trl.trainer.utils", "nanstd", ("tensor",), "called: the step's reward metrics", shared=True),
-    TouchPoint("trl.trainer.utils", "disable_dropout_in_model", ("model",), "called: PPO's critic and reference",
-               shared=True),
-    TouchPoint("trl.trainer.utils", "create_model_from_path", ("model_id",), "called: PPO's reference from a path"),
-    TouchPoint("trl.models.utils", "prepare_deepspeed", ("model", "accelerator"), "called: PPO's reference under "
-               "DeepSpeed, as TRL prepares its own"),
-    TouchPoint("trl.models.utils", "prepare_fsdp", ("model", "accelerator"), "called: PPO's reference under FSDP, "
-               "as TRL prepares its own"),
+    TouchPoint("trl.trainer.utils", "disable_dropout_in_model", ("model",), "called: PPO's critic and reference, "
+               "a distillation teacher", shared=True),
+    TouchPoint("trl.trainer.utils", "create_model_from_path", ("model_id",), "called: PPO's reference and a "
+               "distillation teacher from a path", shared=True),
+    TouchPoint("trl.models.utils", "prepare_deepspeed", ("model", "accelerator"), "called: PPO's reference and a "
+               "distillation teacher under DeepSpeed, as TRL prepares its own", shared=True),
+    TouchPoint("trl.models.utils", "prepare_fsdp", ("model", "accelerator"), "called: PPO's reference and a "
+               "distillation teacher under FSDP, as TRL prepares its own", shared=True),
     TouchPoint("trl.data_utils", "get_dataset_column_names", ("dataset",), "called: the SFT dataset's columns",
                shared=True),
     TouchPoint("trl.chat_template_utils", "get_training_chat_template", ("processing_class",),
