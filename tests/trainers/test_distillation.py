@@ -159,6 +159,10 @@ def test_bad_distillation_settings_are_refused_when_the_config_is_built(config_c
         tiny_rl_args(config_cls, tmp_path, **values)
 
 
-def test_the_teachers_signal_alone_needs_a_teacher(tiny_chatml_model, tmp_path):
+def test_a_trainer_without_a_usable_teacher_refuses_to_start(tiny_chatml_model, tmp_path):
     with pytest.raises(ValueError, match="teacher_signal='loss' trains on a teacher's signal alone, and no teacher"):
         make_trainer(tiny_chatml_model, tmp_path, teacher_signal="loss")
+    student = AutoModelForCausalLM.from_pretrained(tiny_chatml_model)
+    with pytest.raises(ValueError, match="teacher_model is the model being trained"):
+        make_trainer(student, tmp_path, teacher_model=student)
+    assert all(p.requires_grad for p in student.parameters())

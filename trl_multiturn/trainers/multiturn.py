@@ -737,6 +737,9 @@ class MultiTurnMixin(RunFilesMixin):
         if isinstance(given, str):
             given = resolve_model(given)
             teacher = create_model_from_path(given, **(self.args.model_init_kwargs or {}))
+        elif given is self.accelerator.unwrap_model(self.model) or given is self.model:
+            raise ValueError("teacher_model is the model being trained (freezing it would stop its training): pass "
+                             "a frozen copy, copy.deepcopy(model), or the path it was loaded from")
         else:
             teacher = given
         check_teacher_vocabulary(self.text_tokenizer, teacher, given)
