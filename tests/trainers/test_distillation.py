@@ -10,11 +10,12 @@ import pytest
 import torch
 from conftest import tiny_rl_args
 from datasets import Dataset
-from toy_envs import CountingEnv
+from toy_envs import CountingEnv, openai_loop_agent
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from trl.trainer.utils import pad
 
 from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer, MultiTurnPPOConfig, MultiTurnRLOOConfig
+from trl_multiturn.agents import AgentEnvironment
 from trl_multiturn.trainers.distillation import check_teacher_vocabulary
 from trl_multiturn.trainers.forwards import Forwards
 from trl_multiturn.trainers.step_tensors import StepTensors
@@ -49,6 +50,13 @@ def trainer(tiny_chatml_model, perturbed_teacher, tmp_path_factory):
                            teacher_model_name_or_path=perturbed_teacher)
     yield trainer
     trainer.close()
+
+
+def teacher_outputs(trainer, monkeypatch) -> list:
+    """The list into which each of the trainer's teacher forwards puts its log-probs from now on."""
+    seen, teacher_logps = [], trainer.forwards.teacher
+    monkeypatch.setattr(trainer.forwards, "teacher", lambda x, mode: seen.append(teacher_logps(x, mode)) or seen[-1])
+    return seen
 
 
 def scored_batch(trainer, seed=0):
@@ -95,9 +103,7 @@ def test_a_grpo_step_with_a_teacher_trains_and_logs_its_reverse_kl(trainer):
 
 
 def test_the_teacher_alone_rewards_each_sampled_token_and_no_observation_token(trainer, monkeypatch):
-    seen = []
-    teacher_logps = trainer.forwards.teacher
-    monkeypatch.setattr(trainer.forwards, "teacher", lambda x, mode: seen.append(teacher_logps(x, mode)) or seen[-1])
+    seen = teacher_outputs(trainer, monkeypatch)
     monkeypatch.setattr(trainer.step.distillation, "signal", "loss")
     inputs = scored_batch(trainer)
     sampled = inputs["tool_mask"].bool()
@@ -132,6 +138,29 @@ def test_a_teacher_equal_to_the_student_changes_nothing_and_one_that_differs_mov
     assert torch.equal(as_own_teacher["completion_ids"], untaught["completion_ids"])
     assert metrics["teacher/reverse_kl"] == [0.0] and metrics["teacher/reward_share"] == [0.0]
     assert torch.equal(as_own_teacher["advantages"], untaught["advantages"])
+
+
+def test_an_agents_episodes_are_scored_by_the_teacher_on_the_ids_it_was_sampled(tiny_chatml_model, perturbed_teacher,
+                                                                                  tmp_path, monkeypatch):
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, max_steps=1, max_turns=4, teacher_signal="loss",
+                        teacher_model_name_or_path=perturbed_teacher)
+    trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args,
+                                   environment_factory=AgentEnvironment(openai_loop_agent),
+                                   train_dataset=Dataset.from_list([{"goal": "Find the key."}] * 2))
+    seen = teacher_outputs(trainer, monkeypatch)
+    trainer.model.train()
+    torch.manual_seed(0)
+    try:
+        inputs = trainer._generate_and_score_completions([{"goal": "Find the key."}] * 2)
+    finally:
+        trainer.close()
+    assert all(ep.num_turns == 2 and not ep.failed for ep in trainer.last_rollout.episodes)
+    sampled = inputs["tool_mask"].bool()
+    observations = inputs["completion_mask"].bool() & ~sampled  # the agent's second user message
+    assert observations.any()
+    expected = -(inputs["old_per_token_logps"] - seen[0])
+    assert torch.allclose(inputs["advantages"][sampled], expected[sampled], atol=1e-6)
+    assert torch.all(inputs["advantages"][observations] == 0) and torch.all(seen[0][observations] != 0)
 
 
 def test_a_teacher_with_another_vocabulary_is_refused_at_the_start(tiny_chatml_model, tiny_llama3_model, tmp_path):
