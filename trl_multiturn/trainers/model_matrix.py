@@ -25,8 +25,8 @@ import torch
 
 from ..model_families import FAMILIES, Family, build_model, build_tokenizer
 from ..rollout.chat_tokens import ChatTemplateError, ChatTokenBuilder
-from .packing import choose_plan, packed_logps_and_entropies, packed_values
 from .logprobs import sequence_logps
+from .packing import choose_plan, packed_logps_and_entropies, packed_values
 from .value_model import PolicyAndValueModel, create_value_model, token_values
 
 ATOL = 1e-4
