@@ -3,8 +3,8 @@
 (`ddp`), a checkpoint after each, then a run resumed from the first checkpoint; `stepwise` after the mode trains
 step-wise (`episode_format="stepwise"`, 4 step rows per rank). Rank 0
 writes what the test checks: which of the critic's saved weights moved, their shapes (whole, not one shard), whether
-the resumed run ends with the critic the uninterrupted run saved, and the gradient norms (one norm over policy and
-critic, the one module the trainer trains)."""
+the resumed run ends with the critic the uninterrupted run saved, the gradient norms (one norm over policy and
+critic, the one module the trainer trains), and the forwards of each plan the ranks agreed to pack."""
 
 import json
 import os
@@ -19,6 +19,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from toy_envs import CountingEnv  # noqa: E402
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer  # noqa: E402
+from trl_multiturn.trainers.forwards import Forwards  # noqa: E402
+
+PACKED = []  # (this rank's forwards, the forwards every rank runs) of each plan the ranks agreed to pack
+agree = Forwards.agree
+
+
+def recorded_agree(self, plan):
+    """`Forwards.agree`, its packed plans recorded."""
+    agreed = agree(self, plan)
+    if agreed is not None:
+        PACKED.append((len(plan.forwards), len(agreed.forwards)))
+    return agreed
+
+
+Forwards.agree = recorded_agree
 
 model, out, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 STEPWISE = dict(episode_format="stepwise", steps_per_batch=4) if sys.argv[4:] == ["stepwise"] else {}
@@ -94,6 +109,7 @@ if rank == 0:
         "moved": [k for k in last if not torch.equal(first[k], last[k])],
         "resumed_equal": all(torch.allclose(last[k], resumed[k], atol=1e-6) for k in last),
         "grad_norms": grad_norms,
+        "packed": PACKED,
         "step_rows": None if trainer.last_rollout.steps is None else len(trainer.last_rollout.steps),
     }))
 trainer.accelerator.wait_for_everyone()

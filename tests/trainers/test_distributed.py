@@ -1,5 +1,6 @@
 """Two CPU processes (torchrun, gloo): every rank makes the same number of generate calls per step (agents in their
-own processes included); the PPO critic trains sharded by FSDP2 and as its own DeepSpeed ZeRO-2/3 engine."""
+own processes included); each rank packs its own rows, running as many forwards as the other, with the gradients of
+one process under DDP and FSDP2; the PPO critic trains sharded by FSDP2 and as its own DeepSpeed ZeRO-2/3 engine."""
 
 import json
 import os
@@ -13,13 +14,18 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "equal_generate_calls.py"
 
 
-def run_two_ranks(model, tmp_path, *extra):
-    """Each rank's list of generate-call sizes from one training step of `equal_generate_calls.py`."""
+def launch(script, *args, processes=2):
+    """Run `script` (in tests/distributed/) under torchrun with `processes` CPU processes; fail with its stderr."""
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRL_EXPERIMENTAL_SILENCE="1", OMP_NUM_THREADS="1")
-    cmd = [torchrun, "--standalone", "--nproc_per_node", "2", str(SCRIPT), model, str(tmp_path), *extra]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node", str(processes), str(script), *map(str, args)],
+                          env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def run_two_ranks(model, tmp_path, *extra):
+    """Each rank's list of generate-call sizes from one training step of `equal_generate_calls.py`."""
+    launch(SCRIPT, model, tmp_path, *extra)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
@@ -63,18 +69,29 @@ def test_command_line_agents_in_their_own_processes_train_on_two_ranks_with_equa
     assert sum(rank1) == 6 and sum(rank0) == 2
 
 
+def test_each_rank_packs_its_own_rows_with_as_many_forwards_and_the_gradients_of_one_process(tiny_chatml_model,
+                                                                                             tmp_path):
+    """Rank 0's rows (one group sharing its prompt) pack into fewer forwards than rank 1's (rows sharing nothing): it
+    runs filler forwards up to rank 1's number, and the loss, log-probs and gradients under DDP and under FSDP2 are
+    those of one process over every rank's rows, padded (fp32)."""
+    launch(Path(__file__).resolve().parents[1] / "distributed" / "packed_ranks.py", tiny_chatml_model, tmp_path)
+    rank0, rank1 = json.loads((tmp_path / "result.json").read_text())
+    for backend in (0, 1):
+        first, second = rank0[backend], rank1[backend]
+        assert first["planned"] == [1] and second["planned"] == [2]  # one plan each, rank 0's one forward short
+        assert first["forwards"] == second["forwards"] == 2
+        for result in (first, second):
+            assert result["logps"] < 1e-4 and result["loss"] < 1e-4 and result["grads"] < 1e-4, result
+
+
 PPO_SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "ppo_sharded.py"
 PPO_PROCESSES = int(os.environ.get("TEST_NPROC", "2"))
 """Processes of the PPO runs: 2 on CPU; scripts/gpu_check.sh sets one per GPU (CUDA then replaces the CPU)."""
 
 
 def run_ppo_two_ranks(model, out, mode, *extra):
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRL_EXPERIMENTAL_SILENCE="1", OMP_NUM_THREADS="1")
     out.mkdir()
-    done = subprocess.run([torchrun, "--standalone", "--nproc_per_node", str(PPO_PROCESSES), str(PPO_SCRIPT), model,
-                           str(out), mode, *extra], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    launch(PPO_SCRIPT, model, out, mode, *extra, processes=PPO_PROCESSES)
     return json.loads((out / "result.json").read_text())
 
 
@@ -98,6 +115,7 @@ def assert_trains_the_critic_ddp_does(run, out, ddp_ppo_run):
     assert run["shapes"] == ddp["shapes"] and run["shapes"]["model.embed_tokens.weight"][0] > 500  # whole
     assert "score.weight" in run["moved"] and len(run["moved"]) == len(run["shapes"])
     assert run["resumed_equal"]
+    assert ddp["packed"] and run["packed"] == ddp["packed"]  # each rank packed its rows, the same plans
     assert run["grad_norms"] == pytest.approx(ddp["grad_norms"], rel=1e-4)
     critics = [load_file(str(folder / "straight" / "checkpoint-2" / "critic" / "model.safetensors"))
                for folder in (out, ddp_out)]

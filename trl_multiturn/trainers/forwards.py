@@ -17,7 +17,14 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad, use_adapter
 
 from .logprobs import sequence_logps
-from .packing import PackPlan, RowsPlanner, choose_plan, packed_logps_and_entropies, packed_values
+from .packing import (
+    PackPlan,
+    RowsPlanner,
+    choose_plan,
+    packed_logps_and_entropies,
+    packed_values,
+    with_filler_forwards,
+)
 
 if TYPE_CHECKING:
     from ..rollout import Episode
@@ -38,11 +45,21 @@ class Forwards:
         self.temperature, self.pad_token_id = temperature, pad_token_id
         self.planner = RowsPlanner()  # one prefix-tree plan for every forward of a batch's rows
 
-    @property
-    def packing(self) -> str:
-        """`packing` as this run applies it: "padded" on several processes, whose packs differ, so their numbers of
-        forwards would (ZeRO-3 and FSDP gather parameters per forward, DDP reduces once per forward)."""
-        return "padded" if self.accelerator.num_processes > 1 else self.args.packing
+    def agree(self, plan: PackPlan | None) -> PackPlan | None:
+        """The plan every process runs, from this process's `plan` of its own rows (None: its rows padded). All
+        processes must run the same number of forwards (DDP syncs buffers, ZeRO-3 and FSDP gather parameters at each),
+        so with n_r the forwards of rank r's plan:
+
+            every rank packed:  each runs its plan with filler forwards up to max_r n_r (`with_filler_forwards`)
+            else:               every rank pads its rows (as many rows, so as many forwards, on each)
+
+        One process: `plan` as it is. A collective: every process calls it at the same forward of the step."""
+        if self.accelerator.num_processes == 1:
+            return plan
+        local = [1, 0] if plan is None else [0, len(plan.forwards)]
+        padded, forwards = self.accelerator.reduce(torch.tensor(local, device=self.accelerator.device),
+                                                   reduction="max").tolist()
+        return None if padded else with_filler_forwards(plan, forwards, self.pad_token_id)
 
     def batch_size(self, mode: str) -> int:
         args = self.args
@@ -54,18 +71,20 @@ class Forwards:
               compute_aux_loss=False, **multimodal):
         """Every log-prob of a step, TRL's loss's included (its `_get_per_token_logps_and_entropies`): the rows'
         shared prefixes forwarded once (`packing.packed_logps_and_entropies`), or each row whole
-        (`logprobs.sequence_logps`), as `packing` says. Episodes are text: multimodal inputs are refused."""
+        (`logprobs.sequence_logps`), as `packing` says, one plan for every rank (`agree`). Episodes are text:
+        multimodal inputs are refused."""
         given = sorted(name for name, value in multimodal.items() if value is not None)
         if given:
             raise ValueError(f"multi-turn episodes are text only; got {given}")
         # MoE's load-balancing loss: the rows' own forwards
-        if compute_aux_loss or self.packing == "padded":
+        if compute_aux_loss or self.args.packing == "padded":
             return sequence_logps(model, input_ids, attention_mask, logits_to_keep, temperature=self.temperature,
                                   batch_size=batch_size, compute_entropy=compute_entropy,
                                   compute_aux_loss=compute_aux_loss, autocast=self.accelerator.autocast)
         return (*packed_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                            compute_entropy, temperature=self.temperature, packing=self.packing,
-                                            planner=self.planner, autocast=self.accelerator.autocast), None)
+                                            compute_entropy, temperature=self.temperature, packing=self.args.packing,
+                                            planner=self.planner, agree=self.agree,
+                                            autocast=self.accelerator.autocast), None)
 
     def old(self, x: StepTensors, mode: str) -> torch.Tensor:
         """log pi_old of the step's rows: the live policy before any update."""
@@ -122,7 +141,7 @@ class Forwards:
         None for the padded rows: as `packing` chooses (`packing.choose_plan`, over the policy and the critic)."""
         model = self.accelerator.unwrap_model(self.model())
         return choose_plan((model.policy, model.critic), input_ids, attention_mask, length, batch_size,
-                           packing=self.packing, planner=self.planner)
+                           packing=self.args.packing, planner=self.planner, agree=self.agree)
 
     def values(self, input_ids, attention_mask, length: int, batch_size: int, plan: PackPlan | None) -> torch.Tensor:
         """(rows, length) the critic's V(s_t) of the last `length` tokens, from the head at t - 1 (before token t):
@@ -141,15 +160,16 @@ class Forwards:
         """The critic's values over each step's reply tokens (V before each token), for steps that are no TRL row,
         laid out as TRL lays out its rows (contexts padded on the left, replies on the right): packed, all the steps
         in one plan (an episode's steps share its earlier turns), where `packing` chooses it; else `batch_size` steps
-        per forward, every process making as many forwards as the busiest one (sharded models run them together)."""
-        if steps:
-            input_ids, attention_mask = self.padded_steps(steps)
-            length = max(len(s.completion_ids) for s in steps)
-            plan = self.plan(input_ids, attention_mask, length, batch_size)
-            if plan is not None:
-                with self.accelerator.autocast():
-                    values = packed_values(self.model(), plan)
-                return [values[j, :len(s.completion_ids)] for j, s in enumerate(steps)]
+        per forward, every process making as many forwards as the busiest one (sharded models run them together). A
+        process without such steps plans a dummy row, so that every process takes part in the plan's agreement."""
+        input_ids, attention_mask = self.padded_steps(steps)
+        length = max((len(s.completion_ids) for s in steps), default=1)
+        several = self.accelerator.num_processes > 1
+        plan = self.plan(input_ids, attention_mask, length, batch_size) if steps or several else None
+        if plan is not None:
+            with self.accelerator.autocast():
+                values = packed_values(self.model(), plan)
+            return [values[j, :len(s.completion_ids)] for j, s in enumerate(steps)]
         calls = -(-len(steps) // batch_size)
         if self.accelerator.num_processes > 1:
             calls = int(self.accelerator.reduce(torch.tensor([calls], device=self.accelerator.device),

@@ -344,8 +344,8 @@ class MultiTurnArguments:
         "step-wise episode's earlier turns) with a prefix-tree attention mask, 'padded' forwards "
         "each row whole, 'auto' packs where the model's attention takes the mask and a cost model "
         "says it is cheaper. The log-probs and values are the same either way "
-        "(trl_multiturn/trainers/packing.py; benchmarks/packing.py measures the saving). One "
-        "process only: on several, 'auto' pads.",
+        "(trl_multiturn/trainers/packing.py; benchmarks/packing.py measures the saving). On "
+        "several processes each packs its own rows, all running as many forwards.",
         choices=PACKING_MODES)
 
     # Parameters that control the chat template and the saved episodes
@@ -680,10 +680,6 @@ class MultiTurnMixin(RunFilesMixin):
             raise ValueError("environment_factory is required: pass a callable that returns a fresh Environment "
                              "(e.g. `TextWorldEnv` or `lambda: MyEnv(...)`).")
         self.args.check_multiturn_args()
-        if self.args.packing == "prefix" and self.accelerator.num_processes > 1:
-            raise ValueError(f"packing='prefix' on {self.accelerator.num_processes} processes is not supported yet "
-                             "(each rank's packs differ, so ranks would run different numbers of forwards): use "
-                             "packing='auto', which pads the rows there, or 'padded'")
         check_datasets(self.train_dataset, self.eval_dataset)
         check_trl_attributes(self)
         self.environment_factory = environment_factory
@@ -703,7 +699,7 @@ class MultiTurnMixin(RunFilesMixin):
                                  temperature=self.temperature, pad_token_id=self.text_tokenizer.pad_token_id,
                                  teacher=teacher)
         for model in (self.model, *([teacher] if teacher is not None else [])):
-            check_model_packing(self.accelerator.unwrap_model(model), self.forwards.packing)
+            check_model_packing(self.accelerator.unwrap_model(model), self.args.packing)
         self._lagged_rollouts = self._make_lagged_rollouts() if self.args.max_policy_lag else None
         episodes = EpisodeSource(
             self.episode_runner, self.format, self.args, self.accelerator, history_cache=self._history_cache,
