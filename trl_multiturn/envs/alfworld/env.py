@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -9,6 +10,8 @@ from ...config_checks import Range, check_fields, config_field
 from ..base import Environment, StepResult, TaskError
 from .engine import EXPERT_TYPES, ExpertFailed, make_engine, play_expert, seeded_random
 from .tasks import TRAJ_FILE, read_game, resolve_game_file
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -175,11 +178,17 @@ class ALFWorldEnv(Environment):
                 self._expert_engine.load(str(self._loaded))
                 self._expert_state = self._expert_engine.reset()
             self._expert_steps = 0
-        for k in range(self._expert_steps, len(self._played)):
-            with seeded_random(k + 1):
-                self._expert_state, _, _ = self._expert_engine.step(self._played[k])
-        self._expert_steps = len(self._played)
-        plan = self._expert_state["extra.expert_plan"]
+        try:
+            for k in range(self._expert_steps, len(self._played)):
+                with seeded_random(k + 1):
+                    self._expert_state, _, _ = self._expert_engine.step(self._played[k])
+                self._expert_steps = k + 1
+            plan = self._expert_state["extra.expert_plan"]
+        except Exception as err:  # noqa: BLE001 - ALFWorld's expert signals dead ends with plain exceptions
+            logger.warning("ALFWorld's %s expert has no action after %d actions of %s (%r): state left unlabelled",
+                           self.config.expert_type, len(self._played), self._loaded, err)
+            self._expert_steps = None  # its engine starts the episode again at the next call
+            return None
         return plan[0] if plan else None
 
     def close(self) -> None:
