@@ -23,6 +23,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import datasets
 
@@ -180,7 +181,7 @@ def expert_trajectories(
     return datasets.Dataset.from_list(rows)
 
 
-def _on_own_thread(play: Callable[[threading.Event], list], name: str) -> list:
+def _on_own_thread(play: Callable[[threading.Event], Any], name: str) -> Any:
     """`play(stop)` run on a thread of its own; `stop` is set when the caller stops waiting (e.g. after a Ctrl-C), and
     `play` should then end after its current task.
 
