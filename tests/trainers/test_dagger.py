@@ -129,6 +129,8 @@ def test_one_iteration_trains_on_the_students_states_with_the_experts_actions(da
     assert {row["actor"] for row in rows} == {"student"} and {row["episode"] for row in rows} == {0, 1}
     [record] = trainer.dagger_log
     assert record["beta"] == 0.0 and record["episodes"] == 2 and record["examples"] == len(rows) >= 2
+    [logged] = [log for log in trainer.state.log_history if "dagger/iteration" in log]
+    assert logged["dagger/examples"] == len(rows) and logged["dagger/student_turns"] == record["turns"]
     env = env_factory()
     try:
         for row in rows:

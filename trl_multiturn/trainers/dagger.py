@@ -81,7 +81,8 @@ class MultiTurnDAggerTrainer(MultiTurnSFTTrainer):
     `environment_factory` is required and must build an environment with `expert_action()` (TextWorld's and
     ALFWorld's have one): one without is refused here, in one line. `train()` runs `dagger_iterations` iterations;
     `dagger_log` holds each one's numbers (beta, episodes, wins, turns, the student's agreement with the expert,
-    examples added and aggregated), which are also logged as `dagger/*` after its training.
+    examples added and aggregated), which are also logged as `dagger/*` after its training. Each iteration's training
+    counts its steps from 0 (`Trainer.train()` per iteration); `state.log_history` holds every iteration's records.
     """
 
     _tag_names = ["trl", "sft", "dagger", "trl-multiturn"]
@@ -116,6 +117,7 @@ class MultiTurnDAggerTrainer(MultiTurnSFTTrainer):
         builder = self.episode_token_builder(tokenizer)
         rng = random.Random(args.seed)
         aggregated: list[dict] = []
+        history: list[dict] = []  # every iteration's log: each `Trainer.train()` starts a new TrainerState
         output = None
         env = self.environment_factory()
         try:
@@ -145,8 +147,10 @@ class MultiTurnDAggerTrainer(MultiTurnSFTTrainer):
                 output = super().train(trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
                 self.dagger_log.append(record)
                 self.log({f"dagger/{name}": value for name, value in record.items() if value is not None})
+                history += self.state.log_history
         finally:
             env.close()
+        self.state.log_history = history
         return output
 
     @staticmethod
