@@ -36,13 +36,15 @@ from trl_multiturn.envs.swegym.sandbox.base import SandboxConfig
 from trl_multiturn.envs.textworld.env import TextWorldConfig
 from trl_multiturn.model_setup import ModelSetup
 from trl_multiturn.rollout.rules import RULES, EpisodeRules
+from trl_multiturn.trainers.dagger import MultiTurnDAggerConfig
 from trl_multiturn.trainers.grpo import MultiTurnGRPOConfig
 from trl_multiturn.trainers.multiturn import MultiTurnArguments
 from trl_multiturn.trainers.ppo import MultiTurnPPOConfig
 from trl_multiturn.trainers.rloo import MultiTurnRLOOConfig
 from trl_multiturn.trainers.sft import MultiTurnSFTConfig
 
-TRAINER_CONFIGS = (MultiTurnGRPOConfig, MultiTurnRLOOConfig, MultiTurnPPOConfig, MultiTurnSFTConfig)
+TRAINER_CONFIGS = (MultiTurnGRPOConfig, MultiTurnRLOOConfig, MultiTurnPPOConfig, MultiTurnSFTConfig,
+                   MultiTurnDAggerConfig)
 CONFIG_CLASSES = (*TRAINER_CONFIGS, MultiTurnArguments, ModelSetup, ModelArguments, StartComparisonArguments,
                   TextWorldScriptArguments, EnvArguments, EvalArguments, TextWorldConfig, ALFWorldConfig,
                   ALFWorldGenConfig, SandboxConfig, SWEGymConfig, StudyData, StudyEval, OpenEnvConfig, EpisodeRules)
@@ -242,7 +244,7 @@ def test_a_range_declared_beside_the_help_is_checked_and_never_reaches_argparse(
 # groups under `> Parameters that control ...` headings, each `name (`type`, defaults to `value`):` or
 # `name (`type`, *optional*):` (default None), in the order the class declares them.
 DOCUMENTED = (MultiTurnArguments, MultiTurnGRPOConfig, MultiTurnRLOOConfig, MultiTurnPPOConfig, MultiTurnSFTConfig,
-              TextWorldConfig, ALFWorldConfig, SandboxConfig, SWEGymConfig, OpenEnvConfig)
+              MultiTurnDAggerConfig, TextWorldConfig, ALFWorldConfig, SandboxConfig, SWEGymConfig, OpenEnvConfig)
 PARAMETER = re.compile(r"(\w+) \(`[^`]+`(, \*optional\*)?(?:, defaults to `(.+)`)?\):")
 
 

@@ -20,6 +20,7 @@ PAIRS = [
     ("textworld_rloo", "textworld_rloo"),
     ("textworld_ppo", "textworld_ppo"),
     ("textworld_sft", "textworld_sft"),
+    ("textworld_dagger", "quickstart_dagger"),
     ("alfworld_grpo", "alfworld_grpo"),
     ("alfworld_grpo", "alfworld_gigpo_stepwise"),
     ("alfworld_grpo", "alfworld_gigpo_stepwise_cpu"),

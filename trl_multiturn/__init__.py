@@ -1,4 +1,4 @@
-"""trl-multiturn: multi-turn agentic RL (GRPO, RLOO, PPO, SFT) on top of Hugging Face TRL."""
+"""trl-multiturn: multi-turn agentic RL (GRPO, RLOO, PPO, SFT, DAgger) on top of Hugging Face TRL."""
 
 from .lazy import lazy_getattr
 from .quiet import filter_known_warnings
@@ -19,6 +19,8 @@ _PUBLIC = {
     "MultiTurnPPOConfig": ".trainers.ppo",
     "MultiTurnSFTTrainer": ".trainers.sft",
     "MultiTurnSFTConfig": ".trainers.sft",
+    "MultiTurnDAggerTrainer": ".trainers.dagger",
+    "MultiTurnDAggerConfig": ".trainers.dagger",
 }
 
 __all__ = list(_PUBLIC)

@@ -10,20 +10,27 @@ turn and each observation as the next user turn.
 tokens for the reply's content (end-of-turn token included, mask 1) and the template's delta for the next
 observation (mask 0). An SFT example is therefore token for token the episode the RL trainers would build if the
 model sampled the expert's replies, and its assistant mask is the rollout's `env_mask`.
+
+`dagger_episodes(env, tasks, generate, builder, beta=...)` plays DAgger's mixture policy (the expert with probability
+`beta` at each turn, the student otherwise) and labels every state it reaches with the environment's expert action
+(`Environment.expert_action`): one example per state, its context the episode's tokens so far (the student's sampled
+ids as sampled), only the expert action's tokens trained. `dagger_beta` is the mixing schedule.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import datasets
 
-from .envs.base import Environment
+from .envs.base import Environment, checked_step_result, has_expert_action
 from .rollout.chat_tokens import ChatTokenBuilder
 from .rollout.parsing import ActionParser, get_action_parser
-from .rollout.runner import opening_messages
+from .rollout.runner import UNREADABLE_REPLY, opening_messages
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +101,27 @@ def _as_environment(env) -> tuple[Environment, bool]:
     raise TypeError(f"`env` must be an Environment or a callable returning one, got {type(env).__name__}")
 
 
+def _taught_ids(action: str, parser: ActionParser, builder: ChatTokenBuilder | None, what: str) -> list[int] | None:
+    """The reply tokens that teach `action` (None without a builder); raises ExpertTrajectoryError where a rollout
+    would play another action than the one taught: the parser reads the reply differently, or the tokens decode to
+    another text."""
+    if parser(action) != action:
+        raise ExpertTrajectoryError(
+            f"{what} reads back as {parser(action)!r} through the action parser, so an RL rollout would play another "
+            "action than the one taught: use an action parser that returns the reply unchanged (e.g. "
+            "action_parser='whole_reply')"
+        )
+    if builder is None:
+        return None
+    ids = builder.assistant_content_ids(action)
+    # What the runner does with sampled reply ids: decode them, special tokens skipped.
+    decoded = builder.tokenizer.decode(ids, skip_special_tokens=True)
+    if decoded != action:
+        raise ExpertTrajectoryError(f"{what} decodes back as {decoded!r} after tokenization, so an RL rollout would "
+                                    "play another action than the one taught")
+    return ids
+
+
 def _replay(env: Environment, task: dict, parser: ActionParser, system_prompt: str | None,
             builder: ChatTokenBuilder | None) -> list[dict]:
     """The won conversation of `task`'s expert solution; raises ExpertTrajectoryError otherwise."""
@@ -103,20 +131,7 @@ def _replay(env: Environment, task: dict, parser: ActionParser, system_prompt: s
                                     "(`expert_actions` returned nothing)")
     messages = opening_messages(env.reset(task), system_prompt)
     for k, action in enumerate(actions):
-        if parser(action) != action:
-            raise ExpertTrajectoryError(
-                f"expert action {k} {action!r} of task {task!r} reads back as {parser(action)!r} through the action "
-                "parser, so an RL rollout would play another action than the one taught: use an action parser that "
-                "returns the reply unchanged (e.g. action_parser='whole_reply')"
-            )
-        if builder is not None:
-            # What the runner does with sampled reply ids: decode them, special tokens skipped.
-            decoded = builder.tokenizer.decode(builder.assistant_content_ids(action), skip_special_tokens=True)
-            if decoded != action:
-                raise ExpertTrajectoryError(
-                    f"expert action {k} {action!r} of task {task!r} decodes back as {decoded!r} after tokenization, "
-                    "so an RL rollout would play another action than the one taught"
-                )
+        _taught_ids(action, parser, builder, f"expert action {k} {action!r} of task {task!r}")
         result = env.step(action)
         messages.append({"role": "assistant", "content": action})
         if result.done:
@@ -161,29 +176,38 @@ def expert_trajectories(
     """
     parser = get_action_parser(action_parser, tokenizer)
     builder = ChatTokenBuilder(tokenizer, eos_token_ids, chat_template_kwargs) if tokenizer is not None else None
-    # On a thread of its own: an engine may keep exceptions whose tracebacks reach every calling frame (TextWorld's
-    # parser memoises its failed parses; ALFWorld's games did the same), which kept the caller's objects alive, e.g.
-    # the SFT trainer being built, its model and optimizer, through the GRPO stage after it. A new thread's frames
-    # reach no caller's.
+    rows = _on_own_thread(lambda stop: _won_episodes(env, tasks, parser, system_prompt, builder, skip_failures, stop),
+                          "expert-replay")
+    return datasets.Dataset.from_list(rows)
+
+
+def _on_own_thread(play: Callable[[threading.Event], Any], name: str) -> Any:
+    """`play(stop)` run on a thread of its own; `stop` is set when the caller stops waiting (e.g. after a Ctrl-C), and
+    `play` should then end after its current task.
+
+    An engine may keep exceptions whose tracebacks reach every calling frame (TextWorld's parser memoises its failed
+    parses; ALFWorld's games did the same), which kept the caller's objects alive, e.g. the SFT trainer being built,
+    its model and optimizer, through the GRPO stage after it. A new thread's frames reach no caller's.
+    """
     outcome, stop = {}, threading.Event()
 
-    def replay():
+    def run():
         try:
-            outcome["rows"] = _won_episodes(env, tasks, parser, system_prompt, builder, skip_failures, stop)
+            outcome["rows"] = play(stop)
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread below
             outcome["error"] = exc
 
-    thread = threading.Thread(target=replay, name="expert-replay")
+    thread = threading.Thread(target=run, name=name)
     try:
         thread.start()
         thread.join()
     finally:
-        stop.set()  # e.g. after a Ctrl-C: the replay ends after its current task (its environment closed)
+        stop.set()
         if thread.is_alive():
             thread.join()
     if "error" in outcome:
         raise outcome["error"]
-    return datasets.Dataset.from_list(outcome["rows"])
+    return outcome["rows"]
 
 
 def _won_episodes(env, tasks, parser: ActionParser, system_prompt: str | None, builder: ChatTokenBuilder | None,
@@ -216,3 +240,111 @@ def _won_episodes(env, tasks, parser: ActionParser, system_prompt: str | None, b
         raise ExpertTrajectoryError("no task yielded a won expert episode" +
                                     (f" ({len(skipped)} failed; first: {skipped[0]})" if skipped else ""))
     return rows
+
+
+def dagger_beta(iteration: int, beta_0: float, decay: float) -> float:
+    """DAgger's mixing weight (Ross, Gordon & Bagnell, 2011): the probability that the expert, not the student, acts
+    at a turn of iteration `i` (counted from 0),
+
+        beta_i = beta_0 * decay ** i
+
+    `beta_0 = 1` makes the first iteration behaviour cloning on the expert's own states; `decay = 0` lets the student
+    act alone from the second iteration on (the paper's `beta_i = I(i = 1)`).
+    """
+    if iteration < 0:
+        raise ValueError(f"iteration={iteration}: DAgger's iterations count from 0")
+    if not (0.0 <= beta_0 <= 1.0 and 0.0 <= decay <= 1.0):
+        raise ValueError(f"beta_0={beta_0}, decay={decay}: both must lie in [0, 1] (beta_i is a probability)")
+    return beta_0 * decay ** iteration
+
+
+def require_expert_action(env: Environment) -> None:
+    """Raise a one-line ValueError if `env` cannot name the expert's action for its current state."""
+    if not has_expert_action(env):
+        name = type(env).__name__
+        raise ValueError(f"{name} has no per-state expert, so DAgger cannot label the states the student reaches: "
+                         f"implement `{name}.expert_action()` (the expert's action for the current state)")
+
+
+def dagger_episodes(
+    env,
+    tasks: Iterable[dict],
+    generate: Callable,
+    builder: ChatTokenBuilder,
+    *,
+    beta: float,
+    rng: random.Random,
+    max_turns: int,
+    max_completion_length: int,
+    system_prompt: str | None = None,
+    action_parser: str | ActionParser = "first_line",
+) -> tuple[list[dict], dict]:
+    """One DAgger collection: an episode per task under the mixture policy, every state it reaches labelled.
+
+    At each turn the environment's expert names its action for the current state (`env.expert_action()`); the
+    expert then acts with probability `beta` (drawn from `rng`), the student (`generate`, a `GenerateFn` as the
+    runner takes: `generate(contexts, max_new_tokens) -> (completions, logprobs)`) otherwise. The episode's tokens
+    grow as the runner's trajectory format grows them: the reply's ids as sampled (closed with the end-of-turn token
+    where the per-turn cap cut it), then the template's delta for the observation. An episode ends when the
+    environment says done, after `max_turns` replies, or where the expert has no action.
+
+    Returns `(rows, stats)`. One row per labelled state: `input_ids` = the episode's tokens up to the state + the
+    expert action's reply tokens (`builder.assistant_content_ids`), `assistant_masks` 1 exactly on the latter;
+    `messages` (the conversation up to the state, then the expert's action as the assistant's reply), `task`,
+    `episode` (index in `tasks`), `turn`, `actor` ("expert" or "student": who then acted) and `played` (the action
+    played, None for a reply the parser found no action in). `stats`: `episodes`, `won` (episodes won), `turns`,
+    `student_turns`, `student_agreed` (student turns whose action was the expert's).
+    """
+    require_expert_action(env)
+    parser = get_action_parser(action_parser, builder.tokenizer)
+
+    def play(stop: threading.Event) -> tuple[list[dict], dict]:
+        rows, stats = [], dict.fromkeys(("episodes", "won", "turns", "student_turns", "student_agreed"), 0)
+        for index, task in enumerate(tasks):
+            if stop.is_set():
+                break
+            _dagger_episode(env, dict(task), index, generate, builder, parser, beta, rng, max_turns,
+                            max_completion_length, system_prompt, rows, stats)
+        return rows, stats
+
+    return _on_own_thread(play, "dagger-episodes")
+
+
+def _dagger_episode(env: Environment, task: dict, index: int, generate: Callable, builder: ChatTokenBuilder,
+                    parser: ActionParser, beta: float, rng: random.Random, max_turns: int, max_new_tokens: int,
+                    system_prompt: str | None, rows: list[dict], stats: dict) -> None:
+    """Play one episode of `dagger_episodes`, appending its rows to `rows` and counting it in `stats`."""
+    messages = opening_messages(env.reset(task), system_prompt)
+    context = builder.prompt_ids(messages)
+    stats["episodes"] += 1
+    for turn in range(max_turns):
+        label = env.expert_action()
+        if label is None:
+            break
+        label_ids = _taught_ids(label, parser, builder, f"expert action {label!r} at turn {turn} of task {task!r}")
+        actor = "expert" if rng.random() < beta else "student"
+        if actor == "expert":
+            reply_ids, reply, action = label_ids, label, label
+        else:
+            completions, _ = generate([context], max_new_tokens)
+            reply_ids = list(completions[0][:max_new_tokens])
+            reply = builder.tokenizer.decode(reply_ids, skip_special_tokens=True)
+            action = parser(reply)
+            stats["student_turns"] += 1
+            stats["student_agreed"] += action == label
+        stats["turns"] += 1
+        rows.append({"input_ids": context + label_ids, "assistant_masks": [0] * len(context) + [1] * len(label_ids),
+                     "messages": [*messages, {"role": "assistant", "content": label}], "task": task, "episode": index,
+                     "turn": turn, "actor": actor, "played": action})
+        messages.append({"role": "assistant", "content": reply})
+        context = context + reply_ids + builder.close_ids(reply_ids)
+        if action is None:
+            observation, role = UNREADABLE_REPLY, "user"
+        else:
+            result = checked_step_result(env.step(action))
+            if result.done:
+                stats["won"] += result.won
+                return
+            observation, role = result.observation, env.observation_role
+        messages.append({"role": role, "content": observation})
+        context = context + builder.observation_ids(observation, role)

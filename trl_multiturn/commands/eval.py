@@ -90,7 +90,7 @@ def config_model_dir(config_remaining: list[str], cli_args: list[str]) -> str | 
     output_dir = config_remaining[config_remaining.index("--output_dir") + 1]
     if not Path(output_dir, "config.json").is_file():
         recipe = cli_args[cli_args.index("--config") + 1] if "--config" in cli_args[:-1] else "RECIPE"
-        algorithm = next((name for name in ("sft", "ppo", "rloo") if name in Path(recipe).stem), "grpo")
+        algorithm = next((name for name in ("dagger", "sft", "ppo", "rloo") if name in Path(recipe).stem), "grpo")
         raise FileNotFoundError(
             f"--config {recipe}: the model it trains is not there (no {Path(output_dir, 'config.json')}); train it "
             f"first (trl-multiturn train {algorithm} --config {recipe}), or name the model to evaluate with "

@@ -21,9 +21,11 @@ TRAINERS = {
     "rloo": ("MultiTurnRLOOTrainer", "MultiTurnRLOOConfig"),
     "ppo": ("MultiTurnPPOTrainer", "MultiTurnPPOConfig"),
     "sft": ("MultiTurnSFTTrainer", "MultiTurnSFTConfig"),
+    "dagger": ("MultiTurnDAggerTrainer", "MultiTurnDAggerConfig"),
 }
 """Every trainer by its algorithm's name: (trainer class, config class) in `trl_multiturn`'s public API."""
-RL_ALGORITHMS = tuple(name for name in TRAINERS if name != "sft")
+SUPERVISED_ALGORITHMS = ("sft", "dagger")
+RL_ALGORITHMS = tuple(name for name in TRAINERS if name not in SUPERVISED_ALGORITHMS)
 
 
 def trainer_class(algorithm: str) -> type:

@@ -74,6 +74,21 @@ class Environment:
         """
         return None
 
+    def expert_action(self) -> str | None:
+        """The expert's action for the episode's current state (after `reset` and the `step`s so far), or None where
+        the expert has none (the episode is over, or the game can no longer be won).
+
+        DAgger (`MultiTurnDAggerTrainer`) labels every state the student reaches with it; an environment opts in by
+        overriding it (TextWorld and ALFWorld do). Overriding it is optional: `has_expert_action` tells whether an
+        environment did.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no per-state expert: override `expert_action()`")
+
+
+def has_expert_action(env: Environment) -> bool:
+    """Whether `env`'s class provides `Environment.expert_action` (overrides the base method)."""
+    return getattr(type(env), "expert_action", Environment.expert_action) is not Environment.expert_action
+
 
 EnvironmentFactory = Callable[[], Environment]
 

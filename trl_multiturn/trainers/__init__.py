@@ -7,6 +7,7 @@ _MODULES = {
     "MultiTurnRLOOTrainer": ".rloo", "MultiTurnRLOOConfig": ".rloo",
     "MultiTurnPPOTrainer": ".ppo", "MultiTurnPPOConfig": ".ppo",
     "MultiTurnSFTTrainer": ".sft", "MultiTurnSFTConfig": ".sft",
+    "MultiTurnDAggerTrainer": ".dagger", "MultiTurnDAggerConfig": ".dagger",
 }
 __all__ = list(_MODULES)
 

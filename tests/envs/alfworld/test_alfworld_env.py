@@ -197,3 +197,19 @@ def test_loading_a_game_in_process_keeps_the_recipe_the_model_card_names(row, mo
     finally:
         environment.close()
     assert recipe_from_argv() == "recipes/alfworld_grpo.yaml"
+
+
+def test_the_per_state_expert_leads_back_from_a_detour_and_wins(env, row, handcoded_plan):
+    """`expert_action` runs the hand-coded expert from the state the episode reached: after two actions of its own
+    the player is led to the goal, and the expert has nothing to say once the game is won."""
+    env.reset(row)
+    assert env.expert_action() == handcoded_plan[0]
+    env.step("go to sinkbasin 1")
+    env.step("look")
+    actions = []
+    while (action := env.expert_action()) is not None and len(actions) < 40:
+        actions.append(action)
+        result = env.step(action)
+    assert result.won and env.expert_action() is None
+    assert actions[-1] == handcoded_plan[-1] and len(actions) <= len(handcoded_plan)
+

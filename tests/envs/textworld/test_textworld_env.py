@@ -218,3 +218,20 @@ def test_clean_observation_strips_prompt_status_banner_and_menu():
     end = ("\nYou win.\n\n      *** The End ***\n\nWould you like to RESTART, RESTORE a saved game, QUIT or UNDO the "
            "last command?\n>                 -= Kitchen =-3/12")
     assert clean_observation(end) == "You win.\n\n*** The End ***"
+
+
+def test_the_per_state_expert_wins_from_a_state_off_the_walkthrough(env):
+    """`expert_action` is TextWorld's plan from where the player stands: after a detour it leads back and wins, it is
+    the walkthrough's first command at the start, and None once the game is over."""
+    task = CUSTOM[0]
+    env.reset(task)
+    assert env.expert_action() == env.expert_actions(task)[0]
+    env.step("inventory")
+    env.step("go nowhere")
+    actions = []
+    while (action := env.expert_action()) is not None and len(actions) < 20:
+        actions.append(action)
+        result = env.step(action)
+    assert result.won and result.done and env.expert_action() is None
+    assert actions == env.expert_actions(task)  # this game's shortest plan is its walkthrough
+

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ...config_checks import Range, check_fields, config_field
 from ..base import Environment, StepResult, TaskError
-from .engine import EXPERT_TYPES, ExpertFailed, make_engine, play_expert
+from .engine import EXPERT_TYPES, ExpertFailed, make_engine, play_expert, seeded_random
 from .tasks import TRAJ_FILE, read_game, resolve_game_file
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -29,7 +32,7 @@ class ALFWorldConfig:
         > Parameters that control the expert
 
         expert_type (`str`, defaults to `"handcoded"`):
-            Expert behind `expert_actions`: 'handcoded' (ALFWorld's) or 'planner'.
+            Expert behind `expert_actions` and `expert_action`: 'handcoded' (ALFWorld's) or 'planner'.
         expert_max_steps (`int`, defaults to `200`):
             Step budget of the hand-coded expert before it counts as failed.
     """
@@ -56,9 +59,9 @@ class ALFWorldConfig:
     expert_type: str = field(
         default="handcoded",
         metadata={
-            "help": "Expert behind `expert_actions`: 'handcoded' (ALFWorld's expert, which searches the room as an "
-            "agent must; the games' stored walkthroughs come from it) or 'planner' (Fast Downward's shortest plan, "
-            "which knows where everything is and never searches)."
+            "help": "Expert behind `expert_actions` and `expert_action`: 'handcoded' (ALFWorld's expert, which "
+            "searches the room as an agent must; the games' stored walkthroughs come from it) or 'planner' (Fast "
+            "Downward's shortest plan, which knows where everything is and never searches)."
         },
     )
     expert_max_steps: int = config_field(
@@ -95,6 +98,11 @@ class ALFWorldEnv(Environment):
         self._loaded: Path | None = None
         self._score = 0.0
         self._expert_plans: dict[Path, list[str]] = {}
+        self._played: list[str] = []  # this episode's actions, for the expert's engine to follow
+        self._expert_engine = None
+        self._expert_state = None  # the expert engine's state after `_expert_steps` of `_played`
+        self._expert_steps: int | None = None  # None: the expert engine has not started this episode
+        self._done = True
 
     def reset(self, task: dict) -> str:
         path = resolve_game_file(task, self.config.data_path)
@@ -107,12 +115,16 @@ class ALFWorldEnv(Environment):
             self._loaded = path
         state = self._engine.reset()
         self._score = 0.0
+        self._played, self._expert_steps, self._done = [], None, False
         return self._observation(state)
 
     def step(self, action: str) -> StepResult:
         if self._loaded is None:
             raise RuntimeError("ALFWorldEnv.step called before reset(task).")
-        state, score, done = self._engine.step(" ".join(action.lower().split()))
+        action = " ".join(action.lower().split())
+        state, score, done = self._engine.step(action)
+        self._played.append(action)
+        self._done = bool(done)
         reward, self._score = float(score) - self._score, float(score)
         info = {"admissible_commands": list(state["admissible_commands"]), "game_file": str(self._loaded)}
         return StepResult(self._observation(state), reward=reward, done=bool(done), won=bool(state["won"]), info=info)
@@ -148,7 +160,39 @@ class ALFWorldEnv(Environment):
                 self._expert_plans[path] = plan
         return list(self._expert_plans[path])
 
+    def expert_action(self) -> str | None:
+        """The expert's next action from the current state (`expert_type`), or None once the episode is over.
+
+        The expert runs on an engine of its own, started at the first call of an episode and then stepped with the
+        episode's actions (the training engine stays without the expert's per-step cost), each step seeded by its
+        index so that the hand-coded expert's choices are the same on every replay.
+        """
+        if self._loaded is None:
+            raise RuntimeError("ALFWorldEnv.expert_action called before reset(task).")
+        if self._done:
+            return None
+        if self._expert_steps is None:
+            if self._expert_engine is None:
+                self._expert_engine = make_engine(self.config.expert_type)
+            with seeded_random(0):
+                self._expert_engine.load(str(self._loaded))
+                self._expert_state = self._expert_engine.reset()
+            self._expert_steps = 0
+        try:
+            for k in range(self._expert_steps, len(self._played)):
+                with seeded_random(k + 1):
+                    self._expert_state, _, _ = self._expert_engine.step(self._played[k])
+                self._expert_steps = k + 1
+            plan = self._expert_state["extra.expert_plan"]
+        except Exception as err:  # noqa: BLE001 - ALFWorld's expert signals dead ends with plain exceptions
+            logger.warning("ALFWorld's %s expert has no action after %d actions of %s (%r): state left unlabelled",
+                           self.config.expert_type, len(self._played), self._loaded, err)
+            self._expert_steps = None  # its engine starts the episode again at the next call
+            return None
+        return plan[0] if plan else None
+
     def close(self) -> None:
-        if self._engine is not None:
-            self._engine.close()
-        self._engine, self._loaded = None, None
+        for engine in (self._engine, self._expert_engine):
+            if engine is not None:
+                engine.close()
+        self._engine, self._loaded, self._expert_engine, self._expert_steps, self._done = None, None, None, None, True

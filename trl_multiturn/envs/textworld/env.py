@@ -136,7 +136,8 @@ class TextWorldEnv(Environment):
         self.config = config if config is not None else TextWorldConfig(**kwargs)
         self.games_dir = Path(self.config.games_dir) if self.config.games_dir else default_games_dir()
         self._request_infos = textworld.EnvInfos(feedback=True, won=True, lost=True, score=True, max_score=True,
-                                                 moves=True, admissible_commands=True)
+                                                 moves=True, admissible_commands=True,
+                                                 policy_commands=True)
         self._engine = None
         self._state = None  # the engine's last GameState
         self._game_file: Path | None = None
@@ -213,6 +214,18 @@ class TextWorldEnv(Environment):
     def expert_actions(self, task: dict) -> list[str]:
         """The game's walkthrough (the commands that win it from the start)."""
         return walkthrough(self.game_file(task))
+
+    def expert_action(self) -> str | None:
+        """The first command of TextWorld's winning policy from the current state (its quest tracker's plan), or None
+        once the episode is over or the game can no longer be won.
+
+        The tracker follows the commands that reached the story: after a chained reply ("open box. take key") it has
+        seen only part of the reply (as `admissible_commands`), so its plan can lag the story by a command there.
+        """
+        if self._over:
+            return None
+        commands = self._state.policy_commands
+        return commands[0] if commands else None
 
     def close(self) -> None:
         if self._engine is not None:
