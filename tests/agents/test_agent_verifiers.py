@@ -1,5 +1,8 @@
-"""A verifiers environment (a taskset written here against verifiers 0.4's API, offline) trains with GRPO through
-the chat endpoint, scored by its own rubric; a rubric that breaks fails its episode only."""
+"""verifiers environments (tasksets written here against verifiers 0.4's API, offline) play through the chat endpoint
+turn by turn, with their tools (a `vf.Toolset`: verifiers' tool environment), and train with GRPO scored by their own
+rubric; a rubric that breaks fails its episode only."""
+
+import json
 
 import pytest
 import torch
@@ -53,6 +56,42 @@ class DirectionTaskset(vf.Taskset[DirectionTask]):
                                               answer=direction, mode=mode), self.config.task)
 
 
+class Calculator(vf.Toolset[vf.ToolsetConfig]):
+    """A local Python tool; its sums are off by 1000, so a reply holding one came from the tool, not the model."""
+
+    @vf.tool
+    async def add(self, a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b + 1000
+
+
+class SumData(vf.TaskData):
+    answer: str = ""
+
+
+class SumTask(vf.Task[SumData]):
+    """The tool's answer in the last reply: 1; and 0.5 for a conversation that called the tool."""
+
+    @classmethod
+    def toolsets(cls, config):
+        return [Calculator(vf.ToolsetConfig())]
+
+    @vf.reward
+    async def correct(self, task, trace) -> float:
+        return float(task.answer in trace.last_reply)
+
+    @vf.reward(weight=0.5)
+    async def used_the_tool(self, task, trace) -> float:
+        return float(any(m.role == "tool" for m in trace.messages))
+
+
+class SumTaskset(vf.Taskset[SumTask]):
+    def load(self):
+        for a, b in [(2, 3), (4, 5)]:
+            yield SumTask(SumData(prompt=f"What is {a} + {b}? Use the add tool.", answer=str(a + b + 1000)),
+                          self.config.task)
+
+
 def taskset(modes=("ok",) * 4):
     return DirectionTaskset(vf.TasksetConfig(id="directions"), modes)
 
@@ -80,6 +119,44 @@ def test_the_rubric_scores_the_reply_the_model_sampled(tiny_chatml_model):
     assert north.turn_rewards == [pytest.approx(1.0 + 0.5 / 6)]
     assert south.turn_rewards == [pytest.approx(0.5 / 6)]
     assert north.turns[-1].info["rewards"] == {"names_it": 1.0, "brevity": pytest.approx(1 / 6)}
+
+
+def test_a_tool_environment_plays_turn_by_turn_with_its_tool_and_its_rubric(tiny_chatml_model):
+    """A stand-in for a model that calls the tool (its first reply a tool call in the template's syntax, its second
+    the tool's result): verifiers' chat loop sends the tools, runs the call on the toolset, sends the result back,
+    and verifiers' rubric scores the whole conversation."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
+    rows, environment = verifiers_environment(SumTaskset(vf.TasksetConfig(id="sums")))
+    contexts = []
+
+    def generate(batch, max_new_tokens):
+        replies = []
+        for context in batch:
+            text = tokenizer.decode(context)
+            contexts.append(text)
+            if "<tool_response>" in text:  # the tool's result, as the model's answer
+                reply = text.rsplit("<tool_response>", 1)[1].split("</tool_response>")[0].strip()
+            else:
+                a, b = (int(x) for x in text.rsplit("What is ", 1)[1].split("?")[0].split(" + "))
+                reply = "<tool_call>\n" + json.dumps({"name": "calculator_add", "arguments": {"a": a, "b": b}}) \
+                    + "\n</tool_call>"
+            replies.append(tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id])
+        return replies, None
+
+    runner = AgentRunner(environment, tokenizer, generate, EpisodeRules(max_turns=4, max_completion_length=64))
+    try:
+        first, second = runner(rows)
+        stats = runner.last_stats
+    finally:
+        runner.close()
+    assert stats == {"joined": 2, "new_samples": 2, "failed": 0, "stepwise": 0}  # each episode one token-exact sample
+    assert not first.failed and not second.failed, (first.failure, second.failure)
+    assert '"name": "calculator_add"' in contexts[0]  # the toolset's tool, named as verifiers names it
+    assert first.num_turns == second.num_turns == 2
+    assert first.replies[-1].strip() == "1005" and second.replies[-1].strip() == "1009"  # the tool ran
+    assert first.turn_rewards[-1] == second.turn_rewards[-1] == pytest.approx(1.0 + 0.5)  # verifiers' sum
+    assert first.turns[-1].info["rewards"] == {"correct": 1.0, "used_the_tool": 1.0}
+    assert first.turns[-1].info["tool_calls"] == 1
 
 
 def test_a_rubric_reward_that_needs_a_runtime_fails_the_episode(tiny_chatml_model):
