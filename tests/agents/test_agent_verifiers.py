@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_rl_args
+from conftest import assert_trained_ids_are_sampled, record_sampled, tiny_rl_args
 from datasets import Dataset
 from transformers import AutoTokenizer
 
@@ -84,6 +84,10 @@ class SumTask(vf.Task[SumData]):
     async def used_the_tool(self, task, trace) -> float:
         return float(any(m.role == "tool" for m in trace.messages))
 
+    @vf.reward(weight=0.1)
+    async def brevity(self, task, trace) -> float:  # signal under a random policy
+        return 1.0 / (1.0 + len(trace.last_reply))
+
 
 class SumTaskset(vf.Taskset[SumTask]):
     def load(self):
@@ -154,8 +158,8 @@ def test_a_tool_environment_plays_turn_by_turn_with_its_tool_and_its_rubric(tiny
     assert '"name": "calculator_add"' in contexts[0]  # the toolset's tool, named as verifiers names it
     assert first.num_turns == second.num_turns == 2
     assert first.replies[-1].strip() == "1005" and second.replies[-1].strip() == "1009"  # the tool ran
-    assert first.turn_rewards[-1] == second.turn_rewards[-1] == pytest.approx(1.0 + 0.5)  # verifiers' sum
-    assert first.turns[-1].info["rewards"] == {"correct": 1.0, "used_the_tool": 1.0}
+    assert first.turn_rewards[-1] == second.turn_rewards[-1] == pytest.approx(1.0 + 0.5 + 0.1 / 5)  # verifiers' sum
+    assert first.turns[-1].info["rewards"] == {"correct": 1.0, "used_the_tool": 1.0, "brevity": pytest.approx(0.2)}
     assert first.turns[-1].info["tool_calls"] == 1
 
 
@@ -176,18 +180,28 @@ def test_a_rubric_reward_that_needs_a_runtime_fails_the_episode(tiny_chatml_mode
     assert episode.failed and "in_sandbox" in episode.failure
 
 
-def test_grpo_trains_a_verifiers_environment_with_its_rubric_as_the_reward(tiny_chatml_model, tmp_path):
-    rows, environment = verifiers_environment(taskset())
-    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, max_steps=1, reward_mode="dense", max_turns=1)
+def test_grpo_trains_a_verifiers_tool_environment_token_exact_with_its_rubric_as_the_reward(tiny_chatml_model,
+                                                                                             tmp_path):
+    """One GRPO step on the tool environment through the endpoint: the toolset's tool reaches the policy through its
+    template, TRL trains on exactly the ids sampled, and each episode's reward is the rubric's sum over its reply."""
+    rows, environment = verifiers_environment(SumTaskset(vf.TasksetConfig(id="sums")))
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, max_steps=1, reward_mode="dense", max_turns=2,
+                        per_device_train_batch_size=2)
     trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, train_dataset=Dataset.from_list(rows),
                                    environment_factory=environment)
+    sampled = record_sampled(trainer)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    inputs = trainer._generate_and_score_completions(rows)
+    batch = trainer.last_rollout
+    assert not any(ep.failed for ep in batch.episodes), [ep.failure for ep in batch.episodes]
+    assert_trained_ids_are_sampled(inputs, batch, sampled)
+    assert all("calculator_add" in trainer.processing_class.decode(context) for context in sampled)
+    for ep in batch.episodes:  # a random policy calls no tool: one reply, scored by the rubric
+        answer, reply = str(1005 if ep.task["verifiers_task"] == 0 else 1009), ep.replies[-1].strip()
+        tool = ep.turns[-1].info["tool_calls"]
+        assert ep.turn_rewards[-1] == pytest.approx(float(answer in reply) + 0.5 * (tool > 0) + 0.1 / (1 + len(reply)))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     assert trainer.state.global_step == 1
-    batch = trainer.last_rollout
-    assert not any(ep.failed for ep in batch.episodes)
-    for ep in batch.episodes:  # each episode's reward is its rubric's weighted sum over the reply sampled
-        answer = "north" if ep.task["verifiers_task"] % 2 == 0 else "south"
-        reply = ep.replies[-1].strip()
-        assert ep.turn_rewards == [pytest.approx(float(answer in reply) + 0.5 / (1 + len(reply)))]
     assert any(not torch.equal(b, a) for b, a in zip(before, trainer.model.parameters()))
