@@ -16,10 +16,18 @@ from trl_multiturn.agents.codex_cli import codex_cli_environment
 from trl_multiturn.envs.swegym import SWEGymConfig, load_tasks
 from trl_multiturn.rollout.rules import EpisodeRules
 
-pytestmark = pytest.mark.skipif(shutil.which("codex") is None or shutil.which("bwrap") is None,
-                                reason="needs `npm install -g @openai/codex@0.171.0` (scripts/setup.sh) and bwrap")
+needs_codex = pytest.mark.skipif(shutil.which("codex") is None or shutil.which("bwrap") is None,
+                                 reason="needs `npm install -g @openai/codex@0.171.0` (scripts/setup.sh) and bwrap")
 
 
+def test_codex_settings_that_cannot_work_are_refused_when_built():
+    with pytest.raises(ValueError, match=r"sandbox='docker'.*SWEGymConfig\(sandbox='local'\)"):
+        codex_cli_environment(SWEGymConfig(sandbox="docker"))
+    with pytest.raises(ValueError, match="codex_timeout=600.*below agent_timeout=600"):
+        codex_cli_environment(SWEGymConfig(), codex_timeout=600, agent_timeout=600)
+
+
+@needs_codex
 def test_codex_runs_its_commands_in_the_sandbox_and_its_diff_is_graded(tiny_chatml_model, swegym_cache_dir):
     """A stand-in for a model that knows what to do: its first reply calls Codex's `exec_command` tool (in the
     template's tool-call syntax), its second ends the episode."""
