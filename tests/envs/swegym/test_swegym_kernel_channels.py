@@ -49,18 +49,18 @@ def salt_and_bits():
     return random.randrange(1 << 30), "".join(random.choice("01") for _ in range(16))
 
 
-def _run(sandbox, *args) -> str:
-    result = sandbox.run(command(*args), timeout=300)
+def _run(sandbox, *args, **run_args) -> str:
+    result = sandbox.run(command(*args), timeout=300, **run_args)
     assert result.exit_code == 0, result.output
     return result.output
 
 
-def _while_running(sandbox, args: tuple, then) -> str:
-    """Run the probe with `args` in `sandbox` in a thread, call `then()` once it wrote its `ready` file, tell it to
-    stop, and return its output."""
+def _while_running(sandbox, args: tuple, then, **run_args) -> str:
+    """Run the probe with `args` (and `run_args` for `run`) in `sandbox` in a thread, call `then()` once it wrote its
+    `ready` file, tell it to stop, and return its output."""
     sandbox.run("rm -f /tmp/swegym/ready /tmp/swegym/stop")
     out = {}
-    thread = threading.Thread(target=lambda: out.update(text=_run(sandbox, *args)))
+    thread = threading.Thread(target=lambda: out.update(text=_run(sandbox, *args, **run_args)))
     thread.start()
     try:
         deadline = time.monotonic() + 600  # tells a probe that never got ready from a slow one
@@ -147,6 +147,22 @@ def test_file_locks_on_shared_files_carry_nothing(pair, salt_and_bits):
         assert wrote.startswith("written")
     _at_chance(bits, found, ["flock", "lockf", "proc_locks"])
     assert found["flock"] == found["lockf"] == "?" * 16  # refused
+
+
+def test_flock_ignored_for_an_agent_program_carries_nothing(config, pair, salt_and_bits):
+    """`run(..., ignore_flock=True)` (Codex CLI's command, which gives up when flock fails): flock succeeds without
+    taking a lock, so a writer holding flocks for its 1 bits leaves nothing for a reader (ignoring flock too) to
+    find: every one of its non-blocking flocks succeeds."""
+    if config.sandbox != "local":
+        pytest.skip("ignore_flock is the local sandbox's (its own seccomp filter)")
+    first, second = pair
+    salt, bits = salt_and_bits
+    found = {}
+    wrote = _while_running(first, ("write", "flock", salt, bits, 600),
+                           lambda: found.update(readers(_run(second, "read", "flock", salt, ignore_flock=True))),
+                           ignore_flock=True)
+    assert wrote.startswith("written")
+    assert found["flock"] == "0" * 16
 
 
 def test_inotify_on_shared_files_carries_nothing(pair, salt_and_bits):

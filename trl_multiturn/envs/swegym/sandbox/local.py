@@ -19,6 +19,7 @@ import select
 import shutil
 import signal
 import site
+import socket
 import stat
 import subprocess
 import sys
@@ -291,7 +292,8 @@ class LocalSandbox(Sandbox):
         # the uid as for an ordinary user: bubblewrap makes the user namespace as this uid
         return [*enter, *guard_argv(os.getpid(), uid)], reporting_child(limit)
 
-    def run(self, command: str, timeout: float | None = None) -> CommandResult:
+    def run(self, command: str, timeout: float | None = None, *, ignore_flock: bool = False) -> CommandResult:
+        """`Sandbox.run`; `ignore_flock`: `flock` succeeds without locking (`seccomp_program`) in this command."""
         if self._tmp is None:
             raise SandboxError("the sandbox is not started: call start(task) first")
         timeout = timeout or self.config.command_timeout
@@ -306,7 +308,8 @@ class LocalSandbox(Sandbox):
         if self.isolated:
             info_read, info_write = os.pipe()
             seccomp_read, seccomp_write = os.pipe()
-            os.write(seccomp_write, seccomp_program())  # a few hundred bytes: within a pipe's buffer
+            # a few hundred bytes: within a pipe's buffer
+            os.write(seccomp_write, seccomp_program(ignore_flock=ignore_flock))
             os.close(seccomp_write)
             passed += [info_write, seccomp_read]
             argv = [self._prefix[0], "--info-fd", str(info_write), "--seccomp", str(seccomp_read), *self._prefix[1:]]
@@ -462,6 +465,29 @@ class LocalSandbox(Sandbox):
         finally:
             os.close(folder)
         return f"{self.scratch_dir}/{name}"
+
+    def bind_scratch_socket(self, name: str) -> tuple[socket.socket, str]:
+        """A listening Unix socket at scratch file `name`, owned by the commands' uid so they can connect to it (a
+        way in from commands that have no network: `agents/sandbox_endpoint.py`); returns it with its path as
+        commands see it. Bound through a descriptor of the scratch folder, never through a link the sandbox made."""
+        name = Path(name).name
+        folder = self._scratch_folder()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            try:
+                os.unlink(name, dir_fd=folder)
+            except FileNotFoundError:
+                pass
+            listener.bind(f"/proc/self/fd/{folder}/{name}")
+            if self.uid is not None and self.uid != os.getuid():
+                os.chown(name, self.uid, -1, dir_fd=folder, follow_symlinks=False)
+            listener.listen()
+        except BaseException:
+            listener.close()
+            raise
+        finally:
+            os.close(folder)
+        return listener, f"{self.scratch_dir}/{name}"
 
     def read_scratch(self, name: str) -> str | None:
         try:

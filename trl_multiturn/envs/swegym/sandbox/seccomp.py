@@ -114,9 +114,11 @@ def _deny(nr: int, err: int = errno.EPERM) -> bytes:
     return _op(_JEQ, nr, 0, 1) + _op(_RET, _ERRNO | err)
 
 
-def seccomp_program(machine: str | None = None) -> bytes:
+def seccomp_program(machine: str | None = None, *, ignore_flock: bool = False) -> bytes:
     """The filter for `machine` (default: this one's) as bytes of `struct sock_filter`, the form `--seccomp`
-    reads."""
+    reads. `ignore_flock`: `flock` returns 0 without taking a lock instead of failing with EPERM, for a program that
+    gives up when it cannot lock its own files (Codex CLI, `agents/codex_cli.py`); no lock is taken either way, so
+    no other sandbox can see one."""
     machine = machine or platform.machine()
     if machine not in ARCHES:
         raise SandboxError(f"no seccomp filter for {machine}: the local sandbox supports {sorted(ARCHES)}; use "
@@ -125,9 +127,9 @@ def seccomp_program(machine: str | None = None) -> bytes:
     prog = _op(_LD_W_ABS, _ARCH) + _op(_JEQ, audit_arch, 1, 0) + _op(_RET, _KILL_PROCESS) + _op(_LD_W_ABS, _NR)
     if machine == "x86_64":
         prog += _op(_JGE, X32_BIT, 0, 1) + _op(_RET, _ERRNO | errno.ENOSYS)
-    for numbers in DENIED.values():
+    for name, numbers in DENIED.items():
         if numbers[column] is not None:
-            prog += _deny(numbers[column])
+            prog += _deny(numbers[column], 0 if ignore_flock and name == "flock" else errno.EPERM)
     for numbers in NOT_IMPLEMENTED.values():
         prog += _deny(numbers[column], errno.ENOSYS)
     # a call with a denied argument value: EPERM; with another, allowed (after ld, the accumulator holds the
