@@ -4,9 +4,10 @@ sandbox of the same task to read, one channel class at a time.
 
     python - write pagecache SALT BITS      set the residency of 16 shared files' first pages (1: read it, 0: evict
                                             it with posix_fadvise)
-    python - read pagecache SALT            recover them, by every reader that works: preadv's RWF_NOWAIT (fails on
-                                            a page not in the cache) and fault counting (a mapped page's first touch
-                                            is a major fault, counted by getrusage, when it was not in the cache)
+    python - read pagecache SALT            recover them, by every reader that works: timing a read (a page not in
+                                            the cache costs a disk read), preadv's RWF_NOWAIT (fails on a page not in
+                                            the cache) and fault counting (a mapped page's first touch is a major
+                                            fault, counted by getrusage, when it was not in the cache)
     python - write flock SALT BITS SECS     hold an exclusive flock on the shared files of the 1 bits until
                                             the scratch file `stop` exists (at most SECS)
     python - read flock SALT                a non-blocking flock on each file: refused = 1
@@ -85,6 +86,23 @@ def per_file(paths, probe, blocked):
 
 def read_nowait(paths):  # a page not in the cache: EAGAIN
     return per_file(paths, lambda fd: os.preadv(fd, [bytearray(PAGE)], 0, os.RWF_NOWAIT) and "1", "0")
+
+
+def read_timing(paths):
+    """How long reading each file's first 16 pages takes (a cold page costs a disk read): the 16 times split at
+    their widest gap (the largest ratio between neighbours once sorted), fast = 1."""
+    times = []
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            started = time.perf_counter_ns()
+            os.pread(fd, 16 * PAGE, 0)
+            times.append(time.perf_counter_ns() - started)
+        finally:
+            os.close(fd)
+    ranked = sorted(times)
+    gap = max(range(1, len(ranked)), key=lambda i: ranked[i] / max(ranked[i - 1], 1))
+    return "".join("1" if t < ranked[gap] else "0" for t in times)
 
 
 def read_faults(paths):
@@ -215,6 +233,7 @@ elif action == "write" and channel in LOCKS:
 elif action == "write" and channel == "inotify":
     write_inotify(paths, sys.argv[4])
 elif channel == "pagecache":
+    print("timing", read_timing(paths[:16]))  # before the no-wait reader, whose refusal or EAGAIN may read ahead
     print("nowait", read_nowait(paths[:16]))  # apart: a RWF_NOWAIT read that fails starts the page's readahead
     print("faults", read_faults(paths[16:]))
 elif channel == "flock":

@@ -88,7 +88,7 @@ def test_links_and_devices_are_refused(config, tmp_path):
 def test_the_scratch_folder_cannot_be_swapped_for_a_fifo_or_a_link(config, tmp_path):
     with LocalSandbox(config) as sandbox:
         sandbox.start(ROWS["roman"])
-        sandbox.write_scratch("report", "", write_only=True)
+        sandbox.write_scratch("report", "")
         sandbox.run("rm -f /tmp/swegym/report && mkfifo /tmp/swegym/report")
         fifo = str(sandbox._tmp / "tmp" / "swegym" / "report")
         assert finishes(lambda: sandbox.read_scratch("report"), fifo) is None
@@ -105,8 +105,10 @@ def test_the_scratch_folder_cannot_be_swapped_for_a_fifo_or_a_link(config, tmp_p
             sandbox.write_scratch("token", "secret")
 
 
-def test_a_fifo_in_place_of_the_grading_report_fails_grading(swegym_cache_dir):
-    """The package under test replaces every file of the grading folder that it can with a FIFO, when imported."""
+def test_fifos_in_the_grading_folder_neither_block_nor_steer_grading(swegym_cache_dir):
+    """The package under test replaces every file of the grading folder that it can with a FIFO, when imported. The
+    report used to be one of them (grading then failed, without hanging); since issue 60 it takes the sandbox's
+    channel, so no file of the folder is read after the tests start: the gold fix with that code resolves."""
     row = ROWS["roman"]
     module = SOURCES["roman"].files_at_base()["roman/convert.py"]
     planted = (
@@ -121,8 +123,7 @@ def test_a_fifo_in_place_of_the_grading_report_fails_grading(swegym_cache_dir):
     )
     patch = make_patch({"roman/convert.py": module}, {"roman/convert.py": planted + module}) + row["patch"]
     graded = finishes(lambda: grade_patch(row, patch, SandboxConfig(repo_cache_dir=swegym_cache_dir)))
-    assert not graded.resolved and graded.reward("resolved") == 0.0 and graded.reward("dense") == 0.0
-    assert graded.info()["grading_problem"]
+    assert graded.resolved and graded.info()["grading_problem"] == ""
 
 
 def test_a_command_cut_at_its_limit_says_so(config):

@@ -228,7 +228,7 @@ def test_engine_failing_under_a_command_is_an_error(config, monkeypatch):
     def broken(*args, **kwargs):
         raise _api_error(500)
 
-    monkeypatch.setattr(env.sandbox.container, "exec_run", broken)
+    monkeypatch.setattr(env.sandbox.client.api, "exec_create", broken)
     with pytest.raises(SandboxError, match="could not run the command"):
         env.step("<bash>true</bash>")
     env.sandbox.container.remove(force=True)  # the container vanishes under the episode

@@ -91,11 +91,15 @@ HONEST = {"t.py::test_ok": "PASSED", "t.py::test_bad": "FAILED", "u.py::test_ok2
           "u.py::test_bad2": "FAILED", "t.py::test_fix": "PASSED", "u.py::test_other": "FAILED"}
 
 
-def _report(outcomes: dict, exit_code: int | None = 1, token: str = "tok", extra: str = "") -> str:
+def _report(outcomes: dict, exit_code: int | None = 1, token: str = "tok", extra: str = "", after: str = "") -> str:
+    """The channel's text: a record per outcome, `extra` lines, the end record (unless `exit_code` is None), then
+    `after`."""
     lines = [f'{token} {{"test": "{t}", "status": "{s}"}}' for t, s in outcomes.items()]
+    if extra:
+        lines.append(extra.rstrip("\n"))
     if exit_code is not None:
         lines.append(f'{token} {{"exit": {exit_code}}}')
-    return "\n".join(lines) + "\n" + extra
+    return "\n".join(lines) + "\n" + after
 
 
 def test_an_honest_report_is_trusted_without_its_canaries():
@@ -115,6 +119,16 @@ def test_lines_without_the_token_are_forgeries():
     trusted, problem = judge(report, CANARIES)
     assert problem.startswith("tampering: 1 lines") and set(trusted.values()) == {"FAILED"}
     assert read_report(_report(HONEST, token="wrong"), "tok").outcomes == {}
+
+
+def test_records_after_the_end_record_are_forgeries_even_with_the_token():
+    """The runner writes nothing after its end record: whatever comes after it (code run at exit that rewrites the
+    report with a stolen token) is forged, and changes no outcome."""
+    forged = "".join(f'tok {{"test": "{t}", "status": "PASSED"}}\n' for t in HONEST) + 'tok {"exit": 0}\n'
+    report = read_report(_report(HONEST, after=forged), "tok")
+    assert report.forged_lines == len(HONEST) + 1 and report.outcomes == HONEST and report.exit_code == 1
+    trusted, problem = judge(report, CANARIES)
+    assert problem.startswith("tampering: 7 lines") and set(trusted.values()) == {"FAILED"}
 
 
 def test_an_audit_record_of_the_runner_is_tampering_and_a_forged_one_a_forgery():
@@ -166,14 +180,14 @@ def run_runner(folder: Path, tests: list[str], added: dict | None = None, known:
     scratch = folder.parent / f"{folder.name}-scratch"  # grading's scratch folder is outside the checkout
     scratch.mkdir()
     (scratch / "token").write_text("tok")
-    (scratch / "report").write_text("")
     if known is None:
         known = [str(p.relative_to(folder)) for p in folder.rglob("*.py")]
     (scratch / "audit.json").write_text(json.dumps({"added": added or {}, "known": known, "tests": tests}))
     runner = Path(grading.__file__).with_name("pytest_runner.py")
-    run = subprocess.run([sys.executable, "-s", str(runner), *(str(scratch / f) for f in ("token", "report",
-                          "audit.json")), "-p", "no:cacheprovider", *tests], cwd=folder, capture_output=True,
-                         text=True, timeout=300)
+    with open(scratch / "report", "wb") as report:  # the channel's bytes, as the host would receive them
+        run = subprocess.run([sys.executable, "-s", str(runner), str(scratch / "token"), str(report.fileno()),
+                              str(scratch / "audit.json"), "-p", "no:cacheprovider", *tests], cwd=folder,
+                             capture_output=True, text=True, timeout=300, pass_fds=[report.fileno()])
     assert run.returncode in (0, 1), run.stdout + run.stderr
     assert not (scratch / "token").exists() and not (scratch / "audit.json").exists()  # gone before any test ran
     return read_report((scratch / "report").read_text(), "tok")

@@ -13,6 +13,7 @@ import pytest
 from docker_engine import docker_client
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
+from trl_multiturn.envs.swegym.sandbox import CHANNEL_FD
 from trl_multiturn.envs.swegym.sandbox.bwrap import bwrap_argv
 
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
@@ -59,6 +60,21 @@ def test_the_answer_key_is_out_of_reach(sandbox):
     environment = sandbox.run("env; cat /proc/1/environ /proc/1/cmdline 2>/dev/null | tr '\\0' '\\n'").output
     assert os.environ["PYTEST_CURRENT_TEST"]  # set in this (the trainer's) process, and kept out of the sandbox
     assert not any(name in environment for name in ("PYTEST_CURRENT_TEST", "HF_HUB_OFFLINE", "PYTHONPATH"))
+
+
+def test_what_a_command_sent_on_the_channel_cannot_be_taken_back(sandbox):
+    """Grading's report travels on the channel (issue 60: it was a file in a folder the sandbox user may write, which
+    a test run replaced whole). What was written reaches the host in order, more than a pipe holds included;
+    reopening it to truncate is refused or truncates nothing, closing it loses nothing sent, a process left behind
+    is ended with the command; a command run without it gets none."""
+    fd = CHANNEL_FD
+    sent = sandbox.run(f"printf 'first\\n' >&{fd}; head -c 200000 /dev/zero | tr '\\0' x >&{fd}; "
+                       f"{{ : > /proc/self/fd/{fd}; }} 2>/dev/null; printf 'last\\n' >&{fd}; "
+                       f"(sleep 2; echo late >&{fd}) & exec {fd}>&-; echo done", channel=True)
+    assert sent.output == "done\n" and sent.exit_code == 0
+    assert sent.channel == b"first\n" + b"x" * 200000 + b"last\n"
+    plain = sandbox.run(f"echo none >&{fd}; echo $?")
+    assert plain.channel is None and plain.output.strip().endswith("1")  # no such descriptor
 
 
 def test_no_network_not_even_the_hosts_loopback(sandbox):

@@ -12,8 +12,9 @@
    both patches from the scratch folder, rewrites each test file in observation form (`observe.observe`: every
    check reports the values it looks at and holds no expected value, with drafts on changed inputs), then plants
    canary tests in each test file (`integrity.plant_canaries`);
-5. runs the tests through `pytest_runner.py` (the row's `test_cmd` says which pytest options), ends every
-   process of the sandbox, and reads the outcomes from the runner's token-signed report only;
+5. runs the tests through `pytest_runner.py` (the row's `test_cmd` says which pytest options) and reads the
+   outcomes from the runner's token-signed records only, which reach this process on the sandbox's channel as
+   they are written (`Sandbox.run(..., channel=True)`: no file the sandbox's user could replace afterwards);
 6. judges the run by its canaries (`integrity.judge`);
 7. does 1-6 again in another fresh sandbox with the gold patch (the row's `patch`) and the same observation text,
    and trusts a pass of the patch's run only where its values are the gold run's (`integrity.judge_values`): the
@@ -45,7 +46,7 @@ from typing import Any
 from .integrity import PASSING, judge, judge_values, plant_canaries, protected_reason, read_report, test_files_of
 from .observe import function_name, observe
 from .patches import patch_paths
-from .sandbox import Sandbox, SandboxConfig, SandboxError, make_sandbox, task_image, truncate_middle
+from .sandbox import CHANNEL_FD, Sandbox, SandboxConfig, SandboxError, make_sandbox, task_image, truncate_middle
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
 REWARD_MODES = ("resolved", "dense")
@@ -154,7 +155,7 @@ def run_script(workdir: str, assignments: list[str], python: str, scratch: str, 
     """The test run, in SWE-bench's eval-script shape (before `make_test_spec` adds the exit-code lines)."""
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
-    command = [*assignments, python, "-s", f"{scratch}/pytest_runner.py", f"{scratch}/token", f"{scratch}/report",
+    command = [*assignments, python, "-s", f"{scratch}/pytest_runner.py", f"{scratch}/token", str(CHANNEL_FD),
                f"{scratch}/audit.json", *args, *files]
     return "\n".join([
         "#!/bin/bash", "set -uo pipefail", f"cd {shlex.quote(workdir)}", f"echo '{START_TEST_OUTPUT}'",
@@ -341,13 +342,12 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             sandbox.write_scratch("pytest_runner.py", RUNNER.read_text())
             sandbox.write_scratch("token", token)
             sandbox.write_scratch("audit.json", json.dumps(audit))
-            sandbox.write_scratch("report", "", write_only=True)
             script = run_script(sandbox.workdir, assignments, python, sandbox.scratch_dir, pytest_args, files)
+            # the report is the channel's bytes, received as the tests ran; it ends with the command's processes
             result = sandbox.run(f"/bin/bash {shlex.quote(sandbox.write_scratch('eval.sh', script))}",
-                                 timeout=eval_timeout)
-            sandbox.stop()  # nothing the tests started may write the report after this
+                                 timeout=eval_timeout, channel=True)
             run.log += "\n" + result.output
-            report = read_report(sandbox.read_scratch("report"), token)
+            report = read_report(result.channel.decode("utf-8", errors="replace"), token)
             run.outcomes, run.problem = judge(report, canaries)
             run.values, run.timed_out = report.values, result.timed_out
         except _TrustedStepFailed as e:

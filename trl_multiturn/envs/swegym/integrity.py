@@ -9,8 +9,9 @@
    that empties test functions, a patched pytest, even when only for tests that refer to the package) makes the
    failing canary pass, and the whole run then scores 0.
 3. The report (`read_report`, `judge`): outcomes come only from the token-signed records of `pytest_runner.py`,
-   never from the text the tests print; a report with lines the runner did not write, or that did not reach its
-   end record, counts as failed.
+   received on the sandbox's channel as they were written, never from the text the tests print; a report with
+   lines the runner did not write or records after its end record, or that did not reach its end record, counts
+   as failed.
 4. Values (`judge_values`): the barrier. A test passes only when the values its checks looked at in the patch's
    run, reported in observation form (`observe.py`: no expected value is in that sandbox), are those of the gold
    patch's run of the same text in a sandbox of its own; 1-3 and the runner's audit hook are signals that score a
@@ -159,7 +160,8 @@ _RECORD = re.compile(r"^(\S+) (\{.*\})$")
 @dataclass
 class Report:
     """What `pytest_runner.py` recorded: outcomes by node id, pytest's exit code (None when the run never
-    reached its end), and how many lines of the file were not the runner's (forged: nothing else writes there)."""
+    reached its end), and how many lines of the channel were not the runner's (forged: lines without the token,
+    and records after the end record, when the runner has stopped writing, but audit records)."""
 
     outcomes: dict[str, str]
     exit_code: int | None
@@ -169,7 +171,8 @@ class Report:
 
 
 def read_report(text: str | None, token: str) -> Report:
-    """The records of `text` that carry `token`; every other non-empty line counts as forged."""
+    """The records of `text` that carry `token`; every other non-empty line counts as forged, and so does any
+    record after the end record but an audit record (the audit hook still records code the patch runs at exit)."""
     report = Report({}, None, 0)
     for line in (text or "").splitlines():
         match = _RECORD.match(line)
@@ -179,6 +182,8 @@ def read_report(text: str | None, token: str) -> Report:
                 record = json.loads(match.group(2))
             except json.JSONDecodeError:
                 record = None
+        if isinstance(record, dict) and report.exit_code is not None and not isinstance(record.get("audit"), str):
+            record = None  # the runner's `main` has returned: nothing else of its writes after the end record
         if not isinstance(record, dict):
             report.forged_lines += bool(line.strip())
         elif isinstance(record.get("test"), str) and isinstance(record.get("status"), str):

@@ -1,16 +1,19 @@
-"""Run pytest for SWE-Gym grading and record each test's outcome in a report file.
+"""Run pytest for SWE-Gym grading and send each test's outcome to the host as it happens.
 
-    python -s pytest_runner.py TOKEN_PATH REPORT_PATH AUDIT_PATH PYTEST_ARGS...
+    python -s pytest_runner.py TOKEN_PATH REPORT_FD AUDIT_PATH PYTEST_ARGS...
 
 Grading copies this file into the sandbox and runs it in place of `python -m pytest`; it imports nothing of
-trl_multiturn. Each record is one line `TOKEN JSON` appended to REPORT_PATH: `{"test": nodeid, "status": S}`
-with S as pytest's short summary names it (PASSED, FAILED, ERROR, SKIPPED, XFAIL, XPASS), `{"audit": event,
-"where": "path:line", "what": detail}` for each way the patch's code looked into the test process (below), and a
-last `{"exit": code}` once pytest returns. The token is read from TOKEN_PATH, which is deleted before pytest (and so
-any of the agent's code) starts: it is in no file, argument or environment variable the tests can read. The
-report file is write-only for the sandbox, so the records cannot be read back for their token either. pytest is
-imported before the working folder goes on sys.path, so no module of the repository can stand in for it. Grading
-reads nothing else the test run prints or writes.
+trl_multiturn. Each record is one line `TOKEN JSON` written to the descriptor REPORT_FD, the sandbox's channel
+(`Sandbox.run(..., channel=True)`: a pipe the host reads while the tests run, or the exec's stream in Docker), so
+a record, once written, is the host's: nothing in the sandbox can take it back, truncate or replace it. Records:
+`{"test": nodeid, "status": S}` with S as pytest's short summary names it (PASSED, FAILED, ERROR, SKIPPED, XFAIL,
+XPASS), `{"audit": event, "where": "path:line", "what": detail}` for each way the patch's code looked into the test
+process (below), and a last `{"exit": code}` once pytest returns (the host counts anything after it as forged,
+but audit records of code the patch runs at exit). The
+token is read from TOKEN_PATH, which is deleted before pytest (and so any of the agent's code) starts: it is in no
+file, argument or environment variable the tests can read. pytest is imported before the working folder goes on
+sys.path, so no module of the repository can stand in for it. Grading reads nothing else the test run prints or
+writes.
 
 **The audit hook** (PEP 578; Python offers no way to remove one): AUDIT_PATH (deleted before pytest starts) holds
 the lines the patch added, `{"added": {path: [[first, last], ...]}, "known": [Python files of the base commit, the
@@ -305,10 +308,11 @@ def _status(report):
 
 
 def main() -> int:
-    token_path, report_path, audit_path, *args = sys.argv[1:]
+    token_path, report_fd, audit_path, *args = sys.argv[1:]
     token = _read_and_delete(token_path).strip()
     watch = json.loads(_read_and_delete(audit_path))
-    fd = os.open(report_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    fd = int(report_fd)
+    os.set_inheritable(fd, False)  # the tests' child processes do not get it (they could only add to it)
 
     def write(record: dict) -> None:
         os.write(fd, f"{token} {json.dumps(record)}\n".encode())

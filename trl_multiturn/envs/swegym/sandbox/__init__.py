@@ -7,6 +7,7 @@
 """
 
 from .base import (
+    CHANNEL_FD,
     CommandResult,
     DiffError,
     Sandbox,
@@ -25,6 +26,7 @@ def make_sandbox(config: SandboxConfig) -> Sandbox:
 
 
 __all__ = [
+    "CHANNEL_FD",
     "CommandResult",
     "DiffError",
     "DockerSandbox",

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from ....config_checks import Range, check_fields, config_field
 
 SANDBOXES = ("local", "docker")
-NOBODY = 65534  # owner of write-only scratch files
+# A command run with `channel=True` finds this descriptor open for writing: what it writes there reaches the host as
+# it is written (a pipe the host reads while the command runs; in Docker the exec's stderr stream), so nothing in the
+# sandbox can take back, replace or truncate it afterwards (grading's test report travels on it).
+CHANNEL_FD = 3
 ISOLATIONS = ("bwrap", "none")
 ENGINE_GAPS = ("warn", "refuse")
 
@@ -230,12 +233,15 @@ class CommandResult:
     command cut at its limit ends its output with `timeout_note` and exits with TIMEOUT_EXIT_CODE.
     `out_of_memory`: the kernel killed a process of the command for reaching the sandbox's own memory limit (the
     code's doing, like any crash; the output ends with `out_of_memory_note`). The machine running out of memory is
-    not a result: it raises SandboxError."""
+    not a result: it raises SandboxError. `channel`: for a command run with `channel=True`, the bytes its processes
+    wrote to `CHANNEL_FD`, in order, as the host received them while it ran (at most `max_file_mb`; the rest is
+    dropped), else None."""
 
     output: str
     exit_code: int
     timed_out: bool = False
     out_of_memory: bool = False
+    channel: bytes | None = None
 
 
 class SandboxError(RuntimeError):
@@ -263,11 +269,12 @@ class Sandbox(ABC):
     """A repository checkout at the task's base commit, and a shell in it.
 
     `start(task)` prepares the checkout; `run` executes one bash command in the repository root (`workdir`, the
-    path as commands see it); `read_file` / `write_file` take paths relative to that root (or absolute ones
+    path as commands see it), with `channel=True` also handing it `CHANNEL_FD`, whose bytes come back in
+    `CommandResult.channel`; `read_file` / `write_file` take paths relative to that root (or absolute ones
     inside it) and refuse any other; `write_scratch` / `read_scratch` store and fetch files in `scratch_dir`, a
-    folder outside the checkout (grading keeps its patches, its git folder and the test report there); `stop`
-    ends every process of the sandbox while its files stay readable; `close` removes everything. Reusable as a
-    context manager.
+    folder outside the checkout, which the sandbox's user may write (grading keeps its patches and its git folder
+    there; the test report takes the channel, which that user cannot rewrite); every process a command started
+    ends with it; `close` removes everything. Reusable as a context manager.
     """
 
     workdir: str = ""
@@ -280,7 +287,7 @@ class Sandbox(ABC):
     def start(self, task: dict) -> None: ...
 
     @abstractmethod
-    def run(self, command: str, timeout: float | None = None) -> CommandResult: ...
+    def run(self, command: str, timeout: float | None = None, channel: bool = False) -> CommandResult: ...
 
     @abstractmethod
     def read_file(self, path: str) -> str: ...
@@ -289,17 +296,12 @@ class Sandbox(ABC):
     def write_file(self, path: str, text: str) -> None: ...
 
     @abstractmethod
-    def write_scratch(self, name: str, text: str, write_only: bool = False) -> str:
-        """Store `text` as scratch file `name`; returns its path as commands see it. `write_only`: the file
-        belongs to `NOBODY` with mode 0622, so commands (which are neither NOBODY nor privileged) can append to
-        it but never read it back."""
+    def write_scratch(self, name: str, text: str) -> str:
+        """Store `text` as scratch file `name`; returns its path as commands see it."""
 
     @abstractmethod
     def read_scratch(self, name: str) -> str | None:
         """The text of scratch file `name`, or None when there is none."""
-
-    @abstractmethod
-    def stop(self) -> None: ...
 
     @abstractmethod
     def close(self) -> None: ...

@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 
 from .base import (
-    NOBODY,
+    CHANNEL_FD,
     TIMEOUT_EXIT_CODE,
     CommandResult,
     Sandbox,
@@ -149,10 +149,12 @@ class DockerSandbox(Sandbox):
             "labels": {"trl_multiturn.swegym": task["instance_id"], "trl_multiturn.driver": str(os.getpid())},
         }
 
-    def exec_command(self, command: str, timeout: float | None = None) -> list[str]:
+    def exec_command(self, command: str, timeout: float | None = None, channel: bool = False) -> list[str]:
         """The argv `docker exec` runs for `command`: the env's init line, CPU, file-size and address-space limits
         (as the local sandbox sets them; the container's memory limit holds besides), a wall-clock
-        `timeout` (exit code 124 and a last line saying so when it fires) and the output cut to `max_output_bytes`.
+        `timeout` (exit code 124 and a last line saying so when it fires) and the output cut to `max_output_bytes`,
+        on the exec's stdout. The exec's stderr is `CHANNEL_FD` of the command with `channel` (the host reads it as
+        it comes, `run`), else nothing (the outer shell's own errors go to the output).
 
         Every process the command leaves behind is killed when it ends (`kill -9 -1` spares only the caller and
         PID 1), as in the local sandbox. The output goes to a fresh file, not to the exec's stream, so that no
@@ -168,7 +170,7 @@ class DockerSandbox(Sandbox):
             f"cd {shlex.quote(cfg.docker_workdir)} && {command}"
         )
         outer = (  # the command's processes, not PID 1, are the ones the OOM killer picks in the container
-            "echo 1000 > /proc/self/oom_score_adj; "
+            f"exec {f'{CHANNEL_FD}>&2 ' if channel else ''}2>&1; echo 1000 > /proc/self/oom_score_adj; "
             f"mkdir -p {shlex.quote(self.scratch_dir)}; out=$(mktemp {OUTPUT_DIR}/out.XXXXXXXXXX) || exit 1; "
             f'timeout -k 5 {timeout:g} /bin/bash -c {shlex.quote(inner)} </dev/null >"$out" 2>&1; code=$?; '
             f'kill -9 -1 2>/dev/null; head -c {cfg.max_output_bytes} -- "$out"; rm -f -- "$out"; '
@@ -243,31 +245,40 @@ class DockerSandbox(Sandbox):
                 logger.warning("starting a container of %s failed (%s); trying again", options["image"], e)
                 time.sleep(attempt)
 
-    def run(self, command: str, timeout: float | None = None) -> CommandResult:
+    def run(self, command: str, timeout: float | None = None, channel: bool = False) -> CommandResult:
         if self.container is None:
             raise SandboxError("the sandbox is not started: call start(task) first")
         import docker
 
-        oom = OomWatch(self._memory)
+        oom, api = OomWatch(self._memory), self.client.api
+        # the note lines after the cut output; the channel as the local sandbox keeps it
+        caps = [self.config.max_output_bytes + 4096, self.config.max_file_mb * 1024 * 1024]
+        received = [bytearray(), bytearray()]  # stdout (the output), stderr (the channel)
         try:
-            result = self.container.exec_run(self.exec_command(command, timeout), workdir=self.config.docker_workdir,
-                                             user=self.config.docker_user, demux=False)
+            exec_id = api.exec_create(self.container.id, self.exec_command(command, timeout, channel),
+                                      workdir=self.config.docker_workdir, user=self.config.docker_user)["Id"]
+            for chunks in api.exec_start(exec_id, stream=True, demux=True):  # as the engine relays them
+                for chunk, kept, cap in zip(chunks, received, caps):
+                    if chunk and len(kept) < cap:
+                        kept += chunk[: cap - len(kept)]
+            exit_code = api.exec_inspect(exec_id)["ExitCode"]
         except docker.errors.DockerException as e:
             raise SandboxError(f"the container could not run the command: {self._state()} ({e})") from e
-        output = (result.output or b"").decode("utf-8", errors="replace")
-        verdict = oom.verdict(killed=result.exit_code in (None, 128 + 9))
+        output = received[0].decode("utf-8", errors="replace")
+        sent = bytes(received[1]) if channel else None
+        verdict = oom.verdict(killed=exit_code in (None, 128 + 9))
         if verdict == "machine":
             raise SandboxError("the machine ran out of memory while the container ran the command (the kernel's OOM "
                                "killer ended a process; the container's own limit was not reached)")
         if verdict == "limit":
             end = "\n" if output and not output.endswith("\n") else ""
             return CommandResult(f"{output}{end}{out_of_memory_note(self.config.memory_mb)}\n", 128 + 9,
-                                 out_of_memory=True)
-        if result.exit_code is None or result.exit_code >= 128:  # killed by a signal: was it the container's end?
+                                 out_of_memory=True, channel=sent)
+        if exit_code is None or exit_code >= 128:  # killed by a signal: was it the container's end?
             state = self._state()
             if state != "running":
                 raise SandboxError(f"the container stopped while it ran the command: {state}")
-        return CommandResult(output, result.exit_code, timed_out=result.exit_code == 124)
+        return CommandResult(output, exit_code, timed_out=exit_code == 124, channel=sent)
 
     def _state(self) -> str:
         """'running', or what the engine says of a container that is not (its exit, OOM kill), or that it is gone."""
@@ -300,14 +311,12 @@ class DockerSandbox(Sandbox):
             raise SandboxPathError(f"{path}: no such file")
         return result.output
 
-    def _put(self, full: str, text: str, write_only: bool = False) -> None:
+    def _put(self, full: str, text: str) -> None:
         data = text.encode("utf-8")
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             info = tarfile.TarInfo(posixpath.basename(full))
-            info.size, info.mode = len(data), 0o622 if write_only else 0o644
-            if write_only:
-                info.uid = info.gid = NOBODY
+            info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
         import docker
 
@@ -323,9 +332,9 @@ class DockerSandbox(Sandbox):
     def write_file(self, path: str, text: str) -> None:
         self._put(self._container_path(path), text)
 
-    def write_scratch(self, name: str, text: str, write_only: bool = False) -> str:
+    def write_scratch(self, name: str, text: str) -> str:
         full = posixpath.join(self.scratch_dir, posixpath.basename(name))
-        self._put(full, text, write_only)
+        self._put(full, text)
         return full
 
     def read_scratch(self, name: str) -> str | None:
@@ -336,7 +345,7 @@ class DockerSandbox(Sandbox):
         try:
             stream, _ = self.container.get_archive(full)
         except docker.errors.NotFound:
-            state = self._state()  # the container runs until `close` (`stop` spares its PID 1)
+            state = self._state()  # the container runs until `close` (a command's `kill -9 -1` spares its PID 1)
             if state != "running":
                 raise SandboxError(f"could not read {full}: the container is not running ({state})") from None
             return None
@@ -347,13 +356,6 @@ class DockerSandbox(Sandbox):
             if member is None or not member.isfile():
                 return None
             return tar.extractfile(member).read().decode("utf-8", errors="replace")
-
-    def stop(self) -> None:
-        """End every process of the container but its PID 1 (each command ends with the same `kill -9 -1`; this
-        is for processes that a command still running, from another thread, would leave); its files stay readable
-        until `close`."""
-        if self.container is not None:
-            self.run("true")
 
     def close(self) -> None:
         self._close_lifeline()

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +34,7 @@ from ...base import TaskError
 from ..tasks import default_cache_dir, shipped_repo
 from ..tasks.source import git_env
 from .base import (
-    NOBODY,
+    CHANNEL_FD,
     TIMEOUT_EXIT_CODE,
     CommandResult,
     Sandbox,
@@ -210,9 +211,6 @@ class LocalSandbox(Sandbox):
     def _cache_dir(self) -> Path:
         return Path(self.config.repo_cache_dir) if self.config.repo_cache_dir else default_cache_dir()
 
-    def stop(self) -> None:
-        """Nothing outlives a command here (its PID namespace, or its process group, dies with it)."""
-
     def close(self) -> None:
         if self._lease is not None:
             self._lease.release()
@@ -292,7 +290,8 @@ class LocalSandbox(Sandbox):
         # the uid as for an ordinary user: bubblewrap makes the user namespace as this uid
         return [*enter, *guard_argv(os.getpid(), uid)], reporting_child(limit)
 
-    def run(self, command: str, timeout: float | None = None, *, ignore_flock: bool = False) -> CommandResult:
+    def run(self, command: str, timeout: float | None = None, channel: bool = False, *,
+            ignore_flock: bool = False) -> CommandResult:
         """`Sandbox.run`; `ignore_flock`: `flock` succeeds without locking (`seccomp_program`) in this command."""
         if self._tmp is None:
             raise SandboxError("the sandbox is not started: call start(task) first")
@@ -302,6 +301,12 @@ class LocalSandbox(Sandbox):
         # descriptor before the first line of the command, which cannot write to it: a failure before is the sandbox's
         started_read, started_write = os.pipe()
         passed = [started_write]  # descriptors the command line gets (bubblewrap: its --info-fd, its --seccomp)
+        reader = None
+        if channel:  # a pipe this process drains while the command runs: what was written is out of its reach
+            channel_read, channel_write = os.pipe()
+            passed.append(channel_write)
+            reader = _Drain(channel_read, self.config.max_file_mb * 1024 * 1024)
+            command = f"exec {CHANNEL_FD}>&{channel_write} {channel_write}>&-\n{command}"
         command = f"printf . >&{started_write}; exec {started_write}>&-\n{command}"
         info_read = None
         argv = []
@@ -346,6 +351,7 @@ class LocalSandbox(Sandbox):
                     os.close(init)
             output, code = _read_capped(out, self.config.max_output_bytes), proc.returncode
             started = _read_marker(started_read)
+            received = reader.result() if reader is not None else None  # every writer is gone with the namespace
             verdict = oom.verdict(killed=code == -signal.SIGKILL or code == 128 + signal.SIGKILL)
             if verdict == "machine":
                 raise SandboxError("the machine ran out of memory while the sandbox ran the command (the kernel's "
@@ -353,7 +359,8 @@ class LocalSandbox(Sandbox):
             if verdict == "limit":  # the code's own doing, even where the killer picked bubblewrap or its init
                 end = "\n" if output and not output.endswith("\n") else ""
                 note = out_of_memory_note(self.config.total_memory_mb)
-                return CommandResult(f"{output}{end}{note}\n", 128 + signal.SIGKILL, out_of_memory=True)
+                return CommandResult(f"{output}{end}{note}\n", 128 + signal.SIGKILL, out_of_memory=True,
+                                     channel=received)
             if self.isolated and code < 0 and not timed_out:  # only our timeout kills bubblewrap itself
                 raise SandboxError(f"the sandbox was killed from outside ({signal.Signals(-code).name}: the "
                                    "machine's OOM killer, an operator) while it ran the command")
@@ -362,8 +369,9 @@ class LocalSandbox(Sandbox):
                                    f"{output.strip()[-500:]}")
             if timed_out:
                 end = "\n" if output and not output.endswith("\n") else ""
-                return CommandResult(f"{output}{end}{timeout_note(timeout)}\n", TIMEOUT_EXIT_CODE, True)
-            return CommandResult(output, 128 - code if code < 0 else code)
+                return CommandResult(f"{output}{end}{timeout_note(timeout)}\n", TIMEOUT_EXIT_CODE, True,
+                                     channel=received)
+            return CommandResult(output, 128 - code if code < 0 else code, channel=received)
 
     # -- files -------------------------------------------------------------------------------------------------
 
@@ -452,7 +460,7 @@ class LocalSandbox(Sandbox):
         finally:
             os.close(own_tmp)
 
-    def write_scratch(self, name: str, text: str, write_only: bool = False) -> str:
+    def write_scratch(self, name: str, text: str) -> str:
         name = Path(name).name
         folder = self._scratch_folder()
         try:
@@ -460,8 +468,7 @@ class LocalSandbox(Sandbox):
                 os.unlink(name, dir_fd=folder)  # whatever the sandbox left there: a link, a FIFO, an old file
             except FileNotFoundError:
                 pass
-            write_regular(name, text.encode("utf-8"), dir_fd=folder, exclusive=True,
-                          owner=NOBODY if write_only else None, mode=0o622 if write_only else 0o644)
+            write_regular(name, text.encode("utf-8"), dir_fd=folder, exclusive=True, mode=0o644)
         finally:
             os.close(folder)
         return f"{self.scratch_dir}/{name}"
@@ -511,6 +518,38 @@ def _remove(space: PrivateSpace | None, folder: Path, cgroup: MemoryCgroup | Non
         shutil.rmtree(folder, ignore_errors=True)
     if cgroup is not None:
         cgroup.remove()
+
+
+class _Drain:
+    """Reads a pipe in a thread of its own until every writer is gone, keeping the first `limit` bytes (the rest is
+    read and dropped, so a writer never blocks on a full pipe). `result()` waits for that end, at most `grace`
+    seconds once the command is over (with isolation='none' a process that left the command's group may still hold
+    the pipe: what it writes later is not read)."""
+
+    def __init__(self, fd: int, limit: int, grace: float = 10.0):
+        self._fd, self._limit, self._grace, self._data = fd, limit, grace, bytearray()
+        self._over = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="sandbox-channel", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while not self._over.is_set():
+                if not _wait_fd(self._fd, 0.2):
+                    continue
+                chunk = os.read(self._fd, 1 << 16)
+                if not chunk:
+                    break
+                if len(self._data) < self._limit:
+                    self._data += chunk[: self._limit - len(self._data)]
+        finally:
+            os.close(self._fd)
+
+    def result(self) -> bytes:
+        self._thread.join(self._grace)
+        self._over.set()
+        self._thread.join()
+        return bytes(self._data)
 
 
 def _exists(name: str, dir_fd: int) -> bool:
