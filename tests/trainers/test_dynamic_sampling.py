@@ -20,6 +20,7 @@ from trl_multiturn import (
     MultiTurnRLOOConfig,
     MultiTurnRLOOTrainer,
 )
+from trl_multiturn.episode_data import load_episodes
 from trl_multiturn.rollout import EpisodeRunner
 from trl_multiturn.rollout.rules import EpisodeRules
 from trl_multiturn.trainers.dynamic_sampling import (
@@ -173,7 +174,8 @@ def test_a_training_step_trains_only_groups_whose_returns_differ_and_logs_its_dr
                                                                                     tiny_chatml_model, tmp_path):
     """Without dynamic sampling this seed's first batch holds two tying tasks (zero_advantage_groups 1.0)."""
     args = tiny_rl_args(config_cls, tmp_path, max_steps=1, max_turns=1, env_mode="inline",
-                        dynamic_sampling=True, dynamic_sampling_max_draws=16, reward_mode="dense")
+                        dynamic_sampling=True, dynamic_sampling_max_draws=16, reward_mode="dense",
+                        save_episodes=True)
     trainer = trainer_cls(tiny_chatml_model, args=args, environment_factory=TiesOnRequestEnv,
                           train_dataset=Dataset.from_list(TASKS))
     trainer.train()
@@ -186,6 +188,9 @@ def test_a_training_step_trains_only_groups_whose_returns_differ_and_logs_its_dr
     assert logged["credit/zero_advantage_groups"] == 0
     assert 0 < logged["dynamic_sampling/tied_fraction"] < 1  # ties were played, and dropped
     assert logged["dynamic_sampling/dropped_groups"] > 0 and logged["dynamic_sampling/draws"] >= 2
+    dropped = load_episodes(tmp_path, "train-step-0-rank0-dropped.parquet")  # played, not trained: saved apart
+    assert len(dropped) == 2 * logged["dynamic_sampling/dropped_groups"]
+    assert len(load_episodes(tmp_path, "train-step-0-rank0.parquet")) == 4
 
 
 @pytest.mark.parametrize(("config_cls", "overrides", "message"), [
