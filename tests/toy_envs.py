@@ -118,7 +118,8 @@ class ReplyScoringEnv(Environment):
 
 
 class TiesOnRequestEnv(ReplyScoringEnv):
-    """`ReplyScoringEnv`, except that a task with `ties` set pays every reply 0.5: its groups always tie."""
+    """`ReplyScoringEnv`, except that a task with `ties` set pays every reply 0.5 (its groups always tie) and is
+    never won; another task is won when its last reply has no repeated character."""
 
     def reset(self, task):
         self.ties = task.get("ties", False)
@@ -128,6 +129,7 @@ class TiesOnRequestEnv(ReplyScoringEnv):
         result = super().step(action)
         if self.ties:
             result.reward = 0.5
+        result.won = result.done and not self.ties and result.reward == 1.0
         return result
 
 

@@ -166,6 +166,9 @@ def test_the_episode_source_trains_only_groups_with_signal_step_wise(tiny_chatml
     metrics = log.metrics["train"]
     assert metrics["dynamic_sampling/groups_kept"] == [2.0] and metrics["dynamic_sampling/draws"][0] >= 2
     assert 0 < metrics["dynamic_sampling/tied_fraction"][0] < 1 and metrics["dynamic_sampling/dropped_groups"][0] >= 1
+    # of each group played with signal, the episode replying "abc" wins: the rate is over every episode played
+    assert metrics["dynamic_sampling/played_success_rate"] == [pytest.approx(
+        (1 - metrics["dynamic_sampling/tied_fraction"][0]) / 2)] and sum(ep.won for ep in batch.episodes) == 2
 
 
 @pytest.mark.parametrize(("config_cls", "trainer_cls"), [(MultiTurnGRPOConfig, MultiTurnGRPOTrainer),

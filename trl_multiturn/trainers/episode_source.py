@@ -54,7 +54,9 @@ class EpisodeSource:
         elif mode == "train" and self.dynamic is not None:
             draws = self.dynamic(inputs, self.play, self.episode_return, self.state().global_step)
             inputs, episodes, dropped = draws.rows, draws.episodes, draws.dropped
-            self.log.dynamic_sampling(mode, draws.counts)
+            played = [ep for ep in episodes + dropped if not ep.failed]
+            self.log.dynamic_sampling(mode, {**draws.counts, "played_valid": float(len(played)),
+                                             "played_won": float(sum(ep.won for ep in played))})
         else:
             episodes = self.play(inputs)
         if self.args.save_episodes:
