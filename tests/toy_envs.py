@@ -117,6 +117,22 @@ class ReplyScoringEnv(Environment):
         return StepResult(f"Reply {self.turn} scored.", reward=reward, done=self.turn >= self.turns)
 
 
+class TiesOnRequestEnv(ReplyScoringEnv):
+    """`ReplyScoringEnv`, except that a task with `ties` set pays every reply 0.5 (its groups always tie) and is
+    never won; another task is won when its last reply has no repeated character."""
+
+    def reset(self, task):
+        self.ties = task.get("ties", False)
+        return super().reset(task)
+
+    def step(self, action):
+        result = super().step(action)
+        if self.ties:
+            result.reward = 0.5
+        result.won = result.done and not self.ties and result.reward == 1.0
+        return result
+
+
 def reply_characters(completions, **kwargs):
     """A trajectory reward that differs between any two episodes whose replies differ: a group of sampled episodes
     then carries signal, so that a training step must change the weights."""

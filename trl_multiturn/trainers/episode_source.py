@@ -1,5 +1,6 @@
 """The step's episode source: plays one episode per task row (or takes the rollout played in the background under
-`max_policy_lag`), saves the episodes if asked, shapes their rewards under `reward_mode`, and lays them out as
+`max_policy_lag`, or, under `dynamic_sampling`, draws tasks until the groups have rewards that differ: see
+`dynamic_sampling.py`), saves the episodes if asked, shapes their rewards under `reward_mode`, and lays them out as
 TRL's rows of the step's `RolloutBatch`; it also says which sampled tokens the loss trains on."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from ..agents import AgentRunner
     from ..rollout import Episode, EpisodeRunner
     from ..rollout.generation import CachedGenerator
+    from .dynamic_sampling import DynamicSampler
     from .step_log import StepLog
 
 
@@ -26,31 +28,42 @@ class EpisodeSource:
     `generation_model()` the context a whole rollout runs in (the model unwrapped for the cache);
     `lagged` the off-policy schedule of `max_policy_lag` (None: on-policy). `training()` says whether the model is
     in training mode, `state()` gives the trainer's current `TrainerState`; `reward_weights` and the group sizes
-    are the trainer's."""
+    are the trainer's; `dynamic`: the training rollouts' dynamic sampling (None: off)."""
 
     def __init__(self, runner: EpisodeRunner | AgentRunner, format, args, accelerator, *,
                  history_cache: CachedGenerator | None, generation_model: Callable[[], AbstractContextManager],
                  lagged: LaggedRollouts | None, training: Callable[[], bool], state: Callable, reward_weights,
-                 num_generations: int, num_generations_eval: int, log: StepLog):
+                 num_generations: int, num_generations_eval: int, log: StepLog,
+                 dynamic: DynamicSampler | None = None):
         self.runner, self.format, self.args, self.accelerator = runner, format, args, accelerator
         self.history_cache, self.generation_model, self.lagged = history_cache, generation_model, lagged
         self.training, self.state, self.reward_weights = training, state, reward_weights
         self.num_generations, self.num_generations_eval, self.log = num_generations, num_generations_eval, log
+        self.dynamic = dynamic
 
     def __call__(self, inputs: list[dict]) -> tuple[list[dict], RolloutBatch]:
         """Play one episode per row. Returns TRL's rows (each with its episode's opening messages as `prompt`) and
         the step's `RolloutBatch`. With `max_policy_lag`, training takes the rollout played in the background
-        (`LaggedRollouts`: the rows are those it played) and starts the next one on `inputs`."""
+        (`LaggedRollouts`: the rows are those it played) and starts the next one on `inputs`. With dynamic sampling,
+        training plays further draws of tasks, and the rows are the groups it keeps."""
         mode = "train" if self.training() else "eval"
-        versions = None
+        versions, dropped = None, []
         if mode == "train" and self.lagged is not None:
             inputs, episodes, version = self.lagged.take(inputs, self.state().global_step)
             versions = [version] * len(episodes)
+        elif mode == "train" and self.dynamic is not None:
+            draws = self.dynamic(inputs, self.play, self.episode_return, self.state().global_step)
+            inputs, episodes, dropped = draws.rows, draws.episodes, draws.dropped
+            played = [ep for ep in episodes + dropped if not ep.failed]
+            self.log.dynamic_sampling(mode, {**draws.counts, "played_valid": float(len(played)),
+                                             "played_won": float(sum(ep.won for ep in played))})
         else:
             episodes = self.play(inputs)
         if self.args.save_episodes:
-            save_episodes(episodes, self.args.output_dir,
-                          f"{mode}-step-{self.state().global_step}-rank{self.accelerator.process_index}")
+            name = f"{mode}-step-{self.state().global_step}-rank{self.accelerator.process_index}"
+            save_episodes(episodes, self.args.output_dir, name)
+            if dropped:
+                save_episodes(dropped, self.args.output_dir, f"{name}-dropped")
         batch = RolloutBatch(
             episodes=episodes,
             turn_rewards=[self.credit_turn_rewards(ep) for ep in episodes],

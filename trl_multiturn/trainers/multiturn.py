@@ -47,6 +47,7 @@ from ..rollout.training_template import use_training_chat_template_field
 from ..run_lifetime import sigterm_stops_the_run
 from .batch import RolloutBatch
 from .distillation import TEACHER_SIGNALS, Distillation, check_teacher_vocabulary
+from .dynamic_sampling import DynamicSampler, TaskShelf
 from .episode_source import EpisodeSource
 from .forwards import Forwards
 from .packing import PACKING_MODES, check_model_packing
@@ -166,6 +167,17 @@ class MultiTurnArguments:
             In a loss that averages each row first, an episode that becomes k rows counts once, not k times.
         packing (`str`, defaults to `"auto"`):
             How a step's forwards lay out their rows: 'prefix', 'padded' or 'auto'.
+
+        > Parameters that control dynamic sampling
+
+        dynamic_sampling (`bool`, defaults to `False`):
+            Keep drawing tasks until the step holds as many groups whose returns differ as TRL's rows had.
+        dynamic_sampling_max_draws (`int`, defaults to `4`):
+            dynamic_sampling: the most rollouts one training step plays, TRL's rows the first.
+        dynamic_sampling_set_aside_steps (`int`, defaults to `0`):
+            dynamic_sampling: optimizer steps a task that keeps tying is set aside for (0: never).
+        dynamic_sampling_set_aside_ties (`int`, defaults to `2`):
+            dynamic_sampling_set_aside_steps > 0: the tied plays in a row that set a task aside.
 
         > Parameters that control the chat template and the saved episodes
 
@@ -348,6 +360,34 @@ class MultiTurnArguments:
         "several processes each packs its own rows, all running as many forwards.",
         choices=PACKING_MODES)
 
+    # Parameters that control dynamic sampling
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "DAPO's dynamic sampling, for GRPO and RLOO: a group whose episodes' returns (under "
+                          "reward_mode, reward_funcs not included) all tie trains nothing, so a training step keeps "
+                          "drawing tasks from train_dataset (beyond TRL's rows) until it holds as many groups whose "
+                          "returns differ as TRL's rows had, or has played dynamic_sampling_max_draws rollouts; if "
+                          "too few were found, tied groups fill the batch. Groups played but not trained are dropped "
+                          "and counted (`dynamic_sampling/dropped_groups`; never kept for a later step, where they "
+                          "would be off-policy), and saved as '...-dropped' with save_episodes. Logged: "
+                          "`dynamic_sampling/draws`, `tied_fraction`, `groups_kept`, `tied_groups_trained`. Each "
+                          "process's rows must hold whole groups. Off by default: see docs/dynamic_sampling.md."},
+    )
+    dynamic_sampling_max_draws: int = config_field(
+        4, "dynamic_sampling: the most rollouts one training step plays, TRL's rows the first (each further draw "
+           "plays as many groups as the tie rate seen so far says the step still needs, at most a batch's).",
+        range=Range(ge=1, text="an integer >= 1 (rollouts per training step, the first included)"))
+    dynamic_sampling_set_aside_steps: int = config_field(
+        0, "dynamic_sampling: curriculum by difficulty. A task whose group tied (all won: too easy, or all lost: too "
+           "hard) in dynamic_sampling_set_aside_ties plays in a row is set aside for this many optimizer steps: "
+           "draws skip it and, among TRL's rows, it is replaced by a drawn task (logged: "
+           "`dynamic_sampling/set_aside_tasks`, `newly_set_aside`, `replaced_tasks`). Each process keeps its own; "
+           "a resumed run starts with none set aside. 0: never.",
+        range=Range(ge=0, text="an integer >= 0 (optimizer steps; 0 sets no task aside)"))
+    dynamic_sampling_set_aside_ties: int = config_field(
+        2, "dynamic_sampling_set_aside_steps > 0: how many plays in a row a task's group must tie to be set aside.",
+        range=Range(ge=1, text="an integer >= 1 (tied plays in a row)"))
+
     # Parameters that control the chat template and the saved episodes
     chat_template_path: str | None = field(
         default=None,
@@ -379,6 +419,7 @@ class MultiTurnArguments:
         check_schedule(self.rollout_schedule, self.rollout_overlap)
         self.check_policy_lag()
         self.check_teacher_signal()
+        self.check_dynamic_sampling()
         self.env_ray_resources = parse_ray_resources(self.env_ray_resources)
         check_ray_placement(self.env_mode, self.ray_placement())
 
@@ -449,6 +490,23 @@ class MultiTurnArguments:
         refusal = self.teacher_loss_refusal() if self.teacher_signal == "loss" else None
         if refusal:
             raise ValueError(f"teacher_signal='loss' is not supported by {type(self).__name__}: {refusal}")
+
+    def check_dynamic_sampling(self) -> None:
+        """Refuse `dynamic_sampling` where it cannot work: with `max_policy_lag` (whose rollout is played in the
+        background on TRL's rows), or when a process's rows do not hold whole groups (each process decides on its own
+        groups). TRL's GRPO and RLOO configs refuse groups of one episode (which would always tie) themselves."""
+        if not self.dynamic_sampling:
+            return
+        generations = getattr(self, "num_generations", None) or 1
+        if self.max_policy_lag:
+            raise ValueError(f"dynamic_sampling=True with max_policy_lag={self.max_policy_lag} is not supported (the "
+                             "lagged rollout is played in the background on TRL's rows): set max_policy_lag=0 or "
+                             "dynamic_sampling=False")
+        rows = getattr(self, "per_device_train_batch_size", 1) * (getattr(self, "steps_per_generation", None) or 1)
+        if rows % generations:
+            raise ValueError(f"dynamic_sampling=True needs each process's rows to hold whole groups: "
+                             f"per_device_train_batch_size * steps_per_generation = {rows} is not a multiple of "
+                             f"num_generations={generations}; make per_device_train_batch_size a multiple of it")
 
     def check_advantage_estimator(self) -> None:
         """Raise if `advantage_estimator` is not registered or `estimator_kwargs` holds options it does not take.
@@ -705,7 +763,8 @@ class MultiTurnMixin(RunFilesMixin):
             self.episode_runner, self.format, self.args, self.accelerator, history_cache=self._history_cache,
             generation_model=self._generation_model, lagged=self._lagged_rollouts,
             training=lambda: self.model.training, state=lambda: self.state, reward_weights=self.reward_weights,
-            num_generations=self.num_generations, num_generations_eval=self.num_generations_eval, log=self.step_log)
+            num_generations=self.num_generations, num_generations_eval=self.num_generations_eval, log=self.step_log,
+            dynamic=self._dynamic_sampler() if self.args.dynamic_sampling else None)
         scorer = Scorer(self.reward_funcs, self.reward_func_names, self.accelerator, lambda: self.state,
                         self.step_log)
         distillation = None if teacher is None else Distillation(
@@ -770,6 +829,18 @@ class MultiTurnMixin(RunFilesMixin):
                              eos_token_ids=self.stop_token_ids, env_mode=args.env_mode, env_timeout=args.env_timeout,
                              env_max_memory_mb=args.env_max_memory_mb, env_ray=args.ray_placement(),
                              any_live=self._any_live, overlap=args.rollout_overlap, schedule=args.rollout_schedule)
+
+    def _dynamic_sampler(self) -> DynamicSampler:
+        """The training rollouts' dynamic sampling, drawing further tasks from `train_dataset` by index."""
+        args, dataset = self.args, self.train_dataset
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise ValueError(f"dynamic_sampling=True draws tasks from train_dataset by index, which a "
+                             f"{type(dataset).__name__} has not: pass a datasets.Dataset (or a list of rows), or set "
+                             "dynamic_sampling=False")
+        shelf = (TaskShelf(args.dynamic_sampling_set_aside_steps, args.dynamic_sampling_set_aside_ties)
+                 if args.dynamic_sampling_set_aside_steps else None)
+        return DynamicSampler(dataset, self.num_generations, args.dynamic_sampling_max_draws, shelf, args.seed,
+                              self.accelerator.process_index, lambda flag: self._any_live(int(flag)))
 
     def _make_lagged_rollouts(self) -> LaggedRollouts:
         """The off-policy schedule of `max_policy_lag`: a second runner (its own environments and tokenizer copy)

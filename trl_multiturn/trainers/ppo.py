@@ -196,6 +196,9 @@ class MultiTurnPPOConfig(MultiTurnGRPOConfig):
                                       "policy-and-critic module; resume from that checkpoint instead",
             **{name: "PPO's loss is its own: the clipped surrogate (epsilon, epsilon_high) and the clipped value "
                      "loss, each a mean over a mini-batch's sampled tokens" for name in PPO_LOSS_UNUSED},
+            **{name: "PPO's critic learns from every episode, tied groups included: dynamic sampling is GRPO's and "
+                     "RLOO's" for name in ("dynamic_sampling", "dynamic_sampling_max_draws",
+                                           "dynamic_sampling_set_aside_steps", "dynamic_sampling_set_aside_ties")},
         }
 
 

@@ -129,3 +129,24 @@ class StepLog:
         metrics["policy_lag/mean"].append(sum(lags) / len(lags))
         metrics["policy_lag/max"].append(float(max(lags)))
         metrics["policy_lag/dropped"].append(float(sum(stale)))
+
+    def dynamic_sampling(self, mode: str, counts: dict[str, float]) -> None:
+        """What dynamic sampling played this step (`dynamic_sampling.DynamicDraws.counts`, summed over processes):
+        `dynamic_sampling/draws` (the rollouts played), `tied_fraction` (of the groups played, those whose returns
+        all tied), `groups_kept` (groups with signal trained), `tied_groups_trained` (tied groups that filled the
+        batch when `dynamic_sampling_max_draws` ran out), `dropped_groups` (played, not trained) and, with the
+        curriculum, `set_aside_tasks` (set aside now), `newly_set_aside` and `replaced_tasks` (TRL's tasks replaced
+        because they were set aside); `played_success_rate`: the success rate over every episode played (`played_won`
+        of `played_valid`), where `episodes/success_rate` sees only the trained ones, selected for their signal."""
+        names = sorted(counts)
+        totals = self.accelerator.reduce(torch.tensor([counts[n] for n in names], device=self.accelerator.device),
+                                         reduction="sum")
+        summed = dict(zip(names, totals.tolist()))
+        metrics = self.metrics[mode]
+        metrics["dynamic_sampling/draws"].append(counts["draws"])  # the same on every process
+        metrics["dynamic_sampling/tied_fraction"].append(summed["tied_groups"] / max(1.0, summed["groups_played"]))
+        if summed["played_valid"]:
+            metrics["dynamic_sampling/played_success_rate"].append(summed["played_won"] / summed["played_valid"])
+        for name in names:
+            if name not in ("draws", "tied_groups", "groups_played", "played_won", "played_valid"):
+                metrics[f"dynamic_sampling/{name}"].append(summed[name])
