@@ -13,10 +13,11 @@ forwarded node by node instead:
                         row parent(i) of the parent batch's cache
 
 which is the model's own cached forward (transformers' hybrid caches: `DynamicCache(config=...)`), so each token
-computes exactly what it computes in its own row. The children of one forward's nodes are batched: those that end a
-row (leaves) together, right-padded (padding after a token changes nothing before it, and a leaf's end state is not
-read); those with children of their own by equal length (their end states are, and a padded row's state would have
-run over the padding). A batch holds at most the token budget of one padded chunk (`batch_size` x W), as
+computes exactly what it computes in its own row. The roots are batched left-padded, as the padded rows are (a
+padding token's input is masked to zero, which leaves a state that starts at zero as it was); the children of one
+forward's nodes are batched: those that end a row (leaves) together, right-padded (padding after a token changes
+nothing before it, and a leaf's end state is not read); those with children of their own by equal length (their end
+states are, and a padded row's state would have run over the padding). A batch holds at most the token budget of one padded chunk (`batch_size` x W), as
 `packing.plan_packs`' forwards do. Gradients flow through the forked states (`index_select` of the parent's) into the
 prefix's forward. Under activation checkpointing transformers' checkpointed layers run without a cache, so there the
 layers' checkpointing is off and each forward is checkpointed whole (`torch.utils.checkpoint`, its recomputation
@@ -217,17 +218,22 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     logps_out, entropies_out = [], []
     sizes = [0, 0]  # flat lengths of the log-prob and entropy outputs so far
 
-    def run(nodes: list[_Node], cache, parents: torch.Tensor | None, past: int) -> None:
+    def run(nodes: list[_Node], cache, parents: torch.Tensor | None, past_mask: torch.Tensor) -> None:
+        """Forward `nodes`, continued from rows `parents` of `cache` (None: the roots, left-padded), whose tokens
+        and padding so far are `past_mask`'s rows; then their branches."""
         width = max(len(node.tokens) for node in nodes + [_PAIR])  # one token from a cache: `_branches`
-        keep = width - min(min(node.need_from, len(node.tokens) - 1) for node in nodes)
+        cols = [width - len(node.tokens) if cache is None else 0 for node in nodes]  # where each node's tokens start
+        first = min(col + min(node.need_from, len(node.tokens) - 1) for col, node in zip(cols, nodes, strict=True))
+        keep = width - first
         ids = torch.full((len(nodes), width), pad_token_id, dtype=torch.long)
-        mask = torch.zeros(len(nodes), past + width, dtype=torch.long)
-        mask[:, :past] = 1
-        for i, node in enumerate(nodes):
-            ids[i, :len(node.tokens)] = torch.tensor(node.tokens)
-            mask[i, past:past + len(node.tokens)] = 1
+        segment = torch.zeros(len(nodes), width, dtype=torch.long)
+        positions = torch.zeros(len(nodes), width, dtype=torch.long)
+        for i, (col, node) in enumerate(zip(cols, nodes, strict=True)):
+            ids[i, col:col + len(node.tokens)] = torch.tensor(node.tokens)
+            segment[i, col:col + len(node.tokens)] = 1
+            positions[i, col:col + len(node.tokens)] = node.start + torch.arange(len(node.tokens))
+        mask = torch.cat([past_mask if parents is None else past_mask[parents], segment], dim=1)
         has_children = any(node.branches for node in nodes)
-        positions = (past + torch.arange(width)).expand(len(nodes), -1)
         inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "position_ids": positions.to(device),
                   "use_cache": has_children, "logits_to_keep": keep}
         if checkpointed:
@@ -248,23 +254,22 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
                 cache = _fork(cache, parents.to(device))
             elif has_children:
                 cache = cache_class(config=text_config(model))
-            logits = model(**inputs, cache=cache).logits  # (n, keep, V): positions width - keep ...
-        first = width - keep
+            logits = model(**inputs, cache=cache).logits  # (n, keep, V): columns first ... width - 1
         labels = torch.zeros(len(nodes), keep, dtype=torch.long)
         edges, edge_labels = [], []
-        for i, node in enumerate(nodes):
-            for p in range(first, len(node.tokens) - 1):
-                labels[i, p - first] = node.tokens[p + 1]
+        for i, (col, node) in enumerate(zip(cols, nodes, strict=True)):
+            for p in range(max(first - col, 0), len(node.tokens) - 1):
+                labels[i, col + p - first] = node.tokens[p + 1]
             for token in dict.fromkeys(child.tokens[0] for child in node.branches):
-                edges.append(i * keep + len(node.tokens) - 1 - first)
+                edges.append(i * keep + col + len(node.tokens) - 1 - first)
                 edge_labels.append(token)
         lp, ent = token_logps_and_entropies(logits, labels.to(device), temperature, compute_entropy)
         flat_logits = logits.reshape(-1, logits.shape[-1])
         edge_lp, _ = token_logps_and_entropies(flat_logits[torch.tensor(edges, dtype=torch.long, device=device)],
                                                torch.tensor(edge_labels, dtype=torch.long, device=device),
                                                temperature)
-        for i, node in enumerate(nodes):
-            node.logp_base = (sizes[0] + i * keep - first, sizes[1] + i * keep - first)
+        for i, (col, node) in enumerate(zip(cols, nodes, strict=True)):
+            node.logp_base = (sizes[0] + i * keep + col - first, sizes[1] + i * keep + col - first)
         for e, (position, token) in enumerate(zip(edges, edge_labels, strict=True)):
             nodes[position // keep].edge_base[token] = sizes[0] + lp.numel() + e
         logps_out.extend([lp.reshape(-1), edge_lp])
@@ -273,10 +278,10 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
             entropies_out.append(ent.reshape(-1))
         sizes[1] += ent.numel() if compute_entropy else lp.numel()
         for chunk in _batches([(i, child) for i, node in enumerate(nodes) for child in node.branches], budget):
-            run([c for _, c in chunk], cache, torch.tensor([i for i, _ in chunk], dtype=torch.long), past + width)
+            run([c for _, c in chunk], cache, torch.tensor([i for i, _ in chunk], dtype=torch.long), mask)
 
-    for chunk in _batches([(0, node) for node in roots], budget):
-        run([node for _, node in chunk], None, None, 0)
+    for chunk in _batches([(0, node) for node in roots], budget, left_padded=True):
+        run([node for _, node in chunk], None, None, torch.zeros(len(chunk), 0, dtype=torch.long))
 
     index_lp = torch.zeros(B, K, dtype=torch.long)
     index_ent = torch.zeros(B, K, dtype=torch.long)
@@ -302,12 +307,15 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     return logps, entropies
 
 
-def _batches(members: list[tuple[int, _Node]], budget: int) -> list[list[tuple[int, _Node]]]:
-    """(parent row, node) pairs batched into forwards: the leaves together (right-padded), the nodes with branches
-    by equal length (their end states are read), each batch within `budget` tokens (at least one node)."""
+def _batches(members: list[tuple[int, _Node]], budget: int, left_padded: bool = False) -> list[list[tuple[int, _Node]]]:
+    """(parent row, node) pairs batched into forwards, longest first, each batch within `budget` tokens (at least
+    one node): continuing from a cache, the leaves together (right-padded) and the nodes with branches by equal
+    length (their end states are read, and would have run over right padding); `left_padded` (the roots, from no
+    state) all together, padded on the left, which leaves each layer's state as no token would (a padding token's
+    input is masked to zero, as in the padded rows)."""
     groups: dict[int | None, list[tuple[int, _Node]]] = {}
-    for parent, node in members:
-        groups.setdefault(len(node.tokens) if node.branches else None, []).append((parent, node))
+    for parent, node in sorted(members, key=lambda member: -len(member[1].tokens)):
+        groups.setdefault(len(node.tokens) if node.branches and not left_padded else None, []).append((parent, node))
     out = []
     for group in groups.values():
         step = max(budget // max(len(node.tokens) for _, node in group), 1)
