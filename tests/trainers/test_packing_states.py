@@ -89,3 +89,27 @@ def test_under_activation_checkpointing_each_forward_is_checkpointed_whole(name)
     assert model.is_activation_checkpointing
     padded = sequence_logps(model, ids, mask, keep, temperature=TEMPERATURE, compute_entropy=True)
     assert not _grads_differ(grads, _loss_grads(model, *padded[:2]), ATOL)
+
+
+def test_auto_forks_where_the_rows_share_prefixes_and_pads_where_they_share_nothing():
+    """`packing="auto"`: rows that share a prompt go through the forked states (fewer tokens reach the model than the
+    rows hold); rows that share nothing are the padded rows, to the bit (forking would cost about as much)."""
+    from trl_multiturn.trainers.packing import packed_logps_and_entropies
+
+    model = build_model(family("LFM2"))
+    forwarded = []
+    model.get_input_embeddings().register_forward_hook(
+        lambda module, args, out: forwarded.append(int((args[0] != model.config.pad_token_id).sum())))
+    rng = random.Random(5)
+    shared = [rng.randrange(100, 300) for _ in range(12)]
+    for rows, forks in (([(shared, [rng.randrange(100, 300) for _ in range(3)]) for _ in range(4)], True),
+                        ([([rng.randrange(100, 300) for _ in range(n)], [rng.randrange(100, 300)]) for n in (9, 12)],
+                         False)):
+        ids, mask, keep = _batch(rows, "cpu")
+        forwarded.clear()
+        with torch.no_grad():
+            logps, _ = packed_logps_and_entropies(model, ids, mask, keep, temperature=TEMPERATURE, packing="auto")
+            assert (sum(forwarded) < sum(len(p) + len(c) for p, c in rows)) == forks
+            padded = sequence_logps(model, ids, mask, keep, temperature=TEMPERATURE)[0]
+        if not forks:
+            assert torch.equal(logps, padded)

@@ -17,11 +17,11 @@ computes exactly what it computes in its own row. The roots are batched left-pad
 padding token's input is masked to zero, which leaves a state that starts at zero as it was); the children of one
 forward's nodes are batched: those that end a row (leaves) together, right-padded (padding after a token changes
 nothing before it, and a leaf's end state is not read); those with children of their own by equal length (their end
-states are, and a padded row's state would have run over the padding). A batch holds at most the token budget of one padded chunk (`batch_size` x W), as
-`packing.plan_packs`' forwards do. Gradients flow through the forked states (`index_select` of the parent's) into the
-prefix's forward. Under activation checkpointing transformers' checkpointed layers run without a cache, so there the
-layers' checkpointing is off and each forward is checkpointed whole (`torch.utils.checkpoint`, its recomputation
-forking the parent's states anew).
+states are, and a padded row's state would have run over the padding). A batch holds at most the token budget of
+one padded chunk (`batch_size` x W), as `packing.plan_packs`' forwards do. Gradients flow through the forked states
+(`index_select` of the parent's) into the prefix's forward. Under activation checkpointing transformers' checkpointed
+layers run without a cache, so there the layers' checkpointing is off and each forward is checkpointed whole
+(`torch.utils.checkpoint`, its recomputation forking the parent's states anew).
 
 Log-probs: the logit at depth d - 1 predicts token d; at a node's last position the label is the first token of each
 child, one per branch (a node's last logits serve all its children). The result is laid out as
@@ -307,7 +307,8 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     return logps, entropies
 
 
-def _batches(members: list[tuple[int, _Node]], budget: int, left_padded: bool = False) -> list[list[tuple[int, _Node]]]:
+def _batches(members: list[tuple[int, _Node]], budget: int,
+             left_padded: bool = False) -> list[list[tuple[int, _Node]]]:
     """(parent row, node) pairs batched into forwards, longest first, each batch within `budget` tokens (at least
     one node): continuing from a cache, the leaves together (right-padded) and the nodes with branches by equal
     length (their end states are read, and would have run over right padding); `left_padded` (the roots, from no
