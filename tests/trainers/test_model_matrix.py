@@ -245,3 +245,11 @@ def test_stepwise_ppo_with_a_critic_from_a_latent_attention_policy_packs(tmp_pat
     assert_old_logps_are_the_rows_own(trainer, trainer._generate_and_score_completions([{"target": 2}] * 4))
     trainer.train()
     assert trainer.state.global_step == 1
+
+
+def test_ppo_refuses_prefix_for_a_streaming_family_at_its_start(tmp_path):
+    """The policy alone forks its layer states, but PPO's loss forwards policy and critic through tree-mask packs,
+    which a streaming layer cannot take: refused when the trainer is built, naming the layer (auto pads)."""
+    with pytest.raises(ValueError, match=r"^packing='prefix': PolicyAndValueModel \(qwen3_next\) has layer_types "
+                                         r".*Qwen3NextGatedDeltaNet.*use packing='padded'$"):
+        _trainer("ppo", "Qwen3-Next", tmp_path, packing="prefix", num_generations=1)
