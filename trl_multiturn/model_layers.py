@@ -28,17 +28,24 @@ def streaming_layers(model) -> str | None:
     `POINTWISE_LAYER_TYPES`, and a `torch.nn.Conv1d` (a convolution over the sequence; the Mamba, Mamba2, Gated
     DeltaNet and LFM2 mixers each hold one) among the language model's modules, named by the class that holds it, so
     that a family no list names is caught by what it instantiates."""
-    import torch
-
     model = unwrap(model)
     config = text_config(model)
     unmasked = sorted({kind for kind in getattr(config, "layer_types", None) or ()
                        if kind not in MASKED_LAYER_TYPES + POINTWISE_LAYER_TYPES})
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    convolved = sorted({type(module).__name__ for module in decoder.modules()
-                        if any(isinstance(child, torch.nn.Conv1d) for child in module.children())})
+    convolved = sorted({type(module).__name__ for module in convolution_holders(model)})
     found = ([f"layer_types {unmasked}"] if unmasked else []) + ([f"convolutions in {convolved}"] if convolved else [])
     return " and ".join(found) or None
+
+
+def convolution_holders(model) -> list:
+    """The modules of `model`'s language model that hold a `torch.nn.Conv1d` (a convolution over the sequence: the
+    Mamba, Mamba2, Gated DeltaNet and LFM2 mixers each hold one)."""
+    import torch
+
+    model = unwrap(model)
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    return [module for module in decoder.modules()
+            if any(isinstance(child, torch.nn.Conv1d) for child in module.children())]
 
 
 def model_name(model) -> str:

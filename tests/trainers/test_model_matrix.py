@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 STREAMING_LAYERS = {"Qwen3.5": "Qwen3_5GatedDeltaNet", "Qwen3-Next": "Qwen3NextGatedDeltaNet", "LFM2": "Lfm2ShortConv",
                     "Nemotron-H": "NemotronHMamba2Mixer", "Falcon-H1": "FalconH1Mixer",
                     "GraniteMoeHybrid": "GraniteMoeHybridMambaLayer"}
-"""The families whose layers run over the sequence as a stream (the issue's probe measured each inexact packed),
-with the layer class that holds their convolution."""
+"""The families whose layers run over the sequence as a stream (the issue's probe measured each inexact in tree-mask
+packs), with the layer class that holds their convolution."""
 SLIDING = ("Gemma 3", "Gemma 4", "GPT-OSS", "OLMo 3")
 """The families with sliding-window layers: their window (16) is shorter than the matrix's rows (the 24-token prompt
 and a reply), so they pack only with the tree mask cut to the window (`packing.WINDOWED_FAMILIES`)."""
@@ -58,13 +58,18 @@ def test_every_cell_is_exact_refused_or_not_supported(matrix, name):
             assert "\n" not in cell.detail and cell.detail.endswith("use packing='padded'")
 
 
-def test_streaming_layers_are_refused_by_the_layer_that_streams(matrix):
-    """Gated DeltaNet, Mamba2 and short-convolution layers: "prefix" refused naming the layer class, "auto" pads."""
+def test_streaming_layers_pack_exactly_by_forking_their_states(matrix):
+    """Gated DeltaNet, Mamba2 and short-convolution layers: the shared prefix forwarded once and each branch
+    continued from its layer states (`packing_states`), so "prefix", step-wise rows and LoRA are exact, gradients
+    included, and "auto" packs; PPO's critic reads tree-mask packs, so where transformers builds one (Qwen3-Next) it
+    is refused naming the layer that streams."""
     for name, layer in STREAMING_LAYERS.items():
         cells = matrix[name]
-        for column in ("prefix", "step-wise", "LoRA"):
-            assert cells[column].verdict == "refused" and layer in cells[column].detail, (name, column)
-        assert cells["auto"].detail == "padded"
+        assert all(cells[column].verdict == "exact" for column in ("prefix", "step-wise", "LoRA")), name
+        assert cells["auto"].detail == "packed", name
+        critic = cells["PPO critic"]
+        assert critic.verdict == "not supported" or (critic.verdict == "refused" and layer in critic.detail), name
+    assert matrix["Qwen3-Next"]["PPO critic"].verdict == "refused"
 
 
 def test_attention_only_families_pack_exactly(matrix):
@@ -214,23 +219,17 @@ def assert_old_logps_are_the_rows_own(trainer, inputs) -> None:
         torch.testing.assert_close(inputs["old_per_token_logps"][b, :len(completion)], own, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize(("trainer_name", "name", "model_class"), [("grpo", "Qwen3.5", "Qwen3_5ForCausalLM"),
-                                                                    ("rloo", "LFM2", "Lfm2ForCausalLM")])
-def test_a_streaming_family_is_refused_at_the_trainers_start_and_trains_padded_by_default(trainer_name, name,
-                                                                                          model_class, tmp_path,
-                                                                                          caplog):
-    """packing="prefix" on a family with Gated DeltaNet (Qwen3.5) or short-convolution (LFM2) layers stops the
-    trainer's construction in one line; the default ("auto") logs that it pads and trains a step whose old log-probs
-    are those of the rows' own forwards (its rollout generated without the episode-history cache)."""
-    with pytest.raises(ValueError, match=rf"^packing='prefix': {model_class} \(.*\) has layer_types .*"
-                                         r"use packing='padded'$"):
-        _trainer(trainer_name, name, tmp_path, packing="prefix")
+@pytest.mark.parametrize(("trainer_name", "name"), [("grpo", "Qwen3.5"), ("rloo", "LFM2")])
+def test_a_streaming_family_trains_packed_from_forked_states(trainer_name, name, tmp_path, caplog):
+    """packing="prefix" on a family with Gated DeltaNet (Qwen3.5) or short-convolution (LFM2) layers: the trainer
+    starts without a refusal, its step's old log-probs (forked from the shared prompt's layer states) are those of
+    the rows' own forwards, and it trains a step (its rollout generated without the episode-history cache)."""
     from trl_multiturn.trainers import packing
 
     packing._LOGGED_PADDING.clear()
     with caplog.at_level(logging.WARNING, logger="trl_multiturn.trainers.packing"):
-        trainer = _trainer(trainer_name, name, tmp_path / "auto", num_iterations=2)
-    assert f"packing='auto' pads the rows: {model_class}" in caplog.text
+        trainer = _trainer(trainer_name, name, tmp_path, packing="prefix", num_iterations=2)
+    assert "pads the rows" not in caplog.text
     assert trainer._history_cache is None
     assert_old_logps_are_the_rows_own(trainer, trainer._generate_and_score_completions([{"target": 2}] * 4))
     trainer.train()
@@ -246,3 +245,11 @@ def test_stepwise_ppo_with_a_critic_from_a_latent_attention_policy_packs(tmp_pat
     assert_old_logps_are_the_rows_own(trainer, trainer._generate_and_score_completions([{"target": 2}] * 4))
     trainer.train()
     assert trainer.state.global_step == 1
+
+
+def test_ppo_refuses_prefix_for_a_streaming_family_at_its_start(tmp_path):
+    """The policy alone forks its layer states, but PPO's loss forwards policy and critic through tree-mask packs,
+    which a streaming layer cannot take: refused when the trainer is built, naming the layer (auto pads)."""
+    with pytest.raises(ValueError, match=r"^packing='prefix': PolicyAndValueModel \(qwen3_next\) has layer_types "
+                                         r".*Qwen3NextGatedDeltaNet.*use packing='padded'$"):
+        _trainer("ppo", "Qwen3-Next", tmp_path, packing="prefix", num_generations=1)

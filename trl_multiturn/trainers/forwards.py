@@ -83,7 +83,8 @@ class Forwards:
                                   compute_aux_loss=compute_aux_loss, autocast=self.accelerator.autocast)
         return (*packed_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
                                             compute_entropy, temperature=self.temperature, packing=self.args.packing,
-                                            planner=self.planner, agree=self.agree,
+                                            planner=self.planner,
+                                            agree=self.agree if self.accelerator.num_processes > 1 else None,
                                             autocast=self.accelerator.autocast), None)
 
     def old(self, x: StepTensors, mode: str) -> torch.Tensor:

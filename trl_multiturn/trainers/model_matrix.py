@@ -26,7 +26,7 @@ import torch
 from ..model_families import FAMILIES, Family, build_model, build_tokenizer
 from ..rollout.chat_tokens import ChatTemplateError, ChatTokenBuilder
 from .logprobs import sequence_logps
-from .packing import choose_plan, packed_logps_and_entropies, packed_values
+from .packing import choose_plan, forks_rows, packed_logps_and_entropies, packed_values
 from .value_model import PolicyAndValueModel, create_value_model, token_values
 
 ATOL = 1e-4
@@ -177,7 +177,9 @@ def _forward_cell(model, rows, packing: str, atol: float) -> Cell:
     error = max((logps - ref_logps)[real].abs().max().item(), (entropies - ref_entropies)[real].abs().max().item())
     if error > atol:
         return Cell("WRONG", f"max abs error {error:.1e} against the rows alone")
-    if choose_plan((model,), ids, mask, keep, packing=packing) is None:
+    packed = (forks_rows(model, ids, mask, keep, packing)
+              or choose_plan((model,), ids, mask, keep, packing=packing) is not None)
+    if not packed:
         return Cell("exact", "padded" if packing == "auto" else "", error)
     grads = _loss_grads(model, logps, entropies)
     padded = sequence_logps(model, ids, mask, keep, temperature=TEMPERATURE, compute_entropy=True)

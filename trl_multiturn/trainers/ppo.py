@@ -66,7 +66,7 @@ from ..credit.gae import get_value_estimator
 from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from .logprobs import token_logps_and_entropies
 from .multiturn import trainer_prologue
-from .packing import PackPlan, packed_policy_and_values
+from .packing import PackPlan, check_model_packing, packed_policy_and_values
 from .ppo_credit import CriticCredit
 from .value_model import PolicyAndValueModel, create_value_model, load_value_model_weights, save_value_model
 
@@ -343,6 +343,8 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
             critic.to(self.args.device)
         # From here on the trainer's model is policy and critic; transformers prepares, optimizes and saves it.
         self.model = self.model_wrapped = PolicyAndValueModel(self.model, critic)
+        # the policy alone may fork its layer states (packing_states); beside the critic its rows take tree-mask packs
+        check_model_packing(self.model, self.forwards.packing)
 
     def _reward_reference(self, model: str | nn.Module) -> nn.Module:
         """The reference model of PPO's KL penalty where TRL built none: the policy as given (loaded from its path as

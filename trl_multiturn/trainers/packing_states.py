@@ -1,0 +1,350 @@
+"""Prefix sharing for models whose layers carry a state along the sequence: each shared prefix forwarded once, each
+branch continued from the prefix's layer states.
+
+A recurrent or convolutional layer (the Gated DeltaNet of Qwen3.5 and Qwen3-Next, the Mamba2 mixers of Nemotron-H,
+Falcon-H1 and GraniteMoeHybrid, LFM2's short convolutions) reads, at each token, a state summarising every token
+before it; no attention mask separates the rows of a prefix-tree pack (`packing.py`) for it. Its state after a
+prefix is what every row that continues the prefix starts its next token from, though, so the rows' prefix tree is
+forwarded node by node instead:
+
+    node = a run of tokens every row through it shares (a radix-tree edge); the rows end at node ends
+    forward(children) = the model continued from cache(parent), the parent's layer states (attention keys and
+                        values, convolution windows, recurrent states), forked: row i of the children's batch reads
+                        row parent(i) of the parent batch's cache
+
+which is the model's own cached forward (transformers' hybrid caches: `DynamicCache(config=...)`), so each token
+computes exactly what it computes in its own row. The roots are batched left-padded, as the padded rows are (a
+padding token's input is masked to zero, which leaves a state that starts at zero as it was); the children of one
+forward's nodes are batched: those that end a row (leaves) together, right-padded (padding after a token changes
+nothing before it, and a leaf's end state is not read); those with children of their own by equal length (their end
+states are, and a padded row's state would have run over the padding). A batch holds at most the token budget of
+one padded chunk (`batch_size` x W), as `packing.plan_packs`' forwards do. Gradients flow through the forked states
+(`index_select` of the parent's) into the prefix's forward. Under activation checkpointing transformers' checkpointed
+layers run without a cache, so there the layers' checkpointing is off and each forward is checkpointed whole
+(`torch.utils.checkpoint`, its recomputation forking the parent's states anew).
+
+Log-probs: the logit at depth d - 1 predicts token d; at a node's last position the label is the first token of each
+child, one per branch (a node's last logits serve all its children). The result is laid out as
+`logprobs.sequence_logps` lays out the padded rows', (B, K), 0 at padding.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.utils.checkpoint
+
+from ..model_layers import convolution_holders, streaming_layers, text_config, unwrap
+from .logprobs import token_logps_and_entropies
+
+
+def padded_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int):
+    """The rows of a padded batch in TRL's layout ((B, W), left-padded prompt, right-padded completion, the last K =
+    `logits_to_keep` columns scored): per row its real tokens (a list), the column of its first token, and the depth
+    from which its tokens are scored (W - K - first). A ValueError for a row whose tokens are not one contiguous
+    run, or whose first token is in a scored column."""
+    B, W = input_ids.shape
+    ids_cpu, mask_cpu = input_ids.cpu(), attention_mask.cpu().bool()
+    rows, offsets, scored_from = [], [], []
+    for b in range(B):
+        cols = mask_cpu[b].nonzero().flatten()
+        if len(cols) == 0:
+            rows.append([])
+            offsets.append(0)
+            scored_from.append(0)
+            continue
+        first, last = int(cols[0]), int(cols[-1])
+        if last - first + 1 != len(cols):
+            raise ValueError(f"row {b}: attention_mask has holes; prefix packing takes each row's real tokens as one "
+                             "contiguous run (left-padded prompt, right-padded completion)")
+        if first >= W - logits_to_keep:
+            raise ValueError(f"row {b}: a kept column holds the row's first token, which TRL scores from a padding "
+                             "position; give every row at least one prompt token")
+        rows.append(ids_cpu[b, first:last + 1].tolist())
+        offsets.append(first)
+        scored_from.append(W - logits_to_keep - first)
+    return rows, offsets, scored_from
+
+
+def forks_states(model) -> bool:
+    """Whether `model` is a transformers language model (or a PEFT model over one) with layers that run over the
+    sequence as a stream (`model_layers.streaming_layers`) and a cache that holds every such layer's state
+    (`DynamicCache(config=...)` builds a linear-attention cache layer for each), so that `forked_logps_and_entropies`
+    continues its rows exactly from a shared prefix. Not PPO's policy-and-critic module: its critic's values are
+    read from tree-mask packs (`packing.packed_values`), which such layers cannot take, so its rows stay padded."""
+    from transformers import DynamicCache, PreTrainedModel
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+    model = unwrap(model)
+    base = model.get_base_model() if type(model).__module__.startswith("peft.") else model
+    if not isinstance(base, PreTrainedModel) or streaming_layers(model) is None:
+        return False
+    config = text_config(model)
+    try:
+        cache = DynamicCache(config=config)
+    except Exception:  # noqa: BLE001 (a config transformers builds no cache from: not forkable)
+        return False
+    stateful = sum(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in cache.layers)
+    return stateful > 0 and stateful == len(convolution_holders(model))
+
+
+@dataclass(eq=False)
+class _Node:
+    """A radix-tree edge: `tokens` at depths `start`... of every row through it."""
+
+    tokens: list[int]
+    start: int
+    children: dict[int, _Node] = field(default_factory=dict)
+    """While the tree is built: by first token."""
+    branches: list[_Node] = field(default_factory=list)
+    """The children as forwarded (`_branches`)."""
+    need_from: int = 1 << 62
+    """The first local position whose logits some row through the node scores."""
+    logp_base: tuple[int, int] = (-1, -1)
+    """Flat index of the log-prob and of the entropy at local position 0 (set by the forward that runs the node);
+    position p is at base + p."""
+    edge_base: dict[int, int] = field(default_factory=dict)
+    """Flat index of the log-prob of each child's first token (by that token) from the node's last logits."""
+
+
+def _insert(roots: dict[int, _Node], row: list[int]) -> None:
+    depth, children = 0, roots
+    while depth < len(row):
+        node = children.get(row[depth])
+        if node is None:
+            children[row[depth]] = _Node(row[depth:], depth)
+            return
+        common = len(os.path.commonprefix([node.tokens, row[depth:]]))
+        if common < len(node.tokens):  # split the edge where the row leaves it (or ends)
+            tail = _Node(node.tokens[common:], node.start + common, node.children)
+            node.tokens, node.children = node.tokens[:common], {tail.tokens[0]: tail}
+        depth += common
+        children = node.children
+
+
+def _branches(children: dict[int, _Node]) -> list[_Node]:
+    """`children` as a list, each node's own children listed in `_Node.branches`, a one-token node with children
+    replaced by its children with its token prepended (they re-forward it): a one-token forward from a cache takes
+    the layers' decode path, whose reference kernels update the state in place (Mamba2's `selective_state_update`),
+    which autograd cannot differentiate."""
+    out = []
+    for node in children.values():
+        node.branches = _branches(node.children)
+        if len(node.tokens) == 1 and node.branches:
+            for child in node.branches:
+                child.tokens, child.start = node.tokens + child.tokens, node.start
+            out += node.branches
+        else:
+            out.append(node)
+    return out
+
+
+def _path(roots: list[_Node], row: list[int]) -> list[_Node]:
+    """The nodes of `row`, each its tokens at their depths; the row's last token is missing where its node was
+    merged into its children (`_branches`): no scored logit reads it."""
+    path, depth, branches = [], 0, roots
+    while depth < len(row):
+        node = next((n for n in branches if row[depth:depth + len(n.tokens)] == n.tokens), None)
+        if node is None:
+            break
+        path.append(node)
+        depth += len(node.tokens)
+        branches = node.branches
+    return path
+
+
+def _cache_class():
+    from transformers import DynamicCache
+
+    class ForkableCache(DynamicCache):
+        """transformers' `DynamicCache` whose recurrent states are read as copies: the layers update a state in
+        place (`copy_`) after their scan read it as its initial state, which autograd saved for the backward."""
+
+        def get_recurrent_state(self, layer_idx: int, state_idx: int = 0):
+            state = super().get_recurrent_state(layer_idx, state_idx)
+            return None if state is None else state.clone()
+
+    return ForkableCache
+
+
+def _fork(cache, index: torch.Tensor):
+    """A new cache whose row i holds row `index[i]` of `cache`'s states (every tensor with a batch dimension;
+    counters copied)."""
+    def fork(value):
+        if isinstance(value, torch.Tensor):
+            return value.index_select(0, index) if value.dim() > 0 else value.clone()
+        if isinstance(value, dict):
+            return {k: fork(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [fork(v) for v in value]
+        return value
+
+    child = copy.copy(cache)
+    child.layers = []
+    for layer in cache.layers:
+        new = copy.copy(layer)
+        for name, value in vars(layer).items():
+            setattr(new, name, fork(value))
+        child.layers.append(new)
+    return child
+
+
+def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                               batch_size: int | None = None, compute_entropy: bool = False, *,
+                               temperature: float, pad_token_id: int = 0):
+    """(logps (B, K), entropies (B, K) or None): what `logprobs.sequence_logps(model, input_ids, attention_mask,
+    logits_to_keep, temperature=..., compute_entropy=...)` returns, each shared prefix of the rows forwarded once and
+    each branch continued from the prefix's layer states (the module docstring)."""
+    B, W = input_ids.shape
+    K = logits_to_keep
+    budget = (batch_size or B) * W
+    rows, offsets, scored_from = padded_rows(input_ids, attention_mask, K)
+    tree: dict[int, _Node] = {}
+    for row in rows:
+        if row:
+            _insert(tree, row)
+    roots = _branches(tree)
+    paths = [_path(roots, row) if row else [] for row in rows]
+    for b, path in enumerate(paths):
+        for node in path:  # the logit at depth d - 1 predicts token d, for d >= scored_from
+            node.need_from = min(node.need_from, max(scored_from[b] - 1 - node.start, 0))
+    device = next(model.parameters()).device
+    cache_class = _cache_class()
+    checkpointed = checkpoints_layers(model)
+    logps_out, entropies_out = [], []
+    sizes = [0, 0]  # flat lengths of the log-prob and entropy outputs so far
+
+    def run(nodes: list[_Node], cache, parents: torch.Tensor | None, past_mask: torch.Tensor) -> None:
+        """Forward `nodes`, continued from rows `parents` of `cache` (None: the roots, left-padded), whose tokens
+        and padding so far are `past_mask`'s rows; then their branches."""
+        width = max(len(node.tokens) for node in nodes + [_PAIR])  # one token from a cache: `_branches`
+        cols = [width - len(node.tokens) if cache is None else 0 for node in nodes]  # where each node's tokens start
+        first = min(col + min(node.need_from, len(node.tokens) - 1) for col, node in zip(cols, nodes, strict=True))
+        keep = width - first
+        ids = torch.full((len(nodes), width), pad_token_id, dtype=torch.long)
+        segment = torch.zeros(len(nodes), width, dtype=torch.long)
+        positions = torch.zeros(len(nodes), width, dtype=torch.long)
+        for i, (col, node) in enumerate(zip(cols, nodes, strict=True)):
+            ids[i, col:col + len(node.tokens)] = torch.tensor(node.tokens)
+            segment[i, col:col + len(node.tokens)] = 1
+            positions[i, col:col + len(node.tokens)] = node.start + torch.arange(len(node.tokens))
+        mask = torch.cat([past_mask if parents is None else past_mask[parents], segment], dim=1)
+        has_children = any(node.branches for node in nodes)
+        inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "position_ids": positions.to(device),
+                  "use_cache": has_children, "logits_to_keep": keep}
+        if checkpointed:
+            caches = []  # the cache of the first run; a recomputation in the backward fills a fork of its own
+
+            def forward(parent):
+                with _layers_unchecked(model):
+                    own = _fork(parent, index) if parent is not None else (
+                        cache_class(config=text_config(model)) if has_children else None)
+                    caches.append(own)
+                    return model(**inputs, cache=own).logits
+
+            index = parents.to(device) if parents is not None else None
+            logits = torch.utils.checkpoint.checkpoint(forward, cache, use_reentrant=False)
+            cache = caches[0]
+        else:
+            if cache is not None:
+                cache = _fork(cache, parents.to(device))
+            elif has_children:
+                cache = cache_class(config=text_config(model))
+            logits = model(**inputs, cache=cache).logits  # (n, keep, V): columns first ... width - 1
+        labels = torch.zeros(len(nodes), keep, dtype=torch.long)
+        edges, edge_labels = [], []
+        for i, (col, node) in enumerate(zip(cols, nodes, strict=True)):
+            for p in range(max(first - col, 0), len(node.tokens) - 1):
+                labels[i, col + p - first] = node.tokens[p + 1]
+            for token in dict.fromkeys(child.tokens[0] for child in node.branches):
+                edges.append(i * keep + col + len(node.tokens) - 1 - first)
+                edge_labels.append(token)
+        lp, ent = token_logps_and_entropies(logits, labels.to(device), temperature, compute_entropy)
+        flat_logits = logits.reshape(-1, logits.shape[-1])
+        edge_lp, _ = token_logps_and_entropies(flat_logits[torch.tensor(edges, dtype=torch.long, device=device)],
+                                               torch.tensor(edge_labels, dtype=torch.long, device=device),
+                                               temperature)
+        for i, (col, node) in enumerate(zip(cols, nodes, strict=True)):
+            node.logp_base = (sizes[0] + i * keep + col - first, sizes[1] + i * keep + col - first)
+        for e, (position, token) in enumerate(zip(edges, edge_labels, strict=True)):
+            nodes[position // keep].edge_base[token] = sizes[0] + lp.numel() + e
+        logps_out.extend([lp.reshape(-1), edge_lp])
+        sizes[0] += lp.numel() + edge_lp.numel()
+        if compute_entropy:
+            entropies_out.append(ent.reshape(-1))
+        sizes[1] += ent.numel() if compute_entropy else lp.numel()
+        for chunk in _batches([(i, child) for i, node in enumerate(nodes) for child in node.branches], budget):
+            run([c for _, c in chunk], cache, torch.tensor([i for i, _ in chunk], dtype=torch.long), mask)
+
+    for chunk in _batches([(0, node) for node in roots], budget, left_padded=True):
+        run([node for _, node in chunk], None, None, torch.zeros(len(chunk), 0, dtype=torch.long))
+
+    index_lp = torch.zeros(B, K, dtype=torch.long)
+    index_ent = torch.zeros(B, K, dtype=torch.long)
+    valid = torch.zeros(B, K, dtype=torch.bool)
+    for b, path in enumerate(paths):
+        n = len(rows[b])
+        located = []  # per depth: (node index in path, local position)
+        for k, node in enumerate(path):
+            located += [(k, p) for p in range(len(node.tokens))]
+        for j in range(K):
+            depth = W - K + j - offsets[b]
+            if 1 <= depth < n:
+                k, p = located[depth - 1]
+                node = path[k]
+                index_lp[b, j] = (node.edge_base[rows[b][depth]] if p == len(node.tokens) - 1
+                                  else node.logp_base[0] + p)
+                index_ent[b, j] = node.logp_base[1] + p
+                valid[b, j] = True
+    valid = valid.to(device)
+    logps = torch.cat(logps_out)[index_lp.to(device)].masked_fill(~valid, 0)
+    entropies = (torch.cat(entropies_out)[index_ent.to(device)].masked_fill(~valid, 0) if compute_entropy
+                 else None)
+    return logps, entropies
+
+
+def _batches(members: list[tuple[int, _Node]], budget: int,
+             left_padded: bool = False) -> list[list[tuple[int, _Node]]]:
+    """(parent row, node) pairs batched into forwards, longest first, each batch within `budget` tokens (at least
+    one node): continuing from a cache, the leaves together (right-padded) and the nodes with branches by equal
+    length (their end states are read, and would have run over right padding); `left_padded` (the roots, from no
+    state) all together, padded on the left, which leaves each layer's state as no token would (a padding token's
+    input is masked to zero, as in the padded rows)."""
+    groups: dict[int | None, list[tuple[int, _Node]]] = {}
+    for parent, node in sorted(members, key=lambda member: -len(member[1].tokens)):
+        groups.setdefault(len(node.tokens) if node.branches and not left_padded else None, []).append((parent, node))
+    out = []
+    for group in groups.values():
+        step = max(budget // max(len(node.tokens) for _, node in group), 1)
+        out += [group[at:at + step] for at in range(0, len(group), step)]
+    return out
+
+
+def checkpoints_layers(model) -> bool:
+    """Whether `model`'s layers checkpoint their activations in this forward (training, gradients on, activation
+    checkpointing enabled): transformers' checkpointed layers then run without a cache (a replayed layer would update
+    it twice)."""
+    model = unwrap(model)
+    return (model.training and torch.is_grad_enabled()
+            and any(getattr(module, "gradient_checkpointing", False) for module in model.modules()))
+
+
+@contextmanager
+def _layers_unchecked(model):
+    """`model`'s layers with their activation checkpointing off, restored after."""
+    modules = [m for m in unwrap(model).modules() if getattr(m, "gradient_checkpointing", False)]
+    for module in modules:
+        module.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.gradient_checkpointing = True
+
+
+_PAIR = _Node([0, 0], 0)
+"""A node of two tokens: the narrowest forward (`run`)."""
