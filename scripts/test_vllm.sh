@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Set up .venv-vllm (vLLM's CPU build; see scripts/setup_vllm.sh), then run the vLLM suite in tests_vllm/: the
 # multi-turn GRPO, RLOO and PPO trainers with use_vllm=True, vllm_mode="colocate" on the offline SmolLM2-135M-Instruct
-# and real TextWorld games. Offline; CPU.
+# and real TextWorld games. Offline; CPU. SKIP_SETUP=1: .venv-vllm is set up already (.ci/run sets it up beforehand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_vllm.sh
+[ "${SKIP_SETUP:-}" = 1 ] || bash scripts/setup_vllm.sh
 export HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
 # One pytest process per module: each trainer's module holds one trainer and one vLLM engine, freed when its process
 # ends (the four trainers in one process peaked at 15.3 GB). Arguments go to every module's run (select with -k; a
