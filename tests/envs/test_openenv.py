@@ -306,16 +306,14 @@ def test_grpo_trains_on_a_served_textworld(server, tiny_chatml_model, tmp_path, 
 
     from trl_multiturn import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 
-    # One step: its rollouts play every episode through the server (a second step only reset the same sessions again,
-    # which test_a_server_killed_mid_episode_fails_its_episodes_only does).
-    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, reward_mode="dense", max_steps=1)
+    args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, reward_mode="dense")
     trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args,
                                    environment_factory=partial(OpenEnvEnvironment, base_url=server.url),
                                    train_dataset=Dataset.from_list(list(textworld_train_tasks)))
     result = trainer.train()
-    assert trainer.state.global_step == 1 and math.isfinite(result.training_loss)
+    assert trainer.state.global_step == 2 and math.isfinite(result.training_loss)
     logged = [log for log in trainer.state.log_history if "episodes/success_rate" in log]
-    assert len(logged) == 1 and all(log["episodes/failed"] == 0 for log in logged)
+    assert len(logged) == 2 and all(log["episodes/failed"] == 0 for log in logged)
     episodes = trainer.last_rollout.episodes
     assert episodes and all(e.num_turns >= 1 for e in episodes)
     for episode in episodes:  # what the model saw came from the served games
