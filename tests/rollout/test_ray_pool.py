@@ -142,7 +142,8 @@ def test_greedy_rollouts_equal_the_process_pools(cluster, tiny_chatml_model):
 def test_a_node_removed_mid_step_fails_only_its_episodes_and_the_next_rollout_runs_on_the_rest(cluster):
     doomed = cluster.add_node(num_cpus=1, resources={"doomed_node": 100})
     cluster.wait_for_nodes()
-    slow = functools.partial(FaultyEnv, hang_seconds=20.0)  # every first step takes 20 s, then succeeds
+    # Every first step takes 10 s, then succeeds: the removal (a second or two) lands while the doomed calls run.
+    slow = functools.partial(FaultyEnv, hang_seconds=10.0)
     tasks = [{"target": 1, "fault": "hang"}] * 6
     with EnvPool(slow, mode="ray", timeout=120.0, ray=SPREAD) as pool:
         pool.reset(tasks)
