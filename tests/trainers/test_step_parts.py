@@ -1,7 +1,8 @@
-"""The step's parts, each without a trainer: the credits on a hand-made batch, the forwards on a tiny model, the
-episode source with a scripted generator, and the step itself assembled from stand-ins of its parts."""
+"""The step's parts, each without a trainer: the credits and the scorer on a hand-made batch, the forwards on a tiny
+model, the episode source with a scripted generator, and the step itself assembled from stand-ins of its parts."""
 
 import copy
+import dataclasses
 import math
 from collections import defaultdict
 from contextlib import nullcontext
@@ -21,6 +22,8 @@ from trl_multiturn.trainers.episode_source import EpisodeSource
 from trl_multiturn.trainers.estimator_credit import EstimatorCredit
 from trl_multiturn.trainers.forwards import Forwards
 from trl_multiturn.trainers.ppo_credit import CriticCredit
+from trl_multiturn.trainers.rows import StepRows, StepSample
+from trl_multiturn.trainers.scorer import Scorer
 from trl_multiturn.trainers.step import MultiTurnStep
 from trl_multiturn.trainers.step_log import StepLog
 from trl_multiturn.trainers.step_tensors import StepTensors
@@ -251,3 +254,29 @@ def test_the_step_assembles_its_parts_in_order_and_hands_the_loss_their_outputs(
     assert output["num_items_in_batch"].item() == 2 and step.last_batch.rewards_per_func is not None
     assert step.log.metrics["train"]["episodes/mean_shaped_return"] == [1.0]
     assert math.isclose(step.log.logs["advantages"][0], 0.2, rel_tol=1e-6)
+
+
+def test_the_scorer_alone_reads_the_environment_return_from_the_batch_and_calls_reward_funcs_with_trls_signature():
+    won, failed = episode([1.0, 2.0], [(0, 1), (3, 5)], 5), episode([1.0], [(0, 1)], 1)
+    failed.status = Status.FAILED
+    batch = RolloutBatch([won, failed], [[1.0, 2.0], [1.0]], torch.tensor([1.0, 1.0]), num_generations=2)
+    calls = []
+
+    def reply_count(prompts, completions, completion_ids, trainer_state, log_extra, log_metric, **columns):
+        calls.append(columns)
+        return [float(len(ids)) for ids in completion_ids]
+
+    # the rows' own `episode_return` column is a decoy: the scorer reads each episode's return from the batch
+    rows = [{"prompt": [{"role": "user", "content": "go"}], "episode_return": 99.0, "task_id": i} for i in range(2)]
+    scorer = Scorer([None, reply_count], ["environment_return", "reply_count"], OneProcess(),
+                    lambda: SimpleNamespace(global_step=0), step_log(("environment_return", "reply_count")),
+                    episode_return=lambda ep: None if ep.failed else float(sum(ep.turn_rewards)))
+    scores = scorer(rows, batch)
+    assert scores[0].tolist() == [3.0, 5.0] and math.isnan(scores[1, 0]) and scores[1, 1] == 1.0
+    assert calls[0]["task_id"] == [0, 1]  # the rows' other columns reach reward_funcs as TRL passes them
+    # step-wise: each step sample scores its episode's return; a padding row none
+    steps = [StepSample(0, 0, [5], [10], [1], [0.0]), StepSample(0, 1, [5, 10, 11, 12], [13, 14], [1, 1], [0.0, 0.0]),
+             None]
+    stepwise = dataclasses.replace(batch, layout=StepRows(), steps=steps)
+    scores = scorer([rows[0], rows[0], rows[0]], stepwise)
+    assert scores[:2, 0].tolist() == [3.0, 3.0] and math.isnan(scores[2, 0])

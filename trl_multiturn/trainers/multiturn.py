@@ -766,7 +766,7 @@ class MultiTurnMixin(RunFilesMixin):
             num_generations=self.num_generations, num_generations_eval=self.num_generations_eval, log=self.step_log,
             dynamic=self._dynamic_sampler() if self.args.dynamic_sampling else None)
         scorer = Scorer(self.reward_funcs, self.reward_func_names, self.accelerator, lambda: self.state,
-                        self.step_log)
+                        self.step_log, episodes.episode_return)
         distillation = None if teacher is None else Distillation(
             self.forwards, self.step_log, self.accelerator, coef=self.args.teacher_kl_coef,
             signal=self.args.teacher_signal)

@@ -344,7 +344,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         # From here on the trainer's model is policy and critic; transformers prepares, optimizes and saves it.
         self.model = self.model_wrapped = PolicyAndValueModel(self.model, critic)
         # the policy alone may fork its layer states (packing_states); beside the critic its rows take tree-mask packs
-        check_model_packing(self.model, self.forwards.packing)
+        check_model_packing(self.model, self.args.packing)
 
     def _reward_reference(self, model: str | nn.Module) -> nn.Module:
         """The reference model of PPO's KL penalty where TRL built none: the policy as given (loaded from its path as

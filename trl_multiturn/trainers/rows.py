@@ -18,7 +18,7 @@ import dataclasses
 import math
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from trl.trainer.utils import nanstd
@@ -56,6 +56,10 @@ class TrajectoryRows:
 
     def row_episodes(self, batch) -> list[Episode]:
         return batch.episodes
+
+    def row_returns(self, batch, episode_return: Callable[[Episode], float | None]) -> list[float | None]:
+        """Each row's environment return: its episode's."""
+        return [episode_return(ep) for ep in batch.episodes]
 
     def row_turn_spans(self, batch) -> list[list[tuple[int, int]]]:
         return [ep.turn_spans for ep in batch.episodes]
@@ -133,6 +137,10 @@ class StepRows:
     def row_episodes(self, batch) -> list[Episode]:
         """Each step's episode (a padding row: the first)."""
         return [batch.episodes[s.episode if s is not None else 0] for s in batch.steps]
+
+    def row_returns(self, batch, episode_return: Callable[[Episode], float | None]) -> list[float | None]:
+        """Each step's environment return, its episode's (a padding row: None)."""
+        return [episode_return(batch.episodes[s.episode]) if s is not None else None for s in batch.steps]
 
     def row_turn_spans(self, batch) -> list[list[tuple[int, int]]]:
         """A step sample's one reply (none for padding)."""

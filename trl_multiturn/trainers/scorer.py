@@ -12,17 +12,21 @@ import torch
 from accelerate.utils import gather
 
 if TYPE_CHECKING:
+    from ..rollout.episode import Episode
     from .batch import RolloutBatch
     from .step_log import StepLog
 
 
 class Scorer:
-    """`reward_funcs` and `reward_names`: the trainer's reward sources, the environment's return first (it is read
-    from the rows, never called); `state()` the trainer's current `TrainerState` (TRL's `trainer_state` argument)."""
+    """`reward_funcs` and `reward_names`: the trainer's reward sources, the environment's return first (read from the
+    batch's episodes with `episode_return`, the episode source's return under `reward_mode`, never called);
+    `state()` the trainer's current `TrainerState` (TRL's `trainer_state` argument)."""
 
-    def __init__(self, reward_funcs: list, reward_names: list[str], accelerator, state: Callable, log: StepLog):
+    def __init__(self, reward_funcs: list, reward_names: list[str], accelerator, state: Callable, log: StepLog,
+                 episode_return: Callable[[Episode], float | None]):
         self.reward_funcs, self.reward_names = reward_funcs, reward_names
         self.accelerator, self.state, self.log = accelerator, state, log
+        self.episode_return = episode_return
 
     def __call__(self, rows: list[dict], batch: RolloutBatch) -> torch.Tensor:
         """(rows of every rank, reward sources): column 0 the environment's return under `reward_mode` (NaN for a
@@ -30,7 +34,7 @@ class Scorer:
         completions, completion_ids = batch.completions(), batch.completion_id_lists()
         prompts = [row["prompt"] for row in rows]
         scores = torch.full((len(rows), len(self.reward_funcs)), math.nan, device=self.accelerator.device)
-        returns = [row["episode_return"] for row in rows]
+        returns = batch.layout.row_returns(batch, self.episode_return)
         scores[:, 0] = torch.tensor([math.nan if r is None else r for r in returns], dtype=torch.float32)
         columns = {key: [row[key] for row in rows] for key in rows[0] if key not in ("prompt", "completion",
                                                                                      "completion_ids")}

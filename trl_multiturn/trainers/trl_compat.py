@@ -216,6 +216,9 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint("transformers.utils", "is_torch_xla_available", (), "called: bf16 where supported", shared=True),
     TouchPoint("transformers.utils", "get_json_schema", ("func",), "called: a tool's JSON schema (envs/tools.py)",
                shared=True),
+    TouchPoint("transformers.cache_utils", "LinearAttentionCacheLayerMixin", None,
+               "read: which of a hybrid model's cache layers hold a convolution or recurrent state, so its rows "
+               "fork those states (packing_states.forks_states)", shared=True),
     *(TouchPoint("transformers.generation.logits_process", name, None,
                  "built: the sampling of the episode-history cache (rollout/generation.py), as generate does",
                  shared=True)
