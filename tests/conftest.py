@@ -104,6 +104,16 @@ def assert_trained_ids_are_sampled(inputs: dict, batch, sampled: dict) -> None:
             assert completion[start:end] in sampled[tuple(prompt + completion[:start])]
 
 
+def follow_the_expert(env, limit: int):
+    """Play `env`'s `expert_action` from its current state until it has none (or `limit` actions): (the actions, the
+    last step's result)."""
+    actions, result = [], None
+    while (action := env.expert_action()) is not None and len(actions) < limit:
+        actions.append(action)
+        result = env.step(action)
+    return actions, result
+
+
 @pytest.fixture
 def ctrl_c_raises():
     """Python's own Ctrl-C handler, as in a terminal: a background job of a non-interactive shell (CI's, often)

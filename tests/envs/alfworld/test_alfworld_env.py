@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import follow_the_expert
 
 from trl_multiturn.envs import ALFWorldEnv, TaskError, check_environment
 from trl_multiturn.envs.alfworld import ALFWorldConfig, list_tasks
@@ -206,10 +207,7 @@ def test_the_per_state_expert_leads_back_from_a_detour_and_wins(env, row, handco
     assert env.expert_action() == handcoded_plan[0]
     env.step("go to sinkbasin 1")
     env.step("look")
-    actions = []
-    while (action := env.expert_action()) is not None and len(actions) < 40:
-        actions.append(action)
-        result = env.step(action)
+    actions, result = follow_the_expert(env, 40)
     assert result.won and env.expert_action() is None
     assert actions[-1] == handcoded_plan[-1] and len(actions) <= len(handcoded_plan)
 

@@ -5,6 +5,7 @@ import re
 from functools import partial
 
 import pytest
+from conftest import follow_the_expert
 from textworld.core import GameNotRunningError
 
 from trl_multiturn.envs import TaskError, TextWorldEnv, check_environment
@@ -228,10 +229,7 @@ def test_the_per_state_expert_wins_from_a_state_off_the_walkthrough(env):
     assert env.expert_action() == env.expert_actions(task)[0]
     env.step("inventory")
     env.step("go nowhere")
-    actions = []
-    while (action := env.expert_action()) is not None and len(actions) < 20:
-        actions.append(action)
-        result = env.step(action)
+    actions, result = follow_the_expert(env, 20)
     assert result.won and result.done and env.expert_action() is None
     assert actions == env.expert_actions(task)  # this game's shortest plan is its walkthrough
 
