@@ -97,7 +97,8 @@ class TreeLayout:
 
     @property
     def pairs(self) -> int:
-        """Query-key pairs the kernel computes: n (n + 1) / 2 for a segment from the root (causal), n P otherwise."""
+        """Query-key pairs the kernel computes: n (n + 1) / 2 for a segment from the root (causal), n P otherwise (a
+        sliding layer computes fewer, its keys cut to the window: not priced)."""
         return sum(s.n * (s.n + 1) // 2 if s.start == 0 else s.n * len(s.path) for s in self.segments)
 
     def keys_and_mask(self, segment: Segment, window: int | None, device) -> tuple[torch.Tensor | None, torch.Tensor |
