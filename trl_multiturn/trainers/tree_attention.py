@@ -101,11 +101,11 @@ class TreeLayout:
         sliding layer computes fewer, its keys cut to the window: not priced)."""
         return sum(s.n * (s.n + 1) // 2 if s.start == 0 else s.n * len(s.path) for s in self.segments)
 
-    def keys_and_mask(self, segment: Segment, window: int | None, device) -> tuple[torch.Tensor | None, torch.Tensor |
-                                                                                  None]:
-        """(key positions, boolean mask (n, keys)) of `segment` under `window`, or (None, None) for plain causal
+    def keys_and_mask(self, index: int, window: int | None, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(key positions, boolean mask (n, keys)) of segment `index` under `window`, or (None, None) for plain causal
         attention over its own tokens; built once per forward and device, shared by its layers."""
-        key = (segment, window, str(device))
+        key = (index, window, str(device))
+        segment = self.segments[index]
         if key not in self._cache:
             depth_end = segment.start + segment.n
             low = 0 if window is None else max(0, segment.start + 1 - window)
@@ -146,9 +146,9 @@ def tree_sdpa_attention(module, query, key, value, attention_mask, dropout: floa
         out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, **options)
         return out.transpose(1, 2).contiguous(), None
     parts: list[list[torch.Tensor]] = [[] for _ in range(layout.k)]
-    for segment in layout.segments:
+    for index, segment in enumerate(layout.segments):
         s, a, b = segment.slot, segment.first, segment.first + segment.n
-        positions, mask = layout.keys_and_mask(segment, window, query.device)
+        positions, mask = layout.keys_and_mask(index, window, query.device)
         if positions is None:
             keys, values = key[s:s + 1, :, a:b], value[s:s + 1, :, a:b]
         else:
@@ -165,7 +165,4 @@ def tree_sdpa_attention(module, query, key, value, attention_mask, dropout: floa
 
 
 _SDPA = ALL_ATTENTION_FUNCTIONS["sdpa"]
-if getattr(_SDPA, "__name__", "") == tree_sdpa_attention.__name__:  # this module imported again (a reload)
-    _SDPA = _SDPA.__wrapped__
-tree_sdpa_attention.__wrapped__ = _SDPA
 AttentionInterface.register("sdpa", tree_sdpa_attention)
