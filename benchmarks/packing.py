@@ -5,6 +5,7 @@ optimizer step and peak memory on the same rows; not a test.
     python benchmarks/packing.py                        # SmolLM2-135M whole (30 layers): for a machine with time
     python benchmarks/packing.py --tokens-only          # forwarded tokens alone (no model forward), seconds
     nice -n 10 python benchmarks/packing.py --layers 1 --trainer ppo --only '(b)' '(c)' '(d)'   # PPO's step
+    nice -n 5 python benchmarks/packing.py --layers 1 --kernels --repeats 3   # per-segment attention against dense
 
 Rows: real prompts and observations, tokenized by SmolLM2-135M-Instruct's tokenizer and chat template
 (`offline:smollm2-135m-instruct`) the way the rollout builds them (`ChatTokenBuilder`); each episode's replies are
@@ -29,6 +30,12 @@ forward of each) and its backward (the clipped surrogate plus the clipped value 
 token-classification model of the same layers (its own copy), as `MultiTurnPPOTrainer` builds it, and one plan serves
 all three forwards. Each path of each shape runs in a fresh process, and its memory is that process's peak resident
 set size (`getrusage` max RSS) above its RSS just before the step: torch's CPU tensors are outside `tracemalloc`.
+`--kernels` compares the packed path's two attention kernels on each shape (`tree_attention`: per segment, which
+SDPA models take, against the dense 4-D tree mask, which eager models take): each plans the rows with the cost model
+priced for that kernel (so the dense one may split a tree the per-segment one keeps whole), then times the decoder
+layers' forward and backward over the plan's forwards (`model.model`, the LM head left out: the kernel changes the
+attention only), median of `--repeats`, and counts the query-key pairs each computes against the tree's floor (each
+token against its ancestors: sum over the prefix tree's nodes of depth + 1). The load average is recorded with them.
 `--layers N` keeps SmolLM2-135M's first N of 30 decoder layers (its real weights, widths, tokenizer and LM head):
 on the shared 2-core machine the whole model ran about 9 tokens/s forward + backward, too slow for these shapes;
 the ratios between the paths hold per layer, so they are what the table reports.
@@ -180,9 +187,11 @@ def padded_batch(rows):
 
 def token_counts(model, rows) -> dict:
     from trl_multiturn.trainers.packing import attention_cost_ratio, plan_packs
+    from trl_multiturn.trainers.tree_attention import attention_kernel
 
     ids, mask, keep = padded_batch(rows)
-    plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model))
+    plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model),
+                      kernel=attention_kernel(model.config._attn_implementation))
     return {"rows": len(rows), "padded": plan.padded_tokens, "packed": plan.forwarded_tokens,
             "limit": plan.distinct_tokens, "packs": sum(f.input_ids.shape[0] for f in plan.forwards),
             "auto": "prefix" if plan.packed_cost < plan.padded_cost else "padded"}
@@ -193,6 +202,7 @@ def one_step(model, rows, packing: str) -> float:
     import torch
 
     from trl_multiturn.trainers.packing import attention_cost_ratio, packed_logps_and_entropies, plan_packs
+    from trl_multiturn.trainers.tree_attention import attention_kernel
 
     ids, mask, keep = padded_batch(rows)
     completion_mask = mask[:, -keep:].float()
@@ -200,7 +210,8 @@ def one_step(model, rows, packing: str) -> float:
     start = time.perf_counter()
     plan = None
     if packing == "prefix":
-        plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model))
+        plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model),
+                          kernel=attention_kernel(model.config._attn_implementation))
 
     def logps(compute_entropy):
         return packed_logps_and_entropies(model, ids, mask, keep, compute_entropy=compute_entropy, packing=packing,
@@ -233,7 +244,9 @@ def one_ppo_step(model, rows, packing: str) -> float:
     completion_mask = mask[:, -keep:]
     advantages = torch.linspace(-1, 1, len(rows))[:, None].expand(-1, keep)
     start = time.perf_counter()
-    plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model)) if packing == "prefix" else None
+    plan = None
+    if packing == "prefix":  # policy and critic load with SDPA: the per-segment kernel
+        plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model), kernel="segments")
     with torch.no_grad():
         old, _ = packed_logps_and_entropies(model, ids, mask, keep, packing=packing, temperature=1.0,
                                             planner=lambda *args, **kwargs: plan)
@@ -247,6 +260,45 @@ def one_ppo_step(model, rows, packing: str) -> float:
     (masked_mean(surrogate, completion_mask) + 0.1 * value_loss).backward()
     model.zero_grad(set_to_none=True)
     return time.perf_counter() - start
+
+
+def ancestor_pairs(rows) -> int:
+    """The floor of attention: each distinct prefix-tree token against itself and its ancestors, sum of depth + 1
+    over the tree's nodes (in lexicographic order a row adds the nodes past its common prefix with the row before)."""
+    total, prev = 0, []
+    for row in sorted(p + c for p, c in rows):
+        common = len(os.path.commonprefix([prev, row]))
+        total += sum(d + 1 for d in range(common, len(row)))
+        prev = row
+    return total
+
+
+def kernel_times(model, rows, repeats: int) -> dict:
+    """Per kernel ("dense", "segments"): forwarded tokens, packs, attention pairs computed, and the decoder layers'
+    forward + backward seconds (each run, and their median) over the plan's forwards."""
+
+    from trl_multiturn.trainers import packing
+
+    ids, mask, keep = padded_batch(rows)
+    rho = packing.attention_cost_ratio(model)
+    out = {"floor_pairs": ancestor_pairs(rows)}
+    for kernel in ("dense", "segments"):
+        plan = packing.plan_packs(ids, mask, keep, rho=rho, kernel=kernel)
+        pairs = sum(f.layout.pairs if kernel == "segments" else f.input_ids.shape[0] * f.input_ids.shape[1] ** 2
+                    for f in plan.forwards)
+        packing.attention_kernel = lambda implementation, kernel=kernel: kernel  # the kernel `model_inputs` passes
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for forward in plan.forwards:
+                inputs = packing.model_inputs(model, forward)
+                model.model(**inputs, use_cache=False).last_hidden_state.square().mean().backward()
+            times.append(time.perf_counter() - start)
+            model.zero_grad(set_to_none=True)
+        out[kernel] = {"forwarded": plan.forwarded_tokens, "packs": sum(f.input_ids.shape[0] for f in plan.forwards),
+                       "pairs": pairs, "seconds": statistics.median(times), "times": times,
+                       "cost": plan.packed_cost, "padded_cost": plan.padded_cost}
+    return out
 
 
 def rss_mb() -> float:
@@ -283,6 +335,8 @@ def main() -> None:
     parser.add_argument("--trainer", choices=["grpo", "ppo"], default="grpo",
                         help="whose step to time: GRPO's (old log-probs, loss) or PPO's (old log-probs and values, "
                              "the loss of policy and critic)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="time the packed path's attention kernels (per segment, dense mask) instead of the step")
     parser.add_argument("--only", nargs="*", help="time these shapes alone, e.g. --only '(b)' '(d)'")
     parser.add_argument("--games-dir", default=None)
     parser.add_argument("--out", default=None, help="write the table's data as JSON here")
@@ -309,7 +363,24 @@ def main() -> None:
         print(f"{name:42} {counts['rows']:>4} {counts['padded']:>7} {counts['packed']:>7} {counts['limit']:>7} "
               f"{counts['packed'] / counts['limit']:>12.3f} {counts['padded'] / counts['packed']:>13.2f} "
               f"{counts['auto']:>6}", flush=True)
-    if not args.tokens_only:
+    if args.kernels:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        print(f"\n{'shape':42} {'kernel':>8} {'packs':>5} {'tokens':>6} {'pairs':>11} {'pairs/floor':>11} "
+              f"{'fwd+bwd s':>9}  runs  load")
+        for result in results:
+            if args.only and result["shape"][:3] not in args.only:
+                continue
+            load_before = os.getloadavg()[0]
+            result["kernels"] = kernel_times(model, all_rows[result["shape"]], args.repeats)
+            result["kernels"]["load_average"] = [load_before, os.getloadavg()[0]]
+            for kernel in ("dense", "segments"):
+                k = result["kernels"][kernel]
+                print(f"{result['shape']:42} {kernel:>8} {k['packs']:>5} {k['forwarded']:>6} {k['pairs']:>11,} "
+                      f"{k['pairs'] / result['kernels']['floor_pairs']:>11.2f} {k['seconds']:>9.2f}  "
+                      f"{' '.join(f'{t:.2f}' for t in k['times'])}  {load_before:.1f}", flush=True)
+    elif not args.tokens_only:
         turns = args.timed_turns or args.turns
         timed = [r for r in results if (not r["shape"].startswith("(c)") or r["shape"].endswith(f" {turns} turns"))
                  and (not args.only or r["shape"][:3] in args.only)]

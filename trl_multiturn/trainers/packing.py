@@ -15,14 +15,21 @@ predicts one label (`shift_labels`; the LM head runs at the labelled positions o
 different labels from one position (the last shared token before their completions diverge), the later row
 re-forwards the tokens from that position on (one token for a GRPO group's shared prompt).
 
+Attention kernels (`tree_attention.attention_kernel`): a model loaded with SDPA runs each pack per segment (each
+row's own tokens against its root path's keys: `tree_attention`), so a pack's attention costs the tree's pairs, sum
+over segments of queries x path keys (`TreeLayout.pairs`); an eager model takes the 4-D mask and computes the pack's
+L^2 pairs. Every forward carries both the mask and the segments (`Forward.layout`).
+
 Rows are taken in lexicographic order of their tokens (a depth-first walk of the trie, so each row shares the most with
 the row before it) and grouped into packs greedily: a row joins the current pack when forwarding its new tokens there
 costs no more than forwarding it alone, under the FLOP model
 
-    cost(L) = L + rho * L^2,    rho = 4 d / (2 (2 d^2 + 2 d d_kv + 3 d d_ff))
+    cost = tokens + rho * pairs,    rho = 4 d / (2 (2 d^2 + 2 d d_kv + 3 d d_ff))
 
-(per token and layer: the linear layers, 2 (2 d^2 + 2 d d_kv + 3 d d_ff) FLOPs; per query-key pair: 4 d, the masked
-attention computed dense: `attention_cost_ratio`; the LM head runs on the scored tokens in both paths), and the pack
+(per token and layer: the linear layers, 2 (2 d^2 + 2 d d_kv + 3 d d_ff) FLOPs; per query-key pair: 4 d:
+`attention_cost_ratio`; the LM head runs on the scored tokens in both paths), with the pairs of the kernel the model
+runs (`forward_cost`: k L^2 for a dense forward of k packs of L, the segments' pairs per segment; padded rows W^2 each,
+W (W + 1) / 2 under SDPA where no row is padded, as SDPA then runs them causal), and the pack
 stays within the token budget, `batch_size` x W: the tokens of one padded chunk of TRL's forwards, so that no forward
 holds more tokens than the padded path's. Packs are batched into forwards of (k, L) with k L <= budget. Where the
 planned forwards cost more than the padded rows (little shared, long packs), `packing="auto"` takes the padded path.
@@ -57,8 +64,9 @@ each). Every rank must run the same number of forwards (DDP syncs buffers and FS
 else every rank pads its rows, and a rank with fewer forwards than the busiest runs filler forwards
 (`with_filler_forwards`: one pad token each, no row reads them), padding forwards, not rows.
 
-Needs an attention implementation that honours a custom 4-D mask: SDPA (boolean, True = attend) or eager (additive
-float), and every layer that mixes tokens to be such an attention layer. Refused by name (`packing="prefix"`), or
+Needs an attention implementation that honours a custom 4-D mask: SDPA (boolean, True = attend; run per segment, the
+mask the fallback of a layer the segments cannot serve) or eager (additive float), and every layer that mixes tokens to
+be such an attention layer. Refused by name (`packing="prefix"`), or
 padded with a log line (`packing="auto"`), never silently wrong: other attention implementations (flash attention,
 flex attention, paged kernels), sliding-window layers shorter than the rows in a family outside `WINDOWED_FAMILIES`
 (its one 4-D mask carries no window, so they would see the whole row), and any layer that runs over the sequence as a
@@ -87,6 +95,7 @@ import torch
 from ..model_layers import model_name, streaming_layers, text_config
 from .logprobs import sequence_logps, token_logps_and_entropies
 from .packing_states import forked_logps_and_entropies, forks_states, padded_rows
+from .tree_attention import TREE_LAYOUT, TreeLayout, attention_kernel
 
 logger = logging.getLogger(__name__)
 
@@ -113,12 +122,14 @@ this share of their tokens: sharing nothing, forking measured 0.9-1.2x the padde
 @dataclass(frozen=True)
 class Forward:
     """One forward of packs: (k, L) tensors; `attention_mask` is (k, 1, L, L), True where a query may attend a key
-    (converted to the model's additive form by `model_inputs` for eager attention)."""
+    (converted to the model's additive form by `model_inputs` for eager attention); `layout` the same tree as
+    segments, for the per-segment kernel (`tree_attention`)."""
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     attention_mask: torch.Tensor
     shift_labels: torch.Tensor
+    layout: TreeLayout
 
 
 @dataclass(frozen=True)
@@ -254,21 +265,24 @@ def with_filler_forwards(plan: PackPlan, forwards: int, pad_token_id: int = 0) -
     if missing < 0:
         raise ValueError(f"a plan of {len(plan.forwards)} forwards cannot be filled up to {forwards}")
     filler = Forward(torch.full((1, 1), pad_token_id, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long),
-                     torch.ones(1, 1, 1, 1, dtype=torch.bool), torch.full((1, 1), IGNORE, dtype=torch.long))
+                     torch.ones(1, 1, 1, 1, dtype=torch.bool), torch.full((1, 1), IGNORE, dtype=torch.long),
+                     TreeLayout.from_packs(1, [[([0], 0)]]))
     return dataclasses.replace(plan, forwards=[*plan.forwards, *[filler] * missing])
 
 
 def plan_packs(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-               batch_size: int | None = None, *, pad_token_id: int = 0, rho: float = 0.0) -> PackPlan:
+               batch_size: int | None = None, *, pad_token_id: int = 0, rho: float = 0.0,
+               kernel: str = "dense") -> PackPlan:
     """The prefix-tree packing of the rows of a padded batch, in TRL's layout: `input_ids` and `attention_mask` (B, W),
     each row's real tokens one contiguous run (left-padded prompt, right-padded completion), the last
     `logits_to_keep` (K) columns scored. `batch_size` (TRL's chunk size, default B) sets the token budget of a forward,
-    `batch_size` x W; `rho` is the cost model's attention weight (`attention_cost_ratio`)."""
+    `batch_size` x W; `rho` is the cost model's attention weight (`attention_cost_ratio`), `kernel` the attention
+    kernel it prices (`tree_attention.attention_kernel`: "dense" or "segments")."""
     B, W = input_ids.shape
     K = logits_to_keep
     budget = (batch_size or B) * W
     rows, offsets, scored_from = padded_rows(input_ids, attention_mask, K)
-    builder = _PackBuilder(budget, rho)
+    builder = _PackBuilder(budget, rho, kernel)
     maps = [None] * B
     order = sorted(range(B), key=lambda b: rows[b])
     prev = None
@@ -289,11 +303,20 @@ def plan_packs(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_
                 pack, position = maps[b][depth - 1]
                 index[b, j] = base[pack] + position
                 valid[b, j] = True
-    padded_cost = B * (W + rho * W * W)
-    packed_cost = sum(f.input_ids.shape[0] * (f.input_ids.shape[1] + rho * f.input_ids.shape[1] ** 2)
-                      for f in forwards)
+    # SDPA runs rows without padding as causal attention (`is_causal`), with padding under a dense mask
+    causal_rows = kernel == "segments" and bool(attention_mask.bool().all())
+    padded_cost = B * (W + rho * (W * (W + 1) / 2 if causal_rows else W * W))
+    packed_cost = sum(forward_cost(f, rho, kernel) for f in forwards)
     return PackPlan(forwards, index, valid, builder.forwarded, _trie_size(rows, order), B * W, packed_cost,
                     padded_cost)
+
+
+def forward_cost(forward: Forward, rho: float, kernel: str) -> float:
+    """The cost model's price of one packed forward of (k, L) tokens: k L + rho x the query-key pairs its attention
+    kernel computes, k L^2 with the dense mask, `TreeLayout.pairs` per segment (sum over segments of queries x
+    root-path keys, half the square for a causal segment)."""
+    k, width = forward.input_ids.shape
+    return k * width + rho * (forward.layout.pairs if kernel == "segments" else k * width * width)
 
 
 def attention_cost_ratio(model) -> float:
@@ -332,8 +355,12 @@ def model_inputs(model, forward: Forward) -> dict:
         return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill(~mask, torch.finfo(dtype).min)
 
     masks = layer_masks(config, forward)
-    return {"input_ids": forward.input_ids.to(device), "position_ids": forward.position_ids.to(device),
-            "attention_mask": {kind: form(m) for kind, m in masks.items()} if isinstance(masks, dict) else form(masks)}
+    masks = {kind: form(m) for kind, m in masks.items()} if isinstance(masks, dict) else form(masks)
+    inputs = {"input_ids": forward.input_ids.to(device), "position_ids": forward.position_ids.to(device),
+              "attention_mask": masks}
+    if attention_kernel(config._attn_implementation) == "segments":
+        inputs[TREE_LAYOUT] = forward.layout
+    return inputs
 
 
 class RowsPlanner:
@@ -345,13 +372,15 @@ class RowsPlanner:
         self._last = None
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                 batch_size: int | None = None, *, pad_token_id: int = 0, rho: float = 0.0) -> PackPlan:
-        key = (input_ids._version, attention_mask._version, logits_to_keep, batch_size, pad_token_id, rho)
+                 batch_size: int | None = None, *, pad_token_id: int = 0, rho: float = 0.0,
+                 kernel: str = "dense") -> PackPlan:
+        key = (input_ids._version, attention_mask._version, logits_to_keep, batch_size, pad_token_id, rho, kernel)
         if self._last is not None:
             ids, mask, last_key, plan = self._last
             if ids is input_ids and mask is attention_mask and last_key == key:
                 return plan
-        plan = plan_packs(input_ids, attention_mask, logits_to_keep, batch_size, pad_token_id=pad_token_id, rho=rho)
+        plan = plan_packs(input_ids, attention_mask, logits_to_keep, batch_size, pad_token_id=pad_token_id, rho=rho,
+                          kernel=kernel)
         self._last = (input_ids, attention_mask, key, plan)
         return plan
 
@@ -383,7 +412,7 @@ def choose_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
         _log_padding(refusal)
         return None if agree is None else agree(None)
     plan = planner(input_ids, attention_mask, logits_to_keep, batch_size, pad_token_id=_pad_id(models[0]),
-                   rho=attention_cost_ratio(models[0]))
+                   rho=attention_cost_ratio(models[0]), kernel=attention_kernel(implementations[0]))
     plan = plan if packing == "prefix" or plan.packed_cost < plan.padded_cost else None
     return plan if agree is None else agree(plan)
 
@@ -499,13 +528,22 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 class _PackBuilder:
     """Packs built row by row in lexicographic order (`add`), then laid out as forwards (`finish`)."""
 
-    def __init__(self, budget: int, rho: float):
-        self.budget, self.rho = budget, rho
+    def __init__(self, budget: int, rho: float, kernel: str):
+        self.budget, self.rho, self.kernel = budget, rho, kernel
         self.packs: list[dict] = []
         self.forwarded = 0
 
-    def _cost(self, length: int) -> float:
-        return length + self.rho * length * length
+    def _joins(self, length: int, new: int, row: int) -> bool:
+        """Whether a row of `row` tokens, `new` of them its own, costs no more added to a pack of `length` tokens
+        than alone: with the dense mask the pack's L + rho L^2 grows; per segment, its queries see the row's path
+        (new + rho new row) against a causal row alone (row + rho row (row + 1) / 2)."""
+        if self.kernel == "segments":
+            return new + self.rho * new * row <= row + self.rho * row * (row + 1) / 2
+
+        def cost(tokens: int) -> float:
+            return tokens + self.rho * tokens * tokens
+
+        return cost(length + new) - cost(length) <= cost(row)
 
     def _new_pack(self) -> None:
         self.packs.append({"ids": [], "pos": [], "labels": [], "segments": []})
@@ -528,8 +566,7 @@ class _PackBuilder:
                     break
             new = len(row) - start
             length = len(pack["ids"])
-            if (length + new > self.budget
-                    or self._cost(length + new) - self._cost(length) > self._cost(len(row))):
+            if length + new > self.budget or not self._joins(length, new, len(row)):
                 start, shared = 0, []
         if start == 0:
             self._new_pack()
@@ -576,5 +613,6 @@ class _PackBuilder:
                     mask[slot, 0, keys[start:, None], keys[None, :]] = depth[None, :] <= depth[start:, None]
                 base[i] = offset + slot * width
             offset += k * width
-            forwards.append(Forward(ids, pos, mask, labels))
+            layout = TreeLayout.from_packs(width, [self.packs[i]["segments"] for i, _ in group])
+            forwards.append(Forward(ids, pos, mask, labels, layout))
         return forwards, base

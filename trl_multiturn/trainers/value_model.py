@@ -23,6 +23,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForTokenClassification, PreTrainedModel
 
+from .tree_attention import TREE_LAYOUT
+
 CRITIC_DIR = "critic"
 """Sub-folder of every checkpoint (and of the final output) that holds the critic."""
 
@@ -155,8 +157,8 @@ class PolicyAndValueModel(nn.Module):
     def forward(self, *args, output: str = "policy", **kwargs):
         if output == "policy":
             return self.policy(*args, **kwargs)
-        values = self.critic(**{name: kwargs[name] for name in ("input_ids", "attention_mask", "position_ids")
-                                if name in kwargs}).logits[..., 0]
+        values = self.critic(**{name: kwargs[name] for name in ("input_ids", "attention_mask", "position_ids",
+                                                                TREE_LAYOUT) if name in kwargs}).logits[..., 0]
         if output == "values":
             return values.float()
         return self.policy(*args, **kwargs), values.float()
