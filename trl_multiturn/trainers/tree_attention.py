@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+from transformers import AttentionInterface
 
 TREE_LAYOUT = "prefix_tree_layout"
 """The keyword by which a packed forward gives its `TreeLayout` to the attention layers."""
@@ -164,5 +164,5 @@ def tree_sdpa_attention(module, query, key, value, attention_mask, dropout: floa
     return torch.cat(rows, dim=0).transpose(1, 2).contiguous(), None
 
 
-_SDPA = ALL_ATTENTION_FUNCTIONS["sdpa"]
+_SDPA = AttentionInterface()["sdpa"]  # transformers' own, before the line below replaces the entry
 AttentionInterface.register("sdpa", tree_sdpa_attention)
