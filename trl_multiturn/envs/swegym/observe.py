@@ -17,10 +17,13 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
 - `x in c` / `x not in c` reports the item's value when the container is data, else whether `x in c`;
 - `assert c` / `assert not c` (a bare truth) reports `c`'s value; `assert p and q` is two checks;
 - an assertion helper (`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`: a call named `assert...`)
-  reports its arguments that are not data and is not called; any other call made as a statement reports its
+  reports its arguments that are not data and is not called, but one given the code to call
+  (`self.assertRaises(E, f, x)`, `assertWarns`, `assertRaisesRegex(E, r, f, x)`) reports what `f(x)` returns or
+  raises, as a call made as a statement does; any other call made as a statement reports its
   value, or the exception it raised (a test that only checks that nothing raises is observed too);
 - `with pytest.raises(E): body` (or `self.assertRaises(E)`) becomes a `try` that reports which exception, if any,
-  the body raised (drafts change a constant of the body);
+  the body raised (drafts change a constant of the body); `with pytest.raises(E) as info:` runs as written (the
+  test reads the exception after the block, so it must reach pytest), E stays in the text;
 - inside a reported expression, every call (but builtins and pytest's) reports its own value too (`__value__`),
   so a round trip (`decode(encode(x)) == x`) reports the encoding as well: an encoder that tags its output and a
   decoder that returns the tag's input differ from the gold patch's encoding;
@@ -243,6 +246,12 @@ def _is_raises(item: ast.withitem) -> bool:
         "raises", "assertRaises", "assertRaisesRegex")
 
 
+# Assertion helpers that call the code under test themselves, given as a callable (`assertRaises(E, f, x)`): the
+# position of the callable among their arguments.
+_RAISES_HELPERS = {"assertRaises": 1, "assertWarns": 1, "assert_raises": 1, "failUnlessRaises": 1,
+                   "assertRaisesRegex": 2, "assertRaisesRegexp": 2, "assertWarnsRegex": 2, "assert_raises_regex": 2}
+
+
 def _is_assertion_call(node: ast.expr) -> bool:
     """`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`, `assert_frame_equal(a, b)`: a check made by a
     call whose name starts with `assert`."""
@@ -284,6 +293,13 @@ class _Observe(ast.NodeTransformer):
         if not self.functions or not isinstance(call, ast.Call) or _unobservable(call) or _name(
                 call.func).split(".")[0] == "pytest":  # module level, or pytest's control flow (skip, fail)
             return node
+        index = _RAISES_HELPERS.get(_name(call.func).rsplit(".", 1)[-1])
+        if index is not None and len(call.args) > index and not any(
+                isinstance(a, ast.Starred) for a in call.args[:index + 1]):
+            # `assertRaises(E, f, *args, **kwargs)`: the helper calls the code under test; what `f(*args)` returns
+            # or raises is reported, and E (the expected exception) goes
+            return self._observed([ast.Call(func=call.args[index], args=call.args[index + 1:],
+                                            keywords=call.keywords)])
         if _is_assertion_call(call):
             checks = [a for a in [*call.args, *(k.value for k in call.keywords if k.arg != "msg")]
                       if not is_data(a, self.names)]
@@ -311,7 +327,9 @@ class _Observe(ast.NodeTransformer):
         return statements
 
     def visit_With(self, node: ast.With):
-        if len(node.items) != 1 or not _is_raises(node.items[0]) or node.items[0].optional_vars is not None:
+        if len(node.items) == 1 and _is_raises(node.items[0]) and node.items[0].optional_vars is not None:
+            return node  # the test reads the exception (`as info`): the block runs as written, its type stays
+        if len(node.items) != 1 or not _is_raises(node.items[0]):
             self.generic_visit(node)
             return node
         error = "__grading_error__"

@@ -1,0 +1,89 @@
+"""Checks whose observation form used to drop what the test checked, or made the gold patch fail (issue 60's
+adversarial review, on the local backend: the host decides by values, which no backend changes). Each row is a
+shipped task whose hidden tests are written in a shape real suites use; a patch that changes nothing but a comment
+must earn nothing, and the gold patch must still resolve."""
+
+from __future__ import annotations
+
+import pytest
+
+from trl_multiturn.envs.swegym import SWEGymConfig, grade_patch, task_rows
+from trl_multiturn.envs.swegym.patches import make_patch
+from trl_multiturn.envs.swegym.tasks import task_sources
+
+SOURCES = {source.name: source for source in task_sources()}
+ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
+
+
+def variant(name: str, path: str, tests: str, test: str) -> dict:
+    """The shipped task `name` with `tests` added to its test file `path`; `test` (failing at the base commit,
+    passing with the gold patch) its only hidden test."""
+    row, base = dict(ROWS[name]), SOURCES[name].files_at_base()[path]
+    row["test_patch"] = make_patch({path: base}, {path: base + tests})
+    row["FAIL_TO_PASS"] = [f"{path}::{test}"]
+    return row
+
+
+def comment_only(name: str, path: str) -> str:
+    """A patch that applies and changes no behaviour: the base code, graded."""
+    base = SOURCES[name].files_at_base()[path]
+    return make_patch({path: base}, {path: base + "\n# reviewed\n"})
+
+
+# rpn: the base code pops the operands in the wrong order, so `1 0 /` is 0 / 1 there and 1 / 0 with the fix
+RAISES_WITH_A_CALLABLE = '''
+
+import unittest
+
+
+class TestDivisionByZero(unittest.TestCase):
+    def test_right_operand_zero_raises(self):
+        self.assertRaises(ZeroDivisionError, evaluate, "1 0 /")
+'''
+
+RAISES_AS_BLOCK = '''
+
+
+def test_right_operand_zero_raises():
+    with pytest.raises(ZeroDivisionError) as info:
+        evaluate("1 0 /")
+    assert "division" in str(info.value)
+'''
+
+# semver: the base code orders a pre-release after its release; the expected side is an object the test constructs
+ORDER_AGAINST_A_CONSTRUCTED_VALUE = '''
+
+
+def test_prerelease_below_release():
+    assert parse("1.0.0-alpha") < Version(1, 0, 0)
+'''
+
+
+@pytest.fixture(scope="module")
+def config(swegym_cache_dir):
+    return SWEGymConfig(sandbox="local", repo_cache_dir=swegym_cache_dir, command_timeout=20)
+
+
+def test_an_assertion_helper_given_the_code_to_call_runs_it(config):
+    """`self.assertRaises(E, f, x)` was reported as the names `E` and `f`, never called: the base code resolved."""
+    row = variant("rpn", "tests/test_evaluator.py", RAISES_WITH_A_CALLABLE,
+                  "TestDivisionByZero::test_right_operand_zero_raises")
+    assert not grade_patch(row, comment_only("rpn", "rpn/evaluator.py"), config, eval_timeout=60).resolved
+    assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
+
+
+def test_a_raises_block_whose_exception_the_test_reads_lets_the_exception_through(config):
+    """`with pytest.raises(E) as info:` kept its body's calls in `__check__`, which swallowed the exception: the
+    block failed (DID NOT RAISE) in the gold run too, so no fix could pass the test."""
+    row = variant("rpn", "tests/test_evaluator.py", RAISES_AS_BLOCK, "test_right_operand_zero_raises")
+    assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
+    assert not grade_patch(row, comment_only("rpn", "rpn/evaluator.py"), config, eval_timeout=60).resolved
+
+
+@pytest.mark.xfail(strict=True, reason="a relation against an expected object drops the relation: open, see README")
+def test_an_ordering_against_a_constructed_expected_value_checks_the_ordering(config):
+    """`assert parse(a) < Version(1, 0, 0)` reports `parse(a)`'s state only: the bug is in `Version.__lt__`,
+    which the form never calls, so the base code's state is the gold patch's and a comment resolves the task."""
+    row = variant("semver", "tests/test_version.py", ORDER_AGAINST_A_CONSTRUCTED_VALUE,
+                  "test_prerelease_below_release")
+    assert not grade_patch(row, comment_only("semver", "semver/version.py"), config, eval_timeout=60).resolved
