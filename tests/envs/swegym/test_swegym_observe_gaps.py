@@ -87,3 +87,24 @@ def test_an_ordering_against_a_constructed_expected_value_checks_the_ordering(co
     row = variant("semver", "tests/test_version.py", ORDER_AGAINST_A_CONSTRUCTED_VALUE,
                   "test_prerelease_below_release")
     assert not grade_patch(row, comment_only("semver", "semver/version.py"), config, eval_timeout=60).resolved
+
+
+# a helper of the test whose value is in hash order (the letters of a set of strings): reported by `__value__`
+HASH_ORDERED = '''
+
+
+def _letters(text):
+    return list(set(text.split()))
+
+
+def test_letters_are_distinct():
+    assert len(_letters("a b c d e f g h")) == 8
+'''
+
+
+def test_a_value_in_string_hash_order_is_the_same_in_both_runs(config):
+    """A value whose order follows Python's string hashing (a list made from a set) was ordered by each process's
+    random seed, so the gold patch's own run and the patch's differed: a correct fix failed such a test."""
+    row = variant("rpn", "tests/test_evaluator.py", HASH_ORDERED, "test_letters_are_distinct")
+    grade = grade_patch(row, row["patch"], config, eval_timeout=60)
+    assert grade.resolved and grade.differ == [], grade.info()
