@@ -108,3 +108,30 @@ def test_a_value_in_string_hash_order_is_the_same_in_both_runs(config):
     row = variant("rpn", "tests/test_evaluator.py", HASH_ORDERED, "test_letters_are_distinct")
     grade = grade_patch(row, row["patch"], config, eval_timeout=60)
     assert grade.resolved and grade.differ == [], grade.info()
+
+
+# the test process, once its tests have run, ends its shell by SIGKILL: the command's exit status is then 137, which
+# the sandbox reads as "a process of the command was killed"
+KILLS_ITS_SHELL = '''
+import atexit as _atexit
+import os as _os
+import signal as _signal
+
+_atexit.register(lambda: _os.kill(_os.getppid(), _signal.SIGKILL))
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="an exit status the patch sets read as an OOM kill: open, see README")
+def test_a_patch_that_kills_its_own_shell_is_graded_not_excused(config, monkeypatch):
+    """While any process of the machine is OOM-killed (the machine's counter, /proc/vmstat `oom_kill`, faked here to
+    rise as in test_swegym_infra_failures.py), a test run whose shell ended by SIGKILL is called the machine's OOM:
+    SandboxError, a failed episode out of the loss, instead of the 0 the unfixed patch earns. The kill is the
+    patch's own: nothing of the sandbox's memory cgroup counted an OOM kill."""
+    from trl_multiturn.envs.swegym.sandbox import containment
+
+    init = "rpn/__init__.py"
+    base = SOURCES["rpn"].files_at_base()[init]
+    rises = iter(range(10**6))
+    monkeypatch.setattr(containment, "machine_oom_kills", lambda: next(rises))
+    grade = grade_patch(ROWS["rpn"], make_patch({init: base}, {init: base + KILLS_ITS_SHELL}), config, eval_timeout=60)
+    assert grade.patch_applied and grade.reward("dense") == 0.0
