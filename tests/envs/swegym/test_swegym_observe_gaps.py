@@ -5,10 +5,14 @@ must earn nothing, and the gold patch must still resolve."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from trl_multiturn.envs.swegym import SWEGymConfig, grade_patch, task_rows
+from trl_multiturn.envs.swegym.observe import observe
 from trl_multiturn.envs.swegym.patches import make_patch
+from trl_multiturn.envs.swegym.pytest_runner import _caught, _Observations
 from trl_multiturn.envs.swegym.tasks import task_sources
 
 SOURCES = {source.name: source for source in task_sources()}
@@ -47,8 +51,29 @@ RAISES_AS_BLOCK = '''
 def test_right_operand_zero_raises():
     with pytest.raises(ZeroDivisionError) as info:
         evaluate("1 0 /")
-    assert "division" in str(info.value)
+    assert info.type is ZeroDivisionError
 '''
+
+# `pytest.raises` replaced from the package: a block that swallows everything and says it caught what was expected
+REPLACED_RAISES = '''
+import pytest as _pytest
+
+
+class _Caught:
+    def __init__(self, expected):
+        self.type = expected if isinstance(expected, type) else expected[0]
+        self.value = self.type()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return True
+
+
+_pytest.raises = lambda expected, *args, **kwargs: _Caught(expected)
+'''
+
 
 # semver: the base code orders a pre-release after its release; the expected side is an object the test constructs
 ORDER_AGAINST_A_CONSTRUCTED_VALUE = '''
@@ -72,12 +97,40 @@ def test_an_assertion_helper_given_the_code_to_call_runs_it(config):
     assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
 
 
-def test_a_raises_block_whose_exception_the_test_reads_lets_the_exception_through(config):
+def test_a_raises_block_whose_exception_the_test_reads_is_the_codes_own(config):
     """`with pytest.raises(E) as info:` kept its body's calls in `__check__`, which swallowed the exception: the
-    block failed (DID NOT RAISE) in the gold run too, so no fix could pass the test."""
+    block failed (DID NOT RAISE) in the gold run too, so no fix could pass the test. Run as written instead, a
+    `pytest.raises` replaced from the package made up `info` and the base code resolved; so the block is a `try`
+    that binds `info` to what the code raised, and the gold patch resolves while the replaced one earns nothing."""
     row = variant("rpn", "tests/test_evaluator.py", RAISES_AS_BLOCK, "test_right_operand_zero_raises")
     assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
-    assert not grade_patch(row, comment_only("rpn", "rpn/evaluator.py"), config, eval_timeout=60).resolved
+    init = "rpn/__init__.py"
+    base = SOURCES["rpn"].files_at_base()[init]
+    liar = make_patch({init: base}, {init: base + REPLACED_RAISES})
+    grade = grade_patch(row, liar, config, eval_timeout=60)
+    assert not grade.resolved and grade.differ == [row["FAIL_TO_PASS"][0]], grade.info()
+
+
+def test_a_raises_block_that_matches_a_message_reports_the_message():
+    """`pytest.raises(E, match=r)` reported the exception's type only: code raising E with another message (the
+    base code of an issue about the message) reported what the gold patch did."""
+    tests = "def test_message():\n    with pytest.raises(ValueError, match='positive'):\n        check(-1)\n"
+    text = observe(tests, random.Random(0), {"test_message"})
+    assert "positive" not in text
+
+    def digest(message):
+        observations = _Observations()
+        namespace = {"__check__": observations.check, "__value__": observations.value,
+                     "__raised__": observations.raised, "__caught__": _caught}
+
+        def check(x):
+            raise ValueError(message)
+        namespace["check"] = check
+        exec(compile(text, "<tests>", "exec"), namespace)
+        namespace["test_message"]()
+        return observations.take()
+
+    assert digest("must be positive") == digest("must be positive") != digest("bad value")
 
 
 @pytest.mark.xfail(strict=True, reason="a relation against an expected object drops the relation: open, see README")

@@ -22,8 +22,10 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   raises, as a call made as a statement does; any other call made as a statement reports its
   value, or the exception it raised (a test that only checks that nothing raises is observed too);
 - `with pytest.raises(E): body` (or `self.assertRaises(E)`) becomes a `try` that reports which exception, if any,
-  the body raised (drafts change a constant of the body); `with pytest.raises(E) as info:` runs as written (the
-  test reads the exception after the block, so it must reach pytest), E stays in the text;
+  ended the body (drafts change a constant of the body), and its message too where the test matched one
+  (`match=`, `assertRaisesRegex`); the body's calls report their values and let the exception through; with
+  `as info`, `info` is bound to what the original body raised (`__caught__`), so the checks after the block read
+  the exception the code raised, not one a replaced `pytest.raises` made up;
 - inside a reported expression, every call (but builtins and pytest's) reports its own value too (`__value__`),
   so a round trip (`decode(encode(x)) == x`) reports the encoding as well: an encoder that tags its output and a
   decoder that returns the tag's input differ from the gold patch's encoding;
@@ -35,8 +37,8 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
 - docstrings, comments and assert messages are dropped (they may state the expected values).
 
 The verdict does not depend on telling a draft from the original: every reported value is compared, so there is
-nothing to gain from recognising one. `__check__`, `__value__` and `__raised__` are builtins that `pytest_runner.py`
-installs; they report each value as plain data (`pytest_runner._plain`), never a pickle.
+nothing to gain from recognising one. `__check__`, `__value__`, `__raised__` and `__caught__` are builtins that
+`pytest_runner.py` installs; they report each value as plain data (`pytest_runner._plain`), never a pickle.
 
 Pure: `observe` returns the rewritten module text (`ast.unparse`).
 """
@@ -50,7 +52,7 @@ import random
 import string
 from collections import Counter
 
-CHECK, VALUE, RAISED = "__check__", "__value__", "__raised__"
+CHECK, VALUE, RAISED, CAUGHT = "__check__", "__value__", "__raised__", "__caught__"
 _BUILTINS = set(dir(builtins))
 _ALPHABET = string.ascii_lowercase + string.digits
 _ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -264,6 +266,7 @@ class _Observe(ast.NodeTransformer):
         self.scope: list[str] = []  # the names of the classes and functions the visit is in
         self.functions = 0  # how many functions deep
         self.draft = False
+        self.raising = False  # in the body of a `pytest.raises` block
 
     def _scoped(self, node):
         self.scope.append(node.name)
@@ -293,6 +296,8 @@ class _Observe(ast.NodeTransformer):
         if not self.functions or not isinstance(call, ast.Call) or _unobservable(call) or _name(
                 call.func).split(".")[0] == "pytest":  # module level, or pytest's control flow (skip, fail)
             return node
+        if self.raising:  # in a `pytest.raises` block: its exception must end the block
+            return ast.Expr(_ValueCalls().visit(_copy(call)))
         index = _RAISES_HELPERS.get(_name(call.func).rsplit(".", 1)[-1])
         if index is not None and len(call.args) > index and not any(
                 isinstance(a, ast.Starred) for a in call.args[:index + 1]):
@@ -327,24 +332,35 @@ class _Observe(ast.NodeTransformer):
         return statements
 
     def visit_With(self, node: ast.With):
-        if len(node.items) == 1 and _is_raises(node.items[0]) and node.items[0].optional_vars is not None:
-            return node  # the test reads the exception (`as info`): the block runs as written, its type stays
+        """`with pytest.raises(E[, match=r]) [as info]: body` becomes a `try` per draft of the body that reports
+        which exception, if any, ended it (and its message where the test matched one), with E and r gone; the
+        body's calls report their values but let an exception through, which ends the block as in pytest; `info`
+        is bound to what was raised (`__caught__`: pytest's ExceptionInfo), from the original body, which runs
+        last, for the checks after the block."""
         if len(node.items) != 1 or not _is_raises(node.items[0]):
             self.generic_visit(node)
             return node
-        error = "__grading_error__"
-        group = [node.body, *(_drafts(ast.Module(body=node.body, type_ignores=[]), self.drafts if self.draft else 0,
-                                      self.rng))]
-        self.rng.shuffle(group)
-        out = []
-        for body in group:
+        item, error = node.items[0], "__grading_error__"
+        raises = item.context_expr
+        message = any(k.arg == "match" for k in raises.keywords) or _name(raises.func).endswith(("Regex", "Regexp"))
+        drafts = _drafts(ast.Module(body=node.body, type_ignores=[]), self.drafts if self.draft else 0, self.rng)
+        self.rng.shuffle(drafts)
+        out, outer, self.raising = [], self.raising, True
+        for body in [*drafts, node.body]:
             body = body.body if isinstance(body, ast.Module) else body
             body = [s for statement in body for s in _listed(self.visit(statement))]
+            caught = [ast.Expr(_call(RAISED, ast.Name(id=error, ctx=ast.Load()), ast.Constant(message)))]
+            missed = [ast.Expr(_call(RAISED, ast.Constant(None)))]
+            if item.optional_vars is not None:
+                caught.append(ast.Assign(targets=[item.optional_vars], value=_call(
+                    CAUGHT, ast.Name(id=error, ctx=ast.Load()))))
+                missed.append(ast.Assign(targets=[item.optional_vars], value=ast.Constant(None)))
             out.append(ast.Try(
                 body=body,
                 handlers=[ast.ExceptHandler(type=ast.Name(id="BaseException", ctx=ast.Load()), name=error,
-                                            body=[ast.Expr(_call(RAISED, ast.Name(id=error, ctx=ast.Load())))])],
-                orelse=[ast.Expr(_call(RAISED, ast.Constant(None)))], finalbody=[]))
+                                            body=caught)],
+                orelse=missed, finalbody=[]))
+        self.raising = outer
         return out
 
 

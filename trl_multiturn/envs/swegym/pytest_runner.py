@@ -42,11 +42,12 @@ of the repository on its stack (a standard function run by an executor), is reco
 `PYTEST_CURRENT_TEST` unset and empties `linecache` before each test (pytest fills it with a test file's text when
 it reports a failure), so which test runs is not written where the tests' process can read it unaudited.
 
-**Observations**: `__check__(thunk)`, `__value__(value)` and `__raised__(error)` are put in `builtins`; the
-observation form of the tests (`observe.py`) calls them to report each value a check looks at, as plain data
-(`_plain`). Per test, one record `{"values": nodeid, "count": n, "digest": sha256}` follows its outcome. Nothing
-here is trusted: grading compares the digests with those of the gold patch's run, made in another sandbox, and
-the expected values are in no file, frame or record of this process. The audit hook and the token are signals.
+**Observations**: `__check__(thunk)`, `__value__(value)`, `__raised__(error, message)` and `__caught__(error)` are
+put in `builtins`; the observation form of the tests (`observe.py`) calls them to report each value a check looks
+at, as plain data (`_plain`). Per test, one record `{"values": nodeid, "count": n, "digest": sha256}` follows its
+outcome. Nothing here is trusted: grading compares the digests with those of the gold patch's run, made in another
+sandbox, and the expected values are in no file, frame or record of this process. The audit hook and the token are
+signals.
 """
 
 import builtins
@@ -154,8 +155,13 @@ class _Observations:
         self.add(_plain(value))
         return value
 
-    def raised(self, error) -> None:
-        self.add({"raised": type(error).__qualname__ if error is not None else None})
+    def raised(self, error, message: bool = False) -> None:
+        """What ended a `pytest.raises` block: the exception's type (None: nothing), and its message where the test
+        matched one (`message`)."""
+        if error is None:
+            self.add({"raised": None})
+        else:
+            self.add({"raised": type(error).__qualname__, **({"message": str(error)} if message else {})})
 
     def take(self) -> dict:
         record = {"count": self.count, "digest": self.digest.hexdigest()}
@@ -284,6 +290,16 @@ def _is_process_file(path: str) -> bool:
     return len(parts) > 3 and parts[1] == "proc" and (parts[2].isdigit() or parts[2] in ("self", "thread-self"))
 
 
+def _caught(error: BaseException):
+    """What `with pytest.raises(E) as info` binds in the observation form: pytest's ExceptionInfo of `error` (the
+    exception the block's code raised), also under `exception`, the name unittest's `assertRaises` gives it."""
+    import pytest
+
+    info = pytest.ExceptionInfo.from_exception(error)
+    info.exception = error
+    return info
+
+
 def _read_and_delete(path: str) -> str:
     with open(path) as f:
         text = f.read()
@@ -327,6 +343,7 @@ def main() -> int:
     import pytest  # before the working folder is on sys.path: a `pytest.py` of the repository cannot stand in
 
     _pytest.runner._update_current_test_var = lambda item, when: None  # no PYTEST_CURRENT_TEST
+    builtins.__caught__ = _caught
     sys.path[0] = os.getcwd()  # the working folder first, as `python -m pytest` has it (not this file's folder)
 
     class Recorder:
