@@ -5,6 +5,7 @@ must earn nothing, and the gold patch must still resolve."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from trl_multiturn.envs.swegym import SWEGymConfig, grade_patch, task_rows
 from trl_multiturn.envs.swegym.observe import observe
 from trl_multiturn.envs.swegym.patches import make_patch
-from trl_multiturn.envs.swegym.pytest_runner import _caught, _Observations
+from trl_multiturn.envs.swegym.pytest_runner import _caught, _Observations, _plain
 from trl_multiturn.envs.swegym.tasks import task_sources
 
 SOURCES = {source.name: source for source in task_sources()}
@@ -188,3 +189,20 @@ def test_a_patch_that_kills_its_own_shell_is_graded_not_excused(config, monkeypa
     monkeypatch.setattr(containment, "machine_oom_kills", lambda: next(rises))
     grade = grade_patch(ROWS["rpn"], make_patch({init: base}, {init: base + KILLS_ITS_SHELL}), config, eval_timeout=60)
     assert grade.patch_applied and grade.reward("dense") == 0.0
+
+
+def test_a_value_of_a_c_type_is_reported_by_what_it_holds():
+    """A value whose state is neither in `__dict__` nor `__slots__` (a date, a Decimal, a deque, a complex number, an
+    array) was reported by its type's name alone: every date was the gold patch's date, so code returning any date
+    passed a check of one."""
+    import array
+    import collections
+    import datetime
+    import decimal
+
+    pairs = [(datetime.date(2020, 1, 2), datetime.date(1999, 1, 1)), (datetime.timedelta(1), datetime.timedelta(2)),
+             (decimal.Decimal("1.5"), decimal.Decimal("2")), (collections.deque([1, 2]), collections.deque([3])),
+             (1 + 2j, 5j), (bytearray(b"ab"), bytearray(b"cd")), (array.array("i", [1]), array.array("i", [2])),
+             (range(3), range(5))]
+    for right, wrong in pairs:
+        assert _plain(right) == _plain(copy.deepcopy(right)) != _plain(wrong), right

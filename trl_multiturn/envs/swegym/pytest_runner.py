@@ -84,7 +84,8 @@ def _plain(value, depth: int = 0, seen: frozenset = frozenset()):
     """`value` as plain JSON data: what grading compares with the gold patch's run (never a pickle). Numbers that
     are whole are ints and floats keep 12 significant digits (4.0 and 4 are the same answer, as `==` says); a
     tuple, set and dict say what they are (a set and a dict in a fixed order); an exception is its type; another
-    object is its class's name and its attributes' values (its `__dict__` and `__slots__`), a function or class
+    object is its class's name and its attributes' values (its `__dict__` and `__slots__`), and for a C type
+    (`date`, `Decimal`, `deque`, `complex`, a numpy array) what pickling rebuilds it from; a function or class
     its name. Anything deeper than `_MAX_DEPTH` or longer than `_MAX_ITEMS` is cut, as in both runs alike."""
     kind = type(value)
     if value is None or kind in (bool, str):
@@ -127,7 +128,26 @@ def _plain(value, depth: int = 0, seen: frozenset = frozenset()):
     plain = {"type": kind.__qualname__, "state": _plain(state, depth + 1, inner)}
     if base is not None:  # a subclass of a builtin: its builtin value too
         plain["value"] = _plain(base(value), depth + 1, inner)
+    elif not state or any(not c.__flags__ & _HEAP_TYPE for c in kind.__mro__[:-1]):
+        plain["reduced"] = _reduced(value, depth, inner)  # a C type keeps its value out of both
     return plain
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time (a class statement, or a module's spec)
+
+
+def _reduced(value, depth: int, inner: frozenset):
+    """What pickling would rebuild `value` from (`__reduce_ex__`: the arguments, state and items past its
+    constructor): the value of a C type (`datetime.date`, `Decimal`, `deque`, a numpy array), which neither
+    `__dict__` nor `__slots__` holds. None where it cannot be pickled."""
+    try:
+        reduced = value.__reduce_ex__(4)
+    except Exception:  # noqa: BLE001 - a lock, a file: reported by its type alone, as before
+        return None
+    if isinstance(reduced, str):  # a module-level object, by name
+        return reduced
+    parts = [list(part) if hasattr(part, "__next__") else part for part in reduced[1:]]
+    return _plain(parts, depth + 1, inner)
 
 
 class _Observations:
