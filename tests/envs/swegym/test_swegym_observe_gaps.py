@@ -44,6 +44,10 @@ import unittest
 class TestDivisionByZero(unittest.TestCase):
     def test_right_operand_zero_raises(self):
         self.assertRaises(ZeroDivisionError, evaluate, "1 0 /")
+
+
+def test_right_operand_zero_raises():
+    pytest.raises(ZeroDivisionError, evaluate, "1 0 /")
 '''
 
 RAISES_AS_BLOCK = '''
@@ -85,17 +89,27 @@ def test_prerelease_below_release():
 '''
 
 
+def replaced_raises() -> str:
+    init = "rpn/__init__.py"
+    base = SOURCES["rpn"].files_at_base()[init]
+    return make_patch({init: base}, {init: base + REPLACED_RAISES})
+
+
 @pytest.fixture(scope="module")
 def config(swegym_cache_dir):
     return SWEGymConfig(sandbox="local", repo_cache_dir=swegym_cache_dir, command_timeout=20)
 
 
 def test_an_assertion_helper_given_the_code_to_call_runs_it(config):
-    """`self.assertRaises(E, f, x)` was reported as the names `E` and `f`, never called: the base code resolved."""
+    """`self.assertRaises(E, f, x)` was reported as the names `E` and `f`, never called: the base code resolved;
+    `pytest.raises(E, f, x)` ran as written, so a `pytest.raises` replaced from the package passed it. The gold patch
+    resolves; the base code with `pytest.raises` replaced passes neither."""
     row = variant("rpn", "tests/test_evaluator.py", RAISES_WITH_A_CALLABLE,
                   "TestDivisionByZero::test_right_operand_zero_raises")
-    assert not grade_patch(row, comment_only("rpn", "rpn/evaluator.py"), config, eval_timeout=60).resolved
+    row["FAIL_TO_PASS"] = [*row["FAIL_TO_PASS"], "tests/test_evaluator.py::test_right_operand_zero_raises"]
     assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
+    grade = grade_patch(row, replaced_raises(), config, eval_timeout=60)
+    assert grade.patch_applied and grade.f2p_passed == 0, grade.info()
 
 
 def test_a_raises_block_whose_exception_the_test_reads_is_the_codes_own(config):
@@ -105,10 +119,7 @@ def test_a_raises_block_whose_exception_the_test_reads_is_the_codes_own(config):
     that binds `info` to what the code raised, and the gold patch resolves while the replaced one earns nothing."""
     row = variant("rpn", "tests/test_evaluator.py", RAISES_AS_BLOCK, "test_right_operand_zero_raises")
     assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
-    init = "rpn/__init__.py"
-    base = SOURCES["rpn"].files_at_base()[init]
-    liar = make_patch({init: base}, {init: base + REPLACED_RAISES})
-    grade = grade_patch(row, liar, config, eval_timeout=60)
+    grade = grade_patch(row, replaced_raises(), config, eval_timeout=60)
     assert not grade.resolved and grade.differ == [row["FAIL_TO_PASS"][0]], grade.info()
 
 

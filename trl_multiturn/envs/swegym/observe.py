@@ -18,9 +18,9 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
 - `assert c` / `assert not c` (a bare truth) reports `c`'s value; `assert p and q` is two checks;
 - an assertion helper (`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`: a call named `assert...`)
   reports its arguments that are not data and is not called, but one given the code to call
-  (`self.assertRaises(E, f, x)`, `assertWarns`, `assertRaisesRegex(E, r, f, x)`) reports what `f(x)` returns or
-  raises, as a call made as a statement does; any other call made as a statement reports its
-  value, or the exception it raised (a test that only checks that nothing raises is observed too);
+  (`self.assertRaises(E, f, x)`, `assertWarns`, `assertRaisesRegex(E, r, f, x)`, `pytest.raises(E, f, x)`)
+  reports what `f(x)` returns or raises, as a call made as a statement does; any other call made as a statement
+  reports its value, or the exception it raised (a test that only checks that nothing raises is observed too);
 - `with pytest.raises(E): body` (or `self.assertRaises(E)`) becomes a `try` that reports which exception, if any,
   ended the body (drafts change a constant of the body), and its message too where the test matched one
   (`match=`, `assertRaisesRegex`); the body's calls report their values and let the exception through; with
@@ -250,7 +250,7 @@ def _is_raises(item: ast.withitem) -> bool:
 
 # Assertion helpers that call the code under test themselves, given as a callable (`assertRaises(E, f, x)`): the
 # position of the callable among their arguments.
-_RAISES_HELPERS = {"assertRaises": 1, "assertWarns": 1, "assert_raises": 1, "failUnlessRaises": 1,
+_RAISES_HELPERS = {"raises": 1, "assertRaises": 1, "assertWarns": 1, "assert_raises": 1, "failUnlessRaises": 1,
                    "assertRaisesRegex": 2, "assertRaisesRegexp": 2, "assertWarnsRegex": 2, "assert_raises_regex": 2}
 
 
@@ -293,18 +293,19 @@ class _Observe(ast.NodeTransformer):
         """A call as a statement reports its value (or what it raised); an assertion helper reports its arguments
         that are not data, and is not called (its data arguments are the expected values)."""
         call = node.value
-        if not self.functions or not isinstance(call, ast.Call) or _unobservable(call) or _name(
-                call.func).split(".")[0] == "pytest":  # module level, or pytest's control flow (skip, fail)
+        if not self.functions or not isinstance(call, ast.Call) or _unobservable(call):
             return node
-        if self.raising:  # in a `pytest.raises` block: its exception must end the block
-            return ast.Expr(_ValueCalls().visit(_copy(call)))
         index = _RAISES_HELPERS.get(_name(call.func).rsplit(".", 1)[-1])
         if index is not None and len(call.args) > index and not any(
                 isinstance(a, ast.Starred) for a in call.args[:index + 1]):
-            # `assertRaises(E, f, *args, **kwargs)`: the helper calls the code under test; what `f(*args)` returns
-            # or raises is reported, and E (the expected exception) goes
-            return self._observed([ast.Call(func=call.args[index], args=call.args[index + 1:],
-                                            keywords=call.keywords)])
+            # `assertRaises(E, f, *args, **kwargs)`, `pytest.raises(E, f, *args)`: the helper calls the code under
+            # test; what `f(*args)` returns or raises is reported, and E (the expected exception) goes
+            keywords = [k for k in call.keywords if k.arg != "match"]
+            return self._observed([ast.Call(func=call.args[index], args=call.args[index + 1:], keywords=keywords)])
+        if _name(call.func).split(".")[0] == "pytest":  # pytest's control flow (skip, fail)
+            return node
+        if self.raising:  # in a `pytest.raises` block: its exception must end the block
+            return ast.Expr(_ValueCalls().visit(_copy(call)))
         if _is_assertion_call(call):
             checks = [a for a in [*call.args, *(k.value for k in call.keywords if k.arg != "msg")]
                       if not is_data(a, self.names)]
