@@ -12,8 +12,9 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   value and drops the data side: `assert f(x) == 4`, `assert f(x) != 4`, `assert f(x) < 10`, `assert f(x) is None`
   all become `__check__(lambda: f(x))`, so the operator, the bound and the expected value are all gone;
 - where neither side is data, both sides' values are reported, and for an ordering (also between two data
-  sides, `Version(1, 2) < Version(1, 10)`) the comparison both ways (`a < b` and `b < a`), so a comparison that
-  answers True to everything is told from a right one;
+  sides, `Version(1, 2) < Version(1, 10)`, and against an object the test constructs, `parse(a) < Version(1, 0,
+  0)`, whose operator is the package's code: that data side stays) the comparison both ways (`a < b` and
+  `b < a`), so a comparison that answers True to everything is told from a right one;
 - `x in c` / `x not in c` reports the item's value when the container is data, else whether `x in c`;
 - `assert c` / `assert not c` (a bare truth) reports `c`'s value; `assert p and q` is two checks;
 - an assertion helper (`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`: a call named `assert...`)
@@ -108,9 +109,12 @@ def _checks(test: ast.expr, names: frozenset[str]) -> list[ast.expr]:
         if is_data_(right):
             return [left]
         return [ast.Compare(left=left, ops=[ast.In()], comparators=[right])]
-    if is_data_(right) != is_data_(left):
-        return [left if is_data_(right) else right]
     ordering = isinstance(op, _ORDERINGS)
+    if is_data_(right) != is_data_(left):
+        computed, data = (left, right) if is_data_(right) else (right, left)
+        if ordering and isinstance(data, ast.Call):  # `parse(a) < Version(1, 0, 0)`: the ordering is the package's
+            return [computed, test, ast.Compare(left=right, ops=[op], comparators=[left])]
+        return [computed]
     both_ways = [test, ast.Compare(left=right, ops=[op], comparators=[left])] if ordering else [test]
     if is_data_(left):  # data on both sides (`Version(1, 2) < Version(1, 10)`): only the comparison is computed
         return both_ways
