@@ -1,7 +1,8 @@
-"""Checks whose observation form used to drop what the test checked, or made the gold patch fail (issue 60's
-adversarial review, on the local backend: the host decides by values, which no backend changes). Each row is a
-shipped task whose hidden tests are written in a shape real suites use; a patch that changes nothing but a comment
-must earn nothing, and the gold patch must still resolve."""
+"""Issue 60's adversarial review (trl_multiturn/envs/swegym/README.md, "Adversarial review of issue 60"): checks the
+observation form dropped or broke, values the host could not tell apart, a value the two runs ordered differently,
+and two classes left open (xfail strict). Graded on the local backend (the host decides by values, which no backend
+changes), each row a shipped task whose hidden tests are written in a shape real suites use, failing at the base
+commit and passing with the gold patch: an unfixed patch must earn nothing, the gold patch must still resolve."""
 
 from __future__ import annotations
 
