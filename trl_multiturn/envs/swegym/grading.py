@@ -152,11 +152,13 @@ class Grade:
 
 def run_script(workdir: str, assignments: list[str], python: str, scratch: str, args: list[str],
                files: list[str]) -> str:
-    """The test run, in SWE-bench's eval-script shape (before `make_test_spec` adds the exit-code lines)."""
+    """The test run, in SWE-bench's eval-script shape (before `make_test_spec` adds the exit-code lines). Python's
+    string hashing is seeded the same in every run (a row's own PYTHONHASHSEED wins): the order of a set of strings
+    is then the same in the patch's run and the gold patch's, whose values grading compares."""
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
-    command = [*assignments, python, "-s", f"{scratch}/pytest_runner.py", f"{scratch}/token", str(CHANNEL_FD),
-               f"{scratch}/audit.json", *args, *files]
+    command = ["PYTHONHASHSEED=0", *assignments, python, "-s", f"{scratch}/pytest_runner.py", f"{scratch}/token",
+               str(CHANNEL_FD), f"{scratch}/audit.json", *args, *files]
     return "\n".join([
         "#!/bin/bash", "set -uo pipefail", f"cd {shlex.quote(workdir)}", f"echo '{START_TEST_OUTPUT}'",
         " ".join(shlex.quote(w) for w in command), f"echo '{END_TEST_OUTPUT}'",

@@ -12,15 +12,21 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   value and drops the data side: `assert f(x) == 4`, `assert f(x) != 4`, `assert f(x) < 10`, `assert f(x) is None`
   all become `__check__(lambda: f(x))`, so the operator, the bound and the expected value are all gone;
 - where neither side is data, both sides' values are reported, and for an ordering (also between two data
-  sides, `Version(1, 2) < Version(1, 10)`) the comparison both ways (`a < b` and `b < a`), so a comparison that
-  answers True to everything is told from a right one;
+  sides, `Version(1, 2) < Version(1, 10)`, and against an object the test constructs, `parse(a) < Version(1, 0,
+  0)`, whose operator is the package's code: that data side stays) the comparison both ways (`a < b` and
+  `b < a`), so a comparison that answers True to everything is told from a right one;
 - `x in c` / `x not in c` reports the item's value when the container is data, else whether `x in c`;
 - `assert c` / `assert not c` (a bare truth) reports `c`'s value; `assert p and q` is two checks;
 - an assertion helper (`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`: a call named `assert...`)
-  reports its arguments that are not data and is not called; any other call made as a statement reports its
-  value, or the exception it raised (a test that only checks that nothing raises is observed too);
+  reports its arguments that are not data and is not called, but one given the code to call
+  (`self.assertRaises(E, f, x)`, `assertWarns`, `assertRaisesRegex(E, r, f, x)`, `pytest.raises(E, f, x)`)
+  reports what `f(x)` returns or raises, as a call made as a statement does; any other call made as a statement
+  reports its value, or the exception it raised (a test that only checks that nothing raises is observed too);
 - `with pytest.raises(E): body` (or `self.assertRaises(E)`) becomes a `try` that reports which exception, if any,
-  the body raised (drafts change a constant of the body);
+  ended the body (drafts change a constant of the body), and its message too where the test matched one
+  (`match=`, `assertRaisesRegex`); the body's calls report their values and let the exception through; with
+  `as info`, `info` is bound to what the original body raised (`__caught__`), so the checks after the block read
+  the exception the code raised, not one a replaced `pytest.raises` made up;
 - inside a reported expression, every call (but builtins and pytest's) reports its own value too (`__value__`),
   so a round trip (`decode(encode(x)) == x`) reports the encoding as well: an encoder that tags its output and a
   decoder that returns the tag's input differ from the gold patch's encoding;
@@ -32,8 +38,8 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
 - docstrings, comments and assert messages are dropped (they may state the expected values).
 
 The verdict does not depend on telling a draft from the original: every reported value is compared, so there is
-nothing to gain from recognising one. `__check__`, `__value__` and `__raised__` are builtins that `pytest_runner.py`
-installs; they report each value as plain data (`pytest_runner._plain`), never a pickle.
+nothing to gain from recognising one. `__check__`, `__value__`, `__raised__` and `__caught__` are builtins that
+`pytest_runner.py` installs; they report each value as plain data (`pytest_runner._plain`), never a pickle.
 
 Pure: `observe` returns the rewritten module text (`ast.unparse`).
 """
@@ -47,7 +53,7 @@ import random
 import string
 from collections import Counter
 
-CHECK, VALUE, RAISED = "__check__", "__value__", "__raised__"
+CHECK, VALUE, RAISED, CAUGHT = "__check__", "__value__", "__raised__", "__caught__"
 _BUILTINS = set(dir(builtins))
 _ALPHABET = string.ascii_lowercase + string.digits
 _ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -103,9 +109,12 @@ def _checks(test: ast.expr, names: frozenset[str]) -> list[ast.expr]:
         if is_data_(right):
             return [left]
         return [ast.Compare(left=left, ops=[ast.In()], comparators=[right])]
-    if is_data_(right) != is_data_(left):
-        return [left if is_data_(right) else right]
     ordering = isinstance(op, _ORDERINGS)
+    if is_data_(right) != is_data_(left):
+        computed, data = (left, right) if is_data_(right) else (right, left)
+        if ordering and isinstance(data, ast.Call):  # `parse(a) < Version(1, 0, 0)`: the ordering is the package's
+            return [computed, test, ast.Compare(left=right, ops=[op], comparators=[left])]
+        return [computed]
     both_ways = [test, ast.Compare(left=right, ops=[op], comparators=[left])] if ordering else [test]
     if is_data_(left):  # data on both sides (`Version(1, 2) < Version(1, 10)`): only the comparison is computed
         return both_ways
@@ -243,6 +252,12 @@ def _is_raises(item: ast.withitem) -> bool:
         "raises", "assertRaises", "assertRaisesRegex")
 
 
+# Assertion helpers that call the code under test themselves, given as a callable (`assertRaises(E, f, x)`): the
+# position of the callable among their arguments.
+_RAISES_HELPERS = {"raises": 1, "assertRaises": 1, "assertWarns": 1, "assert_raises": 1, "failUnlessRaises": 1,
+                   "assertRaisesRegex": 2, "assertRaisesRegexp": 2, "assertWarnsRegex": 2, "assert_raises_regex": 2}
+
+
 def _is_assertion_call(node: ast.expr) -> bool:
     """`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`, `assert_frame_equal(a, b)`: a check made by a
     call whose name starts with `assert`."""
@@ -255,6 +270,7 @@ class _Observe(ast.NodeTransformer):
         self.scope: list[str] = []  # the names of the classes and functions the visit is in
         self.functions = 0  # how many functions deep
         self.draft = False
+        self.raising = False  # in the body of a `pytest.raises` block
 
     def _scoped(self, node):
         self.scope.append(node.name)
@@ -281,9 +297,19 @@ class _Observe(ast.NodeTransformer):
         """A call as a statement reports its value (or what it raised); an assertion helper reports its arguments
         that are not data, and is not called (its data arguments are the expected values)."""
         call = node.value
-        if not self.functions or not isinstance(call, ast.Call) or _unobservable(call) or _name(
-                call.func).split(".")[0] == "pytest":  # module level, or pytest's control flow (skip, fail)
+        if not self.functions or not isinstance(call, ast.Call) or _unobservable(call):
             return node
+        index = _RAISES_HELPERS.get(_name(call.func).rsplit(".", 1)[-1])
+        if index is not None and len(call.args) > index and not any(
+                isinstance(a, ast.Starred) for a in call.args[:index + 1]):
+            # `assertRaises(E, f, *args, **kwargs)`, `pytest.raises(E, f, *args)`: the helper calls the code under
+            # test; what `f(*args)` returns or raises is reported, and E (the expected exception) goes
+            keywords = [k for k in call.keywords if k.arg != "match"]
+            return self._observed([ast.Call(func=call.args[index], args=call.args[index + 1:], keywords=keywords)])
+        if _name(call.func).split(".")[0] == "pytest":  # pytest's control flow (skip, fail)
+            return node
+        if self.raising:  # in a `pytest.raises` block: its exception must end the block
+            return ast.Expr(_ValueCalls().visit(_copy(call)))
         if _is_assertion_call(call):
             checks = [a for a in [*call.args, *(k.value for k in call.keywords if k.arg != "msg")]
                       if not is_data(a, self.names)]
@@ -311,22 +337,35 @@ class _Observe(ast.NodeTransformer):
         return statements
 
     def visit_With(self, node: ast.With):
-        if len(node.items) != 1 or not _is_raises(node.items[0]) or node.items[0].optional_vars is not None:
+        """`with pytest.raises(E[, match=r]) [as info]: body` becomes a `try` per draft of the body that reports
+        which exception, if any, ended it (and its message where the test matched one), with E and r gone; the
+        body's calls report their values but let an exception through, which ends the block as in pytest; `info`
+        is bound to what was raised (`__caught__`: pytest's ExceptionInfo), from the original body, which runs
+        last, for the checks after the block."""
+        if len(node.items) != 1 or not _is_raises(node.items[0]):
             self.generic_visit(node)
             return node
-        error = "__grading_error__"
-        group = [node.body, *(_drafts(ast.Module(body=node.body, type_ignores=[]), self.drafts if self.draft else 0,
-                                      self.rng))]
-        self.rng.shuffle(group)
-        out = []
-        for body in group:
+        item, error = node.items[0], "__grading_error__"
+        raises = item.context_expr
+        message = any(k.arg == "match" for k in raises.keywords) or _name(raises.func).endswith(("Regex", "Regexp"))
+        drafts = _drafts(ast.Module(body=node.body, type_ignores=[]), self.drafts if self.draft else 0, self.rng)
+        self.rng.shuffle(drafts)
+        out, outer, self.raising = [], self.raising, True
+        for body in [*drafts, node.body]:
             body = body.body if isinstance(body, ast.Module) else body
             body = [s for statement in body for s in _listed(self.visit(statement))]
+            caught = [ast.Expr(_call(RAISED, ast.Name(id=error, ctx=ast.Load()), ast.Constant(message)))]
+            missed = [ast.Expr(_call(RAISED, ast.Constant(None)))]
+            if item.optional_vars is not None:
+                caught.append(ast.Assign(targets=[item.optional_vars], value=_call(
+                    CAUGHT, ast.Name(id=error, ctx=ast.Load()))))
+                missed.append(ast.Assign(targets=[item.optional_vars], value=ast.Constant(None)))
             out.append(ast.Try(
                 body=body,
                 handlers=[ast.ExceptHandler(type=ast.Name(id="BaseException", ctx=ast.Load()), name=error,
-                                            body=[ast.Expr(_call(RAISED, ast.Name(id=error, ctx=ast.Load())))])],
-                orelse=[ast.Expr(_call(RAISED, ast.Constant(None)))], finalbody=[]))
+                                            body=caught)],
+                orelse=missed, finalbody=[]))
+        self.raising = outer
         return out
 
 

@@ -42,11 +42,12 @@ of the repository on its stack (a standard function run by an executor), is reco
 `PYTEST_CURRENT_TEST` unset and empties `linecache` before each test (pytest fills it with a test file's text when
 it reports a failure), so which test runs is not written where the tests' process can read it unaudited.
 
-**Observations**: `__check__(thunk)`, `__value__(value)` and `__raised__(error)` are put in `builtins`; the
-observation form of the tests (`observe.py`) calls them to report each value a check looks at, as plain data
-(`_plain`). Per test, one record `{"values": nodeid, "count": n, "digest": sha256}` follows its outcome. Nothing
-here is trusted: grading compares the digests with those of the gold patch's run, made in another sandbox, and
-the expected values are in no file, frame or record of this process. The audit hook and the token are signals.
+**Observations**: `__check__(thunk)`, `__value__(value)`, `__raised__(error, message)` and `__caught__(error)` are
+put in `builtins`; the observation form of the tests (`observe.py`) calls them to report each value a check looks
+at, as plain data (`_plain`). Per test, one record `{"values": nodeid, "count": n, "digest": sha256}` follows its
+outcome. Nothing here is trusted: grading compares the digests with those of the gold patch's run, made in another
+sandbox, and the expected values are in no file, frame or record of this process. The audit hook and the token are
+signals.
 """
 
 import builtins
@@ -83,7 +84,8 @@ def _plain(value, depth: int = 0, seen: frozenset = frozenset()):
     """`value` as plain JSON data: what grading compares with the gold patch's run (never a pickle). Numbers that
     are whole are ints and floats keep 12 significant digits (4.0 and 4 are the same answer, as `==` says); a
     tuple, set and dict say what they are (a set and a dict in a fixed order); an exception is its type; another
-    object is its class's name and its attributes' values (its `__dict__` and `__slots__`), a function or class
+    object is its class's name and its attributes' values (its `__dict__` and `__slots__`), and for a C type
+    (`date`, `Decimal`, `deque`, `complex`, a numpy array) what pickling rebuilds it from; a function or class
     its name. Anything deeper than `_MAX_DEPTH` or longer than `_MAX_ITEMS` is cut, as in both runs alike."""
     kind = type(value)
     if value is None or kind in (bool, str):
@@ -126,7 +128,26 @@ def _plain(value, depth: int = 0, seen: frozenset = frozenset()):
     plain = {"type": kind.__qualname__, "state": _plain(state, depth + 1, inner)}
     if base is not None:  # a subclass of a builtin: its builtin value too
         plain["value"] = _plain(base(value), depth + 1, inner)
+    elif not state or any(not c.__flags__ & _HEAP_TYPE for c in kind.__mro__[:-1]):
+        plain["reduced"] = _reduced(value, depth, inner)  # a C type keeps its value out of both
     return plain
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time (a class statement, or a module's spec)
+
+
+def _reduced(value, depth: int, inner: frozenset):
+    """What pickling would rebuild `value` from (`__reduce_ex__`: the arguments, state and items past its
+    constructor): the value of a C type (`datetime.date`, `Decimal`, `deque`, a numpy array), which neither
+    `__dict__` nor `__slots__` holds. None where it cannot be pickled."""
+    try:
+        reduced = value.__reduce_ex__(4)
+    except Exception:  # noqa: BLE001 - a lock, a file: reported by its type alone, as before
+        return None
+    if isinstance(reduced, str):  # a module-level object, by name
+        return reduced
+    parts = [list(part) if hasattr(part, "__next__") else part for part in reduced[1:]]
+    return _plain(parts, depth + 1, inner)
 
 
 class _Observations:
@@ -154,8 +175,13 @@ class _Observations:
         self.add(_plain(value))
         return value
 
-    def raised(self, error) -> None:
-        self.add({"raised": type(error).__qualname__ if error is not None else None})
+    def raised(self, error, message: bool = False) -> None:
+        """What ended a `pytest.raises` block: the exception's type (None: nothing), and its message where the test
+        matched one (`message`)."""
+        if error is None:
+            self.add({"raised": None})
+        else:
+            self.add({"raised": type(error).__qualname__, **({"message": str(error)} if message else {})})
 
     def take(self) -> dict:
         record = {"count": self.count, "digest": self.digest.hexdigest()}
@@ -284,6 +310,16 @@ def _is_process_file(path: str) -> bool:
     return len(parts) > 3 and parts[1] == "proc" and (parts[2].isdigit() or parts[2] in ("self", "thread-self"))
 
 
+def _caught(error: BaseException):
+    """What `with pytest.raises(E) as info` binds in the observation form: pytest's ExceptionInfo of `error` (the
+    exception the block's code raised), also under `exception`, the name unittest's `assertRaises` gives it."""
+    import pytest
+
+    info = pytest.ExceptionInfo.from_exception(error)
+    info.exception = error
+    return info
+
+
 def _read_and_delete(path: str) -> str:
     with open(path) as f:
         text = f.read()
@@ -327,6 +363,7 @@ def main() -> int:
     import pytest  # before the working folder is on sys.path: a `pytest.py` of the repository cannot stand in
 
     _pytest.runner._update_current_test_var = lambda item, when: None  # no PYTEST_CURRENT_TEST
+    builtins.__caught__ = _caught
     sys.path[0] = os.getcwd()  # the working folder first, as `python -m pytest` has it (not this file's folder)
 
     class Recorder:

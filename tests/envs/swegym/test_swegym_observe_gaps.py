@@ -1,0 +1,283 @@
+"""Issue 60's adversarial review (trl_multiturn/envs/swegym/README.md, "Adversarial review of issue 60"): checks the
+observation form dropped or broke, values the host could not tell apart, a value the two runs ordered differently,
+and two classes left open (xfail strict). Graded on the local backend (the host decides by values, which no backend
+changes), each row a shipped task whose hidden tests are written in a shape real suites use, failing at the base
+commit and passing with the gold patch: an unfixed patch must earn nothing, the gold patch must still resolve."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+from trl_multiturn.envs.swegym import SWEGymConfig, grade_patch, task_rows
+from trl_multiturn.envs.swegym.observe import observe
+from trl_multiturn.envs.swegym.patches import make_patch
+from trl_multiturn.envs.swegym.pytest_runner import _caught, _Observations, _plain
+from trl_multiturn.envs.swegym.tasks import task_sources
+
+SOURCES = {source.name: source for source in task_sources()}
+ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
+
+
+def variant(name: str, path: str, tests: str, test: str) -> dict:
+    """The shipped task `name` with `tests` added to its test file `path`; `test` (failing at the base commit,
+    passing with the gold patch) its only hidden test."""
+    row, base = dict(ROWS[name]), SOURCES[name].files_at_base()[path]
+    row["test_patch"] = make_patch({path: base}, {path: base + tests})
+    row["FAIL_TO_PASS"] = [f"{path}::{test}"]
+    return row
+
+
+def comment_only(name: str, path: str) -> str:
+    """A patch that applies and changes no behaviour: the base code, graded."""
+    base = SOURCES[name].files_at_base()[path]
+    return make_patch({path: base}, {path: base + "\n# reviewed\n"})
+
+
+# rpn: the base code pops the operands in the wrong order, so `1 0 /` is 0 / 1 there and 1 / 0 with the fix
+RAISES_WITH_A_CALLABLE = '''
+
+import unittest
+
+
+class TestDivisionByZero(unittest.TestCase):
+    def test_right_operand_zero_raises(self):
+        self.assertRaises(ZeroDivisionError, evaluate, "1 0 /")
+
+
+def test_right_operand_zero_raises():
+    pytest.raises(ZeroDivisionError, evaluate, "1 0 /")
+'''
+
+RAISES_AS_BLOCK = '''
+
+
+def test_right_operand_zero_raises():
+    with pytest.raises(ZeroDivisionError) as info:
+        evaluate("1 0 /")
+    assert info.type is ZeroDivisionError
+'''
+
+# `pytest.raises` replaced from the package: a block that swallows everything and says it caught what was expected
+REPLACED_RAISES = '''
+import pytest as _pytest
+
+
+class _Caught:
+    def __init__(self, expected):
+        self.type = expected if isinstance(expected, type) else expected[0]
+        self.value = self.type()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return True
+
+
+_pytest.raises = lambda expected, *args, **kwargs: _Caught(expected)
+'''
+
+
+# semver: the base code orders a pre-release after its release; the expected side is an object the test constructs
+ORDER_AGAINST_A_CONSTRUCTED_VALUE = '''
+
+
+def test_prerelease_below_release():
+    assert parse("1.0.0-alpha") < Version(1, 0, 0)
+'''
+
+
+def replaced_raises() -> str:
+    init = "rpn/__init__.py"
+    base = SOURCES["rpn"].files_at_base()[init]
+    return make_patch({init: base}, {init: base + REPLACED_RAISES})
+
+
+@pytest.fixture(scope="module")
+def config(swegym_cache_dir):
+    return SWEGymConfig(sandbox="local", repo_cache_dir=swegym_cache_dir, command_timeout=20)
+
+
+def test_an_assertion_helper_given_the_code_to_call_runs_it(config):
+    """`self.assertRaises(E, f, x)` was reported as the names `E` and `f`, never called: the base code resolved;
+    `pytest.raises(E, f, x)` ran as written, so a `pytest.raises` replaced from the package passed it. The gold patch
+    resolves; the base code with `pytest.raises` replaced passes neither."""
+    row = variant("rpn", "tests/test_evaluator.py", RAISES_WITH_A_CALLABLE,
+                  "TestDivisionByZero::test_right_operand_zero_raises")
+    row["FAIL_TO_PASS"] = [*row["FAIL_TO_PASS"], "tests/test_evaluator.py::test_right_operand_zero_raises"]
+    assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
+    grade = grade_patch(row, replaced_raises(), config, eval_timeout=60)
+    assert grade.patch_applied and grade.f2p_passed == 0, grade.info()
+
+
+def test_a_raises_block_whose_exception_the_test_reads_is_the_codes_own(config):
+    """`with pytest.raises(E) as info:` kept its body's calls in `__check__`, which swallowed the exception: the
+    block failed (DID NOT RAISE) in the gold run too, so no fix could pass the test. Run as written instead, a
+    `pytest.raises` replaced from the package made up `info` and the base code resolved; so the block is a `try`
+    that binds `info` to what the code raised, and the gold patch resolves while the replaced one earns nothing."""
+    row = variant("rpn", "tests/test_evaluator.py", RAISES_AS_BLOCK, "test_right_operand_zero_raises")
+    assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
+    grade = grade_patch(row, replaced_raises(), config, eval_timeout=60)
+    assert not grade.resolved and grade.differ == [row["FAIL_TO_PASS"][0]], grade.info()
+
+
+def test_a_raises_block_that_matches_a_message_reports_the_message():
+    """`pytest.raises(E, match=r)` reported the exception's type only: code raising E with another message (the
+    base code of an issue about the message) reported what the gold patch did."""
+    tests = "def test_message():\n    with pytest.raises(ValueError, match='positive'):\n        check(-1)\n"
+    text = observe(tests, random.Random(0), {"test_message"})
+    assert "positive" not in text
+
+    def digest(message):
+        observations = _Observations()
+        namespace = {"__check__": observations.check, "__value__": observations.value,
+                     "__raised__": observations.raised, "__caught__": _caught}
+
+        def check(x):
+            raise ValueError(message)
+        namespace["check"] = check
+        exec(compile(text, "<tests>", "exec"), namespace)
+        namespace["test_message"]()
+        return observations.take()
+
+    assert digest("must be positive") == digest("must be positive") != digest("bad value")
+
+
+def test_an_ordering_against_a_constructed_expected_value_checks_the_ordering(config):
+    """`assert parse(a) < Version(1, 0, 0)` reported `parse(a)`'s state only: the bug is in `Version.__lt__`,
+    which the form never called, so the base code's state was the gold patch's and a comment resolved the task.
+    The comparison is reported both ways now."""
+    row = variant("semver", "tests/test_version.py", ORDER_AGAINST_A_CONSTRUCTED_VALUE,
+                  "test_prerelease_below_release")
+    grade = grade_patch(row, comment_only("semver", "semver/version.py"), config, eval_timeout=60)
+    assert grade.patch_applied and not grade.resolved and grade.differ == row["FAIL_TO_PASS"], grade.info()
+    assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
+
+
+# a helper of the test whose value is in hash order (the letters of a set of strings): reported by `__value__`
+HASH_ORDERED = '''
+
+
+def _letters(text):
+    return list(set(text.split()))
+
+
+def test_letters_are_distinct():
+    assert len(_letters("a b c d e f g h")) == 8
+'''
+
+
+def test_a_value_in_string_hash_order_is_the_same_in_both_runs(config):
+    """A value whose order follows Python's string hashing (a list made from a set) was ordered by each process's
+    random seed, so the gold patch's own run and the patch's differed: a correct fix failed such a test."""
+    row = variant("rpn", "tests/test_evaluator.py", HASH_ORDERED, "test_letters_are_distinct")
+    grade = grade_patch(row, row["patch"], config, eval_timeout=60)
+    assert grade.resolved and grade.differ == [], grade.info()
+
+
+# the test process, once its tests have run, ends its shell by SIGKILL: the command's exit status is then 137, which
+# the sandbox reads as "a process of the command was killed"
+KILLS_ITS_SHELL = '''
+import atexit as _atexit
+import os as _os
+import signal as _signal
+
+_atexit.register(lambda: _os.kill(_os.getppid(), _signal.SIGKILL))
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="an exit status the patch sets read as an OOM kill: open, see README")
+def test_a_patch_that_kills_its_own_shell_is_graded_not_excused(config, monkeypatch):
+    """While any process of the machine is OOM-killed (the machine's counter, /proc/vmstat `oom_kill`, faked here to
+    rise as in test_swegym_infra_failures.py), a test run whose shell ended by SIGKILL is called the machine's OOM:
+    SandboxError, a failed episode out of the loss, instead of the 0 the unfixed patch earns. The kill is the
+    patch's own: nothing of the sandbox's memory cgroup counted an OOM kill."""
+    from trl_multiturn.envs.swegym.sandbox import containment
+
+    init = "rpn/__init__.py"
+    base = SOURCES["rpn"].files_at_base()[init]
+    rises = iter(range(10**6))
+    monkeypatch.setattr(containment, "machine_oom_kills", lambda: next(rises))
+    grade = grade_patch(ROWS["rpn"], make_patch({init: base}, {init: base + KILLS_ITS_SHELL}), config, eval_timeout=60)
+    assert grade.patch_applied and grade.reward("dense") == 0.0
+
+
+def test_a_value_of_a_c_type_is_reported_by_what_it_holds():
+    """A value whose state is neither in `__dict__` nor `__slots__` (a date, a Decimal, a deque, a complex number, an
+    array) was reported by its type's name alone: every date was the gold patch's date, so code returning any date
+    passed a check of one."""
+    import array
+    import collections
+    import datetime
+    import decimal
+
+    pairs = [(datetime.date(2020, 1, 2), datetime.date(1999, 1, 1)), (datetime.timedelta(1), datetime.timedelta(2)),
+             (decimal.Decimal("1.5"), decimal.Decimal("2")), (collections.deque([1, 2]), collections.deque([3])),
+             (1 + 2j, 5j), (bytearray(b"ab"), bytearray(b"cd")), (array.array("i", [1]), array.array("i", [2])),
+             (range(3), range(5))]
+    for right, wrong in pairs:
+        assert _plain(right) == _plain(copy.deepcopy(right)) != _plain(wrong), right
+
+
+# a check the form cannot report (`:=`) stays an assert, so the test reports no value in either run; pytest's
+# `Function.runtest` replaced from the package (no audited event) passes a failed assert but in the canaries, found
+# by reading the test files through a directory descriptor (unaudited)
+UNOBSERVABLE = '''
+
+
+def test_subtraction_keeps_operand_order():
+    assert (value := evaluate("3 4 -")) == -1 and value < 0
+'''
+
+PASSES_FAILED_ASSERTS = '''
+import os as _os
+import re as _re
+
+import pytest as _pytest
+
+_CANARY = _re.compile(r"def (test_\\w+)\\(\\):\\n(?:    import \\w+\\n\\n    assert .*\\n)?"
+                     r"    assert \\d+ \\+ \\d+ == \\d+")
+
+
+def _canaries():
+    names = set()
+    folder = _os.open("tests", _os.O_RDONLY)
+    try:
+        for name in _os.listdir(folder):
+            if name.endswith(".py"):
+                with open(name, opener=lambda path, flags: _os.open(path, flags, dir_fd=folder)) as f:
+                    names |= set(_CANARY.findall(f.read()))
+    finally:
+        _os.close(folder)
+    return names
+
+
+_original = _pytest.Function.runtest
+
+
+def _runtest(self):
+    if self.originalname in _canaries():
+        return _original(self)
+    try:
+        _original(self)
+    except AssertionError:
+        pass
+
+
+_pytest.Function.runtest = _runtest
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="a test with no observed check passes on the patch's word: open, see README")
+def test_a_test_with_no_observed_value_is_not_passed_on_the_patchs_word(config):
+    """A hidden test whose every check the form cannot report (`:=`, `yield`, `await`) passes on the outcome the
+    patch's run reports (its count of values is 0 in both runs): the base code with pytest's `runtest` replaced
+    resolves the task."""
+    row = variant("rpn", "tests/test_evaluator.py", UNOBSERVABLE, "test_subtraction_keeps_operand_order")
+    init = "rpn/__init__.py"
+    base = SOURCES["rpn"].files_at_base()[init]
+    grade = grade_patch(row, make_patch({init: base}, {init: base + PASSES_FAILED_ASSERTS}), config, eval_timeout=60)
+    assert grade.patch_applied and not grade.resolved, grade.info()
