@@ -407,17 +407,19 @@ def test_a_command_past_the_sandbox_memory_limit_is_its_own_doing(config):
 
 
 def test_the_machine_out_of_memory_is_an_infrastructure_failure(config, monkeypatch):
-    """A process of the sandbox killed while the machine's OOM killer worked (/proc/vmstat `oom_kill` rose) and the
-    sandbox's own limit was never reached: SandboxError (the episode fails, no reward), not a crash of the code.
-    The machine's counter is a fake here (a stand-in that rises on every read: a real machine-wide OOM cannot be
-    caused in a test); the kill is real (SIGKILL)."""
+    """A process of the sandbox OOM-killed while the machine's OOM killer worked (/proc/vmstat `oom_kill` rose, and
+    the sandbox's memory cgroup counted the kill) and the sandbox's own limit was never reached: SandboxError (the
+    episode fails, no reward), not a crash of the code. Both counters are fakes here (stand-ins that rise on every
+    read: a real machine-wide OOM cannot be caused in a test); the kill is real (SIGKILL). A SIGKILL the code sends
+    itself, which no cgroup counts, is its own crash: test_swegym_observe_gaps.py."""
     from trl_multiturn.envs.swegym.sandbox import containment
 
     with make_sandbox(_small(config)) as sandbox:
         sandbox.start(ROWS["roman"])
-        rises = iter(range(10**6))
+        rises, kills = iter(range(10**6)), iter(range(10**6))
         monkeypatch.setattr(containment, "machine_oom_kills", lambda: next(rises))
         assert sandbox.run("echo fine").output == "fine\n"  # nothing killed: the machine's trouble is not ours
+        monkeypatch.setattr(containment.MemoryCgroup, "oom_counts", lambda self: (next(kills), 0))
         with pytest.raises(SandboxError, match="machine ran out of memory"):
             sandbox.run("sleep 0.1; kill -9 $$")
 

@@ -1,6 +1,6 @@
 """Issue 60's adversarial review (trl_multiturn/envs/swegym/README.md, "Adversarial review of issue 60"): checks the
 observation form dropped or broke, values the host could not tell apart, a value the two runs ordered differently,
-and two classes left open (xfail strict). Graded on the local backend (the host decides by values, which no backend
+and the two classes that review left open, closed since. Graded on the local backend (the host decides by values, which no backend
 changes), each row a shipped task whose hidden tests are written in a shape real suites use, failing at the base
 commit and passing with the gold patch: an unfixed patch must earn nothing, the gold patch must still resolve."""
 
@@ -189,7 +189,6 @@ _atexit.register(lambda: _os.kill(_os.getppid(), _signal.SIGKILL))
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="an exit status the patch sets read as an OOM kill: open, see README")
 def test_a_patch_that_kills_its_own_shell_is_graded_not_excused(config, monkeypatch):
     """While any process of the machine is OOM-killed (the machine's counter, /proc/vmstat `oom_kill`, faked here to
     rise as in test_swegym_infra_failures.py), a test run whose shell ended by SIGKILL is called the machine's OOM:
@@ -271,13 +270,13 @@ _pytest.Function.runtest = _runtest
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="a test with no observed check passes on the patch's word: open, see README")
 def test_a_test_with_no_observed_value_is_not_passed_on_the_patchs_word(config):
-    """A hidden test whose every check the form cannot report (`:=`, `yield`, `await`) passes on the outcome the
-    patch's run reports (its count of values is 0 in both runs): the base code with pytest's `runtest` replaced
-    resolves the task."""
+    """A hidden FAIL_TO_PASS test whose every check the form cannot report (`:=`, `yield`, `await`) reported no value
+    in the gold run, so its pass would rest on the patch's word (the base code with pytest's `runtest` replaced
+    reports it passing): it is failed whatever was reported, and named among the grade's unobserved tests."""
     row = variant("rpn", "tests/test_evaluator.py", UNOBSERVABLE, "test_subtraction_keeps_operand_order")
     init = "rpn/__init__.py"
     base = SOURCES["rpn"].files_at_base()[init]
     grade = grade_patch(row, make_patch({init: base}, {init: base + PASSES_FAILED_ASSERTS}), config, eval_timeout=60)
     assert grade.patch_applied and not grade.resolved, grade.info()
+    assert any("test_subtraction_keeps_operand_order" in test for test in grade.unobserved), grade.info()

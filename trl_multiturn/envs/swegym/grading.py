@@ -373,7 +373,7 @@ def _verdict(task: dict, real: _Run, config: SandboxConfig, files: list[str], te
         why = gold.problem or ("timed out" if gold.timed_out else "the gold patch did not apply")
         # the values to compare with are missing: an infrastructure failure (or a bad row), never a grade of 0
         raise SandboxError(f"the gold patch's run did not run properly: {why}")
-    trusted = judge_values(real.outcomes, real.values, gold.outcomes, gold.values, tests)
+    trusted = judge_values(real.outcomes, real.values, gold.outcomes, gold.values, tests, must_observe=f2p)
     claimed = [t for t in tests if real.outcomes.get(t) in PASSING]
     differ = [t for t in claimed if trusted[t] not in PASSING]
     line = (f"\n[the values of {len(claimed)} passing tests were compared with the gold patch's run, in a sandbox "

@@ -25,6 +25,7 @@ import json
 import random
 import re
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -230,10 +231,13 @@ def judge(report: Report, canaries: list[Canary]) -> tuple[dict[str, str], str]:
 
 
 def judge_values(outcomes: dict[str, str], values: dict, gold_outcomes: dict[str, str], gold_values: dict,
-                 tests: list[str]) -> dict[str, str]:
+                 tests: list[str], must_observe: Collection[str] = ()) -> dict[str, str]:
     """The outcome of each of `tests` that grading trusts: PASSED only where the patch's run reported a pass and
     the same values (count and digest, `pytest_runner._Observations`) as the gold patch's run of the same text,
-    where that test passed too; otherwise the patch's own outcome if it is not a pass, else FAILED.
+    where that test passed too; otherwise the patch's own outcome if it is not a pass, else FAILED. A test of
+    `must_observe` (the FAIL_TO_PASS tests) whose gold run reported no value at all is FAILED whatever was reported:
+    with nothing to compare, its pass would rest on the patch's word alone (a check the observation form cannot
+    report, such as one using `:=`); the row's author sees it among `unobserved_tests`.
 
     Nothing the patch's run says can make a test pass unless its values are the gold patch's: the observation form
     (`observe.py`) left no expected value in its sandbox, so a report it forged, rewrote or signed with a stolen
@@ -241,8 +245,9 @@ def judge_values(outcomes: dict[str, str], values: dict, gold_outcomes: dict[str
     trusted = {}
     for test in tests:
         status = outcomes.get(test, "FAILED")
-        if status in PASSING and not (gold_outcomes.get(test) in PASSING and test in gold_values
-                                      and values.get(test) == gold_values[test]):
+        vouched = (gold_outcomes.get(test) in PASSING and test in gold_values and values.get(test) == gold_values[test]
+                   and not (test in must_observe and gold_values[test][0] == 0))
+        if status in PASSING and not vouched:
             status = "FAILED"
         trusted[test] = status
     return trusted

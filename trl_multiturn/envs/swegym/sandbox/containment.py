@@ -271,14 +271,18 @@ class OomWatch:
 
     def verdict(self, killed: bool) -> str | None:
         """'limit' when a process of the group was killed and the group reached its limit meanwhile; 'machine' when
-        the machine's OOM killer ended something while the command ran and the command, or a process of the group,
-        was killed (`killed`: the command ended by SIGKILL, or with its shell's 137) without the group reaching its
-        limit; None otherwise. The machine's counter counts every process of the machine: a command killed while
-        another program's OOM kill happened is called the machine's (the episode fails, no reward is made up)."""
+        the machine's OOM killer ended something while the command ran and the kernel counted an OOM kill of a
+        process of the group (its counter counts every OOM killer's kills) without the group reaching its limit;
+        None otherwise. How the command ended is no evidence: its code can end its own shell by SIGKILL (137) at a
+        moment another sandbox is OOM-killed, so only the group's counter says an OOM kill was ours. Without a
+        group (`cgroup` None) the machine's counter and `killed` (the command ended by SIGKILL, or with its shell's
+        137) are all there is: such a kill while any process of the machine was OOM-killed is called the machine's
+        (the episode fails, no reward is made up; docs in the SWE-Gym README)."""
         kills, hits = self.cgroup.oom_counts() if self.cgroup is not None else (0, 0)
         if kills > self._group[0] and hits > self._group[1]:
             return "limit"
-        if machine_oom_kills() > self._machine and (killed or kills > self._group[0]):
+        ours = kills > self._group[0] if self.cgroup is not None else killed
+        if machine_oom_kills() > self._machine and ours:
             return "machine"
         return None
 
