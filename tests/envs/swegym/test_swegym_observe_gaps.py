@@ -1,8 +1,8 @@
 """Issue 60's adversarial review (trl_multiturn/envs/swegym/README.md, "Adversarial review of issue 60"): checks the
-observation form dropped or broke, values the host could not tell apart, a value the two runs ordered differently,
-and the two classes that review left open, closed since. Graded on the local backend (the host decides by values, which no backend
-changes), each row a shipped task whose hidden tests are written in a shape real suites use, failing at the base
-commit and passing with the gold patch: an unfixed patch must earn nothing, the gold patch must still resolve."""
+observation form dropped or broke, values the host could not tell apart, a value the two runs ordered differently, and
+the two classes that review left open, closed since. Graded on the local backend (the host decides by values, which no
+backend changes), each row a shipped task whose hidden tests are written in a shape real suites use, failing at the
+base commit and passing with the gold patch: an unfixed patch must earn nothing, the gold patch must still resolve."""
 
 from __future__ import annotations
 
