@@ -2,7 +2,8 @@
 log-probs those the trainer trains on? Run with vLLM's venv (scripts/setup_vllm.sh):
 
     .venv-vllm/bin/python scripts/model_matrix_vllm.py --write     # every family: writes docs/models_vllm.json
-    .venv-vllm/bin/python scripts/model_matrix_vllm.py --families "Llama (SmolLM2)"   # print, write nothing
+    .venv-vllm/bin/python scripts/model_matrix_vllm.py --families "Llama (SmolLM2)"   # print only (with --write:
+                                                                         # update these families' cells)
 
 Per family, in its own process (an engine that crashes takes only its family's cell down): the tiny random model of
 `model_families` (float32, head size 32: `attention_sizes`) and its in-process tokenizer are saved to a temporary
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -126,7 +128,13 @@ def run(name: str, timeout: float = 1800) -> dict:
                 "error": None}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode == 0 and lines:
-        return json.loads(lines[-1])
+        cell = json.loads(lines[-1])
+        # vLLM inspects an architecture in a subprocess and raises "failed to be inspected. Please check the
+        # logs": the cause is the last error its registry logged
+        causes = re.findall(r"registry\.py:\d+\] (\w+Error: .*)", proc.stdout + proc.stderr)  # vLLM logs to stdout
+        if "failed to be inspected" in cell["detail"] and causes:
+            cell["detail"] = f"vLLM could not load its model class: {_one_line(causes[-1])}"
+        return cell
     last = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["(no output)"]
     return {"verdict": "not supported", "detail": f"the engine process died (exit {proc.returncode}): "
                                                   f"{_one_line(last[0])}"[:300], "error": None}
@@ -153,13 +161,17 @@ def main(argv=None) -> int:
     from trl_multiturn.model_families import FAMILIES
 
     names = args.families or [fam.name for fam in FAMILIES]
-    if args.write and args.families:
-        parser.error("--write writes every family's cell: leave out --families")
     cells = {}
+    if args.write and args.families:  # re-measure these families, keep the others' cells
+        recorded = json.loads(RESULTS.read_text())
+        if {k: recorded[k] for k in ("vllm", "transformers", "torch")} != versions():
+            parser.error(f"{RESULTS.name} was measured with other versions: --write without --families")
+        cells = recorded["families"]
     for name in names:
         cells[name] = run(name)
         print(f"{name}: {json.dumps(cells[name])}", flush=True)
     if args.write:
+        cells = {fam.name: cells[fam.name] for fam in FAMILIES if fam.name in cells}  # the table's order
         RESULTS.write_text(json.dumps({"atol": ATOL, "max_tokens": MAX_TOKENS, **versions(), "families": cells},
                                       indent=1, ensure_ascii=False) + "\n")
         print(f"wrote {RESULTS}")
