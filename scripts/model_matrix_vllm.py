@@ -15,7 +15,8 @@ temperature 1 for a one-message chat prompt with log-probs of the prompt and of 
                    trains on, as they are), and every log-prob (prompt and sampled tokens) is within `ATOL` of the
                    Hugging Face model's own float32 forward over the same ids
     differs        the ids are as above but a log-prob is further than `ATOL` from the model's forward
-    not supported  vLLM did not build the engine or generate: its reason, in one line
+    not supported  vLLM did not build the engine or generate: its reason, in one line (where a kernel has no float32
+                   version, with how far vLLM's log-probs are off in bfloat16)
 
 `python scripts/model_matrix.py --write` renders the JSON as docs/models.md's "vLLM (CPU)" column, and
 `tests_vllm/test_model_matrix_vllm.py` re-measures a few families against it.
@@ -52,8 +53,9 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def measure(name: str) -> dict:
-    """One family's cell (this process builds one engine): {"verdict", "detail", "error"}."""
+def measure(name: str, dtype: str = "float32") -> dict:
+    """One family's cell (this process builds one engine, computing in `dtype`; the model's own forward, the
+    reference, is float32): {"verdict", "detail", "error"}."""
     os.environ.update(ENV)
     sys.path.insert(0, str(ROOT))
     import torch
@@ -69,7 +71,7 @@ def measure(name: str) -> dict:
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
         try:
-            completion, prompt_logps, sampled_logps = _sample(path, prompt_ids)
+            completion, prompt_logps, sampled_logps = _sample(path, prompt_ids, dtype)
         except Exception as exc:  # noqa: BLE001 (vLLM's refusal is the cell)
             return {"verdict": "not supported", "detail": f"{type(exc).__name__}: {_one_line(exc)}"[:300],
                     "error": None}
@@ -88,13 +90,15 @@ def measure(name: str) -> dict:
 def attention_sizes(fam) -> dict:
     """Overrides of the matrix's tiny sizes for vLLM: its CPU attention takes head sizes of 32 and up (the matrix's
     are 16), so 2 heads of 32 (configs that derive the head size from hidden_size / heads get 32 too). Latent
-    attention (DeepSeek-V3) sets its own head sizes: unchanged."""
+    attention (DeepSeek-V3) sets its own head sizes: unchanged. Gated DeltaNet heads: 32 too (its CPU kernel takes
+    multiples of 32)."""
     if "head_dim" in fam.options:
         return {}
-    return {"head_dim": 32, "num_attention_heads": 2, "num_key_value_heads": 1}
+    linear = {"linear_key_head_dim": 32, "linear_value_head_dim": 32} if "linear_key_head_dim" in fam.options else {}
+    return {"head_dim": 32, "num_attention_heads": 2, "num_key_value_heads": 1, **linear}
 
 
-def _sample(path: str, prompt_ids: list[int]) -> tuple[list[int], list[float], list[float]]:
+def _sample(path: str, prompt_ids: list[int], dtype: str) -> tuple[list[int], list[float], list[float]]:
     """(sampled ids, log-probs of prompt_ids[1:], log-probs of the sampled ids) from a vLLM engine on `path`, built
     as the trainer's colocated engine is on CPU. Raises what vLLM raises, and AssertionError where the ids it
     returns are not the ones it was sent or the ones its log-probs are about."""
@@ -104,7 +108,7 @@ def _sample(path: str, prompt_ids: list[int]) -> tuple[list[int], list[float], l
     from trl_multiturn.trainers.vllm_cpu import _keep_live_weight
 
     vllm_layer_utils.dispatch_cpu_unquantized_gemm = _keep_live_weight(vllm_layer_utils.dispatch_cpu_unquantized_gemm)
-    llm = LLM(model=path, dtype="float32", max_model_len=256, enforce_eager=True, seed=0,
+    llm = LLM(model=path, dtype=dtype, max_model_len=256, enforce_eager=True, seed=0,
               max_num_seqs=4, max_num_batched_tokens=256)
     params = SamplingParams(max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS, temperature=1.0, logprobs=0,
                             prompt_logprobs=0, seed=0)
@@ -119,9 +123,21 @@ def _sample(path: str, prompt_ids: list[int]) -> tuple[list[int], list[float], l
 
 
 def run(name: str, timeout: float = 1800) -> dict:
-    """`measure(name)` in a process of its own; a process that dies or hangs is the cell's "not supported"."""
+    """`measure(name)` in a process of its own; a process that dies or hangs is the cell's "not supported". Where
+    a kernel has no float32 version, the cell's detail adds what the engine does in bfloat16 (the trainer's engine
+    dtype under `bf16=True`)."""
+    cell = _run(name, "float32", timeout)
+    if cell["verdict"] == "not supported" and "for 'Float'" in cell["detail"]:
+        bf16 = _run(name, "bfloat16", timeout)
+        cell["detail"] += (f"; in bfloat16 vLLM serves it, its log-probs up to {bf16['error']:.0e} off the model's "
+                           "float32 forward" if bf16["error"] is not None else f"; in bfloat16: {bf16['detail']}")
+    return cell
+
+
+def _run(name: str, dtype: str, timeout: float) -> dict:
     try:
-        proc = subprocess.run([sys.executable, __file__, "--one", name], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, __file__, "--one", name, "--dtype", dtype], capture_output=True,
+                              text=True,
                               timeout=timeout, env={**os.environ, **ENV})
     except subprocess.TimeoutExpired:
         return {"verdict": "not supported", "detail": f"the engine did not answer within {timeout:g} s",
@@ -153,9 +169,10 @@ def main(argv=None) -> int:
     parser.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(ROOT)}")
     parser.add_argument("--families", nargs="*", help="family names (default: all)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the per-family process
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)  # its engine's dtype
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(measure(args.one)))
+        print(json.dumps(measure(args.one, args.dtype)))
         return 0
     sys.path.insert(0, str(ROOT))
     from trl_multiturn.model_families import FAMILIES
