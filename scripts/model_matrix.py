@@ -18,6 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "models.md"
+VLLM_RESULTS = ROOT / "docs" / "models_vllm.json"
+"""The vLLM column's cells, measured by `scripts/model_matrix_vllm.py --write` in vLLM's venv (this venv has no
+vLLM): rendered here so docs/models.md stays generated."""
+VLLM_COLUMN = "vLLM (CPU)"
 
 HEADER = """# Model families: what each path does
 
@@ -45,11 +49,10 @@ Sliding-window families are refused for packing only where a row outgrows the wi
 rows): with rows inside the window they pack exactly. The padded path and `auto` are exact for every family. A
 template refused for the trajectory format (it rewrites earlier turns, or its generation prompt is not how it
 renders a reply) still serves `episode_format="stepwise"`, which renders each context whole. Not in this table:
-vLLM (its CPU build serves the Llama-family tests of `tests_vllm/`), and the GPU column (`scripts/gpu_check.sh`
-prints it on a CUDA machine). Families whose layers run over the sequence as a stream also generate without the
-episode-history cache (`cache_episode_history` applies to attention-only models).
+the GPU column (`scripts/gpu_check.sh` prints it on a CUDA machine). Families whose layers run over the sequence as
+a stream also generate without the episode-history cache (`cache_episode_history` applies to attention-only models).
 
-"""
+{vllm}"""
 
 
 def main(argv=None) -> int:
@@ -117,8 +120,40 @@ def document(results, families, atol: float) -> str:
     from trl_multiturn.trainers.model_matrix import COLUMNS, markdown
 
     legend = "\n".join(f"- `{column}`: {text}" for column, text in COLUMNS.items())
+    results, vllm = with_vllm_column(results)
     return HEADER.format(transformers=transformers.__version__, trl=trl.__version__, atol=atol,
-                         legend=legend) + markdown(results, families) + "\n"
+                         legend=legend, vllm=vllm) + markdown(results, families) + "\n"
+
+
+def with_vllm_column(results) -> tuple[dict, str]:
+    """`results` with the "vLLM (CPU)" cells of `VLLM_RESULTS` added to each family, and the paragraph that says
+    how they were measured ("" and `results` unchanged when the file is absent)."""
+    import json
+    import textwrap
+
+    from trl_multiturn.trainers.model_matrix import Cell
+
+    if not VLLM_RESULTS.exists():
+        return results, ""
+    data = json.loads(VLLM_RESULTS.read_text())
+    measured = data["families"]
+    missing = Cell("not measured", "run `.venv-vllm/bin/python scripts/model_matrix_vllm.py --write`")
+    def cell(name: str) -> Cell:
+        if name not in measured:
+            return missing
+        verdict, detail, error = measured[name]["verdict"], measured[name]["detail"], measured[name]["error"]
+        return Cell(verdict, f"max diff {error:.0e}" if verdict == "exact" else detail, error)
+
+    results = {name: {**cells, VLLM_COLUMN: cell(name)} for name, cells in results.items()}
+    text = (f"The `{VLLM_COLUMN}` column comes from `{VLLM_RESULTS.relative_to(ROOT)}`, written by "
+            f"`.venv-vllm/bin/python scripts/model_matrix_vllm.py --write` (vLLM {data['vllm']}'s CPU build, with "
+            f"transformers {data['transformers']}; one engine per family, float32, `enforce_eager`, head size 32 "
+            f"as vLLM's CPU attention takes no smaller): **exact** means vLLM kept the prompt ids, returned a "
+            f"log-prob for each of the {data['max_tokens']} ids it sampled (the ids the trainer trains on, as "
+            f"they are), and its log-probs of the prompt and sampled tokens are within {data['atol']:g} of the "
+            f"model's own float32 forward (the largest difference in brackets); **not supported**: vLLM's "
+            f"reason, in its words.")
+    return results, textwrap.fill(text, 119, break_on_hyphens=False, break_long_words=False) + "\n\n"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up .venv-vllm (vLLM's CPU build; see scripts/setup_vllm.sh), then run the vLLM suite in tests_vllm/: the
 # multi-turn GRPO, RLOO and PPO trainers with use_vllm=True, vllm_mode="colocate" on the offline SmolLM2-135M-Instruct
-# and real TextWorld games. Offline; CPU. SKIP_SETUP=1: .venv-vllm is set up already (.ci/run sets it up beforehand).
+# and real TextWorld games, and a few families of docs/models.md's vLLM column re-measured
+# (tests_vllm/test_model_matrix_vllm.py). Offline; CPU. SKIP_SETUP=1: .venv-vllm is set up already (.ci/run sets it up
+# beforehand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${SKIP_SETUP:-}" = 1 ] || bash scripts/setup_vllm.sh
