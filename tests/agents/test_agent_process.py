@@ -4,6 +4,8 @@ group (the kill that also ends one past its `agent_timeout`), what one leaves ru
 fails only its episode with its output's tail, and its output is kept bounded."""
 
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -105,3 +107,33 @@ def test_the_output_is_kept_bounded_head_and_tail(policy):
 def test_a_command_that_is_no_list_of_strings_is_refused(argv):
     with pytest.raises(ValueError, match="argv=.*non-empty list of strings"):
         AgentCommand(argv)
+
+
+TRAINER = """
+import sys
+from trl_multiturn.agents import AgentCommand, AgentSession
+
+agent = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+AgentCommand([sys.executable, "-c", agent, sys.argv[1]]).run({}, AgentSession("http://127.0.0.1:9/v1", "k", "m", 600))
+"""
+
+
+def test_a_command_dies_with_a_trainer_killed_by_sigkill(tmp_path):
+    """SIGKILL runs no clean-up in the trainer; the kernel kills its running agent command with it
+    (`process.DIE_WITH_TRAINER`)."""
+    pid_file = tmp_path / "agent.pid"
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, str(pid_file)])
+    try:
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert trainer.poll() is None, "the trainer ended before its agent started"
+            time.sleep(0.1)
+        agent = int(pid_file.read_text())
+        assert alive(agent)
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+        deadline = time.monotonic() + 60  # the kernel's signal comes at once; the reaping by init may lag under load
+        while alive(agent) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(agent)
+    finally:
+        trainer.kill()

@@ -16,7 +16,10 @@ group) when its episode fails (past `agent_timeout`, a malformed request, the ro
 (what it left running in the background). Its output (stdout and stderr together) is kept bounded: the first and
 last `output_limit / 2` bytes. A non-zero exit status fails the episode (the harness crashed: an infrastructure
 failure, never a reward), its output's tail in the failure. Requests the process, or what it left behind, makes
-after its episode ended are refused (410) and change nothing (`AgentRunner`).
+after its episode ended are refused (410) and change nothing (`AgentRunner`). Where util-linux's `setpriv` is
+installed (Debian and most Linux distributions), the command is started through `setpriv --pdeathsig=KILL`: if the
+trainer itself is killed (SIGKILL, which runs no clean-up), the kernel kills the command with it. What the command
+started in the background is not reached that way (it is killed at the episode's end, with the group).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from typing import Callable, Mapping, Sequence, Union
 from .runner import AgentResult, AgentSession
 
 POLL_SECONDS = 0.1  # how often a running command's episode is checked for having failed
+DIE_WITH_TRAINER = ("setpriv", "--pdeathsig=KILL", "--") if shutil.which("setpriv") else ()
+"""The prefix that has the kernel kill a command when the thread that started it dies (the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -114,8 +119,11 @@ class AgentCommand:
             extra = self.env(task, session) if callable(self.env) else (self.env or {})
             env.update({str(k): str(v) for k, v in extra.items()})
             start = time.monotonic()
-            process = subprocess.Popen(list(self._argv(task)), cwd=self.cwd or work, env=env, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            # the thread that starts it waits for it (`_wait_or_kill`), so the parent-death signal comes only with
+            # the trainer's death
+            process = subprocess.Popen([*DIE_WITH_TRAINER, *self._argv(task)], cwd=self.cwd or work, env=env,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
             output = _BoundedOutput(process.stdout, self.output_limit)
             killed = _wait_or_kill(process, session.stop)
             output.close()
