@@ -136,7 +136,7 @@ LIARS = {
     # below everything, against a literal bound
     "below-everything": ("test_bound", "class _Low:\n    __lt__ = __le__ = lambda s, o: True\n"
                                        "    __gt__ = __ge__ = lambda s, o: False\ndouble = lambda x: _Low()\n"),
-    # the operators that used to flip: !=, not in, bare truth, is None
+    # operators a liar flips without a written expected value: !=, not in, bare truth, is None
     "not-equal-to-anything": ("test_not_equal", ALWAYS.replace("__eq__ = __ne__", "__ne__") +
                               "    __eq__ = lambda self, other: False\ndouble = lambda x: _Liar(x)\n"),
     "in-nothing": ("test_not_in", ALWAYS.replace("__eq__ = __ne__", "__ne__") +
@@ -145,7 +145,7 @@ LIARS = {
     "always-none": ("test_is_none", "find = lambda items, x: None\n"),
     # a comparison that answers by its operator: < and > are both true
     "order-by-operator": ("test_order", "Version.__lt__ = Version.__gt__ = lambda self, other: True\n"),
-    # the encoder tags its output with the input, the decoder returns the tag (issue 60: dense 0.5)
+    # the encoder tags its output with the input, the decoder returns the tag (a round-trip liar)
     "tagged-round-trip": ("test_round_trip",
                           "class _Tagged(str):\n    pass\n\n\ndef encode(n):\n    text = _Tagged('<?>')\n"
                           "    text.source = n\n    return text\n\n\ndecode = lambda text: text.source\n"),
