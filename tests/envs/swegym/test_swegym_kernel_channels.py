@@ -149,12 +149,11 @@ def test_file_locks_on_shared_files_carry_nothing(pair, salt_and_bits):
     assert found["flock"] == found["lockf"] == "?" * 16  # refused
 
 
+@pytest.mark.parametrize("config", ["local"], indirect=True)  # ignore_flock is the local sandbox's seccomp filter's
 def test_flock_ignored_for_an_agent_program_carries_nothing(config, pair, salt_and_bits):
     """`run(..., ignore_flock=True)` (Codex CLI's command, which gives up when flock fails): flock succeeds without
     taking a lock, so a writer holding flocks for its 1 bits leaves nothing for a reader (ignoring flock too) to
     find: every one of its non-blocking flocks succeeds."""
-    if config.sandbox != "local":
-        pytest.skip("ignore_flock is the local sandbox's (its own seccomp filter)")
     first, second = pair
     salt, bits = salt_and_bits
     found = {}
