@@ -433,11 +433,12 @@ def packed_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     number of forked forwards differs from rank to rank, so on several every rank pads such a model); "auto" forks
     where the rows' prefix tree holds at most `FORK_SHARE` of their tokens (where they share less, padded rows cost
     about as much: benchmarks/results/packing_states.md)."""
-    if agree is None and forks_rows(model, input_ids, attention_mask, logits_to_keep, packing):
+    forking = check_packing(packing) != "padded" and forks_states(model)  # asked once: it walks the modules
+    if forking and agree is None and _forking_pays(input_ids, attention_mask, logits_to_keep, packing):
         with autocast() if autocast is not None else nullcontext():
             return forked_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size,
                                               compute_entropy, temperature=temperature, pad_token_id=_pad_id(model))
-    if packing == "padded" or not forks_states(model):
+    if not forking:
         plan = choose_plan((model,), input_ids, attention_mask, logits_to_keep, batch_size, packing=packing,
                            planner=planner, agree=agree)
     else:  # a forking model's rows that share little, or any forking model on several processes: padded rows
@@ -457,11 +458,17 @@ def forks_rows(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, log
     """Whether `packed_logps_and_entropies` runs these rows by forked layer states (`packing_states`): a model that
     forks them, under "prefix", or under "auto" where the rows' prefix tree holds at most `FORK_SHARE` of their real
     tokens."""
-    if check_packing(packing) == "padded" or not forks_states(model):
-        return False
+    return (check_packing(packing) != "padded" and forks_states(model)
+            and _forking_pays(input_ids, attention_mask, logits_to_keep, packing))
+
+
+def _forking_pays(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, packing: str) -> bool:
+    """For a model that forks its layer states: always under "prefix"; under "auto" where the rows' prefix tree
+    holds at most `FORK_SHARE` of their real tokens."""
+    if packing == "prefix":
+        return True
     rows = padded_rows(input_ids, attention_mask, logits_to_keep)[0]
-    return packing == "prefix" or (
-        _trie_size(rows, sorted(range(len(rows)), key=lambda b: rows[b])) <= FORK_SHARE * sum(map(len, rows)))
+    return _trie_size(rows, sorted(range(len(rows)), key=lambda b: rows[b])) <= FORK_SHARE * sum(map(len, rows))
 
 
 def packed_values(model, plan: PackPlan) -> torch.Tensor:
