@@ -82,7 +82,7 @@ def test_greedy_rollouts_through_vllm_are_token_exact(grpo, textworld_games):
 def test_a_turn_through_vllm_is_capped_and_answers_each_context_once(grpo):
     trainer = grpo[0]
     contexts = [list(grpo[1].probe)] * 3 + [list(grpo[1].probe[:-4])]
-    completions, logprobs = trainer._generate_turn(contexts, max_new_tokens=3)
+    completions, logprobs = trainer.generation(contexts, max_new_tokens=3)
     assert len(completions) == len(logprobs) == len(contexts)
     assert all(1 <= len(c) <= 3 and len(lp) == len(c) for c, lp in zip(completions, logprobs))
     assert all(math.isfinite(x) for lp in logprobs for x in lp)

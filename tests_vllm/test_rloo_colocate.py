@@ -19,7 +19,7 @@ def test_rloo_turn_through_vllm_is_capped_and_answers_each_context_once(rloo):
     trainer, recorder, _ = rloo
     assert trainer.num_generations == 2
     contexts = [list(recorder.probe)] * 3
-    completions, logprobs = trainer._generate_turn(contexts, max_new_tokens=3)
+    completions, logprobs = trainer.generation(contexts, max_new_tokens=3)
     assert len(completions) == len(contexts) and logprobs is None
     assert all(1 <= len(c) <= 3 for c in completions)
     assert trainer.num_generations == 2 and trainer.vllm_generation.max_completion_length == 12

@@ -74,7 +74,7 @@ def test_trainer_rollouts_from_the_history_cache_equal_trls_generate(tiny_chatml
         args = tiny_rl_args(config_cls, tmp_path / str(cached), top_k=1, cache_episode_history=cached, max_turns=3)
         trainer = trainer_cls(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
                               train_dataset=Dataset.from_list(rows))
-        assert (trainer._history_cache is not None) == cached
+        assert (trainer.generation.history_cache is not None) == cached
         trainer.model.eval()
         _, batch = trainer.step.episodes(rows)
         played[cached] = batch.episodes
@@ -91,7 +91,7 @@ def test_unsupported_sampling_settings_use_trls_generation(tiny_chatml_model, tm
     args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, repetition_penalty=1.3)
     trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
                                    train_dataset=Dataset.from_list([{"target": 2}] * 2))
-    assert trainer._history_cache is None
+    assert trainer.generation.history_cache is None
 
 
 def test_the_history_cache_refuses_a_model_whose_layers_stream():

@@ -169,7 +169,8 @@ def test_a_trainer_with_rollout_overlap_plays_the_same_greedy_episodes(tiny_chat
         args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path / str(overlap), top_k=1, rollout_overlap=overlap)
         with MultiTurnGRPOTrainer(model=tiny_chatml_model, args=args, environment_factory=CountingEnv,
                                   train_dataset=Dataset.from_list(rows)) as trainer:
-            assert trainer.episode_runner.overlap == overlap and trainer._history_cache.streams == 1 + overlap
+            cache = trainer.generation.history_cache
+            assert trainer.episode_runner.overlap == overlap and cache.streams == 1 + overlap
             trainer.model.eval()
             _, batch = trainer.step.episodes(rows)
             played[overlap] = batch.episodes

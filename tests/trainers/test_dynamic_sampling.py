@@ -2,14 +2,13 @@
 `dynamic_sampling_max_draws`), counts what it drops, and can set aside tasks that keep tying; the selection rules
 alone, the sampler with a scripted play, the episode source step-wise, and one GRPO training step."""
 
-from contextlib import nullcontext
 from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import tiny_rl_args
 from datasets import Dataset
-from test_step_parts import OneProcess, step_log
+from test_step_parts import OneProcess, scripted_backend, step_log
 from toy_envs import TiesOnRequestEnv
 from transformers import AutoTokenizer
 
@@ -137,20 +136,20 @@ def test_the_episode_source_trains_only_groups_with_signal_step_wise(tiny_chatml
     tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
     replies = [tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id] for text in ("aab", "abc")]
 
-    def scripted(contexts, max_new_tokens):  # the two episodes of a group reply differently
+    def scripted(contexts):  # the two episodes of a group reply differently
         return [list(replies[i % 2]) for i in range(len(contexts))], None
 
     rules = EpisodeRules(max_turns=2, episode_format="stepwise",
                          action_parser="trl_multiturn.rollout.parsing:whole_reply")
-    runner = EpisodeRunner(TiesOnRequestEnv, tokenizer, scripted, rules, eos_token_ids=[tokenizer.eos_token_id],
+    generation = scripted_backend(scripted, SimpleNamespace(max_new_tokens=8), pad_token_id=tokenizer.pad_token_id)
+    runner = EpisodeRunner(TiesOnRequestEnv, tokenizer, generation, rules, eos_token_ids=[tokenizer.eos_token_id],
                            env_mode="inline")
     args = SimpleNamespace(save_episodes=False, reward_mode="dense", success_reward=1.0, format_penalty=0.0,
                            steps_per_batch=None, steps_per_generation=1, seed=0, mask_truncated_completions=False,
                            max_policy_lag=0)
     tasks = [{**task, "turns": 2} for task in TASKS]
     log = step_log()
-    source = EpisodeSource(runner, rules.episode_format_strategy(), args, OneProcess(), history_cache=None,
-                           generation_model=nullcontext, lagged=None, training=lambda: True,
+    source = EpisodeSource(runner, args, OneProcess(), generation=generation, lagged=None, training=lambda: True,
                            state=lambda: SimpleNamespace(global_step=0), reward_weights=torch.tensor([1.0]),
                            num_generations=2, num_generations_eval=2, log=log,
                            dynamic=DynamicSampler(tasks, 2, 20, None, seed=0, process_index=0,

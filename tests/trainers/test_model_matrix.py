@@ -230,7 +230,7 @@ def test_a_streaming_family_trains_packed_from_forked_states(trainer_name, name,
     with caplog.at_level(logging.WARNING, logger="trl_multiturn.trainers.packing"):
         trainer = _trainer(trainer_name, name, tmp_path, packing="prefix", num_iterations=2)
     assert "pads the rows" not in caplog.text
-    assert trainer._history_cache is None
+    assert trainer.generation.history_cache is None
     assert_old_logps_are_the_rows_own(trainer, trainer._generate_and_score_completions([{"target": 2}] * 4))
     trainer.train()
     assert trainer.state.global_step == 1

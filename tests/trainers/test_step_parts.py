@@ -21,6 +21,7 @@ from trl_multiturn.trainers.batch import RolloutBatch
 from trl_multiturn.trainers.episode_source import EpisodeSource
 from trl_multiturn.trainers.estimator_credit import EstimatorCredit
 from trl_multiturn.trainers.forwards import Forwards
+from trl_multiturn.trainers.generation_backend import GenerationBackend, ReplyCap, Sampling
 from trl_multiturn.trainers.ppo_credit import CriticCredit
 from trl_multiturn.trainers.rows import StepRows, StepSample
 from trl_multiturn.trainers.scorer import Scorer
@@ -165,27 +166,80 @@ def test_the_forwards_alone_give_the_log_softmax_of_the_sampled_tokens_packed_or
         assert not torch.allclose(forwards.reference(x, "train"), old, atol=1e-3)
 
 
+def scripted_backend(sample_replies, generation_config, *, processes=OneProcess(), use_vllm=False, pad_token_id=0):
+    """A generation backend over a scripted `sample_replies` in place of TRL's single-turn generation (the episode
+    history cache off), its reply cap on `generation_config`, a stand-in of TRL's."""
+    args = SimpleNamespace(cache_episode_history=False, rollout_overlap=False)
+    return GenerationBackend(processes, args, policy=None, wrapped_model=None,
+                             tokenizer=SimpleNamespace(pad_token_id=pad_token_id), stop_token_ids=[0],
+                             sampling=Sampling(1.0, 1.0, 0), sample_replies=sample_replies,
+                             reply_cap=ReplyCap(generation_config, "max_new_tokens"), use_vllm=use_vllm)
+
+
+class TwoProcesses(OneProcess):
+    """Rank 0 of two, whose other rank has `other_live` live episodes (what `reduce` adds to this rank's count)."""
+
+    num_processes = 2
+
+    def __init__(self, other_live=0):
+        self.other_live = other_live
+
+    def reduce(self, tensor, reduction="sum"):
+        return tensor + self.other_live
+
+
+def test_the_generation_backend_caps_trls_generation_per_call_and_keeps_the_ranks_calls_equal():
+    config, calls = SimpleNamespace(max_new_tokens=8), []
+
+    def sample_replies(contexts):  # a reply as long as the cap TRL reads, its log-probs beside it
+        calls.append((contexts, config.max_new_tokens))
+        return [(9,) * config.max_new_tokens for _ in contexts], [[-0.5] * config.max_new_tokens for _ in contexts]
+
+    backend = scripted_backend(sample_replies, config)
+    completions, logprobs = backend([[1, 2], [3]], 3)
+    assert calls == [([[1, 2], [3]], 3)] and completions == [[9, 9, 9]] * 2 and logprobs == [[-0.5] * 3] * 2
+    assert config.max_new_tokens == 8  # restored after the call
+    assert backend([[1]], 100)[0] == [[9] * 8]  # never above TRL's own cap
+    assert backend([[1]], 0)[0] == [[9]]  # at least one token
+    calls.clear()
+    assert backend([], 3) == ([], None) and calls == []  # alone, a rank with nothing live skips the call
+    assert not backend.any_live(0) and backend.any_live(2)
+    with backend.rollout():  # no episode-history cache: TRL unwraps the model per call, nothing to do around it
+        pass
+    # beside another rank, a rank with nothing live still calls: with a one-token dummy (transformers), none (vLLM)
+    for use_vllm, sent in ((False, [[5]]), (True, [])):
+        calls.clear()
+        ranked = scripted_backend(sample_replies, config, processes=TwoProcesses(), use_vllm=use_vllm, pad_token_id=5)
+        assert ranked([], 3)[0] == [] and calls == [(sent, 3)]
+    assert not scripted_backend(sample_replies, config, processes=TwoProcesses(other_live=0)).any_live(0)
+    assert scripted_backend(sample_replies, config, processes=TwoProcesses(other_live=1)).any_live(0)
+
+
 def test_the_episode_source_alone_plays_shapes_and_lays_out_rows_with_a_scripted_generator(tiny_chatml_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
     replies = {"aab": tokenizer.encode("aab", add_special_tokens=False) + [tokenizer.eos_token_id]}
+    config, caps = SimpleNamespace(max_new_tokens=5), []
 
-    def scripted(contexts, max_new_tokens):  # the same reply to every context
+    def scripted(contexts):  # the same reply to every context
+        caps.append(config.max_new_tokens)
         return [list(replies["aab"]) for _ in contexts], None
 
-    runner = EpisodeRunner(ReplyScoringEnv, tokenizer, scripted,
+    generation = scripted_backend(scripted, config, pad_token_id=tokenizer.pad_token_id)
+    runner = EpisodeRunner(ReplyScoringEnv, tokenizer, generation,
                            EpisodeRules(max_turns=3, action_parser="trl_multiturn.rollout.parsing:whole_reply"),
                            eos_token_ids=[tokenizer.eos_token_id], env_mode="inline")
     args = SimpleNamespace(save_episodes=False, reward_mode="dense", success_reward=1.0, format_penalty=0.0,
                            steps_per_batch=None, steps_per_generation=1, seed=0, mask_truncated_completions=False,
                            max_policy_lag=0)
-    source = EpisodeSource(runner, runner.rules.episode_format_strategy(), args, OneProcess(), history_cache=None,
-                           generation_model=nullcontext, lagged=None, training=lambda: True,
+    source = EpisodeSource(runner, args, OneProcess(), generation=generation,
+                           lagged=None, training=lambda: True,
                            state=lambda: SimpleNamespace(global_step=0), reward_weights=torch.tensor([2.0]),
                            num_generations=2, num_generations_eval=2, log=step_log())
     try:
         rows, batch = source([{"turns": 2, "id": 0}, {"turns": 1, "id": 1}])
     finally:
         runner.close()
+    assert caps == [5, 5]  # one call per turn, under the cap TRL reads
     per_turn = 2 / 3  # "aab": two distinct characters of three
     assert [ep.num_turns for ep in batch.episodes] == [2, 1] and batch.mode == "train"
     assert batch.turn_rewards == [[2 * per_turn] * 2, [2 * per_turn]]  # times the environment's weight

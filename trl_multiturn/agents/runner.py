@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence, Union
 
 from ..rollout.episode import Episode
+from ..rollout.formats import EpisodeFormat
 from ..rollout.rules import EpisodeRules
 from .endpoint import ChatEndpoint
 from .protocol import ChatRequest, RequestError, chat_completion, error_body, read_request, reply_message
@@ -190,6 +191,7 @@ class AgentRunner:
         self.tokenizer = tokenizer
         self.generate_fn = generate_fn
         self.rules = rules
+        self.format = rules.episode_format_strategy()
         eos = list(eos_token_ids) if eos_token_ids is not None else [tokenizer.eos_token_id]
         self.renderer = Renderer(tokenizer, eos, chat_template_kwargs)
         self.any_live = any_live
@@ -228,6 +230,11 @@ class AgentRunner:
                     pending.answer(410, error_body("the rollout ended", 410))
                 self._queue = []
         return self._episodes(slots)
+
+    def played_format(self, episodes: list[Episode]) -> EpisodeFormat:
+        """The format `episodes` (this runner's) were played in, which their training rows follow: the rules' own,
+        or the step-wise one where `_episodes` returned a rollout as step samples (the one place that decides it)."""
+        return self.format.as_played(any(ep.step_contexts for ep in episodes))
 
     def close(self) -> None:
         if self.endpoint is not None:
@@ -441,8 +448,9 @@ class AgentRunner:
         done = [s for s in slots if s.failure is None]
         joined = sum(s.record.joined for s in done)
         samples = sum(s.record.samples for s in done)
-        # an agent whose template or framework rewrote its history gives step samples in either format
-        episode_format = self.rules.episode_format_strategy().as_played(any(s.record.samples > 1 for s in done))
+        # an agent whose template or framework rewrote its history gives step samples in either format: every
+        # episode of the rollout then is, so that its rows follow one layout (`played_format` reads it back)
+        episode_format = self.format.as_played(any(s.record.samples > 1 for s in done))
         self.last_stats = {"joined": joined, "new_samples": samples, "failed": len(slots) - len(done),
                            "stepwise": int(episode_format.name == "stepwise")}
         logger.info("agent rollout: %d model calls joined their episode's sample, %d started a sample; %d of %d "

@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 from ..envs.base import EnvironmentFactory, StepResult
 from .env_pool import EnvFailure, EnvPool, PendingCalls, declared
 from .episode import Episode, Turn
+from .formats import EpisodeFormat
 from .parsing import get_action_parser
 from .rules import EpisodeRules
 
@@ -160,6 +161,11 @@ class EpisodeRunner:
                 self._play_turn(episodes, live)
         self._finish_cut_episodes(episodes)
         return episodes
+
+    def played_format(self, episodes: list[Episode]) -> EpisodeFormat:
+        """The format `episodes` (this runner's) were played in, which their training rows follow: the rules' own
+        (`AgentRunner.played_format` is the one that may differ)."""
+        return self.format
 
     def close(self) -> None:
         self.pool.close()

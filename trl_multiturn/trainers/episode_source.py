@@ -6,7 +6,6 @@ TRL's rows of the step's `RolloutBatch`; it also says which sampled tokens the l
 from __future__ import annotations
 
 import random
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Callable
 
 from ..credit import shape_turn_rewards
@@ -18,25 +17,24 @@ from .rows import row_layout
 if TYPE_CHECKING:
     from ..agents import AgentRunner
     from ..rollout import Episode, EpisodeRunner
-    from ..rollout.generation import CachedGenerator
     from .dynamic_sampling import DynamicSampler
+    from .generation_backend import GenerationBackend
     from .step_log import StepLog
 
 
 class EpisodeSource:
-    """`runner` plays a list of task rows; `history_cache` is its episode-history cache (None: TRL's generation),
-    `generation_model()` the context a whole rollout runs in (the model unwrapped for the cache);
-    `lagged` the off-policy schedule of `max_policy_lag` (None: on-policy). `training()` says whether the model is
-    in training mode, `state()` gives the trainer's current `TrainerState`; `reward_weights` and the group sizes
-    are the trainer's; `dynamic`: the training rollouts' dynamic sampling (None: off)."""
+    """`runner` plays a list of task rows and says which format they were played in (`played_format`), through
+    `generation` (`generation_backend.GenerationBackend`: its `rollout()` is the context a whole rollout runs in);
+    `lagged` the off-policy schedule of `max_policy_lag` (None: on-policy). `training()` says whether the model is in
+    training mode, `state()` gives the trainer's current `TrainerState`; `reward_weights` and the group sizes are the
+    trainer's; `dynamic`: the training rollouts' dynamic sampling (None: off)."""
 
-    def __init__(self, runner: EpisodeRunner | AgentRunner, format, args, accelerator, *,
-                 history_cache: CachedGenerator | None, generation_model: Callable[[], AbstractContextManager],
-                 lagged: LaggedRollouts | None, training: Callable[[], bool], state: Callable, reward_weights,
-                 num_generations: int, num_generations_eval: int, log: StepLog,
+    def __init__(self, runner: EpisodeRunner | AgentRunner, args, accelerator, *,
+                 generation: GenerationBackend, lagged: LaggedRollouts | None, training: Callable[[], bool],
+                 state: Callable, reward_weights, num_generations: int, num_generations_eval: int, log: StepLog,
                  dynamic: DynamicSampler | None = None):
-        self.runner, self.format, self.args, self.accelerator = runner, format, args, accelerator
-        self.history_cache, self.generation_model, self.lagged = history_cache, generation_model, lagged
+        self.runner, self.args, self.accelerator = runner, args, accelerator
+        self.generation, self.lagged = generation, lagged
         self.training, self.state, self.reward_weights = training, state, reward_weights
         self.num_generations, self.num_generations_eval, self.log = num_generations, num_generations_eval, log
         self.dynamic = dynamic
@@ -80,21 +78,14 @@ class EpisodeSource:
             prompt = ep.prompt_messages or [{"role": "user", "content": ""}]
             rows.append({**row, "prompt": prompt, "episode_return": self.episode_return(ep), "won": ep.won,
                          "num_turns": ep.num_turns})
-        # an agent that rewrote its history gives step samples in either format
-        played = self.format.as_played(any(ep.step_contexts for ep in episodes))
+        played = self.runner.played_format(episodes)  # an agent's rollout may come as step samples
         return row_layout(played.name).training_rows(rows, batch, *self.step_budget(batch.mode), self.step_rng(),
                                                      self.args.mask_truncated_completions)
 
     def play(self, inputs: list[dict]) -> list[Episode]:
         """One episode per row, played by the live policy."""
-        if self.history_cache is not None:
-            self.history_cache.reset()  # the weights changed since the last rollout
-        try:
-            with self.generation_model():
-                return self.runner(inputs)
-        finally:
-            if self.history_cache is not None:
-                self.history_cache.reset()  # free the caches between rollouts
+        with self.generation.rollout():
+            return self.runner(inputs)
 
     def step_budget(self, mode: str) -> tuple[int | None, int]:
         """Step-wise rows: (how many each process trains on, None for every step; the multiple of rows padded to).

@@ -1,20 +1,22 @@
 """What every multi-turn trainer shares: the config fields, and the mixin that builds the step's parts.
 
 The trainers (GRPO, RLOO, PPO) mix `MultiTurnMixin` into their TRL parent. At the end of set-up it builds, once,
-the parts of the training step (`step.MultiTurnStep`): the episode runner over the parent's own single-turn
-generation backend (transformers, vLLM colocate or server; the generation methods here), the episode source, the
-forwards, the trainer's credit (`_credit`), the scorer and the step's log. TRL's private hooks stay here as
-one-line delegates to those parts, because TRL calls them on the trainer.
+the parts of the training step (`step.MultiTurnStep`): the generation backend (`generation_backend.py`: the
+episode-history cache, or the parent's own single-turn generation: transformers, vLLM colocate or server), the
+episode runner over it, the episode source, the forwards, the trainer's credit (`_credit`), the scorer and the
+step's log. TRL's private hooks stay here as one-line delegates to those parts, because TRL calls them on the
+trainer.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import inspect
 import logging
 import typing
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,24 +24,18 @@ import torch
 from accelerate.utils import is_peft_model
 from transformers import TrainerCallback
 from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
-from trl.models.utils import (
-    disable_gradient_checkpointing,
-    prepare_deepspeed,
-    prepare_fsdp,
-    unwrap_model_for_generation,
-)
+from trl.models.utils import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import create_model_from_path, disable_dropout_in_model
 
 from ..agents import AgentEnvironment, AgentRunner
 from ..config_checks import Range, check_fields, check_value, config_field, field_range, parse_json_dict
 from ..credit import get_estimator
 from ..credit.rewards import REWARD_MODES
-from ..model_layers import streaming_layers
 from ..models import resolve_model
 from ..progress import TurnProgress
 from ..rollout import Episode, EpisodeRunner
 from ..rollout.env_pool import check_env_settings
-from ..rollout.generation import CachedGenerator, generation_eos_ids, reply_eos_ids
+from ..rollout.generation import generation_eos_ids, reply_eos_ids
 from ..rollout.ray_pool import RAY_SCHEDULING, RayPlacement, check_ray_placement, parse_ray_resources
 from ..rollout.rules import EpisodeRules, rule_fields
 from ..rollout.runner import ROLLOUT_SCHEDULES, check_schedule
@@ -50,6 +46,7 @@ from .distillation import TEACHER_SIGNALS, Distillation, check_teacher_vocabular
 from .dynamic_sampling import DynamicSampler, TaskShelf
 from .episode_source import EpisodeSource
 from .forwards import Forwards
+from .generation_backend import GenerationBackend, ReplyCap, Sampling
 from .packing import PACKING_MODES, check_model_packing
 from .policy_lag import LaggedRollouts
 from .run_files import RunFilesMixin
@@ -593,18 +590,6 @@ def reference_from_policy(trl_trainer_module, model, needed: bool, peft_config=N
         trl_trainer_module.create_model_from_path = loader
 
 
-def full_fsdp1_parameters(model, accelerator):
-    """Under FSDP v1, a context in which `model`'s own parameters are whole (torch's `summon_full_params`,
-    `recurse=False`: its submodules gather theirs in their forwards); FSDP v2 and every other backend keep whole
-    parameters reachable, so elsewhere it does nothing."""
-    plugin = getattr(accelerator.state, "fsdp_plugin", None)
-    if plugin is None or getattr(plugin, "fsdp_version", 1) != 1:
-        return nullcontext()
-    from torch.distributed.fsdp import FullyShardedDataParallel
-
-    return FullyShardedDataParallel.summon_full_params(model, recurse=False)
-
-
 def bf16_only_where_supported(config) -> None:
     """TRL's configs turn bf16 on by default, which `TrainingArguments` then refuses on a machine without bf16
     hardware unless `use_cpu=True` is set. Left unset (None), bf16 here means "where the hardware has it": on such a
@@ -743,13 +728,12 @@ class MultiTurnMixin(RunFilesMixin):
         self.environment_factory = environment_factory
         self.stop_token_ids = reply_eos_ids(self.text_tokenizer,
                                             generation_eos_ids(self.accelerator.unwrap_model(self.model)))
-        self.format = self.args.episode_rules().episode_format_strategy()
-        self.format.prepare_trainer(self)
-        self.episode_runner = self._episode_runner(self._generate_turn, self.text_tokenizer)
+        self.args.episode_rules().episode_format_strategy().prepare_trainer(self)
+        self.generation = self._generation_backend()
+        self.episode_runner = self._episode_runner(self.generation, self.text_tokenizer)
         if isinstance(self.episode_runner, EpisodeRunner) and not self.args.disable_tqdm:
             # a bar under the training bar that moves within a step, as the rollout's episodes end turn by turn
             self.episode_runner.on_progress = TurnProgress("rollout")
-        self._history_cache = self._make_history_cache()
         self.step_log = StepLog(self._metrics, self._logs, self.accelerator, lambda: self.state,
                                 self.reward_func_names)
         teacher = self._teacher(teacher_model)
@@ -760,8 +744,8 @@ class MultiTurnMixin(RunFilesMixin):
             check_model_packing(self.accelerator.unwrap_model(model), self.args.packing)
         self._lagged_rollouts = self._make_lagged_rollouts() if self.args.max_policy_lag else None
         episodes = EpisodeSource(
-            self.episode_runner, self.format, self.args, self.accelerator, history_cache=self._history_cache,
-            generation_model=self._generation_model, lagged=self._lagged_rollouts,
+            self.episode_runner, self.args, self.accelerator, generation=self.generation,
+            lagged=self._lagged_rollouts,
             training=lambda: self.model.training, state=lambda: self.state, reward_weights=self.reward_weights,
             num_generations=self.num_generations, num_generations_eval=self.num_generations_eval, log=self.step_log,
             dynamic=self._dynamic_sampler() if self.args.dynamic_sampling else None)
@@ -774,6 +758,20 @@ class MultiTurnMixin(RunFilesMixin):
                                   accelerator=self.accelerator, pad_token_id=self.text_tokenizer.pad_token_id,
                                   eos_token_id=self.stop_token_ids[0], use_vllm=self.use_vllm,
                                   distillation=distillation)
+
+    def _generation_backend(self) -> GenerationBackend:
+        """The policy's generation backend over the TRL parent's own single-turn generation and sampling settings."""
+        return GenerationBackend(
+            self.accelerator, self.args, policy=self.accelerator.unwrap_model(self.model),
+            wrapped_model=lambda: self.model_wrapped, tokenizer=self.text_tokenizer,
+            stop_token_ids=self.stop_token_ids,
+            sampling=Sampling(self.temperature, self.top_p, self.top_k or 0, self.min_p, self.repetition_penalty,
+                              getattr(self.args, "generation_kwargs", None)),
+            sample_replies=functools.partial(single_turn_replies, self),
+            reply_cap=(ReplyCap(self.vllm_generation, "max_completion_length") if self.use_vllm
+                       else ReplyCap(self.generation_config, "max_new_tokens")),
+            use_vllm=self.use_vllm,
+            trl_generation_only=getattr(self, "use_transformers_continuous_batching", False))
 
     def _teacher(self, teacher_model) -> torch.nn.Module | None:
         """The teacher of on-policy distillation, or None: the trainer's `teacher_model` argument (a path, a name or
@@ -824,11 +822,12 @@ class MultiTurnMixin(RunFilesMixin):
             return self.environment_factory.runner(
                 tokenizer, generate_fn, args, reward_funcs=self.reward_funcs[1:], eos_token_ids=self.stop_token_ids,
                 chat_template_kwargs=self.chat_template_kwargs,
-                any_live=self._any_live if self.accelerator.num_processes > 1 else None)
+                any_live=self.generation.any_live if self.accelerator.num_processes > 1 else None)
         return EpisodeRunner(self.environment_factory, tokenizer, generate_fn, args.episode_rules(),
                              eos_token_ids=self.stop_token_ids, env_mode=args.env_mode, env_timeout=args.env_timeout,
                              env_max_memory_mb=args.env_max_memory_mb, env_ray=args.ray_placement(),
-                             any_live=self._any_live, overlap=args.rollout_overlap, schedule=args.rollout_schedule)
+                             any_live=self.generation.any_live, overlap=args.rollout_overlap,
+                             schedule=args.rollout_schedule)
 
     def _dynamic_sampler(self) -> DynamicSampler:
         """The training rollouts' dynamic sampling, drawing further tasks from `train_dataset` by index."""
@@ -840,7 +839,7 @@ class MultiTurnMixin(RunFilesMixin):
         shelf = (TaskShelf(args.dynamic_sampling_set_aside_steps, args.dynamic_sampling_set_aside_ties)
                  if args.dynamic_sampling_set_aside_steps else None)
         return DynamicSampler(dataset, self.num_generations, args.dynamic_sampling_max_draws, shelf, args.seed,
-                              self.accelerator.process_index, lambda flag: self._any_live(int(flag)))
+                              self.accelerator.process_index, lambda flag: self.generation.any_live(int(flag)))
 
     def _make_lagged_rollouts(self) -> LaggedRollouts:
         """The off-policy schedule of `max_policy_lag`: a second runner (its own environments and tokenizer copy)
@@ -854,7 +853,7 @@ class MultiTurnMixin(RunFilesMixin):
                              "rollout would need the ranks' generate calls kept in step): run on one process or set "
                              "max_policy_lag=0")
         generator = torch.Generator(device=self.accelerator.device)
-        cache = self._make_history_cache(generator)
+        cache = self.generation.new_history_cache(generator)
         runner = self._episode_runner(cache, copy.deepcopy(self.text_tokenizer))
         self._lagged_runner = runner
 
@@ -920,83 +919,6 @@ class MultiTurnMixin(RunFilesMixin):
         path = Path(folder, POLICY_LAG_FILE) if folder else None
         if path is not None and path.is_file():
             self._lagged_rollouts.load_state(torch.load(path, weights_only=False))
-
-    # -- generation ---------------------------------------------------------------------------------------------------
-
-    def _any_live(self, local_live: int) -> bool:
-        """True while any rank has a live episode: every rank then makes the same number of generate calls."""
-        if self.accelerator.num_processes == 1:
-            return local_live > 0
-        count = torch.tensor([local_live], device=self.accelerator.device)
-        return bool(self.accelerator.reduce(count, reduction="sum").item() > 0)
-
-    @contextmanager
-    def _reply_cap(self, max_new_tokens: int):
-        """Temporarily cap one reply at what is left of the tightest live episode's budget: TRL's single-turn
-        generation takes no cap as an argument, it reads the one of the path in use."""
-        if self.use_vllm:
-            old = self.vllm_generation.max_completion_length
-            self.vllm_generation.max_completion_length = max(1, min(old, max_new_tokens))
-        else:
-            old = self.generation_config.max_new_tokens
-            self.generation_config.max_new_tokens = max(1, min(old, max_new_tokens))
-        try:
-            yield
-        finally:
-            if self.use_vllm:
-                self.vllm_generation.max_completion_length = old
-            else:
-                self.generation_config.max_new_tokens = old
-
-    def _generate_turn(self, contexts: list[list[int]], max_new_tokens: int):
-        """One reply per context through the parent's backend. A rank with no live episode still takes part (with
-        a one-token dummy context outside vLLM) so collective generation cannot hang; alone, it skips the call."""
-        if not contexts and self.accelerator.num_processes == 1:
-            return [], None
-        dummy = not contexts and not self.use_vllm
-        batch = [[self.text_tokenizer.pad_token_id]] if dummy else contexts
-        if self._history_cache is not None:
-            completions, logprobs = self._history_cache(batch, max_new_tokens)  # its model: `_generation_model`
-        else:
-            with self._reply_cap(max_new_tokens):
-                completions, logprobs = self._sample_replies(batch)
-        if dummy:
-            return [], None
-        return [list(c) for c in completions], logprobs
-
-    def _make_history_cache(self, generator: torch.Generator | None = None) -> CachedGenerator | None:
-        """The `CachedGenerator` of the transformers path (sampling from `generator`, else torch's global one), or
-        None where TRL's own generation must run (see the `cache_episode_history` field)."""
-        plain_sampling = (self.min_p is None and self.repetition_penalty == 1.0
-                          and not getattr(self.args, "generation_kwargs", None))
-        if (not self.args.cache_episode_history or self.use_vllm or not plain_sampling
-                or getattr(self, "use_transformers_continuous_batching", False)
-                or streaming_layers(self.accelerator.unwrap_model(self.model))):
-            return None
-        return CachedGenerator(self.accelerator.unwrap_model(self.model), self.text_tokenizer, self.stop_token_ids,
-                               temperature=self.temperature, top_p=self.top_p, top_k=self.top_k or 0,
-                               streams=2 if self.args.rollout_overlap else 1, generator=generator)
-
-    @contextmanager
-    def _generation_model(self):
-        """Around a whole rollout, the model unwrapped for the episode-history cache as TRL unwraps it for one
-        `generate` call (gradient checkpointing off, ZeRO-3 parameters gathered, FSDP parameters summoned): once per
-        rollout rather than once per turn, since switching gradient checkpointing off and on walks every module."""
-        if self._history_cache is None:
-            yield
-            return
-        with (
-            unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                        gather_deepspeed3_params=self.args.ds3_gather_for_generation) as unwrapped,
-            disable_gradient_checkpointing(unwrapped, self.args.gradient_checkpointing_kwargs),
-            full_fsdp1_parameters(self.model_wrapped, self.accelerator),
-        ):
-            self._history_cache.model = unwrapped
-            yield
-
-    def _sample_replies(self, contexts: list[list[int]]):
-        """`(completions, logprobs | None)`: one reply per context from the parent's single-turn generation."""
-        return single_turn_replies(self, contexts)
 
     # -- the step and its forwards (TRL's two private methods a step is made of) ----------------------------------
 

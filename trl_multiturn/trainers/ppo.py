@@ -334,7 +334,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
         if own_reference:
             self.ref_model = self._reward_reference(reference)
         fsdp2 = self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) == 2
-        if fsdp2 and self._history_cache is None and not self.use_vllm:
+        if fsdp2 and self.generation.history_cache is None and not self.use_vllm:
             raise ValueError("MultiTurnPPOTrainer under FSDP2 generates through the policy-and-critic module (its "
                              "root), which TRL's own generate path bypasses: keep cache_episode_history=True with "
                              "plain sampling, or use vLLM")
