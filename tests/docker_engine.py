@@ -2,7 +2,7 @@
 runs, with its image cache), and the shipped tasks' images in it.
 
 The engine is a `dockerd` of the tests' own (its own socket, data and run folders; a system engine already running
-is left alone) with what the Docker sandbox needs beyond Docker's defaults (issue 60):
+is left alone) with what the Docker sandbox needs beyond Docker's defaults:
 
 - the `btrfs` storage driver, on a btrfs file system in a sparse image file behind a loop device with direct I/O: a
   container's files are a snapshot of the image's, inodes of their own, so the page cache, file locks and watches

@@ -143,8 +143,8 @@ def bad_numbers(check) -> list:
 
 @pytest.mark.parametrize("cls", CONFIG_CLASSES, ids=lambda cls: cls.__name__)
 def test_every_field_refuses_wrong_types_nan_infinities_and_values_out_of_its_range(cls):
-    """The whole dataclass, inherited TRL and transformers fields included (issue 54: `max_grad_norm`,
-    `weight_decay`, SFT's `max_length` and `num_train_epochs` took NaN and inf); every failing field is reported."""
+    """The whole dataclass, inherited TRL and transformers fields included (`max_grad_norm`, `weight_decay`, SFT's
+    `max_length` and `num_train_epochs` refuse NaN and inf too); every failing field is reported."""
     failures, tried = [], 0
     for check in field_checks(cls):
         if (cls.__name__, check.name) in FREE_FORM:
@@ -155,9 +155,9 @@ def test_every_field_refuses_wrong_types_nan_infinities_and_values_out_of_its_ra
     assert tried and not failures, "\n".join(failures)
 
 
-# The values issues 36 and 54 found accepted (they destroyed the model) or failing late with a raw error naming no
-# field.
-ISSUE_CASES = [
+# Values that, accepted, would destroy the model or fail late with a raw error naming no field: each is refused
+# when the config is built, naming its field.
+HARMFUL_VALUES = [
     (MultiTurnGRPOConfig, "success_reward", math.nan), (MultiTurnGRPOConfig, "turn_gamma", math.nan),
     (MultiTurnGRPOConfig, "format_penalty", math.nan), (MultiTurnGRPOConfig, "turn_gamma", -0.5),
     (MultiTurnGRPOConfig, "turn_gamma", 5.0), (MultiTurnGRPOConfig, "success_reward", math.inf),
@@ -177,9 +177,9 @@ ISSUE_CASES = [
 ]
 
 
-def test_the_values_the_issues_found_accepted_are_refused_naming_field_value_and_fix():
+def test_harmful_values_are_refused_naming_field_value_and_fix():
     failures = []
-    for cls, name, value in ISSUE_CASES:
+    for cls, name, value in HARMFUL_VALUES:
         try:
             build(cls, **{name: value})
             failures.append(f"{cls.__name__}.{name}={value!r} was accepted")
@@ -301,9 +301,9 @@ DIFFERENT = {
     "env": "the commands' default is the saved model's environment; a study's is textworld",
     "task_types": "the commands' apply to training and held-out games, the study's to training (eval_task_types)",
     "tiers": "the commands' apply to training and held-out tasks, the study's to training (eval_tiers)",
-    "admissible_commands": "one per environment config and command (issue 55: into the suite registry)",
-    "data_path": "one per environment config and command (issue 55: into the suite registry)",
-    "games_dir": "one per environment config and command (issue 55: into the suite registry)",
+    "admissible_commands": "one per environment config and command (each environment's own setting)",
+    "data_path": "one per environment config and command (each environment's own setting)",
+    "games_dir": "one per environment config and command (each environment's own setting)",
 }
 
 

@@ -37,7 +37,7 @@ def refusal_is_justified(builder, reply):
 @hypothesis_settings(max_examples=150)
 @given(conversation=CONVERSATIONS)
 @example(conversation=(None, "", [("<|im_end|>", "")]))  # a reply that is the eos as text
-@example(conversation=(None, "", [("  ", "")]))  # found by hypothesis: joined to the prompt's "\n" in ChatML
+@example(conversation=(None, "", [("  ", "")]))  # a whitespace reply beside the prompt's "\n" in ChatML
 def test_turn_by_turn_ids_equal_the_templates_rendering(builder, conversation):
     system, first, turns = conversation
     messages = ([{"role": "system", "content": system}] if system is not None else []) + [

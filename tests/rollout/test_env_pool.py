@@ -32,7 +32,8 @@ def play_one_step(pool, tasks):
 
 @pytest.mark.parametrize("mode", ["process", "thread"])
 def test_a_crash_or_hang_fails_only_its_own_episode(mode):
-    """Before per-slot isolation a hang or a lost worker failed every episode sharing its worker."""
+    """Each slot is isolated: a crash, a hang or a lost worker fails its own episode, never another one sharing its
+    worker."""
     faults = ["raise", "hang", "exit"] if mode == "process" else ["raise", "hang"]  # "exit" would end pytest
     tasks = [{"target": 1, "fault": f} for f in faults] + [{"target": 1}] * 6
     with EnvPool(FaultyEnv, mode=mode, timeout=3.0) as pool:

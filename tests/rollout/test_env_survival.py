@@ -40,9 +40,9 @@ def play(pool, tasks):
 @pytest.mark.parametrize("mode", ["thread", "process", "inline"])
 @pytest.mark.parametrize("name", list(RAISED))
 def test_a_base_exception_in_a_step_fails_only_its_episode(mode, name):
-    """Before, a thread-mode call that raised SystemExit was never marked done (the run hung without a deadline; with
-    one it timed out and leaked), and inline the exception ended the run."""
-    timeout = None if mode == "inline" else 120.0  # generous: without the fix the thread call times out instead
+    """A step that raises a BaseException (SystemExit, KeyboardInterrupt...) fails its episode in every mode: the
+    thread-mode call is marked done (no hang, no timeout), and inline the exception does not end the run."""
+    timeout = None if mode == "inline" else 120.0  # generous: a thread call never marked done would time out
     with EnvPool(RaisingEnv, mode=mode, timeout=timeout) as pool:
         results = play(pool, [{"raise": name, "target": 1}, {"target": 1}])
         assert isinstance(results[0], EnvFailure) and f"step raised {name}" in results[0].reason, results[0]
@@ -77,7 +77,8 @@ class UnreadableInfoEnv(FaultyEnv):
 
 
 def test_a_result_that_does_not_unpickle_in_the_trainer_fails_its_episode():
-    """Before, `conn.recv()` raised the TypeError of the failed unpickling and ended the run."""
+    """A worker's result that fails to unpickle in the trainer (a TypeError in `conn.recv()`) fails its episode and
+    the run goes on."""
     with EnvPool(UnreadableInfoEnv, mode="process") as pool:
         results = play(pool, [{"fault": "unreadable_info"}, {"target": 1}])
         assert isinstance(results[0], EnvFailure) and "could not be read back" in results[0].reason

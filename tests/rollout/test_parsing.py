@@ -21,7 +21,7 @@ INNER = st.text(max_size=20).filter(lambda text: "action>" not in text.lower())
 
 @hypothesis_settings(max_examples=300)
 @given(reply=REPLIES)
-@example(reply="ACTION:\r")  # found by hypothesis: a blank last "Action:" line gave "" instead of None
+@example(reply="ACTION:\r")  # a blank last "Action:" line reads as no action (None), not ""
 def test_parsers_never_raise_and_give_none_or_a_stripped_action(reply):
     for name, parser in BOUND_PARSERS.items():
         action = parser(reply)
@@ -43,8 +43,8 @@ def test_first_line_is_the_first_non_blank_line(reply):
 @hypothesis_settings(max_examples=300)
 @given(before=REPLIES, inner=INNER, after=REPLIES.filter(lambda text: "<action>" not in text.lower()),
        open_tag=st.sampled_from(["<action>", "<Action>", "<ACTION>"]))
-@example(before="<ACTION>", inner="go north", after="", open_tag="<action>")  # found by hypothesis: an earlier
-# unclosed tag swallowed the last one ("<ACTION><action>go north")
+@example(before="<ACTION>", inner="go north", after="", open_tag="<action>")  # an earlier unclosed tag does not
+# swallow the last one ("<ACTION><action>go north" reads "go north")
 def test_think_then_act_reads_the_last_action_tag(before, inner, after, open_tag):
     """Whatever comes before it (unclosed tags, other tags, Action: lines), the last tag's content is the action."""
     reply = before + open_tag + inner + "</action>" + after

@@ -89,8 +89,8 @@ def json_key(task: dict) -> str:
 
 
 def test_a_trained_observation_cap_holds_in_evaluation(tiny_chatml_model, tmp_path):
-    """The drift issue 55 found: a model trained with max_observation_tokens=40 was evaluated without the cap, so
-    training ended the huge-observation episode at turn 1 and evaluation played on to turn 3."""
+    """A model trained with max_observation_tokens=40 is evaluated under the same cap: the huge-observation episode
+    ends at turn 1 in evaluation as in training, where without the cap it would play on to turn 3."""
     config = tiny_rl_args(MultiTurnGRPOConfig, tmp_path / "run", **BASE, max_observation_tokens=40)
     trainer = MultiTurnGRPOTrainer(model=tiny_chatml_model, args=config, environment_factory=HugeObservationEnv,
                                    train_dataset=Dataset.from_list(ROWS))

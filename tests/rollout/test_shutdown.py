@@ -80,7 +80,8 @@ def read_reports(fd: int, enough, timeout: float = 300.0) -> list[str]:
 
 
 def test_closing_the_pool_reaps_the_children_an_environment_left_running(tmp_path):
-    """Before, the worker exited and was reaped first, and its process group (the `sleep`s) was never killed."""
+    """Closing the pool kills each worker's process group (the `sleep`s its environment started), not only the
+    worker, and reaps every one of them."""
     with EnvPool(lambda: ChildStartingEnv(str(tmp_path)), mode="process") as pool:
         pool.reset([{}, {}])
         pids = recorded_pids(tmp_path)
@@ -90,7 +91,8 @@ def test_closing_the_pool_reaps_the_children_an_environment_left_running(tmp_pat
 
 
 def test_closing_the_pool_closes_an_environment_whose_call_hangs(tmp_path):
-    """Before, a worker busy in a hung call was killed after 5 s without closing its environment: its folder stayed."""
+    """Closing the pool while a worker is busy in a hung call still closes that worker's environment: its folder is
+    removed."""
     with EnvPool(lambda: ChildStartingEnv(str(tmp_path), step_seconds=600), mode="process") as pool:
         pool.reset([{}])
         pids = recorded_pids(tmp_path)
@@ -118,8 +120,8 @@ trainer.train()
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("mode", ["process", "thread"])
 def test_a_signal_to_the_trainer_leaves_no_process_and_no_folder_behind(tiny_chatml_model, tmp_path, mode, signum):
-    """Before, SIGTERM ended the trainer at once: the workers died (parent-death signal) but their children were
-    reparented to init, and every environment's folder stayed on disk."""
+    """SIGTERM or SIGINT unwinds the trainer: every worker, every child of a worker and every environment's folder is
+    gone when it has exited (not one child reparented to init, not one folder left on disk)."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}:{Path(__file__).resolve().parent}"}  # test_shutdown
     # SIGINT as in a terminal: a job a non-interactive shell starts in the background (CI's, often) inherits it
     # ignored, and Python then never raises KeyboardInterrupt.

@@ -39,8 +39,8 @@ def train_logs(trainer):
                                                     (MultiTurnRLOOTrainer, MultiTurnRLOOConfig)])
 def test_contract_breaking_results_fail_their_episode_and_parameters_stay_finite(
         tiny_chatml_model, tmp_path, trainer_cls, config_cls):
-    """Before the contract checks one NaN reward made every parameter NaN in one step (logged loss 0.0), and a None
-    reward or a non-string observation crashed the run."""
+    """A NaN reward, a None reward and a non-string observation each fail their episode (counted in
+    `episodes/failed`, named in its failure); the run goes on and every parameter stays finite."""
     rows = [{"fault": "nan_reward"}, {}, {"fault": "none_reward"}, {"fault": "bad_observation"}]
     trainer = make_trainer(tiny_chatml_model, tmp_path, rows, trainer_cls, config_cls, per_device_train_batch_size=8,
                            num_generations=2, max_steps=1)  # one step plays each row twice
@@ -54,8 +54,9 @@ def test_contract_breaking_results_fail_their_episode_and_parameters_stay_finite
 
 def test_reward_funcs_none_nan_or_inf_add_nothing_and_advantages_stay_finite(tiny_chatml_model, tmp_path):
     """TRL turns a reward function's None into NaN (its "does not score this episode"); NaN and +-inf add nothing to
-    the episode's return. Before, an infinite value became +-3.4e38: the group's std overflowed and every advantage
-    of the group was 0 (or, unscaled, 1e38 in the loss)."""
+    the episode's return, whose advantages are those of the same scores with 0 in their place: finite, and the
+    finite rewards of the group still move them (an infinite value read as +-3.4e38 would overflow the group's
+    std)."""
     def odd(completions, **kwargs):
         return [None, float("nan"), float("inf"), 2.0, -float("inf"), 0.0, 2.0, 0.0]
 
@@ -79,7 +80,8 @@ def test_reward_funcs_none_nan_or_inf_add_nothing_and_advantages_stay_finite(tin
 
 def test_a_first_observation_over_the_episode_budget_fails_its_episode_and_never_reaches_the_model(
         tiny_chatml_model, tmp_path):
-    """Before, the episode ended 'truncated' but its whole prompt still went through TRL's forward passes."""
+    """An episode whose first observation leaves no room for a reply fails, and its prompt never goes through a
+    forward pass."""
     trainer = make_trainer(tiny_chatml_model, tmp_path, [{"fault": "huge_observation"}, {}, {}, {}],
                            per_device_train_batch_size=8, max_steps=1, max_episode_tokens=120)  # each row twice
     longest = []
@@ -96,8 +98,8 @@ def test_a_first_observation_over_the_episode_budget_fails_its_episode_and_never
 
 
 def test_a_huge_later_observation_truncates_its_episode_under_the_default_settings(tiny_chatml_model, tmp_path):
-    """Before, with the default max_episode_tokens=None, a 1 MB observation went whole into the next forward pass
-    (234 GB asked for); now `max_observation_tokens` (default 8192) ends the episode as truncated, with the reason."""
+    """Under the default max_episode_tokens=None, a 1 MB observation ends its episode as truncated, with the reason,
+    by `max_observation_tokens` (default 8192): it never goes whole into a forward pass (234 GB asked for)."""
     rows = [{"target": 3, "huge_bytes": 2**20}, {"target": 3}]
     trainer = make_trainer(tiny_chatml_model, tmp_path, rows, env_factory=HugeObservationEnv, max_steps=1,
                            per_device_train_batch_size=4)  # each row twice

@@ -193,7 +193,7 @@ def test_unsupported_combinations_are_refused_at_config_build(overrides, tmp_pat
     name = next(iter(overrides))
     with pytest.raises(ValueError, match=f"max_policy_lag=1.*{name}"):
         tiny_rl_args(MultiTurnGRPOConfig, tmp_path, max_policy_lag=1, **overrides)
-    tiny_rl_args(MultiTurnGRPOConfig, tmp_path, max_policy_lag=0, **overrides)  # on-policy: as before
+    tiny_rl_args(MultiTurnGRPOConfig, tmp_path, max_policy_lag=0, **overrides)  # on-policy: accepted
 
 
 def test_a_generation_batch_over_k_steps_fits_a_lag_of_k(tmp_path):

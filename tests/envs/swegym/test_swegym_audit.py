@@ -33,7 +33,7 @@ LEGIT = {
                           "    N = typing.NamedTuple('N', [('y', int)])\n    return D(1).x + N(2).y + E.a.value",
 }
 
-# Ways to look into the test process, each of which an attack of issue 23 or 54 (or one of ours) used.
+# Ways to look into the test process, each one an attack class of the README's table uses.
 ATTACKS = {
     "frame_of_the_test": "import sys\n    return sys._getframe(1).f_locals",
     "inspect_stack": "import inspect\n    return inspect.stack()[1].frame.f_locals",

@@ -81,7 +81,7 @@ def test_links_and_devices_are_refused(config, tmp_path):
             with pytest.raises(SandboxPathError):
                 sandbox.write_file(path, "overwritten\n")
         assert secret.read_text() == "host only\n"
-        # a link inside the checkout is resolved there, as before
+        # a link inside the checkout is resolved inside it
         assert sandbox.read_file("readme_link.md") == sandbox.read_file("README.md")
 
 
@@ -107,8 +107,8 @@ def test_the_scratch_folder_cannot_be_swapped_for_a_fifo_or_a_link(config, tmp_p
 
 def test_fifos_in_the_grading_folder_neither_block_nor_steer_grading(swegym_cache_dir):
     """The package under test replaces every file of the grading folder that it can with a FIFO, when imported. The
-    report used to be one of them (grading then failed, without hanging); since issue 60 it takes the sandbox's
-    channel, so no file of the folder is read after the tests start: the gold fix with that code resolves."""
+    report takes the sandbox's channel, not a file of the folder, and no file of the folder is read after the tests
+    start: the gold fix with that code resolves."""
     row = ROWS["roman"]
     module = SOURCES["roman"].files_at_base()["roman/convert.py"]
     planted = (

@@ -196,8 +196,8 @@ def run_runner(folder: Path, tests: list[str], added: dict | None = None, known:
 @pytest.mark.parametrize("folder", ["pkg.egg-info", "Pkg.EGG-INFO", "pkg-1.0.Dist-Info", "PKG-1.0.DIST-INFO",
                                     "pkg-1.0.Egg-Info"])
 def test_metadata_folders_are_protected_as_importlib_metadata_finds_them(folder, tmp_path):
-    """importlib.metadata lower-cases folder names before matching them (issue 54: the protection did not): every
-    spelling it loads an entry point from is protected."""
+    """importlib.metadata lower-cases folder names before matching them, and so does the protection: every spelling
+    it loads an entry point from is protected."""
     import importlib.metadata
 
     path = f"{folder}/entry_points.txt"

@@ -1,5 +1,5 @@
 """State the kernel keeps on files every sandbox shares, or about the whole machine, carries nothing from one sandbox
-to a later or a concurrent one, on both backends (issue 60). Each test runs an attacker's probe (`kernel_probe.py`)
+to a later or a concurrent one, on both backends. Each test runs an attacker's probe (`kernel_probe.py`)
 in one sandbox to set 16 random bits and in another to read them back, one channel class at a time; the bits read
 must match no better than chance (at most 14 of 16: a chance match of 15 or more has odds of 17 in 65,536), or the
 readers must be refused outright. What still carries (a page a sandbox reads stays cached) is in the README's
@@ -84,7 +84,7 @@ def _at_chance(bits: str, found: dict[str, str], names: list[str]) -> None:
 def test_page_cache_residency_cannot_be_set_or_read_directly(config, salt_and_bits):
     """Between consecutive sandboxes: the first sets the residency of shared files' pages (evicting with
     posix_fadvise, loading by reading), the second reads it with preadv's RWF_NOWAIT (no page in the cache: EAGAIN).
-    Before issue 60 this carried 16 of 16 bits locally; now eviction and the no-wait read are refused."""
+    Eviction and the no-wait read are refused (allowed, they carry 16 of 16 bits locally)."""
     salt, bits = salt_and_bits
     with make_sandbox(config) as first:
         first.start(ROW)
@@ -136,8 +136,8 @@ def test_page_cache_residency_set_by_reading_is_named_open(config, salt_and_bits
 def test_file_locks_on_shared_files_carry_nothing(pair, salt_and_bits):
     """Between concurrent sandboxes: one holds flocks (exclusive) or POSIX read locks on shared read-only files for
     its 1 bits; the other tries a non-blocking flock, asks F_GETLK who would stop a write lock, and reads
-    /proc/locks (which lists only its own PID namespace's locks). Before issue 60: 16 of 16 bits by flock and by
-    F_GETLK."""
+    /proc/locks (which lists only its own PID namespace's locks). flock and F_GETLK are refused (allowed, each
+    carries 16 of 16 bits)."""
     first, second = pair
     salt, bits = salt_and_bits
     found = {}
@@ -166,7 +166,7 @@ def test_flock_ignored_for_an_agent_program_carries_nothing(config, pair, salt_a
 
 def test_inotify_on_shared_files_carries_nothing(pair, salt_and_bits):
     """Between concurrent sandboxes: one watches 16 shared files with inotify, the other opens those of its 1
-    bits. Before issue 60: 16 of 16 bits."""
+    bits. inotify is refused (allowed, it carries 16 of 16 bits)."""
     first, second = pair
     salt, bits = salt_and_bits
     watched = _while_running(second, ("read", "inotify", salt, 600),
@@ -183,8 +183,8 @@ HOG = ("import os, time\nchunk = bytearray(256 << 20)\nfor i in range(0, len(chu
 
 def test_memory_statistics_carry_nothing(pair, config):
     """Between concurrent sandboxes: the one reads /proc/meminfo and sysinfo while the other holds 256 MiB of
-    memory and 32 MiB of shared memory, and after; the values are the sandbox's own fixed view, unmoved. Before
-    issue 60 they were the machine's."""
+    memory and 32 MiB of shared memory, and after; the values are the sandbox's own fixed view, unmoved, never the
+    machine's."""
     first, second = pair
     idle = _run(second, "read", "meminfo")
     busy = {}

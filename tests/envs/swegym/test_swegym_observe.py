@@ -321,7 +321,7 @@ class _Collected:
 
 def test_an_object_the_test_works_on_or_a_list_it_fills_is_not_an_expected_value():
     """`cache = LRUCache(2)` and `calls = []` filled by `calls.append` are inputs, not expected values: a check
-    against them reports the membership and the list (found wrong: `"b" not in cache` once reported only `"b"`)."""
+    against them reports the membership and the list (for `"b" not in cache`, the membership, not `"b"` alone)."""
     source = ("def test_cache():\n    cache = LRUCache(2)\n    calls = []\n    calls.append(1)\n"
               "    assert 'b' not in cache\n    assert calls == [1]\n")
     text = observe(source, random.Random(0), set())

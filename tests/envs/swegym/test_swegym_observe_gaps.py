@@ -1,8 +1,9 @@
-"""Issue 60's adversarial review (trl_multiturn/envs/swegym/README.md, "Adversarial review of issue 60"): checks the
-observation form dropped or broke, values the host could not tell apart, a value the two runs ordered differently, and
-the two classes that review left open, closed since. Graded on the local backend (the host decides by values, which no
-backend changes), each row a shipped task whose hidden tests are written in a shape real suites use, failing at the
-base commit and passing with the gold patch: an unfixed patch must earn nothing, the gold patch must still resolve."""
+"""The observation gaps of the README's adversarial review (trl_multiturn/envs/swegym/README.md, "Adversarial review of
+issue 60"): checks the observation form must keep and run, values the host must tell apart, a value the two runs
+must order alike, and the two classes that review named. Graded on the local backend (the host decides by values,
+which no backend changes), each row a shipped task whose hidden tests are written in a shape real suites use,
+failing at the base commit and passing with the gold patch: an unfixed patch must earn nothing, the gold patch must
+still resolve."""
 
 from __future__ import annotations
 
@@ -102,9 +103,9 @@ def config(swegym_cache_dir):
 
 
 def test_an_assertion_helper_given_the_code_to_call_runs_it(config):
-    """`self.assertRaises(E, f, x)` was reported as the names `E` and `f`, never called: the base code resolved;
-    `pytest.raises(E, f, x)` ran as written, so a `pytest.raises` replaced from the package passed it. The gold patch
-    resolves; the base code with `pytest.raises` replaced passes neither."""
+    """`self.assertRaises(E, f, x)` and `pytest.raises(E, f, x)` are observed by calling `f(x)`: reported as the
+    names `E` and `f`, the base code would resolve, and run as written, a `pytest.raises` replaced from the package
+    would pass. The gold patch resolves; the base code with `pytest.raises` replaced passes neither."""
     row = variant("rpn", "tests/test_evaluator.py", RAISES_WITH_A_CALLABLE,
                   "TestDivisionByZero::test_right_operand_zero_raises")
     row["FAIL_TO_PASS"] = [*row["FAIL_TO_PASS"], "tests/test_evaluator.py::test_right_operand_zero_raises"]
@@ -147,9 +148,9 @@ def test_a_raises_block_that_matches_a_message_reports_the_message():
 
 
 def test_an_ordering_against_a_constructed_expected_value_checks_the_ordering(config):
-    """`assert parse(a) < Version(1, 0, 0)` reported `parse(a)`'s state only: the bug is in `Version.__lt__`,
-    which the form never called, so the base code's state was the gold patch's and a comment resolved the task.
-    The comparison is reported both ways now."""
+    """`assert parse(a) < Version(1, 0, 0)` is reported as the comparison both ways, not as `parse(a)`'s state alone:
+    the bug is in `Version.__lt__`, which that state never calls, so the base code's state would be the gold patch's
+    and a comment would resolve the task."""
     row = variant("semver", "tests/test_version.py", ORDER_AGAINST_A_CONSTRUCTED_VALUE,
                   "test_prerelease_below_release")
     grade = grade_patch(row, comment_only("semver", "semver/version.py"), config, eval_timeout=60)
@@ -171,8 +172,8 @@ def test_letters_are_distinct():
 
 
 def test_a_value_in_string_hash_order_is_the_same_in_both_runs(config):
-    """A value whose order follows Python's string hashing (a list made from a set) was ordered by each process's
-    random seed, so the gold patch's own run and the patch's differed: a correct fix failed such a test."""
+    """A value whose order follows Python's string hashing (a list made from a set) is ordered alike in the gold
+    patch's run and the patch's (one hash seed for both), so a correct fix passes such a test."""
     row = variant("rpn", "tests/test_evaluator.py", HASH_ORDERED, "test_letters_are_distinct")
     grade = grade_patch(row, row["patch"], config, eval_timeout=60)
     assert grade.resolved and grade.differ == [], grade.info()
@@ -206,8 +207,8 @@ def test_a_patch_that_kills_its_own_shell_is_graded_not_excused(config, monkeypa
 
 def test_a_value_of_a_c_type_is_reported_by_what_it_holds():
     """A value whose state is neither in `__dict__` nor `__slots__` (a date, a Decimal, a deque, a complex number, an
-    array) was reported by its type's name alone: every date was the gold patch's date, so code returning any date
-    passed a check of one."""
+    array) is reported by what it holds, not by its type's name alone (which would make every date the gold patch's
+    date, and code returning any date pass a check of one)."""
     import array
     import collections
     import datetime

@@ -63,8 +63,8 @@ def test_the_answer_key_is_out_of_reach(sandbox):
 
 
 def test_what_a_command_sent_on_the_channel_cannot_be_taken_back(sandbox):
-    """Grading's report travels on the channel (issue 60: it was a file in a folder the sandbox user may write, which
-    a test run replaced whole). What was written reaches the host in order, more than a pipe holds included;
+    """Grading's report travels on the channel, not in a file of a folder the sandbox user may write (which a test
+    run could replace whole). What was written reaches the host in order, more than a pipe holds included;
     reopening it to truncate is refused or truncates nothing, closing it loses nothing sent, a process left behind
     is ended with the command; a command run without it gets none."""
     fd = CHANNEL_FD
