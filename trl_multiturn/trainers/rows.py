@@ -7,9 +7,10 @@ stays in `trl_multiturn.rollout.formats`.
 - `StepRows` ("stepwise"): each turn is its own training row, a `StepSample` (its context as the model saw it, its
   reply as sampled), with its turn's credit; `steps_per_batch` draws them (`fit_steps`).
 
-`ROW_LAYOUTS` maps the format an episode was played in (`EpisodeFormat.name`) to its layout; a `RolloutBatch`
-records the layout its rows follow (`RolloutBatch.layout`), so the step and the credit ask the batch, never the
-config: an agent that rewrote its history hands step samples under the trajectory rules.
+`ROW_LAYOUTS` maps the format an episode was played in (`EpisodeFormat.name`, as the runner that played it says:
+`played_format`) to its layout; a `RolloutBatch` records the layout its rows follow (`RolloutBatch.layout`), so the
+step and the credit ask the batch, never the config: an agent that rewrote its history hands step samples under the
+trajectory rules.
 """
 
 from __future__ import annotations
