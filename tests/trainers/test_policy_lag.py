@@ -20,7 +20,7 @@ from trl_multiturn import (
 from trl_multiturn.testing import FaultyEnv
 from trl_multiturn.trainers import policy_lag
 from trl_multiturn.trainers.multiturn import POLICY_LAG_FILE
-from trl_multiturn.trainers.policy_lag import snapshot_is_due, stale_episodes
+from trl_multiturn.trainers.policy_lag import frozen_copy, snapshot_is_due, stale_episodes
 
 ROWS = [{"turns": 2, "id": i} for i in range(8)]  # 8 rows, 4 a step (2 tasks x num_generations=2)
 
@@ -38,7 +38,7 @@ def test_the_snapshot_runs_its_own_weights_not_the_live_ones(tiny_chatml_model, 
     args = tiny_rl_args(MultiTurnGRPOConfig, tmp_path, max_policy_lag=1)
     trainer = MultiTurnGRPOTrainer(tiny_chatml_model, args=args, environment_factory=ReplyScoringEnv,
                                    train_dataset=Dataset.from_list(ROWS))
-    snapshot = trainer._policy_snapshot()
+    snapshot = frozen_copy(trainer.accelerator.unwrap_model(trainer.model))
     ids = torch.tensor([[5, 9, 13, 17, 21]])
     mask = torch.ones_like(ids)
 

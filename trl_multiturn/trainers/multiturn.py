@@ -868,17 +868,8 @@ class MultiTurnMixin(RunFilesMixin):
             return self.forwards.behaviour_logps(snapshot, episodes)
 
         self.add_callback(SavePolicyLagState(self))
-        return LaggedRollouts(lambda: self.accelerator.unwrap_model(self.model), self._policy_snapshot, play, lag,
+        return LaggedRollouts(lambda: self.accelerator.unwrap_model(self.model), play, lag,
                               policy_lag_span(self.args), self.args.seed)
-
-    def _policy_snapshot(self) -> torch.nn.Module:
-        """A frozen copy of the policy whose forward runs the copy's weights. A forward set on the instance (TRL's
-        fused LM head, a closure over the original model's forward) is dropped from the copy: a deep copy keeps
-        the closure and would compute with the live weights; every log-prob of a step comes from the plain forward
-        (`logprobs.sequence_logps`)."""
-        snapshot = copy.deepcopy(self.accelerator.unwrap_model(self.model)).requires_grad_(False)
-        vars(snapshot).pop("forward", None)
-        return snapshot
 
     # -- environments' lifetime ---------------------------------------------------------------------------------------
 

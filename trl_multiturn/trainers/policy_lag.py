@@ -13,6 +13,7 @@ weights only, never on how the two threads interleave: resume is exact.
 
 from __future__ import annotations
 
+import copy
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -29,6 +30,16 @@ def stale_episodes(versions: list[int], current_version: int, max_lag: int) -> l
     return [current_version - v > max_lag for v in versions]
 
 
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A frozen copy of `model` whose forward runs the copy's weights. A forward set on the instance (TRL's fused LM
+    head, a closure over the original model's forward) is dropped from the copy: a deep copy keeps the closure and
+    would compute with the live weights; every log-prob of a step comes from the plain forward
+    (`logprobs.sequence_logps`)."""
+    snapshot = copy.deepcopy(model).requires_grad_(False)
+    vars(snapshot).pop("forward", None)
+    return snapshot
+
+
 class LaggedRollouts:
     """The rollouts of the off-policy schedule: each `take(inputs, step)` returns a rollout played earlier (the one
     started at the previous `take`, or at the first call one played now) and starts the next one, on TRL's rows of
@@ -36,13 +47,13 @@ class LaggedRollouts:
 
     `play(snapshot, generator_seed, inputs)` plays the rows through the snapshot and returns its episodes with
     their behaviour log-probs (each rollout's generator seed is the step that trains it); `live_model()` is the
-    model being trained and `copy_model()` a copy of it whose forward runs the copy's own weights;
+    model being trained, of which the snapshot is a `frozen_copy`;
     `steps_per_rollout`: the optimizer steps between two rollouts (TRL generates every
     `steps_per_generation * num_iterations` micro batches).
     """
 
-    def __init__(self, live_model, copy_model, play, max_lag: int, steps_per_rollout: int, seed: int):
-        self.live_model, self.copy_model, self.play = live_model, copy_model, play
+    def __init__(self, live_model, play, max_lag: int, steps_per_rollout: int, seed: int):
+        self.live_model, self.play = live_model, play
         self.max_lag, self.steps_per_rollout, self.seed = max_lag, steps_per_rollout, seed
         self.snapshot: torch.nn.Module | None = None
         self.version: int | None = None
@@ -74,9 +85,9 @@ class LaggedRollouts:
         return self._executor.submit(lambda: (inputs, self.play(self.snapshot, seed, inputs), version))
 
     def _sync(self, step: int) -> None:
-        """Copy the live weights into the snapshot (`copy_model()` the first time)."""
+        """Copy the live weights into the snapshot (a `frozen_copy` of it the first time)."""
         if self.snapshot is None:
-            self.snapshot = self.copy_model()
+            self.snapshot = frozen_copy(self.live_model())
         else:
             self.snapshot.load_state_dict(self.live_model().state_dict())
         self.version = step
@@ -100,7 +111,7 @@ class LaggedRollouts:
             self._pending = Future()
             self._pending.set_result(state["pending"])
         if state["snapshot"] is not None:
-            self.snapshot = self.copy_model()
+            self.snapshot = frozen_copy(self.live_model())
             self.snapshot.load_state_dict(state["snapshot"])
             self.version = state["version"]
 
