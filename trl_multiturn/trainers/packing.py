@@ -65,7 +65,10 @@ else every rank pads its rows, and a rank with fewer forwards than the busiest r
 (`with_filler_forwards`: one pad token each, no row reads them), padding forwards, not rows. Planning that fails on
 one rank only (a "prefix" refusal of its rows alone, longer than a sliding window where the others' are not) fails on
 every rank: the failure travels in the same agreement, and each rank raises one error naming the failing rank and its
-reason, where raising it on that rank alone would leave the others waiting in the collective.
+reason, where raising it on that rank alone would leave the others waiting in the collective. Rows are not moved
+between ranks to balance their tokens: on two ranks the costliest does 1.10-1.19x the mean rank's work on the median
+step, and placing whole groups by cost would make it 1.01-1.13x cheaper (benchmarks/results/packing_ranks.md); why
+that is not built, docs/limits.md.
 
 Needs an attention implementation that honours a custom 4-D mask: SDPA (boolean, True = attend; run per segment, the
 mask the fallback of a layer the segments cannot serve) or eager (additive float), and every layer that mixes tokens to
