@@ -4,7 +4,12 @@ nothing), computes a token-summed policy-gradient loss over its rows through `Fo
 each rank packs its own rows, the ranks agree on one number of forwards), and backpropagates through the model
 replicated by DDP, then sharded by FSDP2. One process's reference: the same loss over every rank's rows, padded, on an
 unwrapped copy of the model. Rank 0 writes, per backend, each rank's planned and run forwards and the largest
-differences of log-probs, loss and gradients from the reference."""
+differences of log-probs, loss and gradients from the reference.
+
+Then planning that fails on one rank alone, with no further collective after it: a Mistral-shaped model whose
+sliding window (24 tokens) is shorter than rank 0's rows (a 30-token prompt) and longer than rank 1's under
+`packing="prefix"` (refused on rank 0 only), and a planner that raises on rank 1 only. Each rank writes the error
+each case raised there (`refusals{rank}.json`), or None where its forwards ran."""
 
 import json
 import os
@@ -16,11 +21,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, MistralConfig
 from trl.trainer.utils import pad
 
 from trl_multiturn.trainers.forwards import Forwards
 from trl_multiturn.trainers.logprobs import sequence_logps
+from trl_multiturn.trainers.packing import plan_packs
 
 model_path, out = sys.argv[1], Path(sys.argv[2])
 accelerator = Accelerator(cpu=True)
@@ -85,7 +91,7 @@ def run(model, backend, grads_of):
     forwards = Forwards(lambda: model, lambda: None, accelerator, types.SimpleNamespace(packing="prefix"),
                         temperature=T, pad_token_id=0)
     agree, planned, calls = forwards.agree, [], []
-    forwards.agree = lambda plan: (planned.append(len(plan.forwards)), agree(plan))[1]
+    forwards.agree = lambda plan, *error: (planned.append(len(plan.forwards)), agree(plan, *error))[1]
     hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
     logps = forwards.logps(model, ids, mask, keep, BATCH_SIZE)[0]
     hook.remove()
@@ -123,6 +129,31 @@ dist.all_gather_object(gathered, results)
 if rank == 0:
     (out / "result.json").write_text(json.dumps(gathered))
 accelerator.wait_for_everyone()
+
+
+def raised(model, planner=None):
+    """The error this rank's `Forwards.logps` of its rows raises under `packing="prefix"` ("Type: message") or None."""
+    forwards = Forwards(lambda: model, lambda: None, accelerator, types.SimpleNamespace(packing="prefix"),
+                        temperature=T, pad_token_id=0)
+    forwards.planner = planner or forwards.planner
+    try:
+        forwards.logps(model, ids, mask, keep, BATCH_SIZE)
+    except Exception as error:  # noqa: BLE001 - the test compares the ranks' errors
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def fails_on_rank_1(*args, **kwargs):
+    if rank == 1:
+        raise RuntimeError("no plan on rank 1")
+    return plan_packs(*args, **kwargs)
+
+
+windowed = AutoModelForCausalLM.from_config(MistralConfig(
+    vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    num_key_value_heads=2, sliding_window=24), attn_implementation="sdpa")
+refusals = [raised(windowed), raised(load(), fails_on_rank_1)]
+(out / f"refusals{rank}.json").write_text(json.dumps(refusals))
 accelerator.end_training()
 sys.stdout.flush()
 sys.stderr.flush()

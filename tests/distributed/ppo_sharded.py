@@ -25,9 +25,9 @@ PACKED = []  # (this rank's forwards, the forwards every rank runs) of each plan
 agree = Forwards.agree
 
 
-def recorded_agree(self, plan):
+def recorded_agree(self, plan, error=None):
     """`Forwards.agree`, its packed plans recorded."""
-    agreed = agree(self, plan)
+    agreed = agree(self, plan, error)
     if agreed is not None:
         PACKED.append((len(plan.forwards), len(agreed.forwards)))
     return agreed

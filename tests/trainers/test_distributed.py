@@ -69,19 +69,38 @@ def test_command_line_agents_in_their_own_processes_train_on_two_ranks_with_equa
     assert sum(rank1) == 6 and sum(rank0) == 2
 
 
-def test_each_rank_packs_its_own_rows_with_as_many_forwards_and_the_gradients_of_one_process(tiny_chatml_model,
-                                                                                             tmp_path):
+@pytest.fixture(scope="module")
+def packed_ranks(tiny_chatml_model, tmp_path_factory):
+    """The folder of one run of tests/distributed/packed_ranks.py on two processes."""
+    out = tmp_path_factory.mktemp("packed_ranks")
+    launch(Path(__file__).resolve().parents[1] / "distributed" / "packed_ranks.py", tiny_chatml_model, out)
+    return out
+
+
+def test_each_rank_packs_its_own_rows_with_as_many_forwards_and_the_gradients_of_one_process(packed_ranks):
     """Rank 0's rows (one group sharing its prompt) pack into fewer forwards than rank 1's (rows sharing nothing): it
     runs filler forwards up to rank 1's number, and the loss, log-probs and gradients under DDP and under FSDP2 are
     those of one process over every rank's rows, padded (fp32)."""
-    launch(Path(__file__).resolve().parents[1] / "distributed" / "packed_ranks.py", tiny_chatml_model, tmp_path)
-    rank0, rank1 = json.loads((tmp_path / "result.json").read_text())
+    rank0, rank1 = json.loads((packed_ranks / "result.json").read_text())
     for backend in (0, 1):
         first, second = rank0[backend], rank1[backend]
         assert first["planned"] == [1] and second["planned"] == [2]  # one plan each, rank 0's one forward short
         assert first["forwards"] == second["forwards"] == 2
         for result in (first, second):
             assert result["logps"] < 1e-4 and result["loss"] < 1e-4 and result["grads"] < 1e-4, result
+
+
+def test_planning_that_fails_on_one_rank_raises_one_error_on_every_rank(packed_ranks):
+    """A "prefix" refusal of rank 0's rows alone (longer than the model's sliding window, rank 1's shorter), and a
+    planner error on rank 1 alone: both ranks raise the same error, naming the failing rank, the field, its value and
+    the fix, instead of the healthy rank waiting in the plan's collective (the script makes no collective after
+    them, so a rank that did not raise would have run its forwards and recorded None)."""
+    refusals = [json.loads((packed_ranks / f"refusals{r}.json").read_text()) for r in (0, 1)]
+    (window, planner), (window1, planner1) = refusals
+    assert window == window1 and planner == planner1
+    assert window.startswith("ValueError: rank 0 of 2 could not plan its rows: ValueError: packing='prefix': ")
+    assert "sliding_window=24" in window and "use packing='padded'" in window and "rank 1" not in window
+    assert planner == "RuntimeError: rank 1 of 2 could not plan its rows: RuntimeError: no plan on rank 1"
 
 
 PPO_SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "ppo_sharded.py"

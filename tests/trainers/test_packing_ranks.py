@@ -72,7 +72,7 @@ def test_a_plan_is_never_filled_below_its_own_forwards():
 
 class OtherRank:
     """A fake accelerator of rank 0 of two processes: `reduce(max)` meets what the other rank (`other`, the pair
-    (padded, forwards) that `Forwards.agree` sends) holds; the real collective runs in test_distributed.py."""
+    (failed, padded, forwards) that `Forwards.agree` sends) holds; the real collective runs in test_distributed.py."""
 
     num_processes, device = 2, torch.device("cpu")
 
@@ -84,7 +84,8 @@ class OtherRank:
         return torch.maximum(tensor, self.other)
 
 
-@pytest.mark.parametrize("other, packed, forwards", [((0, 5), True, 5), ((0, 0), True, None), ((1, 0), False, None)])
+@pytest.mark.parametrize("other, packed, forwards", [((0, 0, 5), True, 5), ((0, 0, 0), True, None),
+                                                           ((0, 1, 0), False, None)])
 def test_ranks_pack_only_together_and_run_the_busiest_ranks_forwards(other, packed, forwards):
     ids, mask, keep = batch([([5, 6, 7], [8, 9]), ([10, 11], [12])])
     plan = plan_packs(ids, mask, keep, batch_size=1)

@@ -13,6 +13,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Callable
 
 import torch
+from accelerate.utils import gather_object
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad, use_adapter
 
@@ -45,20 +46,32 @@ class Forwards:
         self.temperature, self.pad_token_id = temperature, pad_token_id
         self.planner = RowsPlanner()  # one prefix-tree plan for every forward of a batch's rows
 
-    def agree(self, plan: PackPlan | None) -> PackPlan | None:
+    def agree(self, plan: PackPlan | None, error: Exception | None = None) -> PackPlan | None:
         """The plan every process runs, from this process's `plan` of its own rows (None: its rows padded). All
         processes must run the same number of forwards (DDP syncs buffers, ZeRO-3 and FSDP gather parameters at each),
         so with n_r the forwards of rank r's plan:
 
             every rank packed:  each runs its plan with filler forwards up to max_r n_r (`with_filler_forwards`)
             else:               every rank pads its rows (as many rows, so as many forwards, on each)
+            a rank's `error`:   every rank raises one error naming each failing rank and its error (a ValueError
+                                where each is one, as a "prefix" refusal is; else a RuntimeError)
 
-        One process: `plan` as it is. A collective: every process calls it at the same forward of the step."""
+        `error` is what planning this rank's rows raised (`packing.choose_plan`): raised on that rank alone, it would
+        leave the others waiting in this collective until the launcher ended the job. One process: `plan` as it is
+        (or `error` raised). A collective: every process calls it at the same forward of the step."""
         if self.accelerator.num_processes == 1:
+            if error is not None:
+                raise error
             return plan
-        local = [1, 0] if plan is None else [0, len(plan.forwards)]
-        padded, forwards = self.accelerator.reduce(torch.tensor(local, device=self.accelerator.device),
-                                                   reduction="max").tolist()
+        local = [int(error is not None), int(plan is None), 0 if plan is None else len(plan.forwards)]
+        failed, padded, forwards = self.accelerator.reduce(torch.tensor(local, device=self.accelerator.device),
+                                                           reduction="max").tolist()
+        if failed:
+            mine = [] if error is None else [(self.accelerator.process_index, type(error).__name__, str(error))]
+            failures = sorted(gather_object(mine))  # a second collective, on the failing step only
+            kind = ValueError if all(name == "ValueError" for _, name, _ in failures) else RuntimeError
+            raise kind("; ".join(f"rank {rank} of {self.accelerator.num_processes} could not plan its rows: {name}: "
+                                 f"{message}" for rank, name, message in failures)) from error
         return None if padded else with_filler_forwards(plan, forwards, self.pad_token_id)
 
     def batch_size(self, mode: str) -> int:

@@ -62,7 +62,13 @@ step-wise episode's rows are always on the rank that played it; a group split be
 each). Every rank must run the same number of forwards (DDP syncs buffers and FSDP gathers parameters at each), so
 `choose_plan` hands its rank's plan to an agreement (`forwards.Forwards.agree`): packed where every rank's rows pack,
 else every rank pads its rows, and a rank with fewer forwards than the busiest runs filler forwards
-(`with_filler_forwards`: one pad token each, no row reads them), padding forwards, not rows.
+(`with_filler_forwards`: one pad token each, no row reads them), padding forwards, not rows. Planning that fails on
+one rank only (a "prefix" refusal of its rows alone, longer than a sliding window where the others' are not) fails on
+every rank: the failure travels in the same agreement, and each rank raises one error naming the failing rank and its
+reason, where raising it on that rank alone would leave the others waiting in the collective. Rows are not moved
+between ranks to balance their tokens: on two ranks the costliest does 1.10-1.19x the mean rank's work on the median
+step, and placing whole groups by cost would make it 1.01-1.13x cheaper (benchmarks/results/packing_ranks.md); why
+that is not built, docs/limits.md.
 
 Needs an attention implementation that honours a custom 4-D mask: SDPA (boolean, True = attend; run per segment, the
 mask the fallback of a layer the segments cannot serve) or eager (additive float), and every layer that mixes tokens to
@@ -392,10 +398,24 @@ def choose_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
     (`packing_refusal`) or the plan costs more than the rows; "prefix" refuses such a model by name. The models (a
     policy, and PPO's critic beside it) are forwarded with the first one's mask form, so they must share an attention
     implementation, and all or none be in `WINDOWED_FAMILIES` (a dict of masks per layer type). On several
-    processes `agree` (`forwards.Forwards.agree`) turns this rank's choice into the one every rank runs."""
+    processes `agree` (`forwards.Forwards.agree`) turns this rank's choice into the one every rank runs; an error
+    while planning (a "prefix" refusal of this rank's rows, longer than a sliding window where another rank's are not)
+    goes to `agree` too, which raises it on every rank rather than leave the others waiting in its collective."""
     check_packing(packing)
     if packing == "padded":
         return None
+    if agree is None:
+        return _own_plan(models, input_ids, attention_mask, logits_to_keep, batch_size, packing, planner)
+    try:
+        plan = _own_plan(models, input_ids, attention_mask, logits_to_keep, batch_size, packing, planner)
+    except Exception as error:  # noqa: BLE001 - every rank raises it, in `agree`
+        return agree(None, error)
+    return agree(plan)
+
+
+def _own_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+              batch_size: int | None, packing: str, planner) -> PackPlan | None:
+    """`choose_plan` of this process's rows alone ("auto" or "prefix")."""
     longest = int(attention_mask.sum(1).max())
     refusal = next((r for r in (packing_refusal(m, longest) for m in models) if r), None)
     implementations = [getattr(text_config(m), "_attn_implementation", None) for m in models]
@@ -410,11 +430,10 @@ def choose_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
         if packing == "prefix":
             raise ValueError(f"packing='prefix': {refusal}")
         _log_padding(refusal)
-        return None if agree is None else agree(None)
+        return None
     plan = planner(input_ids, attention_mask, logits_to_keep, batch_size, pad_token_id=_pad_id(models[0]),
                    rho=attention_cost_ratio(models[0]), kernel=attention_kernel(implementations[0]))
-    plan = plan if packing == "prefix" or plan.packed_cost < plan.padded_cost else None
-    return plan if agree is None else agree(plan)
+    return plan if packing == "prefix" or plan.packed_cost < plan.padded_cost else None
 
 
 def packed_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
