@@ -380,6 +380,10 @@ def test_not_equal_to_a_constructed_amount():
     assert parse("1.50") != Amount(151)
 
 
+def test_not_equal_to_another_amount():
+    assert parse("1.50") != parse("1.51")
+
+
 def test_deprecated():
     with pytest.warns(DeprecationWarning, match="deprecated"):
         old(1)
@@ -408,12 +412,14 @@ def _run_package(tmp_path, implementation: str, text: str, names: list[str]) -> 
 
 
 @pytest.mark.parametrize("name", ["test_equal_to_a_written_number", "test_bare_truth",
-                                  "test_not_equal_to_a_constructed_amount", "test_deprecated"])
+                                  "test_not_equal_to_a_constructed_amount", "test_not_equal_to_another_amount",
+                                  "test_deprecated"])
 def test_a_check_the_packages_operator_decides_is_not_passed_by_the_base_code(name, tmp_path):
     """The base code, whose bug is in `Amount.__eq__`, `__ne__`, `__bool__` or a missing warning, reported the
     gold patch's values (the state of an amount, the value `old` returns): the comparison, the truth and the warning
     were never reported, so an unfixed patch resolved. Now a bare truth reports what `bool` answers, `!=` against
-    an object the test constructs reports the comparison, a `pytest.warns` block the warnings given, and `==`
+    an object the test constructs or another computed one reports the comparison, a `pytest.warns` block the
+    warnings given, and `==`
     against a written number (the number gone from the text) is blind where the package's `__eq__` would decide:
     the gold run's record says so and the host fails the test whatever the patch's run reports."""
     text = observe(OPERATOR_TESTS, random.Random(0), {name})

@@ -18,9 +18,9 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
 - where the data side builds an object (`Version(1, 0, 0)`, `[Interval(1, 5)]`: a class called), its class's
   operator is the package's code: the comparison is reported too (`latest(v) == Version(1, 0, 0)`, `x in
   Interval(1, 5)`, an ordering both ways) and that data side stays in the text;
-- where neither side is data, both sides' values are reported, and for an ordering (also between two data
-  sides, `Version(1, 2) < Version(1, 10)`) the comparison both ways (`a < b` and `b < a`), so a comparison that
-  answers True to everything is told from a right one;
+- where neither side is data, both sides' values are reported and the comparison too (an identity: the values
+  only), and for an ordering (also between two data sides, `Version(1, 2) < Version(1, 10)`) the comparison both
+  ways (`a < b` and `b < a`), so a comparison that answers True to everything is told from a right one;
 - `x in c` / `x not in c` reports the item's value when the container is data (COMPARED), else whether `x in c`;
 - `assert c` / `assert not c` (a bare truth) reports `c`'s value and what `bool(c)` answers (TRUTH: a
   `__bool__` or `__len__` of the package decides); `assert p and q` is two checks;
@@ -145,7 +145,9 @@ def _checks(test: ast.expr, names: frozenset[str]) -> list[tuple[ast.expr, str |
     both_ways = [test, ast.Compare(left=right, ops=[op], comparators=[left])] if ordering else [test]
     if is_data_(left):  # data on both sides (`Version(1, 2) < Version(1, 10)`): only the comparison is computed
         return [(c, None) for c in both_ways]
-    return [(c, None) for c in ([left, right, *both_ways] if ordering else [left, right])]
+    if isinstance(op, (ast.Is, ast.IsNot)):
+        return [(left, None), (right, None)]
+    return [(c, None) for c in [left, right, *both_ways]]  # the operator (the package's `__eq__`) too
 
 
 def _is_literal(node: ast.expr) -> bool:
