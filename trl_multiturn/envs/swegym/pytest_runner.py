@@ -250,8 +250,9 @@ class _Observations:
 class _Warned(WarningsRecorder):
     """A context that records every warning its body gives (pytest's `WarningsRecorder`, the class pytest.warns
     builds on, taken when this file is imported, before any of the patch's code runs; `as record` binds it) and
-    reports, on the way out, each one's category and, where the test matched one, its message. W and the pattern
-    are gone from the text, as a raises block's exception is; an exception from the body goes on through."""
+    reports, on the way out, each one's category and, where the test matched one, its message (not a
+    ResourceWarning: when the garbage collector gives one differs between runs). W and the pattern are gone from
+    the text, as a raises block's exception is; an exception from the body goes on through."""
 
     def __init__(self, observations: _Observations, message: bool):
         super().__init__(_ispytest=True)
