@@ -4,10 +4,12 @@ once with the right code (the gold run) and once with each liar. A liar passes e
 and yet reports other values than the right code, so the host's comparison fails it; and the text the patch's run
 sees holds no expected value. Grading with it in sandboxes: test_swegym_attacks.py and test_swegym.py."""
 
+import contextlib
 import random
 
 import pytest
 
+from trl_multiturn.envs.swegym.integrity import judge_values
 from trl_multiturn.envs.swegym.observe import function_name, is_data, observe
 from trl_multiturn.envs.swegym.pytest_runner import _Observations, _plain
 from trl_multiturn.envs.swegym.tasks import task_sources
@@ -233,18 +235,19 @@ def test_the_observed_text_holds_no_expected_value_operator_or_message(seed):
 
 def test_what_each_kind_of_check_reports():
     text = observe(TESTS, random.Random(0), set())
-    assert "__check__(lambda: double(21))" in text  # the data side dropped
-    assert "__check__(lambda: double(-3))" in text  # a literal bound dropped, and the operator with it
-    assert "__check__(lambda: is_even(14))" in text  # a bare truth: the value itself
-    assert "__check__(lambda: find([1, 2], 3))" in text
+    assert "__check__(lambda: double(21), 'compared')" in text  # the data side dropped
+    assert "__check__(lambda: double(-3), 'compared')" in text  # a literal bound dropped, and the operator with it
+    assert "__check__(lambda: double(5), 'compared')" in text  # `!=` and `not in` alike: no operator is said
+    assert "__check__(lambda: is_even(14), 'truth')" in text  # a bare truth: the value and what `bool` says
+    assert "__check__(lambda: find([1, 2], 3))" in text  # an identity: the value alone
     # an ordering: the comparison both ways
     assert "__check__(lambda: __value__(Version(1, 2)) < __value__(Version(1, 10)))" in text
     assert "__check__(lambda: __value__(Version(1, 10)) < __value__(Version(1, 2)))" in text
     # an inner call reports its value too
-    assert "__check__(lambda: [__value__(decode(__value__(encode(v)))) for v in values])" in text
+    assert "__check__(lambda: [__value__(decode(__value__(encode(v)))) for v in values], 'compared')" in text
     assert "__raised__(__grading_error__, False)" in text and "__raised__(None)" in text
     assert "__check__(lambda: check(5))" in text  # a call made as a statement
-    assert "assertEqual" not in text and "assertTrue" not in text and "__check__(lambda: is_even(14))" in text
+    assert "assertEqual" not in text and "assertTrue" not in text
 
 
 def test_plain_values_are_json_data_that_equal_answers_share():
@@ -299,7 +302,7 @@ def test_identity(n):
 def test_a_parametrize_column_used_only_as_expected_values_goes_and_the_test_ids_stay(tmp_path):
     text = observe(PARAMETRIZED, random.Random(0), {"test_evaluate"})
     assert "-1)" not in text and "4.5)" not in text and "True)" not in text  # the expected column is None now
-    assert "__check__(lambda: evaluate(text))" in text and "== expected" not in text
+    assert "__check__(lambda: evaluate(text), 'compared')" in text and "== expected" not in text
     assert "[1, 2]" in text  # a column the test still reads as an input stays
     ids = {}
     for name, source in (("original", PARAMETRIZED), ("observed", text)):
@@ -325,5 +328,156 @@ def test_an_object_the_test_works_on_or_a_list_it_fills_is_not_an_expected_value
     source = ("def test_cache():\n    cache = LRUCache(2)\n    calls = []\n    calls.append(1)\n"
               "    assert 'b' not in cache\n    assert calls == [1]\n")
     text = observe(source, random.Random(0), set())
-    assert "__check__(lambda: 'b' in cache)" in text and "__check__(lambda: calls)" in text
+    assert "__check__(lambda: 'b' in cache)" in text and "__check__(lambda: calls, 'compared')" in text
     assert "cache = LRUCache(2)" in text and "calls = []" in text
+
+
+# Issue 60, "value checks that still flip": the operator that decides is the package's. `Amount` is the package's
+# class; the base code's bugs are in its operators only, so an amount's state is the gold patch's in both.
+AMOUNT = '''
+import warnings
+
+
+class Amount:
+    def __init__(self, cents):
+        self.cents = cents
+
+    def __eq__(self, other):
+        if isinstance(other, (int, float)):
+            return self.cents == {scale}
+        return isinstance(other, Amount) and self.cents == other.cents
+{ne}
+    def __bool__(self):
+        return self.cents {truth} 0
+
+    __hash__ = None
+
+
+def parse(text):
+    return Amount(round(float(text) * 100))
+
+
+def old(x):
+{warn}    return x
+'''
+BASE = AMOUNT.format(scale="other", ne="\n    def __ne__(self, other):\n        return False\n", truth=">",
+                     warn="")
+GOLD = AMOUNT.format(scale="round(other * 100)", ne="", truth="!=",
+                     warn="    warnings.warn('old() is deprecated', DeprecationWarning)\n")
+OPERATOR_TESTS = '''
+import pytest
+
+
+def test_equal_to_a_written_number():
+    assert parse("1.50") == 1.5
+
+
+def test_bare_truth():
+    assert parse("-0.01")
+
+
+def test_not_equal_to_a_constructed_amount():
+    assert parse("1.50") != Amount(151)
+
+
+def test_not_equal_to_another_amount():
+    assert parse("1.50") != parse("1.51")
+
+
+def test_deprecated():
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        old(1)
+'''
+
+
+def _run_package(tmp_path, implementation: str, text: str, names: list[str]) -> dict[str, dict]:
+    """`_run` with the package's code in a file of the repository (`tmp_path`), where the runner finds the package's
+    operators, `pytest.warns` replaced by a block that passes whatever (as a patch can from inside the test
+    process), and `__warned__` installed as the runner installs it."""
+    observations = _Observations(root=str(tmp_path))
+    path = tmp_path / "pkg.py"
+    path.write_text(implementation)
+    namespace = {"__check__": observations.check, "__value__": observations.value,
+                 "__raised__": observations.raised, "__warned__": observations.warned}
+    exec(compile(implementation, str(path), "exec"), namespace)
+    exec(compile(text, "<tests>", "exec"), namespace)
+    out = {}
+    for name in names:
+        observations.take()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(pytest, "warns", lambda *args, **kwargs: contextlib.nullcontext())
+            _test(namespace, name)()
+        out[name] = observations.take()
+    return out
+
+
+@pytest.mark.parametrize("name", ["test_equal_to_a_written_number", "test_bare_truth",
+                                  "test_not_equal_to_a_constructed_amount", "test_not_equal_to_another_amount",
+                                  "test_deprecated"])
+def test_a_check_the_packages_operator_decides_is_not_passed_by_the_base_code(name, tmp_path):
+    """The base code, whose bug is in `Amount.__eq__`, `__ne__`, `__bool__` or a missing warning, reported the
+    gold patch's values (the state of an amount, the value `old` returns): the comparison, the truth and the warning
+    were never reported, so an unfixed patch resolved. Now a bare truth reports what `bool` answers, `!=` against
+    an object the test constructs or another computed one reports the comparison, a `pytest.warns` block the
+    warnings given, and `==`
+    against a written number (the number gone from the text) is blind where the package's `__eq__` would decide:
+    the gold run's record says so and the host fails the test whatever the patch's run reports."""
+    text = observe(OPERATOR_TESTS, random.Random(0), {name})
+    assert "1.5)" not in text and "pytest.warns" not in text and "DeprecationWarning" not in text
+    gold = _run_package(tmp_path, GOLD, text, [name])[name]
+    assert _original_passes(GOLD, name) and not _original_passes(BASE, name)
+    base = _run_package(tmp_path, BASE, text, [name])[name]
+    outcome = judge_values({name: "PASSED"}, {name: base}, {name: "PASSED"}, {name: gold}, [name])[name]
+    assert outcome == "FAILED"
+    assert (gold["blind"] > 0) == (name == "test_equal_to_a_written_number")
+    if name != "test_equal_to_a_written_number":  # observed: the gold patch's values are its own again
+        assert _run_package(tmp_path, GOLD, text, [name])[name] == gold and base != gold
+
+
+def _original_passes(implementation: str, name: str) -> bool:
+    namespace: dict = {}
+    exec(compile(implementation, "<package>", "exec"), namespace)
+    exec(compile(OPERATOR_TESTS, "<tests>", "exec"), namespace)
+    try:
+        namespace[name]()
+    except (AssertionError, pytest.fail.Exception):
+        return False
+    return True
+
+
+def test_a_dataclass_or_a_value_without_the_packages_operators_is_not_blind(tmp_path):
+    """Blindness is for operators of the repository's own code: a dataclass's generated `__eq__` compares the state
+    that is reported, and numbers, strings and containers are the builtins'."""
+    package = "import dataclasses\n\n\n@dataclasses.dataclass\nclass Point:\n    x: int\n\n\ndef make(x):\n" \
+              "    return Point(x)\n"
+    text = observe("def test_point():\n    assert make(1) == Point(1)\n    assert make(1).x == 1\n"
+                   "    assert [make(1).x] == [1]\n", random.Random(0), set())
+    assert _run_package(tmp_path, package, text, ["test_point"])["test_point"]["blind"] == 0
+
+
+def test_a_value_is_reported_whole_however_long_or_deep_it_is():
+    """`_plain` kept the first 10,000 items and 12 levels, so code whose value differed past them reported the gold
+    patch's; every item is written now, and a value deeper than the runner can write is a blind check (failed)."""
+    def record(value):
+        observations = _Observations()
+        observations.check(lambda: value)
+        return observations.take()
+
+    def nested(levels: int, bottom):
+        value = bottom
+        for _ in range(levels):
+            value = [value]
+        return value
+
+    assert record(list(range(10_001))) != record([*range(10_000), -1])
+    assert record(nested(20, [1])) != record(nested(20, [2])) and record(nested(20, [1]))["blind"] == 0
+    assert record(nested(10_000, 1))["blind"] == 1
+
+
+def test_a_passing_to_passing_test_without_observed_values_is_not_passed_on_the_patchs_word():
+    """A PASS_TO_PASS test whose gold run reported no value passed on the outcome the patch's run reported, so a
+    patch that broke what it checks and faked its pass inside the test process kept its reward: failed now, as a
+    FAIL_TO_PASS one is (both are in `tests`; the judge does not tell them apart)."""
+    test = "tests/test_x.py::test_unobservable"
+    gold = {test: {"count": 0, "digest": "e3b0", "blind": 0}}
+    assert judge_values({test: "PASSED"}, dict(gold), {test: "PASSED"}, gold, [test]) == {test: "FAILED"}

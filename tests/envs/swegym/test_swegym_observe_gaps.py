@@ -281,3 +281,40 @@ def test_a_test_with_no_observed_value_is_not_passed_on_the_patchs_word(config):
     grade = grade_patch(row, make_patch({init: base}, {init: base + PASSES_FAILED_ASSERTS}), config, eval_timeout=60)
     assert grade.patch_applied and not grade.resolved, grade.info()
     assert any("test_subtraction_keeps_operand_order" in test for test in grade.unobserved), grade.info()
+
+
+# rpn: a FAIL_TO_PASS test the gold patch fixes, and a PASS_TO_PASS one whose only check the form cannot report
+WITH_AN_UNOBSERVABLE_PASSING_TEST = '''
+
+
+def test_subtraction():
+    assert evaluate("3 4 -") == -1
+
+
+def test_sum_walrus():
+    assert (value := evaluate("2 3 +")) == 5 and value > 0
+'''
+
+# what the PASS_TO_PASS test checks, broken (a special case a fix "needed"); pytest's `runtest` hides the failure
+BREAKS_A_SUM = '''
+
+_evaluate = evaluate
+
+
+def evaluate(text):
+    return 6 if text == "2 3 +" else _evaluate(text)
+'''
+
+
+def test_a_passing_to_passing_test_with_no_observed_value_does_not_hide_a_regression(config):
+    """The fix plus a regression in what a PASS_TO_PASS test checks, whose pass the patch fakes from inside the test
+    process (pytest's `runtest` replaced, as above): that test reported no value in the gold run, so it passed on the
+    patch's word and the patch resolved. Failed now, as a FAIL_TO_PASS test is, and named among the unobserved."""
+    path, init = "tests/test_evaluator.py", "rpn/__init__.py"
+    row = variant("rpn", path, WITH_AN_UNOBSERVABLE_PASSING_TEST, "test_subtraction")
+    row["PASS_TO_PASS"] = [*row["PASS_TO_PASS"], f"{path}::test_sum_walrus"]
+    base = SOURCES["rpn"].files_at_base()[init]
+    patch = row["patch"] + make_patch({init: base}, {init: base + PASSES_FAILED_ASSERTS + BREAKS_A_SUM})
+    grade = grade_patch(row, patch, config, eval_timeout=60)
+    assert grade.patch_applied and grade.f2p_passed == 1 and not grade.resolved, grade.info()
+    assert grade.reward("dense") == 0.0 and grade.unobserved == [f"{path}::test_sum_walrus"], grade.info()

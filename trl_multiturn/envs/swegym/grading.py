@@ -43,7 +43,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .integrity import PASSING, judge, judge_values, plant_canaries, protected_reason, read_report, test_files_of
+from .integrity import (
+    PASSING,
+    is_unobserved,
+    judge,
+    judge_values,
+    plant_canaries,
+    protected_reason,
+    read_report,
+    test_files_of,
+)
 from .observe import function_name, observe
 from .patches import patch_paths
 from .sandbox import CHANNEL_FD, Sandbox, SandboxConfig, SandboxError, make_sandbox, task_image, truncate_middle
@@ -85,9 +94,9 @@ def split_test_cmd(test_cmd: str) -> tuple[list[str], str, list[str]]:
 class Grade:
     """The verdict on one patch. `report` is swebench's report for the instance (with `tests_status`);
     `ignored_paths` the files of the patch grading put back; `problem` what was wrong with the test run;
-    `unobserved` the tests whose checks reported no value in the gold run (their passes rest on the outcome the
-    patch's run reported); `differ` the tests the patch's run reported passing whose values are not the gold
-    run's (failed)."""
+    `unobserved` the tests whose values in the gold run cannot decide them (no value, or a blind check:
+    `integrity.is_unobserved`), failed whatever the patch's run reported; `differ` the tests the patch's run
+    reported passing whose values are not the gold run's (failed)."""
 
     resolved: bool
     patch_applied: bool
@@ -298,7 +307,8 @@ class _TrustedStepFailed(RuntimeError):
 @dataclass
 class _Run:
     """One test run of grading: `outcomes` (canaries left out) and `values` (per test, the count and digest of
-    the values its checks reported) as the run's report says, `log` what the agent may see."""
+    the values its checks reported and how many checks were blind: `integrity.VALUE_KEYS`) as the run's report
+    says, `log` what the agent may see."""
 
     applied: bool
     log: str = ""
@@ -363,9 +373,9 @@ def _verdict(task: dict, real: _Run, config: SandboxConfig, files: list[str], te
              tests: list[str], eval_timeout: float,
              texts: dict[str, str]) -> tuple[dict[str, str], str, str, list[str], list[str]]:
     """The outcomes of `real` that grading trusts (step 7 of the module docstring), the problem ("" if none), a
-    line for the log, the tests the gold run reported no value for, and the tests the patch's run reported passing
-    whose values differ from the gold run's. The gold patch's run is left out when the patch's run reported no
-    test passing (nothing to vouch for)."""
+    line for the log, the tests the gold run's values cannot decide (`integrity.is_unobserved`), and the tests
+    the patch's run reported passing whose values differ from the gold run's. The gold patch's run is left out
+    when the patch's run reported no test passing (nothing to vouch for)."""
     if not any(real.outcomes.get(t) in PASSING for t in tests):
         return real.outcomes, real.problem, "", [], []
     gold = _test_run(task, task["patch"], config, files, test_cmd, f2p, eval_timeout, texts)
@@ -373,13 +383,13 @@ def _verdict(task: dict, real: _Run, config: SandboxConfig, files: list[str], te
         why = gold.problem or ("timed out" if gold.timed_out else "the gold patch did not apply")
         # the values to compare with are missing: an infrastructure failure (or a bad row), never a grade of 0
         raise SandboxError(f"the gold patch's run did not run properly: {why}")
-    trusted = judge_values(real.outcomes, real.values, gold.outcomes, gold.values, tests, must_observe=f2p)
+    trusted = judge_values(real.outcomes, real.values, gold.outcomes, gold.values, tests)
     claimed = [t for t in tests if real.outcomes.get(t) in PASSING]
     differ = [t for t in claimed if trusted[t] not in PASSING]
     line = (f"\n[the values of {len(claimed)} passing tests were compared with the gold patch's run, in a sandbox "
             f"of its own: {len(differ)} differ]")
-    unobserved = [t for t in tests if gold.values.get(t, (0,))[0] == 0]
-    return {**real.outcomes, **trusted}, real.problem, line, unobserved, differ
+    blind = [t for t in tests if is_unobserved(gold.values.get(t))]
+    return {**real.outcomes, **trusted}, real.problem, line, blind, differ
 
 
 def grade_patch(

@@ -25,7 +25,6 @@ import json
 import random
 import re
 import sys
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -155,6 +154,9 @@ def test_files_of(test_ids: list[str]) -> list[str]:
 
 
 PASSING = ("PASSED", "XPASS", "XFAIL")
+# What a test's values record holds (`pytest_runner._Observations.take`): how many values, a sha256 over them, and
+# how many of its checks were blind; two runs' values are the same when all three are.
+VALUE_KEYS = ("count", "digest", "blind")
 _RECORD = re.compile(r"^(\S+) (\{.*\})$")
 
 
@@ -168,7 +170,7 @@ class Report:
     exit_code: int | None
     forged_lines: int
     audits: list[dict] = field(default_factory=list)
-    values: dict[str, tuple[int, str]] = field(default_factory=dict)
+    values: dict[str, dict] = field(default_factory=dict)
 
 
 def read_report(text: str | None, token: str) -> Report:
@@ -190,7 +192,7 @@ def read_report(text: str | None, token: str) -> Report:
         elif isinstance(record.get("test"), str) and isinstance(record.get("status"), str):
             report.outcomes[record["test"]] = record["status"]
         elif isinstance(record.get("values"), str):
-            report.values[record["values"]] = (record.get("count"), record.get("digest"))
+            report.values[record["values"]] = {key: record.get(key) for key in VALUE_KEYS}
         elif isinstance(record.get("exit"), int):
             report.exit_code = record["exit"]
         elif isinstance(record.get("audit"), str):
@@ -230,14 +232,23 @@ def judge(report: Report, canaries: list[Canary]) -> tuple[dict[str, str], str]:
     return real, ""
 
 
+def is_unobserved(values: dict | None) -> bool:
+    """Whether a test's values (`VALUE_KEYS`), as the gold run reported them, cannot decide it: it
+    reported no value at all (a check the observation form cannot report, such as one using `:=`), or one of its
+    checks was blind (`pytest_runner._Observations`: what decides it is the package's operator against a value the
+    form dropped, or a value too deep to write)."""
+    return values is None or not values["count"] or bool(values["blind"])
+
+
 def judge_values(outcomes: dict[str, str], values: dict, gold_outcomes: dict[str, str], gold_values: dict,
-                 tests: list[str], must_observe: Collection[str] = ()) -> dict[str, str]:
+                 tests: list[str]) -> dict[str, str]:
     """The outcome of each of `tests` that grading trusts: PASSED only where the patch's run reported a pass and
-    the same values (count and digest, `pytest_runner._Observations`) as the gold patch's run of the same text,
-    where that test passed too; otherwise the patch's own outcome if it is not a pass, else FAILED. A test of
-    `must_observe` (the FAIL_TO_PASS tests) whose gold run reported no value at all is FAILED whatever was reported:
-    with nothing to compare, its pass would rest on the patch's word alone (a check the observation form cannot
-    report, such as one using `:=`); the row's author sees it among `unobserved_tests`.
+    the same values (count, digest and blind checks, `pytest_runner._Observations`) as the gold patch's run of
+    the same text, where that test passed too; otherwise the patch's own outcome if it is not a pass, else FAILED.
+    A test whose gold values are unobserved (`is_unobserved`) is FAILED whatever was reported, FAIL_TO_PASS and
+    PASS_TO_PASS alike: with nothing to compare, its pass would rest on the patch's word alone (a patch that
+    breaks what a PASS_TO_PASS test checks and fakes its pass from inside the test process would keep the
+    reward); the row's author sees it among `unobserved_tests`.
 
     Nothing the patch's run says can make a test pass unless its values are the gold patch's: the observation form
     (`observe.py`) left no expected value in its sandbox, so a report it forged, rewrote or signed with a stolen
@@ -245,8 +256,8 @@ def judge_values(outcomes: dict[str, str], values: dict, gold_outcomes: dict[str
     trusted = {}
     for test in tests:
         status = outcomes.get(test, "FAILED")
-        vouched = (gold_outcomes.get(test) in PASSING and test in gold_values and values.get(test) == gold_values[test]
-                   and not (test in must_observe and gold_values[test][0] == 0))
+        vouched = (gold_outcomes.get(test) in PASSING and not is_unobserved(gold_values.get(test))
+                   and values.get(test) == gold_values[test])
         if status in PASSING and not vouched:
             status = "FAILED"
         trusted[test] = status

@@ -10,16 +10,28 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   `parametrize` argument of plain constants, whose column becomes None when nothing else reads it, the test ids
   kept) reports the other side's
   value and drops the data side: `assert f(x) == 4`, `assert f(x) != 4`, `assert f(x) < 10`, `assert f(x) is None`
-  all become `__check__(lambda: f(x))`, so the operator, the bound and the expected value are all gone;
-- where neither side is data, both sides' values are reported, and for an ordering (also between two data
-  sides, `Version(1, 2) < Version(1, 10)`, and against an object the test constructs, `parse(a) < Version(1, 0,
-  0)`, whose operator is the package's code: that data side stays) the comparison both ways (`a < b` and
-  `b < a`), so a comparison that answers True to everything is told from a right one;
-- `x in c` / `x not in c` reports the item's value when the container is data, else whether `x in c`;
-- `assert c` / `assert not c` (a bare truth) reports `c`'s value; `assert p and q` is two checks;
+  all become `__check__(lambda: f(x)[, "compared"])`, so the operator, the bound and the expected value are all
+  gone. "compared" (COMPARED: any of `==`, `!=`, an ordering, `in`; not an identity) tells the runner that an
+  operator decided against a value the text no longer holds: where the value is an object whose comparison
+  operators are the repository's own code, that operator, not the state reported, decided, so the check is
+  *blind* and the host fails the test (fail closed, `integrity.is_unobserved`);
+- where the data side builds an object (`Version(1, 0, 0)`, `[Interval(1, 5)]`: a class called), its class's
+  operator is the package's code: the comparison is reported too (`latest(v) == Version(1, 0, 0)`, `x in
+  Interval(1, 5)`, an ordering both ways) and that data side stays in the text;
+- where neither side is data, both sides' values are reported and the comparison too (an identity: the values
+  only), and for an ordering (also between two data sides, `Version(1, 2) < Version(1, 10)`) the comparison both
+  ways (`a < b` and `b < a`), so a comparison that answers True to everything is told from a right one;
+- `x in c` / `x not in c` reports the item's value when the container is data (COMPARED), else whether `x in c`;
+- `assert c` / `assert not c` (a bare truth) reports `c`'s value and what `bool(c)` answers (TRUTH: a
+  `__bool__` or `__len__` of the package decides); `assert p and q` is two checks;
+- `with pytest.warns(W[, match=r])`, `pytest.deprecated_call()` and `self.assertWarns(W)` become
+  `with __warned__(message):`, which reports the category of each warning the body gave, and its message where
+  the test matched one (W and r gone, as a raises block's exception is); `pytest.warns(W, f, x)` and
+  `self.assertWarns(W, f, x)` report `f(x)` inside such a block;
 - an assertion helper (`self.assertEqual(a, b)`, `np.testing.assert_allclose(a, b)`: a call named `assert...`)
-  reports its arguments that are not data and is not called, but one given the code to call
-  (`self.assertRaises(E, f, x)`, `assertWarns`, `assertRaisesRegex(E, r, f, x)`, `pytest.raises(E, f, x)`)
+  reports its arguments that are not data and is not called (COMPARED where unittest's operator helper dropped a
+  data argument, TRUTH for `assertTrue`/`assertFalse`), but one given the code to call
+  (`self.assertRaises(E, f, x)`, `assertRaisesRegex(E, r, f, x)`, `pytest.raises(E, f, x)`)
   reports what `f(x)` returns or raises, as a call made as a statement does; any other call made as a statement
   reports its value, or the exception it raised (a test that only checks that nothing raises is observed too);
 - `with pytest.raises(E): body` (or `self.assertRaises(E)`) becomes a `try` that reports which exception, if any,
@@ -38,8 +50,9 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
 - docstrings, comments and assert messages are dropped (they may state the expected values).
 
 The verdict does not depend on telling a draft from the original: every reported value is compared, so there is
-nothing to gain from recognising one. `__check__`, `__value__`, `__raised__` and `__caught__` are builtins that
-`pytest_runner.py` installs; they report each value as plain data (`pytest_runner._plain`), never a pickle.
+nothing to gain from recognising one. `__check__`, `__value__`, `__raised__`, `__caught__` and `__warned__` are
+builtins that `pytest_runner.py` installs; they report each value as plain data (`pytest_runner._plain`), never a
+pickle.
 
 Pure: `observe` returns the rewritten module text (`ast.unparse`).
 """
@@ -53,7 +66,8 @@ import random
 import string
 from collections import Counter
 
-CHECK, VALUE, RAISED, CAUGHT = "__check__", "__value__", "__raised__", "__caught__"
+CHECK, VALUE, RAISED, CAUGHT, WARNED = "__check__", "__value__", "__raised__", "__caught__", "__warned__"
+COMPARED, TRUTH = "compared", "truth"  # how a check decided, where the form dropped what it decided against
 _BUILTINS = set(dir(builtins))
 _ALPHABET = string.ascii_lowercase + string.digits
 _ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -90,8 +104,17 @@ def is_data(node: ast.expr, names: frozenset[str] = frozenset()) -> bool:
     return False
 
 
-def _checks(test: ast.expr, names: frozenset[str]) -> list[ast.expr]:
-    """The expressions whose values an `assert test` reports (see the module docstring); `names` count as data."""
+def _constructed(node: ast.expr) -> bool:
+    """Whether a data side builds an object (`Version(1, 0, 0)`, `[Interval(1, 5)]`): its class's operators are
+    the package's code, so the relation is an answer of the code under test (not `pytest.approx(...)`)."""
+    return any(isinstance(n, ast.Call) and not _name(n.func).endswith("approx") for n in ast.walk(node))
+
+
+def _checks(test: ast.expr, names: frozenset[str]) -> list[tuple[ast.expr, str | None]]:
+    """The expressions whose values an `assert test` reports (see the module docstring), each with how it was
+    checked, for `pytest_runner._Observations.check`: COMPARED where the form dropped a written expected side of
+    `==`, `!=`, an ordering or `in` (which operator is not said), TRUTH for a bare truth (`bool` of it is
+    reported), else None (an identity, or a check whose sides are all in the text); `names` count as data."""
 
     def is_data_(node: ast.expr) -> bool:
         return is_data(node, names)
@@ -99,26 +122,32 @@ def _checks(test: ast.expr, names: frozenset[str]) -> list[ast.expr]:
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return [c for value in test.values for c in _checks(value, names)]
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _checks(test.operand, names) if isinstance(test.operand, ast.BoolOp) else [test.operand]
+        return _checks(test.operand, names) if isinstance(test.operand, ast.BoolOp) else [(test.operand, TRUTH)]
     if not isinstance(test, ast.Compare):
-        return [test]
+        return [(test, TRUTH)]
     if len(test.ops) > 1:
-        return [test, *(e for e in [test.left, *test.comparators] if not is_data_(e))]
+        return [(test, None), *((e, None) for e in [test.left, *test.comparators] if not is_data_(e))]
     left, op, right = test.left, test.ops[0], test.comparators[0]
     if isinstance(op, (ast.In, ast.NotIn)):
-        if is_data_(right):
-            return [left]
-        return [ast.Compare(left=left, ops=[ast.In()], comparators=[right])]
+        membership = ast.Compare(left=left, ops=[ast.In()], comparators=[right])
+        if is_data_(right):  # `x in Interval(1, 5)`: the container's `__contains__` is the package's, so it stays
+            return [(left, None), (membership, None)] if _constructed(right) else [(left, COMPARED)]
+        return [(membership, None)]
     ordering = isinstance(op, _ORDERINGS)
     if is_data_(right) != is_data_(left):
         computed, data = (left, right) if is_data_(right) else (right, left)
-        if ordering and isinstance(data, ast.Call):  # `parse(a) < Version(1, 0, 0)`: the ordering is the package's
-            return [computed, test, ast.Compare(left=right, ops=[op], comparators=[left])]
-        return [computed]
+        if isinstance(op, (*_ORDERINGS, ast.Eq, ast.NotEq)) and _constructed(data):
+            # `parse(a) < Version(1, 0, 0)`, `latest(v) == Version(1, 0, 0)`: the operator is the package's, so the
+            # comparison is reported (an ordering both ways) and that data side stays
+            both = [ast.Compare(left=right, ops=[op], comparators=[left])] if ordering else []
+            return [(computed, None), (test, None), *((c, None) for c in both)]
+        return [(computed, COMPARED if isinstance(op, (*_ORDERINGS, ast.Eq, ast.NotEq)) else None)]
     both_ways = [test, ast.Compare(left=right, ops=[op], comparators=[left])] if ordering else [test]
     if is_data_(left):  # data on both sides (`Version(1, 2) < Version(1, 10)`): only the comparison is computed
-        return both_ways
-    return [left, right, *both_ways] if ordering else [left, right]
+        return [(c, None) for c in both_ways]
+    if isinstance(op, (ast.Is, ast.IsNot)):
+        return [(left, None), (right, None)]
+    return [(c, None) for c in [left, right, *both_ways]]  # the operator (the package's `__eq__`) too
 
 
 def _is_literal(node: ast.expr) -> bool:
@@ -253,9 +282,40 @@ def _is_raises(item: ast.withitem) -> bool:
 
 
 # Assertion helpers that call the code under test themselves, given as a callable (`assertRaises(E, f, x)`): the
-# position of the callable among their arguments.
-_RAISES_HELPERS = {"raises": 1, "assertRaises": 1, "assertWarns": 1, "assert_raises": 1, "failUnlessRaises": 1,
-                   "assertRaisesRegex": 2, "assertRaisesRegexp": 2, "assertWarnsRegex": 2, "assert_raises_regex": 2}
+# position of the callable among their arguments; those of warnings report the warnings the call gave too.
+_RAISES_HELPERS = {"raises": 1, "assertRaises": 1, "assert_raises": 1, "failUnlessRaises": 1,
+                   "assertRaisesRegex": 2, "assertRaisesRegexp": 2, "assert_raises_regex": 2}
+_WARNS_HELPERS = {"warns": 1, "deprecated_call": 0, "assertWarns": 1, "assertWarnsRegex": 2}
+
+
+def _warns_block(item: ast.withitem) -> ast.Call | None:
+    """`with pytest.warns(W[, match=r])`, `pytest.deprecated_call()`, `self.assertWarns(W)`,
+    `self.assertWarnsRegex(W, r)`: the block's `__warned__(message)` in observation form (W and r gone), or None."""
+    call = item.context_expr
+    if not isinstance(call, ast.Call):
+        return None
+    name = _name(call.func).rsplit(".", 1)[-1]
+    if name not in _WARNS_HELPERS or len(call.args) > _WARNS_HELPERS[name]:
+        return None
+    message = any(k.arg == "match" for k in call.keywords) or name.endswith("Regex")
+    return _call(WARNED, ast.Constant(message))
+
+
+# unittest's helpers that decide by an operator of their arguments (`first == second`, `member in container`)
+_OPERATOR_HELPERS = {"assertEqual", "assertEquals", "failUnlessEqual", "assertNotEqual", "assertNotEquals",
+                     "failIfEqual", "assertIn", "assertNotIn", "assertLess", "assertLessEqual", "assertGreater",
+                     "assertGreaterEqual", "assertListEqual", "assertTupleEqual", "assertDictEqual", "assertSetEqual",
+                     "assertSequenceEqual", "assertMultiLineEqual"}
+
+
+def _helper_relation(name: str, dropped: bool) -> str | None:
+    """How an assertion helper `name` decides (`_checks`): TRUTH for `assertTrue`/`assertFalse`, COMPARED for one
+    of unittest's that compare by an operator (`assertEqual`, `assertIn`, `assertLess`...) whose data argument was
+    dropped, else nothing (an identity such as `assertIsNone`, or a library's helper such as
+    `assert_frame_equal`, which compares what the values hold, as the reported state does)."""
+    if name in ("assertTrue", "assertFalse", "assert_", "failUnless", "failIf"):
+        return TRUTH
+    return COMPARED if dropped and name in _OPERATOR_HELPERS else None
 
 
 def _is_assertion_call(node: ast.expr) -> bool:
@@ -299,32 +359,41 @@ class _Observe(ast.NodeTransformer):
         call = node.value
         if not self.functions or not isinstance(call, ast.Call) or _unobservable(call):
             return node
-        index = _RAISES_HELPERS.get(_name(call.func).rsplit(".", 1)[-1])
+        name = _name(call.func).rsplit(".", 1)[-1]
+        index = _RAISES_HELPERS.get(name, _WARNS_HELPERS.get(name))
         if index is not None and len(call.args) > index and not any(
                 isinstance(a, ast.Starred) for a in call.args[:index + 1]):
             # `assertRaises(E, f, *args, **kwargs)`, `pytest.raises(E, f, *args)`: the helper calls the code under
-            # test; what `f(*args)` returns or raises is reported, and E (the expected exception) goes
+            # test; what `f(*args)` returns or raises is reported, and E (the expected exception) goes; for a
+            # warning's helper (`assertWarns(W, f, x)`), the warnings the call gave too
             keywords = [k for k in call.keywords if k.arg != "match"]
-            return self._observed([ast.Call(func=call.args[index], args=call.args[index + 1:], keywords=keywords)])
+            observed = self._observed([(ast.Call(func=call.args[index], args=call.args[index + 1:],
+                                                 keywords=keywords), None)])
+            if name not in _WARNS_HELPERS:
+                return observed
+            return ast.With(items=[ast.withitem(context_expr=_warns_block(ast.withitem(context_expr=ast.Call(
+                func=call.func, args=call.args[:index], keywords=call.keywords))))], body=observed)
         if _name(call.func).split(".")[0] == "pytest":  # pytest's control flow (skip, fail)
             return node
         if self.raising:  # in a `pytest.raises` block: its exception must end the block
             return ast.Expr(_ValueCalls().visit(_copy(call)))
         if _is_assertion_call(call):
-            checks = [a for a in [*call.args, *(k.value for k in call.keywords if k.arg != "msg")]
-                      if not is_data(a, self.names)]
-            return self._observed(checks or [call])
-        return self._observed([call], drafted=False)  # a step of the test, not a check: its inputs stay
+            arguments = [*call.args, *(k.value for k in call.keywords if k.arg != "msg")]
+            checks = [a for a in arguments if not is_data(a, self.names)]
+            relation = _helper_relation(name, len(checks) < len(arguments))
+            return self._observed([(c, relation) for c in checks] or [(call, None)])
+        return self._observed([(call, None)], drafted=False)  # a step of the test, not a check: its inputs stay
 
     def visit_Assert(self, node: ast.Assert):
         if _unobservable(node.test):
             return ast.Assert(test=node.test, msg=None)
         return self._observed(_checks(node.test, self.names))
 
-    def _observed(self, checks: list[ast.expr], drafted: bool = True) -> list[ast.stmt]:
-        """`__check__(lambda: check)` for each of `checks`, with its drafts in a FAIL_TO_PASS test."""
+    def _observed(self, checks: list[tuple[ast.expr, str | None]], drafted: bool = True) -> list[ast.stmt]:
+        """`__check__(lambda: check[, relation])` for each of `checks` (an expression and what it was checked by,
+        `_checks`), with its drafts in a FAIL_TO_PASS test."""
         statements = []
-        for check in checks:
+        for check, relation in checks:
             group = [check, *_drafts(check, self.drafts if self.draft and drafted else 0, self.rng)]
             self.rng.shuffle(group)
             for expression in group:
@@ -333,7 +402,7 @@ class _Observe(ast.NodeTransformer):
                     body = body.args[0]
                 lam = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
                                                     defaults=[]), body=body)
-                statements.append(ast.Expr(_call(CHECK, lam)))
+                statements.append(ast.Expr(_call(CHECK, lam, *([ast.Constant(relation)] if relation else []))))
         return statements
 
     def visit_With(self, node: ast.With):
@@ -343,6 +412,8 @@ class _Observe(ast.NodeTransformer):
         is bound to what was raised (`__caught__`: pytest's ExceptionInfo), from the original body, which runs
         last, for the checks after the block."""
         if len(node.items) != 1 or not _is_raises(node.items[0]):
+            for item in node.items:  # `with pytest.warns(W):` reports the warnings its body gave (`__warned__`)
+                item.context_expr = _warns_block(item) or item.context_expr
             self.generic_visit(node)
             return node
         item, error = node.items[0], "__grading_error__"

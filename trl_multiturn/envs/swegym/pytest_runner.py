@@ -42,12 +42,14 @@ of the repository on its stack (a standard function run by an executor), is reco
 `PYTEST_CURRENT_TEST` unset and empties `linecache` before each test (pytest fills it with a test file's text when
 it reports a failure), so which test runs is not written where the tests' process can read it unaudited.
 
-**Observations**: `__check__(thunk)`, `__value__(value)`, `__raised__(error, message)` and `__caught__(error)` are
-put in `builtins`; the observation form of the tests (`observe.py`) calls them to report each value a check looks
-at, as plain data (`_plain`). Per test, one record `{"values": nodeid, "count": n, "digest": sha256}` follows its
-outcome. Nothing here is trusted: grading compares the digests with those of the gold patch's run, made in another
-sandbox, and the expected values are in no file, frame or record of this process. The audit hook and the token are
-signals.
+**Observations**: `__check__(thunk[, relation])`, `__value__(value)`, `__raised__(error, message)`,
+`__caught__(error)` and `__warned__(message)` are put in `builtins`; the observation form of the tests
+(`observe.py`) calls them to report each value a check looks at, as plain data (`_plain`, whole: no item or level
+is cut), what `bool` answers for a bare truth, the warnings a `pytest.warns` block gave, and a *blind* mark for a
+check nothing reported can decide (`_Observations`). Per test, one record `{"values": nodeid, "count": n,
+"digest": sha256, "blind": k}` follows its outcome. Nothing here is trusted: grading compares the digests with
+those of the gold patch's run, made in another sandbox, and the expected values are in no file, frame or record of
+this process. The audit hook and the token are signals.
 """
 
 import builtins
@@ -56,6 +58,8 @@ import json
 import os
 import sys
 import types
+
+from _pytest.recwarn import WarningsRecorder
 
 # Standard functions that use frames or code for their own bookkeeping: (file name ending, function names).
 _BOOKKEEPING = [
@@ -77,16 +81,25 @@ _RUNNER_MODULES = ("_pytest", "pluggy", "ctypes", "_ctypes")
 _LIMIT = 20  # audit records per run: enough to judge, too few to flood the report
 
 
-_MAX_DEPTH, _MAX_ITEMS = 12, 10_000
+_MAX_DEPTH = 100  # levels of a value; deeper, the check is unreportable (fail closed), never cut
+# The operators a check decides by: when the check's expected side was dropped (a literal) and the object compared
+# has one of these of the repository's own code, the package's operator would decide what the host never sees.
+_RELATIONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
 
 
-def _plain(value, depth: int = 0, seen: frozenset = frozenset()):
+class _Unreportable(Exception):
+    """A value `_plain` cannot write whole (deeper than `_MAX_DEPTH`): its check reports a blind mark instead."""
+
+
+def _plain(value, depth: int = 0, seen: frozenset = frozenset(), met: set | None = None):
     """`value` as plain JSON data: what grading compares with the gold patch's run (never a pickle). Numbers that
     are whole are ints and floats keep 12 significant digits (4.0 and 4 are the same answer, as `==` says); a
     tuple, set and dict say what they are (a set and a dict in a fixed order); an exception is its type; another
     object is its class's name and its attributes' values (its `__dict__` and `__slots__`), and for a C type
     (`date`, `Decimal`, `deque`, `complex`, a numpy array) what pickling rebuilds it from; a function or class
-    its name. Anything deeper than `_MAX_DEPTH` or longer than `_MAX_ITEMS` is cut, as in both runs alike."""
+    its name; a value met again inside itself (a cycle) `{"cut": type}`. Every item is written, however many;
+    a value deeper than `_MAX_DEPTH` levels raises `_Unreportable`. `met` collects the classes of the objects
+    written this way (whose operators may be the package's: `_Observations.check`)."""
     kind = type(value)
     if value is None or kind in (bool, str):
         return value
@@ -98,12 +111,14 @@ def _plain(value, depth: int = 0, seen: frozenset = frozenset()):
         return float(f"{value:.12g}") if kind is float else value
     if kind is bytes:
         return {"bytes": value.hex()}
-    if id(value) in seen or depth > _MAX_DEPTH:
+    if id(value) in seen:
         return {"cut": kind.__qualname__}
+    if depth > _MAX_DEPTH:
+        raise _Unreportable(f"a value deeper than {_MAX_DEPTH} levels")
     inner = seen | {id(value)}
 
     def each(items):
-        return [_plain(item, depth + 1, inner) for item in list(items)[:_MAX_ITEMS]]
+        return [_plain(item, depth + 1, inner, met) for item in list(items)]
 
     if kind is list:
         return each(value)
@@ -112,31 +127,32 @@ def _plain(value, depth: int = 0, seen: frozenset = frozenset()):
     if kind in (set, frozenset):
         return {"set": sorted(each(value), key=lambda item: json.dumps(item, sort_keys=True))}
     if kind is dict:
-        pairs = [[_plain(k, depth + 1, inner), _plain(v, depth + 1, inner)]
-                 for k, v in list(value.items())[:_MAX_ITEMS]]
+        pairs = [[_plain(k, depth + 1, inner, met), _plain(v, depth + 1, inner, met)] for k, v in list(value.items())]
         return {"dict": sorted(pairs, key=lambda pair: json.dumps(pair[0], sort_keys=True))}
     if isinstance(value, BaseException):
         return {"raised": kind.__qualname__}
     if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType)):
         return {"name": getattr(value, "__qualname__", getattr(value, "__name__", "?"))}
+    if met is not None:
+        met.add(kind)
     state = {}
     for name in [n for c in kind.__mro__ for n in getattr(c, "__slots__", ()) if isinstance(n, str)]:
         if name not in ("__dict__", "__weakref__") and hasattr(value, name):
             state[name] = getattr(value, name)
     state.update(getattr(value, "__dict__", None) or {})
     base = next((b for b in kind.__mro__ if b in (int, float, str, bytes, list, tuple, dict, set, frozenset)), None)
-    plain = {"type": kind.__qualname__, "state": _plain(state, depth + 1, inner)}
+    plain = {"type": kind.__qualname__, "state": _plain(state, depth + 1, inner, met)}
     if base is not None:  # a subclass of a builtin: its builtin value too
-        plain["value"] = _plain(base(value), depth + 1, inner)
+        plain["value"] = _plain(base(value), depth + 1, inner, met)
     elif not state or any(not c.__flags__ & _HEAP_TYPE for c in kind.__mro__[:-1]):
-        plain["reduced"] = _reduced(value, depth, inner)  # a C type keeps its value out of both
+        plain["reduced"] = _reduced(value, depth, inner, met)  # a C type keeps its value out of both
     return plain
 
 
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time (a class statement, or a module's spec)
 
 
-def _reduced(value, depth: int, inner: frozenset):
+def _reduced(value, depth: int, inner: frozenset, met: set | None):
     """What pickling would rebuild `value` from (`__reduce_ex__`: the arguments, state and items past its
     constructor): the value of a C type (`datetime.date`, `Decimal`, `deque`, a numpy array), which neither
     `__dict__` nor `__slots__` holds. None where it cannot be pickled."""
@@ -147,32 +163,70 @@ def _reduced(value, depth: int, inner: frozenset):
     if isinstance(reduced, str):  # a module-level object, by name
         return reduced
     parts = [list(part) if hasattr(part, "__next__") else part for part in reduced[1:]]
-    return _plain(parts, depth + 1, inner)
+    return _plain(parts, depth + 1, inner, met)
 
 
 class _Observations:
-    """What `__check__`, `__value__` and `__raised__` (the builtins the observation form of `observe.py` calls)
-    report: per test, the number of values and a sha256 over their canonical JSON, written as one record when the
-    test ends. The values themselves stay here: grading compares the digests with the gold patch's run."""
+    """What `__check__`, `__value__`, `__raised__` and `__warned__` (the builtins the observation form of
+    `observe.py` calls) report: per test, the number of values, a sha256 over their canonical JSON, and how many
+    checks were blind (below), written as one record when the test ends. The values themselves stay here: grading
+    compares the digests with the gold patch's run.
 
-    def __init__(self):
-        self.count, self.digest = 0, hashlib.sha256()
+    A check is *blind* where what decides it cannot be reported: its value is deeper than `_MAX_DEPTH`, or the
+    observation form dropped the written value it compared with (`check(thunk, "compared")`) and the object has an
+    operator of `_RELATIONS` written in the repository (under `root`), which would have decided against the
+    literal, so reporting the object's state would not say what the package's operator answers. The host fails
+    a test whose gold run had a blind check (`integrity.judge_values`): nothing it can compare decides it."""
+
+    def __init__(self, root: str | None = None):
+        self.root = os.path.join(os.path.realpath(root or os.getcwd()), "")
+        self.count, self.blind, self.digest = 0, 0, hashlib.sha256()
 
     def add(self, plain) -> None:
         self.count += 1
         scalar = type(plain) in (int, float, str, bool, type(None))  # repr: canonical for these, and faster
         self.digest.update((repr(plain) if scalar else json.dumps(plain, sort_keys=True)).encode() + b"\n")
 
-    def check(self, thunk):
+    def _report(self, value, relation: str | None = None) -> None:
+        met: set = set()
+        try:
+            self.add(_plain(value, met=met))
+        except (_Unreportable, RecursionError) as error:
+            self._blind(str(error) or "a value too deep to write")
+            return
+        if relation == "truth":  # `assert c`, `assert not c`: what `bool` answers decides (`__bool__`, `__len__`)
+            try:
+                self.add({"truth": bool(value)})
+            except Exception as error:  # noqa: BLE001 - what `bool` raised is the answer (a numpy array's)
+                self.add({"truth": {"raised": type(error).__qualname__}})
+        elif relation is not None:
+            own = sorted(f"{k.__qualname__}.{name}" for k in met for name in _RELATIONS if self._own(k, name))
+            if own:
+                self._blind(f"compared with a written value by {', '.join(own)}")
+
+    def _own(self, kind: type, name: str) -> bool:
+        """Whether `kind`'s operator `name` is Python code of the repository (the package's, or the patch's)."""
+        code = getattr(getattr(kind, name, None), "__code__", None)
+        filename = getattr(code, "co_filename", "")  # "<string>": made at run time (a dataclass's `__eq__`)
+        return filename.startswith("/") and os.path.realpath(filename).startswith(self.root)
+
+    def _blind(self, why: str) -> None:
+        self.blind += 1
+        self.add({"blind": why})
+
+    def check(self, thunk, relation: str | None = None):
+        """Report what `thunk()` returns, or raises; `relation` is how the check decided (`observe._checks`):
+        "compared" where the observation form dropped a written value it was compared with, "truth" for a bare
+        truth, else None."""
         try:
             value = thunk()
         except BaseException as error:  # noqa: B036 - the exception is the value (pytest's own ones too)
             self.add({"raised": type(error).__qualname__})
             return
-        self.add(_plain(value))
+        self._report(value, relation)
 
     def value(self, value):
-        self.add(_plain(value))
+        self._report(value)
         return value
 
     def raised(self, error, message: bool = False) -> None:
@@ -183,10 +237,31 @@ class _Observations:
         else:
             self.add({"raised": type(error).__qualname__, **({"message": str(error)} if message else {})})
 
+    def warned(self, message: bool = False) -> "_Warned":
+        """`with pytest.warns(W)` / `deprecated_call()` / `assertWarns(W)` in observation form (see `_Warned`)."""
+        return _Warned(self, message)
+
     def take(self) -> dict:
-        record = {"count": self.count, "digest": self.digest.hexdigest()}
-        self.count, self.digest = 0, hashlib.sha256()
+        record = {"count": self.count, "digest": self.digest.hexdigest(), "blind": self.blind}
+        self.count, self.blind, self.digest = 0, 0, hashlib.sha256()
         return record
+
+
+class _Warned(WarningsRecorder):
+    """A context that records every warning its body gives (pytest's `WarningsRecorder`, the class pytest.warns
+    builds on, taken when this file is imported, before any of the patch's code runs; `as record` binds it) and
+    reports, on the way out, each one's category and, where the test matched one, its message (not a
+    ResourceWarning: when the garbage collector gives one differs between runs). W and the pattern are gone from
+    the text, as a raises block's exception is; an exception from the body goes on through."""
+
+    def __init__(self, observations: _Observations, message: bool):
+        super().__init__(_ispytest=True)
+        self.observations, self.message = observations, message
+
+    def __exit__(self, *exc_info):
+        super().__exit__(*exc_info)
+        self.observations.add({"warned": [[w.category.__qualname__, str(w.message) if self.message else None]
+                                          for w in self.list if not issubclass(w.category, ResourceWarning)]})
 
 
 class _Audit:
@@ -356,7 +431,7 @@ def main() -> int:
     sys.addaudithook(_Audit(watch, os.path.dirname(os.path.abspath(token_path)), write))
     observations = _Observations()
     builtins.__check__, builtins.__value__ = observations.check, observations.value
-    builtins.__raised__ = observations.raised
+    builtins.__raised__, builtins.__warned__ = observations.raised, observations.warned
     import linecache
 
     import _pytest.runner
