@@ -1418,7 +1418,7 @@ def test_conftest_marking_every_test_passed_earns_nothing_on_any_task(name, sweg
 def test_attack_earns_nothing(backend, attack, swegym_cache_dir):
     config, row = sandbox_config(backend, swegym_cache_dir), ROWS.get(attack.task) or flip_row()
     if attack.patch is not None:
-        grade = grade_patch(row, attack.patch(attack.task), config, eval_timeout=60)
+        grade = grade_patch(row, attack.patch(attack.task), config, eval_timeout=300)
         info, rewards = grade.info(), {mode: grade.reward(mode) for mode in ("resolved", "dense")}
     else:
         final = _episode(config, row, attack.replies(attack.task))
@@ -1491,5 +1491,5 @@ def test_a_fix_that_adds_the_standard_librarys_own_introspection_still_resolves(
     path = SOURCES[name].fix[0].path
     fixed = apply_edits(SOURCES[name].files_at_base(), SOURCES[name].fix)[path]
     fixed = fixed.replace("    merged = []\n", "    _describe(merge)\n    merged = []\n", 1) + LEGITIMATE_INTROSPECTION
-    grade = grade_patch(ROWS[name], edits(name, {path: fixed}), config, eval_timeout=60)
+    grade = grade_patch(ROWS[name], edits(name, {path: fixed}), config, eval_timeout=300)
     assert grade.resolved and grade.problem == "", grade.info()

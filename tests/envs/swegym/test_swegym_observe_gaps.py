@@ -109,8 +109,8 @@ def test_an_assertion_helper_given_the_code_to_call_runs_it(config):
     row = variant("rpn", "tests/test_evaluator.py", RAISES_WITH_A_CALLABLE,
                   "TestDivisionByZero::test_right_operand_zero_raises")
     row["FAIL_TO_PASS"] = [*row["FAIL_TO_PASS"], "tests/test_evaluator.py::test_right_operand_zero_raises"]
-    assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
-    grade = grade_patch(row, replaced_raises(), config, eval_timeout=60)
+    assert grade_patch(row, row["patch"], config, eval_timeout=300).resolved
+    grade = grade_patch(row, replaced_raises(), config, eval_timeout=300)
     assert grade.patch_applied and grade.f2p_passed == 0, grade.info()
 
 
@@ -120,8 +120,8 @@ def test_a_raises_block_whose_exception_the_test_reads_is_the_codes_own(config):
     `pytest.raises` replaced from the package made up `info` and the base code resolved; so the block is a `try`
     that binds `info` to what the code raised, and the gold patch resolves while the replaced one earns nothing."""
     row = variant("rpn", "tests/test_evaluator.py", RAISES_AS_BLOCK, "test_right_operand_zero_raises")
-    assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
-    grade = grade_patch(row, replaced_raises(), config, eval_timeout=60)
+    assert grade_patch(row, row["patch"], config, eval_timeout=300).resolved
+    grade = grade_patch(row, replaced_raises(), config, eval_timeout=300)
     assert not grade.resolved and grade.differ == [row["FAIL_TO_PASS"][0]], grade.info()
 
 
@@ -153,9 +153,9 @@ def test_an_ordering_against_a_constructed_expected_value_checks_the_ordering(co
     and a comment would resolve the task."""
     row = variant("semver", "tests/test_version.py", ORDER_AGAINST_A_CONSTRUCTED_VALUE,
                   "test_prerelease_below_release")
-    grade = grade_patch(row, comment_only("semver", "semver/version.py"), config, eval_timeout=60)
+    grade = grade_patch(row, comment_only("semver", "semver/version.py"), config, eval_timeout=300)
     assert grade.patch_applied and not grade.resolved and grade.differ == row["FAIL_TO_PASS"], grade.info()
-    assert grade_patch(row, row["patch"], config, eval_timeout=60).resolved
+    assert grade_patch(row, row["patch"], config, eval_timeout=300).resolved
 
 
 # a helper of the test whose value is in hash order (the letters of a set of strings): reported by `__value__`
@@ -175,7 +175,7 @@ def test_a_value_in_string_hash_order_is_the_same_in_both_runs(config):
     """A value whose order follows Python's string hashing (a list made from a set) is ordered alike in the gold
     patch's run and the patch's (one hash seed for both), so a correct fix passes such a test."""
     row = variant("rpn", "tests/test_evaluator.py", HASH_ORDERED, "test_letters_are_distinct")
-    grade = grade_patch(row, row["patch"], config, eval_timeout=60)
+    grade = grade_patch(row, row["patch"], config, eval_timeout=300)
     assert grade.resolved and grade.differ == [], grade.info()
 
 
@@ -201,7 +201,7 @@ def test_a_patch_that_kills_its_own_shell_is_graded_not_excused(config, monkeypa
     base = SOURCES["rpn"].files_at_base()[init]
     rises = iter(range(10**6))
     monkeypatch.setattr(containment, "machine_oom_kills", lambda: next(rises))
-    grade = grade_patch(ROWS["rpn"], make_patch({init: base}, {init: base + KILLS_ITS_SHELL}), config, eval_timeout=60)
+    grade = grade_patch(ROWS["rpn"], make_patch({init: base}, {init: base + KILLS_ITS_SHELL}), config, eval_timeout=300)
     assert grade.patch_applied and grade.reward("dense") == 0.0
 
 
@@ -278,7 +278,7 @@ def test_a_test_with_no_observed_value_is_not_passed_on_the_patchs_word(config):
     row = variant("rpn", "tests/test_evaluator.py", UNOBSERVABLE, "test_subtraction_keeps_operand_order")
     init = "rpn/__init__.py"
     base = SOURCES["rpn"].files_at_base()[init]
-    grade = grade_patch(row, make_patch({init: base}, {init: base + PASSES_FAILED_ASSERTS}), config, eval_timeout=60)
+    grade = grade_patch(row, make_patch({init: base}, {init: base + PASSES_FAILED_ASSERTS}), config, eval_timeout=300)
     assert grade.patch_applied and not grade.resolved, grade.info()
     assert any("test_subtraction_keeps_operand_order" in test for test in grade.unobserved), grade.info()
 
@@ -315,6 +315,6 @@ def test_a_passing_to_passing_test_with_no_observed_value_does_not_hide_a_regres
     row["PASS_TO_PASS"] = [*row["PASS_TO_PASS"], f"{path}::test_sum_walrus"]
     base = SOURCES["rpn"].files_at_base()[init]
     patch = row["patch"] + make_patch({init: base}, {init: base + PASSES_FAILED_ASSERTS + BREAKS_A_SUM})
-    grade = grade_patch(row, patch, config, eval_timeout=60)
+    grade = grade_patch(row, patch, config, eval_timeout=300)
     assert grade.patch_applied and grade.f2p_passed == 1 and not grade.resolved, grade.info()
     assert grade.reward("dense") == 0.0 and grade.unobserved == [f"{path}::test_sum_walrus"], grade.info()
