@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job: set up, then (1) an SFT warm start of the offline default model (SmolLM2-135M-Instruct) on the
-# walkthroughs of TextWorld games generated here, and (2) a short multi-turn GRPO run from it, ending with greedy
-# success on held-out games, printed beside the SFT start's. CPU, offline (measured from a fresh clone: 5.5 minutes
-# on 2 quiet cores, 59 on 2 cores at a load average of 13.5; the README says how).
-# Extra arguments go to the GRPO step.
+# walkthroughs of TextWorld games generated here, and (2) DAgger from it: the model plays, TextWorld's expert labels
+# every state it reaches, the model trains on those states; it ends with greedy success on held-out games, printed
+# beside the SFT start's. CPU, offline (the README says how long it took, and where). Step 2 is DAgger because it beat
+# more SFT on walkthroughs in docs/study_learning_signal.md; GRPO from the same start is
+# `trl-multiturn train grpo --config quickstart`. Extra arguments go to the DAgger step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -14,4 +15,4 @@ export HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 PY="${VENV:-.venv}/bin/python"
 "$PY" examples/textworld_sft.py --config recipes/quickstart_sft.yaml
-"$PY" examples/textworld_grpo.py --config recipes/quickstart.yaml "$@"
+"$PY" examples/textworld_dagger.py --config recipes/quickstart_dagger.yaml "$@"

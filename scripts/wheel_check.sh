@@ -4,7 +4,7 @@
 # model's wheel and gguf, which reads it), and run the README's main job (scripts/quickstart.sh's two steps, by
 # shipped recipe name) with the installed `trl-multiturn` command alone, from an empty folder, one step each, then
 # `trl-multiturn eval` of the result. tests/test_wheel.py is the offline version the suite runs (tiny model, the
-# test venv's dependencies). WORK= chooses the folder (default: a new temporary one); extra arguments go to the GRPO
+# test venv's dependencies). WORK= chooses the folder (default: a new temporary one); extra arguments go to the DAgger
 # step, after --max_steps 1 (e.g. --num_eval_games 4: its held-out evaluations play 24 games each otherwise).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +32,6 @@ export HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
 TRL="$WORK/venv/bin/trl-multiturn"
 "$TRL" --version
 "$TRL" train sft --config quickstart_sft --max_steps 1
-"$TRL" train grpo --config quickstart --max_steps 1 "$@"
-"$TRL" eval --config quickstart --num_eval_games 4 --no_progress
+"$TRL" train dagger --config quickstart_dagger --max_steps 1 "$@"
+"$TRL" eval --config quickstart_dagger --num_eval_games 4 --no_progress
 echo "wheel check passed: $(basename "$WHEEL"), the README's main job from $WORK/run in $(( $(date +%s) - start )) s"

@@ -1,5 +1,5 @@
 """The wheel is the tool: built from this repository and installed into a new virtual environment, its
-`trl-multiturn` command runs the README's main job (SFT warm start, then GRPO, then `eval`) from a folder with no
+`trl-multiturn` command runs the README's main job (SFT warm start, then DAgger, then `eval`) from a folder with no
 checkout in reach.
 
 Offline by construction: the wheel is built without build isolation when the running interpreter already has the
@@ -143,20 +143,20 @@ def test_the_installed_package_loads_the_shipped_swegym_tasks_as_the_checkout_do
 
 def test_the_readme_main_job_runs_from_the_installed_command(venv, workdir, tiny_chatml_model, textworld_games_dir):
     """scripts/quickstart.sh's two steps by shipped recipe name, at the smallest size: one step each on a tiny
-    model, two training games; GRPO starts from the SFT step's output, as the recipe says."""
+    model, two training games; DAgger starts from the SFT step's output, as the recipe says."""
     games = ["--games_dir", str(textworld_games_dir), "--disable_tqdm", "true"]
     sft = _run(venv, workdir, "trl-multiturn", "train", "sft", "--config", "quickstart_sft", "--model_name_or_path",
                str(tiny_chatml_model), "--max_steps", "1", "--num_train_games", "2", *games)
     assert "MultiTurnSFTTrainer: saved the model" in sft
-    grpo = _run(venv, workdir, "trl-multiturn", "train", "grpo", "--config", "quickstart", "--max_steps", "1",
-                "--num_train_games", "2", "--num_eval_games", "1", *games)
-    assert "MultiTurnGRPOTrainer: saved the model" in grpo and "held-out success, the same games:" in grpo
-    for run in ("quickstart_sft", "quickstart_grpo"):
+    dagger = _run(venv, workdir, "trl-multiturn", "train", "dagger", "--config", "quickstart_dagger", "--max_steps",
+                  "1", "--num_train_games", "2", "--num_eval_games", "1", *games)
+    assert "MultiTurnDAggerTrainer: saved the model" in dagger and "held-out success, the same games:" in dagger
+    for run in ("quickstart_sft", "quickstart_dagger"):
         out = workdir / "outputs" / run
         assert (out / "model.safetensors").is_file() and (out / "episode_settings.json").is_file()
-    trained = workdir / "outputs" / "quickstart_grpo"
+    trained = workdir / "outputs" / "quickstart_dagger"
     before = set(trained.glob("eval_results*.json"))
-    evaluated = _run(venv, workdir, "trl-multiturn", "eval", "--config", "quickstart", "--num_eval_games", "1",
+    evaluated = _run(venv, workdir, "trl-multiturn", "eval", "--config", "quickstart_dagger", "--num_eval_games", "1",
                      "--no_progress")
     (written,) = set(trained.glob("eval_results*.json")) - before
     assert f"results: {written.relative_to(workdir)}" in evaluated
