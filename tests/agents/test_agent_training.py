@@ -141,6 +141,17 @@ def test_reward_funcs_are_refused_with_an_agent(tiny_chatml_model, tmp_path):
                 0.0] * len(completions)])
 
 
+def test_dynamic_sampling_with_an_agent_is_refused_in_the_trajectory_format_and_built_step_wise(tiny_chatml_model,
+                                                                                                      tmp_path):
+    """Each draw of an agent's episodes is step-wise when an agent rewrote its history, so one step's draws could
+    come in two formats; step-wise they cannot."""
+    with pytest.raises(ValueError, match="dynamic_sampling=True with an agent and episode_format='trajectory'"):
+        make_trainer(tiny_chatml_model, tmp_path, openai_loop_agent, dynamic_sampling=True)
+    trainer, _ = make_trainer(tiny_chatml_model, tmp_path, openai_loop_agent, dynamic_sampling=True,
+                              episode_format="stepwise")
+    assert trainer.step.episodes.dynamic is not None
+
+
 def test_smolagents_runs_the_tool_the_models_template_output_calls(tiny_chatml_model):
     """With a stand-in for a model that knows the task (its two replies scripted as the tiny template's tool-call
     syntax), smolagents receives OpenAI tool calls, runs the tool and finishes with the final_answer tool."""

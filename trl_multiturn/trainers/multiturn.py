@@ -836,6 +836,11 @@ class MultiTurnMixin(RunFilesMixin):
             raise ValueError(f"dynamic_sampling=True draws tasks from train_dataset by index, which a "
                              f"{type(dataset).__name__} has not: pass a datasets.Dataset (or a list of rows), or set "
                              "dynamic_sampling=False")
+        if isinstance(self.episode_runner, AgentRunner) and args.episode_format == "trajectory":
+            raise ValueError("dynamic_sampling=True with an agent and episode_format='trajectory': a draw comes back "
+                             "step-wise when an agent rewrote its history, so one step's draws could come in two "
+                             "formats: set episode_format='stepwise' (an agent's trajectory is trained step-wise "
+                             "there) or dynamic_sampling=False")
         shelf = (TaskShelf(args.dynamic_sampling_set_aside_steps, args.dynamic_sampling_set_aside_ties)
                  if args.dynamic_sampling_set_aside_steps else None)
         return DynamicSampler(dataset, self.num_generations, args.dynamic_sampling_max_draws, shelf, args.seed,
