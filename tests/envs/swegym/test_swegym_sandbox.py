@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from docker_engine import docker_client
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
 from trl_multiturn.envs.swegym.sandbox import CHANNEL_FD
 from trl_multiturn.envs.swegym.sandbox.bwrap import bwrap_argv
+from trl_multiturn.envs.swegym.sandbox.rootfs import copy_root, ensure_root
 
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
 # Test names that only the hidden test patches hold (the distinctive ones: `test_round_trip` is in the standard
@@ -99,7 +101,8 @@ def test_no_capabilities_and_no_host_files(sandbox, config):
     assert int(probe.output.split()[0]) < 10  # only the sandbox's own processes
     if config.sandbox == "local":  # Docker's root may write its own container's files, which go with it
         writes = sandbox.run("for p in /usr/x /etc/x /x /proc/x; do touch $p 2>&1; done; cat /etc/shadow 2>&1")
-        assert writes.output.count("Read-only file system") == 3 and "/etc/shadow: Permission denied" in writes.output
+        # the host's /etc is not there: the sandbox's root holds a few files of it, never the password hashes
+        assert writes.output.count("Read-only file system") == 3 and "/etc/shadow: No such file" in writes.output
         assert not any(Path(p).exists() for p in ("/usr/x", "/etc/x", "/x"))
 
 
@@ -121,16 +124,22 @@ def test_processes_and_tmp_are_private(config):
         bystander.kill()
 
 
-def test_an_unprivileged_user_gets_the_same_namespaces(tmp_path):
-    """bubblewrap as an ordinary user (no setuid, a user namespace of its own), with the system Python."""
+def test_an_unprivileged_user_gets_the_same_namespaces(swegym_cache_dir):
+    """bubblewrap as an ordinary user (no setuid, a user namespace of its own), on a root with the base Python."""
     user = 65534 if os.geteuid() == 0 else os.geteuid()
     checkout = Path(tempfile.mkdtemp(prefix="swegym-user-"))
     own_tmp = checkout / "tmp"
     own_tmp.mkdir()
     for folder in (checkout, own_tmp):
         os.chown(folder, user, user)
-    argv = bwrap_argv(checkout=str(checkout), tmp=str(own_tmp), workdir="/testbed", python_dirs={}, hidden=[],
-                      env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, shm_bytes=1 << 20, proc_views={})
+    python = Path(sys.base_prefix).resolve()
+    root = Path(tempfile.mkdtemp(prefix="swegym-root-"))  # the cache folder is the trainer's alone (0700)
+    root.chmod(0o755)
+    copy_root(ensure_root(Path(swegym_cache_dir), [python], []), root)
+    argv = bwrap_argv(checkout=str(checkout), tmp=str(own_tmp), workdir="/testbed",
+                      python_dirs={python: root / python.relative_to("/")}, hidden=[],
+                      env={"PATH": f"{python}/bin:/usr/bin:/bin", "HOME": "/tmp"}, shm_bytes=1 << 20, proc_views={},
+                      root=str(root))
     script = ("id -u; touch /testbed/written /tmp/own && echo wrote; ls /root 2>&1 | head -1; "
               "python3 -c 'import socket; print(sorted(n for _, n in socket.if_nameindex()))'")
     become = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if os.geteuid() == 0 else []
@@ -141,7 +150,7 @@ def test_an_unprivileged_user_gets_the_same_namespaces(tmp_path):
         assert "cannot access '/root'" in lines[2]
         assert (checkout / "written").exists() and (own_tmp / "own").exists()
     finally:
-        subprocess.run(["rm", "-rf", str(checkout)], check=True)
+        subprocess.run(["rm", "-rf", str(checkout), str(root)], check=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as an ordinary user the command runs as that user: no uid to take")
