@@ -185,3 +185,10 @@ def test_a_local_command_holds_only_the_sandbox_uid(swegym_cache_dir):
         assert status["Uid"].split() == [str(box.uid)] * 4 and status["Gid"].split() == [str(box.uid)] * 4
         assert status["Groups"].strip() == "" and box.uid != 0  # not 4242
         assert done["out"].output == "stopped\n"
+
+
+@pytest.mark.parametrize("path", ["node", "/no/such/program"])
+def test_root_extra_that_is_no_host_path_is_refused_when_built(path):
+    with pytest.raises(ValueError, match=f"root_extra: '{path}' is no absolute path of a file or folder on this "
+                                         "machine; give the absolute path"):
+        SandboxConfig(root_extra=[path])
