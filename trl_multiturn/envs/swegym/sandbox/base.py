@@ -126,8 +126,9 @@ class SandboxConfig:
         default="bwrap",
         metadata={
             "help": "Local only. 'bwrap': every command runs under bubblewrap with its own user, network, PID, IPC, "
-            "UTS, cgroup and mount namespaces and a seccomp filter, seeing only the checkout, /usr, /etc and a "
-            "Python built for the tasks (needs the `bwrap` program and unprivileged user namespaces). 'none': a "
+            "UTS, cgroup and mount namespaces and a seccomp filter, seeing only the checkout and a private copy of a "
+            "minimal root (/usr, /etc and a Python built for the tasks; `root_extra`) (needs the `bwrap` program and "
+            "unprivileged user namespaces). 'none': a "
             "plain subprocess with "
             "resource limits only, for machines without bubblewrap; it contains runaway commands, nothing else "
             "(see the SWE-Gym README)."

@@ -2,6 +2,8 @@
 
 Layout: `<space>/repo` (the checkout, `workdir` = /testbed inside) and `<space>/tmp` (the sandbox's own /tmp,
 where the scratch folder /tmp/swegym lives), both owned by the sandbox uid; `<space>` itself belongs to the trainer.
+The files commands run on are a private copy of a minimal root (`rootfs.py`): as root on a tmpfs of its own beside
+the space (`containment.ROOT_COPY`), otherwise at `<space>/root`.
 As root `<space>` is a tmpfs that only the sandbox's own mount namespace has (`containment.PrivateSpace`: no host
 mount, no host folder, gone with this process however it ends); otherwise a fresh temporary folder. What a command
 sees and what it cannot do is listed in `bwrap.py`, `seccomp.py` and the SWE-Gym README.
@@ -117,10 +119,10 @@ class LocalSandbox(Sandbox):
     """The repository in a fresh temporary folder; each command bash under bubblewrap and resource limits.
 
     With `isolation='bwrap'` (the default) each command runs in new user, network, PID, IPC, UTS, cgroup and mount
-    namespaces under a seccomp filter, seeing only /usr, /etc, the task Python, the checkout (at `/testbed`) and
-    the sandbox's own /tmp; as root it also runs as a uid of its own. Every process a command starts ends with it. With
-    `isolation='none'` commands are plain subprocesses with resource limits, as the trainer's user, in the host
-    folders. See the SWE-Gym README for what each holds.
+    namespaces under a seccomp filter, seeing only its private copy of a minimal root (/usr, /etc, the task Python:
+    `rootfs.py`), the checkout (at `/testbed`) and the sandbox's own /tmp; as root it also runs as a uid of its
+    own. Every process a command starts ends with it. With `isolation='none'` commands are plain subprocesses with
+    resource limits, as the trainer's user, in the host folders. See the SWE-Gym README for what each holds.
     """
 
     def __init__(self, config: SandboxConfig | None = None):

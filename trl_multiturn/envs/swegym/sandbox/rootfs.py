@@ -43,7 +43,9 @@ PROGRAMS = (
     # text, files and processes
     "grep", "egrep", "fgrep", "sed", "awk", "mawk", "gawk", "find", "xargs", "diff", "cmp", "diff3", "sdiff", "patch",
     "tar", "gzip", "gunzip", "zcat", "which", "less", "more", "ps", "pgrep", "pkill", "kill", "tree", "jq",
-    "rg", "make",
+    "rg", "make", "xz", "bzip2", "unzip", "zip",
+    # util-linux
+    "setsid", "getopt", "hostname", "column", "rev",
 )
 # Folders a program needs whole (git's subcommands and templates, the C.UTF-8 locale).
 FOLDERS = ("/usr/lib/git-core", "/usr/share/git-core", "/usr/lib/locale/C.utf8")
