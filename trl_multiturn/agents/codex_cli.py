@@ -9,8 +9,9 @@ episode's local SWE-Gym sandbox, so every shell command it runs runs there, on t
                                    environment_factory=codex_cli_environment(SWEGymConfig()))
 
 Setup: `npm install -g @openai/codex@0.171.0` (scripts/setup.sh does it as root), so that `codex` and node lie under
-/usr, which the sandbox sees read-only; the package and its native binary come from the npm registry, with no
-download at install or run time.
+/usr; the sandbox's private root (`envs/swegym/sandbox/rootfs.py`) gets node, the `codex` link and the package
+(`root_extra`: about 520 MB more per concurrent episode); the package and its native binary come from the npm
+registry, with no download at install or run time.
 
 Per episode: a `SWEGymEnv` checks the task's repository out in a fresh local sandbox (bubblewrap; the Docker sandbox
 is not supported: the relay below binds into the local sandbox's folder); the endpoint is relayed into the sandbox
@@ -27,6 +28,7 @@ status and the tail of its output are in the last turn's `info`. The sandbox is 
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import shutil
 from pathlib import Path
@@ -65,12 +67,17 @@ def codex_cli_environment(env_config: SWEGymConfig | None = None, *, codex_timeo
     if env_config.sandbox != "local":
         raise ValueError(f"codex_cli_environment: sandbox={env_config.sandbox!r}; Codex runs inside the local "
                          "sandbox only: set SWEGymConfig(sandbox='local')")
+    programs = {}
     for program in ("codex", "node"):
         found = shutil.which(program)
         if found is None or not Path(found).resolve().is_relative_to("/usr"):
             raise SandboxError(f"codex_cli_environment: `{program}` must be installed under /usr, where the sandbox "
-                               f"sees it (found: {found}): `npm install -g @openai/codex@0.171.0` as root "
+                               f"finds it on PATH (found: {found}): `npm install -g @openai/codex@0.171.0` as root "
                                "(scripts/setup.sh), node from the Debian archive")
+        programs[program] = found
+    # the sandbox's private root holds only what the tasks need: node, codex's link and its package come along
+    package = Path(programs["codex"]).resolve().parents[1]
+    env_config = dataclasses.replace(env_config, root_extra=[*env_config.root_extra, *programs.values(), str(package)])
 
     def codex_cli(task: dict, session: AgentSession) -> AgentResult:
         env = SWEGymEnv(env_config)

@@ -15,6 +15,8 @@ sandbox of the same task to read, one channel class at a time.
     python - read lockf SALT                fcntl F_GETLK asks who would stop a write lock: someone = 1
     python - read inotify SALT SECS         watch the 16 files (inotify, through ctypes) for SECS: opened = 1
     python - write inotify SALT BITS        open the files of the 1 bits
+    python - evict pagecache SALT           (the test's own, on the host: the sandbox refuses it) drop the files'
+                                            pages from the cache, so a reader finds cold what no sandbox read
     python - read meminfo                   the memory statistics a sandbox can read: /proc/meminfo's Shmem, MemFree
                                             and MemAvailable, sysinfo's free RAM (os.sysconf), in kB, one a line
 
@@ -24,6 +26,9 @@ A reader prints one line per reader: its name and 16 characters, each '0', '1', 
 call refused). A writer writes a file `ready` into the scratch folder once its bits are set (the test waits for it),
 and prints `written` with what it could not do.
 """
+
+import subprocess
+import sys
 
 PROBE = r'''
 import ctypes, errno, fcntl, glob, mmap, os, random, resource, struct, sys, time
@@ -225,7 +230,9 @@ if channel == "meminfo":
     sys.exit()
 paths = files(sys.argv[3])
 paths = paths if channel == "pagecache" else paths[:16]
-if action == "write" and channel == "pagecache":
+if action == "evict":
+    print("evicted", *sorted(write_pagecache(paths, "0" * 32)), flush=True)
+elif action == "write" and channel == "pagecache":
     print("written", *sorted(write_pagecache(paths, sys.argv[4] * 2)), flush=True)
     ready()
 elif action == "write" and channel in LOCKS:
@@ -244,6 +251,14 @@ elif channel == "lockf":
 elif channel == "inotify":
     print("inotify", read_inotify(paths, float(sys.argv[4])))
 '''
+
+
+def evict_on_host(salt: int) -> None:
+    """Drop from the page cache the host's files that the probe picks by `salt` (as the host sees them), so that the
+    only pages of them a reader finds cached are those a sandbox read."""
+    done = subprocess.run([sys.executable, "-", "evict", "pagecache", str(salt)], input=PROBE, text=True,
+                          capture_output=True)
+    assert done.returncode == 0 and done.stdout.split() == ["evicted"], done.stdout + done.stderr
 
 
 def command(*args: object) -> str:

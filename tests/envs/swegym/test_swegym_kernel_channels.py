@@ -2,8 +2,7 @@
 to a later or a concurrent one, on both backends. Each test runs an attacker's probe (`kernel_probe.py`)
 in one sandbox to set 16 random bits and in another to read them back, one channel class at a time; the bits read
 must match no better than chance (at most 14 of 16: a chance match of 15 or more has odds of 17 in 65,536), or the
-readers must be refused outright. What still carries (a page a sandbox reads stays cached) is in the README's
-attack table, measured by `test_page_cache_residency_set_by_reading_is_named_open`.
+readers must be refused outright.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import time
 
 import pytest
 from docker_engine import docker_client
-from kernel_probe import command, matching, readers
+from kernel_probe import command, evict_on_host, matching, readers
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
 from trl_multiturn.envs.swegym.sandbox.procview import meminfo_text
@@ -102,35 +101,31 @@ def test_page_cache_residency_cannot_be_set_or_read_directly(config, salt_and_bi
     assert result.output.split() == ["1", "1", "1", "ok"], result.output  # DONTNEED drops only the mapping
 
 
-def _carried_by_reading(config, salt: int, bits: str) -> str:
-    """A first sandbox reads the pages of its 1 bits (cold shared files, picked at random: reading cannot be
-    refused); a second counts its major faults touching them. Returns what the second read."""
+def _carried_by_reading(config, salt: int, bits: str) -> dict[str, str]:
+    """A first sandbox reads the pages of its 1 bits (files both see, picked at random: reading cannot be
+    refused); a second times its reads and counts its major faults touching them. Returns what each reader of the
+    second found. The host's files the probe picks are dropped from the cache first: a file some other program read
+    would be cached whatever the first sandbox did."""
+    evict_on_host(salt)
     with make_sandbox(config) as first:
         first.start(ROW)
         _run(first, "write", "pagecache", salt, bits)
     with make_sandbox(config) as second:
         second.start(ROW)
-        return readers(_run(second, "read", "pagecache", salt))["faults"]
+        return readers(_run(second, "read", "pagecache", salt))
 
 
-@pytest.mark.parametrize("config", ["docker"], indirect=True)
-def test_page_cache_residency_carries_nothing_between_containers(config, salt_and_bits):
-    """Docker, on an engine whose storage driver gives each container files of its own (btrfs snapshots: see
-    tests/docker_engine.py): a page one container read is not cached for the next one's file, which is another
-    inode. On overlay2 (the image's files shared) this carried 16 of 16 bits."""
+def test_page_cache_residency_set_by_reading_carries_nothing(config, salt_and_bits):
+    """Between consecutive sandboxes, each with files of its own, so a page one read is not cached for the next one's
+    file, which is another inode. Local: each sandbox runs on a private copy of a minimal root (`rootfs.py`), every
+    page of it resident from the copy; before, the host's /usr was one set of inodes for every sandbox and this
+    carried 15-16 of 16 bits. Docker, on an engine whose storage driver gives each container files of its own
+    (btrfs snapshots: see tests/docker_engine.py); on overlay2 (the image's files shared) this carried 16 of 16."""
     salt, bits = salt_and_bits
-    assert matching(bits, _carried_by_reading(config, salt, bits)) <= CHANCE
-
-
-@pytest.mark.parametrize("config", ["local"], indirect=True)
-def test_page_cache_residency_set_by_reading_is_named_open(config, salt_and_bits):
-    """Local: what still carries, measured so that the README's table stays true: the host's /usr is one set of
-    inodes for every sandbox, and a page one read stays cached for the next. Closing it takes files of the
-    sandbox's own (see the README); the test asserts the channel is as open as the README says, so that closing
-    it makes this test fail and the table is corrected."""
-    salt, bits = salt_and_bits
-    read = _carried_by_reading(config, salt, bits)
-    assert all(read[i] == "1" for i, bit in enumerate(bits) if bit == "1"), (bits, read)  # what was read is cached
+    found = _carried_by_reading(config, salt, bits)
+    # Docker: the timing reader of the shared image layers below is in the README's table
+    for name in ("faults", "timing") if config.sandbox == "local" else ("faults",):
+        assert matching(bits, found[name]) <= CHANCE, (name, bits, found[name])
 
 
 def test_file_locks_on_shared_files_carry_nothing(pair, salt_and_bits):

@@ -15,6 +15,7 @@ from docker_engine import docker_client
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
 from trl_multiturn.envs.swegym.sandbox import CHANNEL_FD
 from trl_multiturn.envs.swegym.sandbox.bwrap import bwrap_argv
+from trl_multiturn.envs.swegym.sandbox.rootfs import copy_root, ensure_root
 
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
 # Test names that only the hidden test patches hold (the distinctive ones: `test_round_trip` is in the standard
@@ -99,7 +100,8 @@ def test_no_capabilities_and_no_host_files(sandbox, config):
     assert int(probe.output.split()[0]) < 10  # only the sandbox's own processes
     if config.sandbox == "local":  # Docker's root may write its own container's files, which go with it
         writes = sandbox.run("for p in /usr/x /etc/x /x /proc/x; do touch $p 2>&1; done; cat /etc/shadow 2>&1")
-        assert writes.output.count("Read-only file system") == 3 and "/etc/shadow: Permission denied" in writes.output
+        # the host's /etc is not there: the sandbox's root holds a few files of it, never the password hashes
+        assert writes.output.count("Read-only file system") == 3 and "/etc/shadow: No such file" in writes.output
         assert not any(Path(p).exists() for p in ("/usr/x", "/etc/x", "/x"))
 
 
@@ -121,27 +123,30 @@ def test_processes_and_tmp_are_private(config):
         bystander.kill()
 
 
-def test_an_unprivileged_user_gets_the_same_namespaces(tmp_path):
-    """bubblewrap as an ordinary user (no setuid, a user namespace of its own), with the system Python."""
+def test_an_unprivileged_user_gets_the_same_namespaces(swegym_cache_dir):
+    """bubblewrap as an ordinary user (no setuid, a user namespace of its own), on a private root."""
     user = 65534 if os.geteuid() == 0 else os.geteuid()
     checkout = Path(tempfile.mkdtemp(prefix="swegym-user-"))
     own_tmp = checkout / "tmp"
     own_tmp.mkdir()
     for folder in (checkout, own_tmp):
         os.chown(folder, user, user)
+    root = Path(tempfile.mkdtemp(prefix="swegym-root-"))  # the cache folder is the trainer's alone (0700)
+    root.chmod(0o755)
+    copy_root(ensure_root(Path(swegym_cache_dir), [], []), root)
     argv = bwrap_argv(checkout=str(checkout), tmp=str(own_tmp), workdir="/testbed", python_dirs={}, hidden=[],
-                      env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, shm_bytes=1 << 20, proc_views={})
+                      env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, shm_bytes=1 << 20, proc_views={}, root=str(root))
     script = ("id -u; touch /testbed/written /tmp/own && echo wrote; ls /root 2>&1 | head -1; "
-              "python3 -c 'import socket; print(sorted(n for _, n in socket.if_nameindex()))'")
+              "awk -F: 'NR > 2 {printf \"%s \", $1}' /proc/net/dev | tr -s ' '; echo")
     become = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if os.geteuid() == 0 else []
     done = subprocess.run([*become, *argv, "/bin/bash", "-c", script], capture_output=True, text=True, timeout=60)
     try:
         lines = done.stdout.splitlines()
-        assert lines[:2] == [str(user), "wrote"] and lines[-1] == "['lo']", (done.stdout, done.stderr)
+        assert lines[:2] == [str(user), "wrote"] and lines[-1].split() == ["lo"], (done.stdout, done.stderr)
         assert "cannot access '/root'" in lines[2]
         assert (checkout / "written").exists() and (own_tmp / "own").exists()
     finally:
-        subprocess.run(["rm", "-rf", str(checkout)], check=True)
+        subprocess.run(["rm", "-rf", str(checkout), str(root)], check=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as an ordinary user the command runs as that user: no uid to take")
@@ -176,3 +181,10 @@ def test_a_local_command_holds_only_the_sandbox_uid(swegym_cache_dir):
         assert status["Uid"].split() == [str(box.uid)] * 4 and status["Gid"].split() == [str(box.uid)] * 4
         assert status["Groups"].strip() == "" and box.uid != 0  # not 4242
         assert done["out"].output == "stopped\n"
+
+
+@pytest.mark.parametrize("path", ["node", "/no/such/program"])
+def test_root_extra_that_is_no_host_path_is_refused_when_built(path):
+    with pytest.raises(ValueError, match=f"root_extra: '{path}' is no absolute path of a file or folder on this "
+                                         "machine; give the absolute path"):
+        SandboxConfig(root_extra=[path])

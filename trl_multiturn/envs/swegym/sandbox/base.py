@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
@@ -59,6 +60,8 @@ class SandboxConfig:
             Local, as root: first uid handed to sandboxes.
         uid_count (`int`, defaults to `10_000`):
             Local, as root: how many uids sandboxes may use.
+        root_extra (`list[str]`, defaults to `[]`):
+            Local, bwrap: host files or folders added to each sandbox's private root (node for Codex, say).
 
         > Parameters that control the local sandbox's repositories
 
@@ -123,8 +126,9 @@ class SandboxConfig:
         default="bwrap",
         metadata={
             "help": "Local only. 'bwrap': every command runs under bubblewrap with its own user, network, PID, IPC, "
-            "UTS, cgroup and mount namespaces and a seccomp filter, seeing only the checkout, /usr, /etc and a "
-            "Python built for the tasks (needs the `bwrap` program and unprivileged user namespaces). 'none': a "
+            "UTS, cgroup and mount namespaces and a seccomp filter, seeing only the checkout and a private copy of a "
+            "minimal root (/usr, /etc and a Python built for the tasks; `root_extra`) (needs the `bwrap` program and "
+            "unprivileged user namespaces). 'none': a "
             "plain subprocess with "
             "resource limits only, for machines without bubblewrap; it contains runaway commands, nothing else "
             "(see the SWE-Gym README)."
@@ -141,6 +145,12 @@ class SandboxConfig:
     )
     uid_base: int = config_field(200_000, "Local, as root: first uid handed to sandboxes.", range=Range(ge=0))
     uid_count: int = config_field(10_000, "Local, as root: how many uids sandboxes may use.", range=Range(ge=1))
+    root_extra: list[str] = config_field(
+        help="Local, bwrap: host files or folders (absolute paths) added, at their own paths, to the minimal root "
+        "each sandbox gets a private copy of in place of the host's /usr (`sandbox/rootfs.py`), for programs an agent "
+        "runs inside the sandbox; the shared libraries of the programs among them come along. Each concurrent "
+        "sandbox holds a copy (as root: in memory), so they cost their size per sandbox. The Codex CLI environment "
+        "adds node and its package.", default_factory=list)
 
     # Parameters that control the local sandbox's repositories
     task_python: str | None = field(
@@ -202,6 +212,10 @@ class SandboxConfig:
             raise ValueError(f"run_as_uid={self.run_as_uid!r}: use 'auto', 'none' or a numeric uid")
         if self.docker_engine_gaps not in ENGINE_GAPS:
             raise ValueError(f"docker_engine_gaps={self.docker_engine_gaps!r}: choose one of {ENGINE_GAPS}")
+        for path in self.root_extra:
+            if not os.path.isabs(path) or not os.path.lexists(path):
+                raise ValueError(f"root_extra: {path!r} is no absolute path of a file or folder on this machine; give "
+                                 "the absolute path of a program or folder the sandbox's commands need")
         if self.isolation == "none" and str(self.run_as_uid).isdigit():
             raise ValueError(f"run_as_uid={self.run_as_uid}: switching user needs isolation='bwrap'")
 

@@ -1,8 +1,9 @@
 """The bubblewrap command line that confines one local sandbox command.
 
 A pure function of the sandbox's layout, so what a command can see is readable in one place (and testable):
-its own user, network, PID, IPC, UTS, cgroup and mount namespaces; /usr and /etc read-only; the task Python
-read-only with every site-packages folder of the trainer masked; the checkout at `workdir`; a /tmp of its own; a
+its own user, network, PID, IPC, UTS, cgroup and mount namespaces; /usr and /etc read-only (the sandbox's private
+copy of a minimal root, `rootfs.py`, whose pages no other sandbox reads); the task Python read-only (from the same
+copy) with every site-packages folder of the trainer masked; the checkout at `workdir`; a /tmp of its own; a
 fresh /proc and /dev with a private /dev/shm; everything else read-only. bubblewrap runs unprivileged, as the
 sandbox's uid (as root, the caller switches to it first), and makes a user namespace that maps that uid to itself,
 where the command has no capability; the seccomp filter keeps it from making another (not `--disable-userns`:
@@ -25,7 +26,7 @@ from pathlib import Path
 from .base import SandboxError
 
 # Top-level folders that are symlinks into /usr on merged-/usr systems (Debian 12), real folders elsewhere.
-_ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
 def find_program(name: str, purpose: str, otherwise: str = "") -> str:
@@ -55,6 +56,7 @@ def bwrap_argv(
     env: dict[str, str],
     shm_bytes: int,
     proc_views: dict[str, str],
+    root: str,
 ) -> list[str]:
     """The argv prefix (a command and its arguments follow) that runs a command in the sandbox.
 
@@ -62,20 +64,22 @@ def bwrap_argv(
     with where bubblewrap finds it: a bind mount the sandbox uid can reach, `containment.PrivateSpace`) read-only
     at their own paths (with world-readable parent folders made for them); each of `hidden` that lies inside a
     visible folder is covered by an empty read-only tmpfs; each of `proc_views` ({file under /proc: host file}) is
-    bound read-only over the machine's own (`procview.py`).
+    bound read-only over the machine's own (`procview.py`). `root` (where bubblewrap finds the sandbox's private
+    copy of its root, `rootfs.py`) gives /usr, /etc and the top-level library folders in place of the host's; the
+    `python_dirs` sources lie in it too.
     """
     bwrap = find_program("bwrap", "bubblewrap, for isolation='bwrap'", ", or set isolation='none' to run commands "
                          "without isolation (see the SWE-Gym README for what that leaves open)")
     argv = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net",
             "--unshare-uts", "--unshare-cgroup", "--unshare-user", "--die-with-parent",
             "--new-session", "--hostname", "sandbox"]
-    argv += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
-    for name in _ROOT_LINKS:
+    argv += ["--ro-bind", f"{root}/usr", "/usr", "--ro-bind", f"{root}/etc", "/etc"]
+    for name in ROOT_LINKS:
         host = Path("/", name)
         if host.is_symlink():
             argv += ["--symlink", os.readlink(host), str(host)]
-        elif host.is_dir():
-            argv += ["--ro-bind", str(host), str(host)]
+        elif host.is_dir():  # `rootfs.ensure_root` makes each in the root
+            argv += ["--ro-bind", f"{root}{host}", str(host)]
     argv += ["--proc", "/proc"]
     for target, source in proc_views.items():
         argv += ["--ro-bind", source, target]

@@ -31,11 +31,13 @@ def warn_once(key: str, message: str) -> None:
 # Empty on the host, shared by every sandbox; its parents must be open to every uid (bubblewrap, as the sandbox uid,
 # binds from below it), so not under TMPDIR, which may be private.
 MOUNT_POINT = Path("/run/trl_multiturn_sandbox")
-# In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB, the folders $2... bound in it
-# (as bind0, bind1...); then it prints its pid and waits for a line.
-_HOLDER = ('mount -t tmpfs -o "size=$1m,mode=0711,nosuid,nodev" trl-multiturn-sandbox "$0" && shift && i=0 && '
-           'for folder in "$@"; do mkdir "$0/bind$i" && mount --bind "$folder" "$0/bind$i" || exit 1; i=$((i+1)); '
-           "done && echo $$ && read _")
+ROOT_COPY = MOUNT_POINT / "root"  # where a PrivateSpace holds its copy of the sandbox root
+# In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB; a copy of the root $2 (if not
+# empty) on a tmpfs of its own at $0/root, read-only once copied; then it prints its pid and waits for a line.
+_HOLDER = ('mount -t tmpfs -o "size=$1m,mode=0711,nosuid,nodev" trl-multiturn-sandbox "$0" && '
+           'if [ -n "$2" ]; then mkdir "$0/root" && '
+           'mount -t tmpfs -o mode=0755,nosuid,nodev trl-multiturn-root "$0/root" && cp -a "$2/." "$0/root/" && '
+           'mount -o remount,ro "$0/root" || exit 1; fi && echo $$ && read _')
 
 
 class PrivateSpace:
@@ -46,15 +48,15 @@ class PrivateSpace:
     namespace by descriptor (`mnt_fd`) and reaches the tmpfs through `root` (/proc/self/fd/N), so when it ends,
     however it ends (SIGKILL included), the kernel drops the namespace and the tmpfs with its files. Commands and
     git run in that mount namespace (through nsenter, `enter_argv()`); `MOUNT_POINT`, the same empty folder for
-    every sandbox, is where they see the tmpfs. Each of the `folders` the sandbox binds read-only (the task Python)
-    is bound at `binds[i]` there, a path bubblewrap can reach as the sandbox uid wherever the folder itself lies
-    (under root's home, say).
+    every sandbox, is where they see the tmpfs. `sandbox_root` (`rootfs.ensure_root`), if given, is copied to a tmpfs
+    of its own at `ROOT_COPY`, outside the quota (its pages count against this process's memory, not the sandbox's),
+    and made read-only; it goes with the namespace like the rest.
     """
 
-    def __init__(self, megabytes: int, folders: list[Path]):
+    def __init__(self, megabytes: int, sandbox_root: Path | None = None):
         holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _HOLDER, str(MOUNT_POINT),
-             str(megabytes), *map(str, folders)],
+             str(megabytes), str(sandbox_root or "")],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         fds: list[int] = []
@@ -78,7 +80,6 @@ class PrivateSpace:
             holder.stderr.close()
         self.mnt_fd, self.root_fd = fds
         self._identity = [_identity(fd) for fd in fds]
-        self.binds = [MOUNT_POINT / f"bind{i}" for i in range(len(folders))]
         self.root = Path(f"/proc/self/fd/{self.root_fd}")
 
     def check(self) -> None:
@@ -148,14 +149,14 @@ def _program(name: str) -> str:
     return find_program(name, "util-linux, which the sandbox's commands run through")
 
 
-def private_space(megabytes: int, folders: list[Path]) -> PrivateSpace | None:
+def private_space(megabytes: int, sandbox_root: Path | None = None) -> PrivateSpace | None:
     """A `PrivateSpace` as root where the kernel lets root mount; None otherwise (logged once: the sandbox's folders
     are then a plain temporary folder without quota, removed on close, on SIGINT and on SIGTERM, not on SIGKILL)."""
     why = "not root"
     if os.geteuid() == 0:
         try:
             MOUNT_POINT.mkdir(mode=0o755, parents=True, exist_ok=True)
-            return PrivateSpace(megabytes, folders)
+            return PrivateSpace(megabytes, sandbox_root)
         except (OSError, SandboxError) as e:
             why = str(e)
     warn_once("quota", f"sandbox disk quota: {why}, so the sandbox folders are a plain temporary folder, not "

@@ -2,6 +2,8 @@
 
 Layout: `<space>/repo` (the checkout, `workdir` = /testbed inside) and `<space>/tmp` (the sandbox's own /tmp,
 where the scratch folder /tmp/swegym lives), both owned by the sandbox uid; `<space>` itself belongs to the trainer.
+The files commands run on are a private copy of a minimal root (`rootfs.py`): as root on a tmpfs of its own beside
+the space (`containment.ROOT_COPY`), otherwise at `<space>/root`.
 As root `<space>` is a tmpfs that only the sandbox's own mount namespace has (`containment.PrivateSpace`: no host
 mount, no host folder, gone with this process however it ends); otherwise a fresh temporary folder. What a command
 sees and what it cannot do is listed in `bwrap.py`, `seccomp.py` and the SWE-Gym README.
@@ -48,6 +50,7 @@ from .base import (
 from .bwrap import bwrap_argv
 from .containment import (
     MOUNT_POINT,
+    ROOT_COPY,
     MemoryCgroup,
     OomWatch,
     PrivateSpace,
@@ -58,6 +61,7 @@ from .containment import (
 from .hostfiles import open_folder, read_regular, write_regular
 from .procview import write_views
 from .pyenv import ensure_task_python
+from .rootfs import copy_root, ensure_root
 from .seccomp import seccomp_program
 
 
@@ -115,10 +119,10 @@ class LocalSandbox(Sandbox):
     """The repository in a fresh temporary folder; each command bash under bubblewrap and resource limits.
 
     With `isolation='bwrap'` (the default) each command runs in new user, network, PID, IPC, UTS, cgroup and mount
-    namespaces under a seccomp filter, seeing only /usr, /etc, the task Python, the checkout (at `/testbed`) and
-    the sandbox's own /tmp; as root it also runs as a uid of its own. Every process a command starts ends with it. With
-    `isolation='none'` commands are plain subprocesses with resource limits, as the trainer's user, in the host
-    folders. See the SWE-Gym README for what each holds.
+    namespaces under a seccomp filter, seeing only its private copy of a minimal root (/usr, /etc, the task Python:
+    `rootfs.py`), the checkout (at `/testbed`) and the sandbox's own /tmp; as root it also runs as a uid of its
+    own. Every process a command starts ends with it. With `isolation='none'` commands are plain subprocesses with
+    resource limits, as the trainer's user, in the host folders. See the SWE-Gym README for what each holds.
     """
 
     def __init__(self, config: SandboxConfig | None = None):
@@ -152,16 +156,24 @@ class LocalSandbox(Sandbox):
             if not (python / "bin" / "python").exists():
                 raise SandboxError(f"task_python={str(python)!r} has no bin/python: give a virtual environment")
             python_dirs = list(dict.fromkeys([python, Path(sys.base_prefix).resolve()]))
+            hidden = trainer_folders()
+            # the files commands run on: a private copy of a minimal root (`rootfs.py`), not the host's
+            root = (ensure_root(self._cache_dir(), python_dirs, hidden, tuple(self.config.root_extra))
+                    if self.isolated else None)
             self.uid = self._choose_uid()
-            self._space = private_space(self.config.disk_mb, python_dirs)
+            self._space = private_space(self.config.disk_mb, root)
             if self._space is not None:
                 self._tmp, inside = self._space.root, MOUNT_POINT  # as this process / as commands reach it
+                root_copy = ROOT_COPY if root else None
             else:
                 self._tmp = inside = Path(tempfile.mkdtemp(prefix="swegym-"))
+                root_copy = inside / "root" if root else None
             self._cgroup = MemoryCgroup.create(self.config.total_memory_mb)
             # releases everything even if close() is never called (an exception unwinding the program, a lost object)
             self._cleanup = weakref.finalize(self, _remove, self._space, self._tmp, self._cgroup)
             self._tmp.chmod(0o711)
+            if root is not None and self._space is None:
+                copy_root(root, root_copy)
             checkout, own_tmp = inside / "repo", inside / "tmp"
             self._git(["clone", "-q", "--no-hardlinks", "--no-checkout", str(source), str(checkout)])
             self._git(["-C", str(checkout), "-c", "advice.detachedHead=false", "checkout", "-q", task["base_commit"]])
@@ -176,9 +188,8 @@ class LocalSandbox(Sandbox):
                 views = write_views(self._tmp / "proc", self.config.total_memory_mb)
                 self._prefix = bwrap_argv(
                     checkout=str(checkout), tmp=str(own_tmp), workdir=self.workdir,
-                    python_dirs={folder: self._space.binds[i] if self._space else folder
-                                 for i, folder in enumerate(python_dirs)},
-                    hidden=trainer_folders(),
+                    python_dirs={folder: root_copy / folder.relative_to("/") for folder in python_dirs},
+                    hidden=hidden, root=str(root_copy),
                     env=self._env(python, home="/tmp"), shm_bytes=self.config.max_file_mb * 1024 * 1024,
                     proc_views={target: str(inside / "proc" / source.name) for target, source in views.items()},
                 )
