@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 from trl_multiturn.agents import AgentRunner
 from trl_multiturn.agents.codex_cli import codex_cli_environment
 from trl_multiturn.envs.swegym import SWEGymConfig, load_tasks
+from trl_multiturn.envs.swegym import env as swegym_env
 from trl_multiturn.rollout.rules import EpisodeRules
 
 needs_codex = pytest.mark.skipif(shutil.which("codex") is None or shutil.which("bwrap") is None,
@@ -28,9 +29,19 @@ def test_codex_settings_that_cannot_work_are_refused_when_built():
 
 
 @needs_codex
-def test_codex_runs_its_commands_in_the_sandbox_and_its_diff_is_graded(tiny_chatml_model, swegym_cache_dir):
+def test_codex_runs_its_commands_in_the_sandbox_and_its_diff_is_graded(tiny_chatml_model, swegym_cache_dir,
+                                                                        monkeypatch):
     """A stand-in for a model that knows what to do: its first reply calls Codex's `exec_command` tool (in the
-    template's tool-call syntax), its second ends the episode."""
+    template's tool-call syntax), its second ends the episode. Node and Codex are in the episode's sandbox root
+    only: the grading's sandboxes are built without them."""
+    graded_with = []
+
+    def grade_patch(task, patch, config, **kwargs):
+        graded_with.append(list(config.root_extra))
+        return real_grade_patch(task, patch, config, **kwargs)
+
+    real_grade_patch = swegym_env.grade_patch
+    monkeypatch.setattr(swegym_env, "grade_patch", grade_patch)
     tokenizer = AutoTokenizer.from_pretrained(tiny_chatml_model)
     marker = f"/tmp/codex-cli-{secrets.token_hex(6)}"
     command = f"echo touched > CODEX_WAS_HERE.txt && echo host > {marker}; cat CODEX_WAS_HERE.txt"
@@ -65,3 +76,4 @@ def test_codex_runs_its_commands_in_the_sandbox_and_its_diff_is_graded(tiny_chat
     assert ep.turns[-1].reward == info["f2p_passed"] / info["f2p_total"]
     assert not Path(marker).exists()  # the command wrote inside the sandbox, not on the host
     assert {p.name for p in Path(tempfile.gettempdir()).glob("swegym-*")} <= sandboxes
+    assert graded_with == [[]]

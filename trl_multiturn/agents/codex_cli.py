@@ -10,7 +10,8 @@ episode's local SWE-Gym sandbox, so every shell command it runs runs there, on t
 
 Setup: `npm install -g @openai/codex@0.171.0` (scripts/setup.sh does it as root), so that `codex` and node lie under
 /usr; the sandbox's private root (`envs/swegym/sandbox/rootfs.py`) gets node, the `codex` link and the package
-(`root_extra`: about 520 MB more per concurrent episode); the package and its native binary come from the npm
+(`SWEGymEnv`'s `episode_root_extra`: about 520 MB more per concurrent episode; the grading sandboxes do not
+copy them); the package and its native binary come from the npm
 registry, with no download at install or run time.
 
 Per episode: a `SWEGymEnv` checks the task's repository out in a fresh local sandbox (bubblewrap; the Docker sandbox
@@ -28,7 +29,6 @@ status and the tail of its output are in the last turn's `info`. The sandbox is 
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import shutil
 from pathlib import Path
@@ -77,10 +77,10 @@ def codex_cli_environment(env_config: SWEGymConfig | None = None, *, codex_timeo
         programs[program] = found
     # the sandbox's private root holds only what the tasks need: node, codex's link and its package come along
     package = Path(programs["codex"]).resolve().parents[1]
-    env_config = dataclasses.replace(env_config, root_extra=[*env_config.root_extra, *programs.values(), str(package)])
+    episode_root_extra = (*programs.values(), str(package))  # the episode's sandbox only; grading never runs Codex
 
     def codex_cli(task: dict, session: AgentSession) -> AgentResult:
-        env = SWEGymEnv(env_config)
+        env = SWEGymEnv(env_config, episode_root_extra=episode_root_extra)
         try:
             env.reset(task)  # a task or sandbox that cannot start raises: the episode fails, it scores nothing
             prompt = env.sandbox.write_scratch("codex_prompt.md", task["problem_statement"])

@@ -201,7 +201,8 @@ def test_a_patch_that_kills_its_own_shell_is_graded_not_excused(config, monkeypa
     base = SOURCES["rpn"].files_at_base()[init]
     rises = iter(range(10**6))
     monkeypatch.setattr(containment, "machine_oom_kills", lambda: next(rises))
-    grade = grade_patch(ROWS["rpn"], make_patch({init: base}, {init: base + KILLS_ITS_SHELL}), config, eval_timeout=300)
+    grade = grade_patch(ROWS["rpn"], make_patch({init: base}, {init: base + KILLS_ITS_SHELL}), config,
+                        eval_timeout=300)
     assert grade.patch_applied and grade.reward("dense") == 0.0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ...config_checks import Range, config_field
@@ -98,6 +99,8 @@ class SWEGymEnv(Environment):
     infrastructure failure, not a lost episode.
 
     Use `functools.partial(SWEGymEnv, SWEGymConfig(...))` (or keyword overrides) as the environment factory.
+    `episode_root_extra`: host paths added to the root of the episode's own sandbox only (an agent's programs, as
+    `agents.codex_cli` adds node and Codex); the grading sandboxes are built from `config` alone.
     """
 
     execution = "thread"  # its steps wait on sandbox subprocesses: threads overlap them without a process each
@@ -105,9 +108,12 @@ class SWEGymEnv(Environment):
     # the backstop for a call that still hangs (the repository's setup, a wedged container), when env_timeout is None.
     call_timeout = 3600.0
 
-    def __init__(self, config: SWEGymConfig | None = None, **overrides):
+    def __init__(self, config: SWEGymConfig | None = None, *, episode_root_extra: Sequence[str] = (), **overrides):
         config = config or SWEGymConfig()
         self.config = dataclasses.replace(config, **overrides) if overrides else config
+        self.episode_config = (dataclasses.replace(self.config, root_extra=[*self.config.root_extra,
+                                                                             *episode_root_extra])
+                               if episode_root_extra else self.config)
         self.sandbox: Sandbox | None = None
         self.task: dict | None = None
         self.turns = 0
@@ -128,7 +134,7 @@ class SWEGymEnv(Environment):
             except ValueError as e:
                 raise TaskError(f"task row {task['instance_id']}: {e}") from e
         self.close()
-        self.sandbox = make_sandbox(self.config)
+        self.sandbox = make_sandbox(self.episode_config)
         self.sandbox.start(task)
         self.task, self.turns, self.done = task, 0, False
         return self.first_observation(task)
