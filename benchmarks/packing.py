@@ -242,7 +242,7 @@ def token_counts(model, rows) -> dict:
             "pairs": attention_pairs(model.config, rows, plan, kernel, mask)}
 
 
-def layer_windows(config) -> dict[str, int | None]:
+def layer_windows(config) -> dict[str, dict]:
     """Per attention layer type of `config` ("full_attention", "sliding_attention"), its window (None: the whole
     row) and number of layers; a model without `layer_types` has one type, "full_attention"."""
     kinds = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
@@ -253,12 +253,10 @@ def layer_windows(config) -> dict[str, int | None]:
 
 def attention_pairs(config, rows, plan, kernel: str, mask) -> dict:
     """Per attention layer type: query-key pairs one such layer computes, packed (the per-segment kernel: each
-    segment's queries against the keys `tree_attention.TreeLayout.keys_and_mask` gives it under the layer's window,
-    n (n + 1) / 2 for a causal segment; the dense mask: k L^2 per forward) and padded (SDPA over B rows of W: B W^2
-    under a padding mask, B W (W + 1) / 2 causal where no row is padded; a window cuts nothing there), and the floor
+    tile's queries against the keys `tree_attention.TreeLayout.keys_and_mask` gives it under the layer's window,
+    n (n + 1) / 2 for a causal segment; the dense mask: k L^2 per forward) and padded (`padded_pairs`), and the floor
     (`ancestor_pairs` under the window)."""
-    B, W = mask.shape
-    padded = B * W * (W + 1) // 2 if bool(mask.bool().all()) else B * W * W
+    padded = padded_pairs(mask)
     out = {}
     for kind, spec in layer_windows(config).items():
         window = spec["window"]
@@ -268,7 +266,7 @@ def attention_pairs(config, rows, plan, kernel: str, mask) -> dict:
             if kernel != "segments":
                 packed += k * width * width
                 continue
-            for index, segment in enumerate(forward.layout.segments):
+            for index, segment in enumerate(forward.layout.tiles(window)):
                 positions, segment_mask = forward.layout.keys_and_mask(index, window, "cpu")
                 packed += segment.n * (segment.n + 1) // 2 if positions is None else segment_mask.numel()
         out[kind] = {"layers": spec["layers"], "window": window, "packed": packed, "padded": padded,
@@ -276,11 +274,19 @@ def attention_pairs(config, rows, plan, kernel: str, mask) -> dict:
     return out
 
 
+def padded_pairs(mask) -> int:
+    """Query-key pairs one attention layer computes over the padded rows (B, W): SDPA under a padding mask, B W^2,
+    or causal where no row is padded, B W (W + 1) / 2 (a sliding window cuts nothing from either)."""
+    B, W = mask.shape
+    return B * W * (W + 1) // 2 if bool(mask.bool().all()) else B * W * W
+
+
 def forked_counts(model, rows) -> dict:
     """The forwards `packing_states.forked_logps_and_entropies` runs on the rows (one no-grad run, its model calls
     recorded): real tokens forwarded, tokens of the forwards' (n, q) batches with their padding, and the query-key
     pairs of an attention layer, n q x kv per forward (SDPA over the batch's queries and the forked cache's keys
-    under a padding mask), the padded rows' B W^2 beside them."""
+    under a padding mask; n q (q + 1) / 2 for a forward from no cache with nothing padded, which SDPA runs causal),
+    the padded rows' (`padded_pairs`) beside them."""
     import torch
 
     from trl_multiturn.trainers.packing_states import forked_logps_and_entropies
@@ -289,7 +295,11 @@ def forked_counts(model, rows) -> dict:
 
     def record(module, args, kwargs):
         n, q = kwargs["input_ids"].shape
-        calls.append((n, q, kwargs["attention_mask"].shape[1], int(kwargs["attention_mask"][:, -q:].sum())))
+        mask = kwargs["attention_mask"]
+        kv = mask.shape[1]
+        # transformers runs SDPA causal, without a mask, where nothing is padded and there is no cache
+        pairs = n * q * (q + 1) // 2 if kv == q and bool(mask.all()) else n * q * kv
+        calls.append((n * q, pairs, int(mask[:, -q:].sum())))
 
     ids, mask, keep = padded_batch(rows)
     hook = model.register_forward_pre_hook(record, with_kwargs=True)
@@ -299,10 +309,9 @@ def forked_counts(model, rows) -> dict:
                                        pad_token_id=model.config.pad_token_id or 0)
     finally:
         hook.remove()
-    B, W = mask.shape
-    return {"packed": sum(c[3] for c in calls), "batch_tokens": sum(n * q for n, q, _, _ in calls),
+    return {"packed": sum(c[2] for c in calls), "batch_tokens": sum(c[0] for c in calls),
             "forwards": len(calls), "auto": "forked",
-            "pairs": {kind: {**spec, "packed": sum(n * q * kv for n, q, kv, _ in calls), "padded": B * W * W,
+            "pairs": {kind: {**spec, "packed": sum(c[1] for c in calls), "padded": padded_pairs(mask),
                              "floor": ancestor_pairs(rows, spec["window"])}
                       for kind, spec in layer_windows(model.config).items()}}
 
