@@ -65,6 +65,7 @@ import json
 import os
 import random
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -495,7 +496,7 @@ def measure(args) -> None:
 
 
 def main() -> None:
-    command = "python benchmarks/packing.py " + " ".join(sys.argv[1:])  # before ALFWorld's import rewrites sys.argv
+    command = "python benchmarks/packing.py " + shlex.join(sys.argv[1:])  # before ALFWorld's import rewrites sys.argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=None, help="keep SmolLM2's first N decoder layers (all: None)")
     parser.add_argument("--turns", type=int, default=20, help="turns of the step-wise episode (c)")
