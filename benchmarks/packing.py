@@ -523,6 +523,8 @@ def main() -> None:
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--rows-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.processes > 1 and (args.trainer != "grpo" or args.kernels):
+        parser.error("--processes 2 times GRPO's step (--trainer grpo, without --kernels)")
     if args.games_dir is None:
         from trl_multiturn.cache import cache_dir
 
