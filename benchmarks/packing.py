@@ -6,6 +6,9 @@ optimizer step and peak memory on the same rows; not a test.
     python benchmarks/packing.py --tokens-only          # forwarded tokens alone (no model forward), seconds
     nice -n 10 python benchmarks/packing.py --layers 1 --trainer ppo --only '(b)' '(c)' '(d)'   # PPO's step
     nice -n 5 python benchmarks/packing.py --layers 1 --kernels --repeats 3   # per-segment attention against dense
+    python benchmarks/packing.py --tokens-only --family "Gemma 3"   # a Gemma-3-shaped model (sliding windows)
+    python benchmarks/packing.py --tokens-only --family Qwen3.5     # a Qwen3.5-shaped one (forked layer states)
+    python benchmarks/packing.py --layers 1 --processes 2 --threads 1   # the step on two processes (torchrun)
 
 Rows: real prompts and observations, tokenized by SmolLM2-135M-Instruct's tokenizer and chat template
 (`offline:smollm2-135m-instruct`) the way the rollout builds them (`ChatTokenBuilder`); each episode's replies are
@@ -36,6 +39,19 @@ priced for that kernel (so the dense one may split a tree the per-segment one ke
 layers' forward and backward over the plan's forwards (`model.model`, the LM head left out: the kernel changes the
 attention only), median of `--repeats`, and counts the query-key pairs each computes against the tree's floor (each
 token against its ancestors: sum over the prefix tree's nodes of depth + 1). The load average is recorded with them.
+Per shape the token table also gives the query-key pairs one attention layer of each type computes (packed: the
+per-segment kernel's, under the layer's window; padded: SDPA's B W^2, or B W (W + 1) / 2 where no row is padded, a
+window cutting nothing there) against the floor (each prefix-tree token against its ancestors, those within the window
+on a sliding layer), and the tokens on two processes (each rank its contiguous half of the rows, as accelerate splits
+a batch, packing its own; fillers: the one-token forwards by which the ranks agree on one number of forwards).
+`--family "Gemma 3"` / `--family Qwen3.5` run a tiny model of that family's shape instead of SmolLM2 (`SHAPED`, random
+weights, SmolLM2's tokenizer and vocabulary so that the rows are the same): Gemma 3's windowed layers take the tree
+mask cut to the window; Qwen3.5's Gated-DeltaNet layers cannot take a pack, so its rows share their prefixes by
+forked layer states (`packing_states`: each prefix forwarded once, the branches continued from its states), whose
+forwards are recorded from one no-grad run: real tokens, and the tokens of their batches with the padding.
+`--processes 2` times the step under torchrun (gloo, DDP): each rank its half of the rows, the ranks agreeing on one
+plan as the trainers do (`forwards.Forwards.agree`; a forking model pads on several processes); the slowest rank's
+time and the largest rank's memory.
 `--layers N` keeps SmolLM2-135M's first N of 30 decoder layers (its real weights, widths, tokenizer and LM head):
 on the shared 2-core machine the whole model ran about 9 tokens/s forward + backward, too slow for these shapes;
 the ratios between the paths hold per layer, so they are what the table reports.
@@ -44,10 +60,12 @@ the ratios between the paths hold per layer, so they are what the table reports.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -69,15 +87,36 @@ SWE_SYSTEM = ("You are fixing a bug in a Python repository. Reply with one actio
               "a file or submit.")
 
 
-def load_model(layers: int | None, trainer: str = "grpo"):
-    """SmolLM2-135M (its first `layers` decoder layers); for PPO with a critic beside it (`PolicyAndValueModel`)."""
+SHAPED = {
+    "Gemma 3": dict(num_hidden_layers=6, sliding_window=512,
+                    layer_types=["sliding_attention"] * 5 + ["full_attention"]),
+    "Qwen3.5": dict(layer_types=["linear_attention"] * 3 + ["full_attention"]),
+}
+"""`--family`: the conformance matrix's tiny config of the family (trl_multiturn/model_families.py) in the shape of
+its released models: Gemma 3's five sliding-window layers to one global one with Gemma 3 1B's window (512 tokens,
+narrower than rows (a)-(c)), Qwen3.5's three Gated-DeltaNet layers to one attention layer."""
+
+WIDTHS = dict(hidden_size=256, intermediate_size=512, head_dim=64, max_position_embeddings=8192)
+"""The `--family` models' widths (benchmarks/packing_states.py's, with heads x head_dim = hidden), SmolLM2's
+tokenizer's vocabulary (so that they read the same rows) and positions for the longest row."""
+
+
+def load_model(layers: int | None, trainer: str = "grpo", family_name: str | None = None):
+    """SmolLM2-135M (its first `layers` decoder layers), or `family_name`'s shaped tiny model (`SHAPED`, random
+    weights, SmolLM2's tokenizer); for PPO with a critic beside it (`PolicyAndValueModel`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
+    from trl_multiturn.model_families import build_model, family
     from trl_multiturn.models import offline_default_model
     from trl_multiturn.trainers.value_model import PolicyAndValueModel
 
     path = offline_default_model()
+    if family_name is not None:
+        if trainer != "grpo":
+            raise ValueError(f"--family {family_name!r} times GRPO's step only (--trainer grpo)")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        return build_model(family(family_name), tokenizer, **WIDTHS, **SHAPED[family_name]), tokenizer
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype=torch.float32)
     if trainer == "ppo":
         critic = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, attn_implementation="sdpa",
@@ -186,22 +225,125 @@ def padded_batch(rows):
 
 
 def token_counts(model, rows) -> dict:
+    """The packed path's forwarded tokens against the padded rows' and the limit, and the query-key pairs its
+    attention computes per layer type against the floor (`attention_pairs`); for a model that forks its layer
+    states (`packing_states`), those of its forked forwards (`forked_counts`)."""
     from trl_multiturn.trainers.packing import attention_cost_ratio, plan_packs
+    from trl_multiturn.trainers.packing_states import forks_states
     from trl_multiturn.trainers.tree_attention import attention_kernel
 
     ids, mask, keep = padded_batch(rows)
-    plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model),
-                      kernel=attention_kernel(model.config._attn_implementation))
-    return {"rows": len(rows), "padded": plan.padded_tokens, "packed": plan.forwarded_tokens,
-            "limit": plan.distinct_tokens, "packs": sum(f.input_ids.shape[0] for f in plan.forwards),
-            "auto": "prefix" if plan.packed_cost < plan.padded_cost else "padded"}
+    kernel = attention_kernel(model.config._attn_implementation)
+    plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model), kernel=kernel)
+    counts = {"rows": len(rows), "padded": plan.padded_tokens, "limit": plan.distinct_tokens}
+    if forks_states(model):
+        return {**counts, **forked_counts(model, rows)}
+    return {**counts, "packed": plan.forwarded_tokens, "packs": sum(f.input_ids.shape[0] for f in plan.forwards),
+            "auto": "prefix" if plan.packed_cost < plan.padded_cost else "padded",
+            "pairs": attention_pairs(model.config, rows, plan, kernel, mask)}
 
 
-def one_step(model, rows, packing: str) -> float:
-    """Seconds of one optimizer step's forwards and backward: the no-grad old log-probs, then the loss."""
+def layer_windows(config) -> dict[str, dict]:
+    """Per attention layer type of `config` ("full_attention", "sliding_attention"), its window (None: the whole
+    row) and number of layers; a model without `layer_types` has one type, "full_attention"."""
+    kinds = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+    return {kind: {"window": config.sliding_window if kind == "sliding_attention" else None,
+                   "layers": kinds.count(kind)}
+            for kind in dict.fromkeys(kinds) if kind.endswith("attention") and kind != "linear_attention"}
+
+
+def attention_pairs(config, rows, plan, kernel: str, mask) -> dict:
+    """Per attention layer type: query-key pairs one such layer computes, packed (the per-segment kernel: each
+    tile's queries against the keys `tree_attention.TreeLayout.keys_and_mask` gives it under the layer's window,
+    n (n + 1) / 2 for a causal segment; the dense mask: k L^2 per forward) and padded (`padded_pairs`), and the floor
+    (`ancestor_pairs` under the window)."""
+    padded = padded_pairs(mask)
+    out = {}
+    for kind, spec in layer_windows(config).items():
+        window = spec["window"]
+        packed = 0
+        for forward in plan.forwards:
+            k, width = forward.input_ids.shape
+            if kernel != "segments":
+                packed += k * width * width
+                continue
+            for index, segment in enumerate(forward.layout.tiles(window)):
+                positions, segment_mask = forward.layout.keys_and_mask(index, window, "cpu")
+                packed += segment.n * (segment.n + 1) // 2 if positions is None else segment_mask.numel()
+        out[kind] = {"layers": spec["layers"], "window": window, "packed": packed, "padded": padded,
+                     "floor": ancestor_pairs(rows, window)}
+    return out
+
+
+def padded_pairs(mask) -> int:
+    """Query-key pairs one attention layer computes over the padded rows (B, W): SDPA under a padding mask, B W^2,
+    or causal where no row is padded, B W (W + 1) / 2 (a sliding window cuts nothing from either)."""
+    B, W = mask.shape
+    return B * W * (W + 1) // 2 if bool(mask.bool().all()) else B * W * W
+
+
+def forked_counts(model, rows) -> dict:
+    """The forwards `packing_states.forked_logps_and_entropies` runs on the rows (one no-grad run, its model calls
+    recorded): real tokens forwarded, tokens of the forwards' (n, q) batches with their padding, and the query-key
+    pairs of an attention layer, n q x kv per forward (SDPA over the batch's queries and the forked cache's keys
+    under a padding mask; n q (q + 1) / 2 for a forward from no cache with nothing padded, which SDPA runs causal),
+    the padded rows' (`padded_pairs`) beside them."""
     import torch
 
+    from trl_multiturn.trainers.packing_states import forked_logps_and_entropies
+
+    calls = []
+
+    def record(module, args, kwargs):
+        n, q = kwargs["input_ids"].shape
+        mask = kwargs["attention_mask"]
+        kv = mask.shape[1]
+        # transformers runs SDPA causal, without a mask, where nothing is padded and there is no cache
+        pairs = n * q * (q + 1) // 2 if kv == q and bool(mask.all()) else n * q * kv
+        calls.append((n * q, pairs, int(mask[:, -q:].sum())))
+
+    ids, mask, keep = padded_batch(rows)
+    hook = model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            forked_logps_and_entropies(model, ids, mask, keep, temperature=1.0,
+                                       pad_token_id=model.config.pad_token_id or 0)
+    finally:
+        hook.remove()
+    return {"packed": sum(c[2] for c in calls), "batch_tokens": sum(c[0] for c in calls),
+            "forwards": len(calls), "auto": "forked",
+            "pairs": {kind: {**spec, "packed": sum(c[1] for c in calls), "padded": padded_pairs(mask),
+                             "floor": ancestor_pairs(rows, spec["window"])}
+                      for kind, spec in layer_windows(model.config).items()}}
+
+
+def two_process_counts(model, rows) -> dict:
+    """Tokens on two processes: each rank takes its contiguous half of the rows (accelerate's split of a batch) and
+    packs them; the ranks agree on one number of forwards (`forwards.Forwards.agree`: the rank with fewer runs
+    one-token filler forwards). Per rank its forwarded tokens, fillers and limit (its rows' prefix tree); with the
+    whole batch's limit the cost of the prefixes the split puts on both ranks shows."""
+    from trl_multiturn.trainers.packing import attention_cost_ratio, plan_packs
+    from trl_multiturn.trainers.tree_attention import attention_kernel
+
+    half = (len(rows) + 1) // 2
+    plans = []
+    for part in (rows[:half], rows[half:]):
+        ids, mask, keep = padded_batch(part)
+        plans.append(plan_packs(ids, mask, keep, rho=attention_cost_ratio(model),
+                                kernel=attention_kernel(model.config._attn_implementation)))
+    most = max(len(p.forwards) for p in plans)
+    return {"ranks": [{"rows": len(part), "packed": p.forwarded_tokens, "fillers": most - len(p.forwards),
+                       "limit": p.distinct_tokens} for part, p in zip((rows[:half], rows[half:]), plans)]}
+
+
+def one_step(model, rows, packing: str, agree=None) -> float:
+    """Seconds of one optimizer step's forwards and backward: the no-grad old log-probs, then the loss. `agree`: the
+    ranks' agreement on one plan (`forwards.Forwards.agree`) on several processes."""
+    import torch
+
+    from trl_multiturn.model_layers import text_config
     from trl_multiturn.trainers.packing import attention_cost_ratio, packed_logps_and_entropies, plan_packs
+    from trl_multiturn.trainers.packing_states import forks_states
     from trl_multiturn.trainers.tree_attention import attention_kernel
 
     ids, mask, keep = padded_batch(rows)
@@ -209,13 +351,13 @@ def one_step(model, rows, packing: str) -> float:
     advantages = torch.linspace(-1, 1, len(rows))[:, None]
     start = time.perf_counter()
     plan = None
-    if packing == "prefix":
+    if packing == "prefix" and not forks_states(model):  # a forking model's rows take no plan
         plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model),
-                          kernel=attention_kernel(model.config._attn_implementation))
+                          kernel=attention_kernel(text_config(model)._attn_implementation))
 
     def logps(compute_entropy):
         return packed_logps_and_entropies(model, ids, mask, keep, compute_entropy=compute_entropy, packing=packing,
-                                          temperature=1.0, planner=lambda *args, **kwargs: plan)
+                                          temperature=1.0, planner=lambda *args, **kwargs: plan, agree=agree)
 
     with torch.no_grad():
         old, _ = logps(False)
@@ -262,13 +404,14 @@ def one_ppo_step(model, rows, packing: str) -> float:
     return time.perf_counter() - start
 
 
-def ancestor_pairs(rows) -> int:
+def ancestor_pairs(rows, window: int | None = None) -> int:
     """The floor of attention: each distinct prefix-tree token against itself and its ancestors, sum of depth + 1
-    over the tree's nodes (in lexicographic order a row adds the nodes past its common prefix with the row before)."""
+    over the tree's nodes (in lexicographic order a row adds the nodes past its common prefix with the row before);
+    under a sliding `window`, against the ancestors less than `window` positions above it, min(depth + 1, window)."""
     total, prev = 0, []
     for row in sorted(p + c for p, c in rows):
         common = len(os.path.commonprefix([prev, row]))
-        total += sum(d + 1 for d in range(common, len(row)))
+        total += sum(min(d + 1, window or d + 1) for d in range(common, len(row)))
         prev = row
     return total
 
@@ -307,22 +450,53 @@ def rss_mb() -> float:
 
 
 def measure(args) -> None:
-    """Child process: one path on one shape; prints a JSON line."""
+    """Child process: one path on one shape; prints a JSON line. Under torchrun (`--processes 2`) each rank takes its
+    contiguous half of the rows, the model replicated by DDP (gloo), and the ranks agree on their plans
+    (`forwards.Forwards.agree`); rank 0 prints every rank's figures."""
     import torch
 
     torch.set_num_threads(args.threads)
-    model, _ = load_model(args.layers, args.trainer)
+    model, _ = load_model(args.layers, args.trainer, args.family)
     rows = json.loads(Path(args.rows_file).read_text())[args.shape]
-    step = one_ppo_step if args.trainer == "ppo" else one_step
+    agree, accelerator = None, None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import types
+
+        from accelerate import Accelerator
+
+        from trl_multiturn.trainers.forwards import Forwards
+
+        accelerator = Accelerator(cpu=True)
+        half = (len(rows) + 1) // 2
+        rows = rows[:half] if accelerator.process_index == 0 else rows[half:]
+        model = accelerator.prepare(model)
+        agree = Forwards(lambda: model, lambda: None, accelerator, types.SimpleNamespace(packing=args.path),
+                         temperature=1.0, pad_token_id=0).agree
+    step = one_ppo_step if args.trainer == "ppo" else functools.partial(one_step, agree=agree)
     before = rss_mb()
     times = [step(model, rows, args.path) for _ in range(args.repeats)]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": statistics.median(times), "times": times, "peak_rss_mb": peak,
-                      "peak_above_start_mb": peak - before}))
+    result = {"seconds": statistics.median(times), "times": times, "peak_rss_mb": peak,
+              "peak_above_start_mb": peak - before}
+    if accelerator is None:
+        print(json.dumps(result))
+        return
+    import torch.distributed as dist
+
+    ranks = [None] * accelerator.num_processes
+    dist.all_gather_object(ranks, result)
+    if accelerator.is_main_process:  # the slowest rank's time, the largest rank's memory
+        print(json.dumps({"seconds": max(r["seconds"] for r in ranks),
+                          "peak_above_start_mb": max(r["peak_above_start_mb"] for r in ranks), "ranks": ranks}))
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # torch's exit-time destructors can abort a gloo rank (tests/distributed/equal_generate_calls.py)
 
 
 def main() -> None:
-    command = "python benchmarks/packing.py " + " ".join(sys.argv[1:])  # before ALFWorld's import rewrites sys.argv
+    command = "python benchmarks/packing.py " + shlex.join(sys.argv[1:])  # before ALFWorld's import rewrites sys.argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=None, help="keep SmolLM2's first N decoder layers (all: None)")
     parser.add_argument("--turns", type=int, default=20, help="turns of the step-wise episode (c)")
@@ -338,19 +512,26 @@ def main() -> None:
     parser.add_argument("--kernels", action="store_true",
                         help="time the packed path's attention kernels (per segment, dense mask) instead of the step")
     parser.add_argument("--only", nargs="*", help="time these shapes alone, e.g. --only '(b)' '(d)'")
+    parser.add_argument("--family", choices=sorted(SHAPED), default=None,
+                        help="a family-shaped tiny model (`SHAPED`) instead of SmolLM2-135M (--layers is ignored)")
+    parser.add_argument("--processes", type=int, choices=[1, 2], default=1,
+                        help="time the step on this many CPU processes (torchrun, gloo, DDP; each rank its half of "
+                             "the rows, --threads threads each)")
     parser.add_argument("--games-dir", default=None)
     parser.add_argument("--out", default=None, help="write the table's data as JSON here")
     parser.add_argument("--shape", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--rows-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.processes > 1 and (args.trainer != "grpo" or args.kernels):
+        parser.error("--processes 2 times GRPO's step (--trainer grpo, without --kernels)")
     if args.games_dir is None:
         from trl_multiturn.cache import cache_dir
 
         args.games_dir = str(cache_dir("textworld_games"))
     if args.shape:
         return measure(args)
-    model, tokenizer = load_model(args.layers)
+    model, tokenizer = load_model(args.layers, family_name=args.family)
     all_rows = shapes(args, tokenizer)
     rows_file = Path(tempfile.mkdtemp()) / "rows.json"
     rows_file.write_text(json.dumps(all_rows))
@@ -359,10 +540,28 @@ def main() -> None:
           f"{'padded/packed':>13} {'auto':>6}")
     for name, rows in all_rows.items():
         counts = token_counts(model, rows)
+        if "batch_tokens" not in counts:  # a forking model's rows pad on several processes: no two-process plan
+            counts["two_processes"] = two_process_counts(model, rows)
         results.append({"shape": name, **counts})
         print(f"{name:42} {counts['rows']:>4} {counts['padded']:>7} {counts['packed']:>7} {counts['limit']:>7} "
               f"{counts['packed'] / counts['limit']:>12.3f} {counts['padded'] / counts['packed']:>13.2f} "
-              f"{counts['auto']:>6}", flush=True)
+              f"{counts['auto']:>6}" + (f" ({counts['forwards']} forwards of {counts['batch_tokens']} tokens with "
+                                        "their padding)" if "batch_tokens" in counts else ""), flush=True)
+    print(f"\n{'shape':42} {'layers':>18} {'packed pairs':>13} {'floor':>11} {'packed/floor':>12} "
+          f"{'padded/floor':>12}")
+    for result in results:
+        for kind, p in result["pairs"].items():
+            print(f"{result['shape']:42} {kind + ' x' + str(p['layers']):>18} {p['packed']:>13,} {p['floor']:>11,} "
+                  f"{p['packed'] / p['floor']:>12.2f} {p['padded'] / p['floor']:>12.2f}")
+    print(f"\n{'two processes':42} {'rank packed/limit':>22} {'fillers':>7} {'sum packed/limit':>16}")
+    for result in results:
+        if "two_processes" not in result:
+            print(f"{result['shape']:42} every rank pads its rows (forked states run on one process only)")
+            continue
+        ranks = result["two_processes"]["ranks"]
+        split = " ".join(f"{r['packed']}/{r['limit']}" for r in ranks)
+        print(f"{result['shape']:42} {split:>22} {' '.join(str(r['fillers']) for r in ranks):>7} "
+              f"{sum(r['packed'] + r['fillers'] for r in ranks) / result['limit']:>16.3f}")
     if args.kernels:
         import torch
 
@@ -384,15 +583,20 @@ def main() -> None:
         turns = args.timed_turns or args.turns
         timed = [r for r in results if (not r["shape"].startswith("(c)") or r["shape"].endswith(f" {turns} turns"))
                  and (not args.only or r["shape"][:3] in args.only)]
-        key = "step" if args.trainer == "grpo" else f"{args.trainer}_step"  # in the results JSON
+        key = ("step" if args.trainer == "grpo" else f"{args.trainer}_step") + (
+            "_two_processes" if args.processes == 2 else "")  # in the results JSON
         print(f"\n{args.trainer} step")
         print(f"{'shape':42} {'padded s':>9} {'packed s':>9} {'speed-up':>8} {'padded MB':>9} {'packed MB':>9}")
         for result in timed:
             for path in ("padded", "prefix"):
-                child = [sys.executable, __file__, "--shape", result["shape"], "--path", path, "--rows-file",
+                launcher = [sys.executable] if args.processes == 1 else [
+                    str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node",
+                    str(args.processes)]
+                child = [*launcher, __file__, "--shape", result["shape"], "--path", path, "--rows-file",
                          str(rows_file), "--repeats", str(args.repeats), "--threads", str(args.threads),
                          "--trainer", args.trainer] + (
-                    ["--layers", str(args.layers)] if args.layers else [])
+                    ["--layers", str(args.layers)] if args.layers else []) + (
+                    ["--family", args.family] if args.family else [])
                 done = subprocess.run(child, capture_output=True, text=True, check=True,
                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
                 result.setdefault(key, {})[path] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -261,11 +261,13 @@ def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool, opening: s
                   per_device_train_batch_size=args.train_batch, max_steps=args.train_steps, learning_rate=1e-5,
                   use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1, seed=0,
                   temperature=1.0)
-    stamps = []
+    stamps, batch_tokens = [], []
 
     class StepClock(TrainerCallback):
         def on_step_end(self, *a, **k):
             stamps.append(time.perf_counter())
+            if multi_turn:  # every position the step's episodes read (one rollout per step here)
+                batch_tokens.append(sum(ep.num_tokens for ep in trainer.last_rollout.episodes))
 
     if multi_turn:
         config = MultiTurnGRPOConfig(max_turns=args.turns_per_episode, max_completion_length=args.reply_tokens,
@@ -281,16 +283,6 @@ def trainer_seconds_per_token(args, model_dir, tmp, multi_turn: bool, opening: s
         prompts = [{"prompt": [{"role": "user", "content": opening}]} for _ in range(64)]
         trainer = GRPOTrainer(model=model_dir, args=config, reward_funcs=[random_reward],
                               train_dataset=Dataset.from_list(prompts), callbacks=[StepClock()])
-    batch_tokens = []
-    if multi_turn:
-        rollout = trainer._rollout
-
-        def counted(inputs):
-            rows, batch = rollout(inputs)
-            batch_tokens.append(sum(ep.num_tokens for ep in batch.episodes))
-            return rows, batch
-
-        trainer._rollout = counted
     trainer.train()
     logs = [log for log in trainer.state.log_history if "completions/mean_length" in log]
     trained = sum(log["completions/mean_length"] for log in logs[1:]) * args.train_batch

@@ -128,6 +128,26 @@ def test_layout_pairs_and_chains():
     assert layouts[0].segments[0].n == layouts[0].width
 
 
+def test_a_sliding_layer_runs_segments_longer_than_the_window_as_tiles():
+    """The same two rows under a window of 4: the first row's 13 tokens run as tiles of 4, 4, 4 and 1 queries, each
+    against its own keys and the 3 above (the band), the second row's 6 as 4 and 2 against the 3 above each; no tile
+    takes more than 2 x 4 - 1 keys, so the layer computes 108 pairs where the untiled segments took 13 x 13 + 6 x 9."""
+    rng = random.Random(0)
+    prompt = tokens(rng, 10)
+    ids, mask, keep = batch([(prompt, [7, 8, 9]), (prompt, [10, 11, 12, 13, 14])])
+    (forward,) = plan_packs(ids, mask, keep, kernel="segments").forwards
+    layout = forward.layout
+    assert [(t.start, t.n) for t in layout.tiles(4)] == [(0, 4), (4, 4), (8, 4), (12, 1), (9, 4), (13, 2)]
+    assert layout.tiles(None) == layout.segments
+    blocks = [layout.keys_and_mask(i, 4, "cpu") for i in range(len(layout.tiles(4)))]
+    assert blocks[0] == (None, None)  # the first tile from the root is plain causal attention
+    assert [tuple(m.shape) for _, m in blocks[1:]] == [(4, 7), (4, 7), (1, 4), (4, 7), (2, 5)]
+    assert 4 * 5 // 2 + sum(m.numel() for _, m in blocks[1:]) == 108 < 13 * 13 + 6 * 9
+    # each tile's keys are the pack positions of its row's depths from 3 above its first query to its last
+    tile = layout.tiles(4)[4]
+    assert blocks[4][0].tolist() == list(tile.path[tile.start - 3:])
+
+
 def test_the_cost_model_prices_the_kernel():
     """A group of 8 long rows over one prompt: priced dense (L^2 per pack) the planner splits the tree into several
     packs, re-forwarding the prompt; priced per segment it keeps one pack, each prefix token forwarded once."""

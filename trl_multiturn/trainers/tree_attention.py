@@ -15,8 +15,9 @@ a segment that directly continues the one before it in the pack is merged into i
 (a `full` history episode's rows) is one causal call, and a forward of such packs one `is_causal=True` call.
 
 Sliding-window layers: transformers passes a layer's window as the `sliding_window` keyword to the attention function
-(the keys less than `window` positions above the query in its row: `packing.window_mask`), and a segment's key range
-starts `window - 1` positions above its first query, its mask cut to the band.
+(the keys less than `window` positions above the query in its row: `packing.window_mask`); a segment longer than the
+window runs as tiles of `window` queries (`TreeLayout.tiles`), each tile's key range starting `window - 1` positions
+above its first query, its mask cut to the band: a sliding layer computes at most about twice the window's pairs.
 
 Hook-up: the function replaces the "sdpa" entry of transformers' `AttentionInterface` (`ALL_ATTENTION_FUNCTIONS`),
 and runs only for a forward given the `TREE_LAYOUT` keyword (`packing.model_inputs` passes it; transformers carries a
@@ -101,11 +102,27 @@ class TreeLayout:
         sliding layer computes fewer, its keys cut to the window: not priced)."""
         return sum(s.n * (s.n + 1) // 2 if s.start == 0 else s.n * len(s.path) for s in self.segments)
 
+    def tiles(self, window: int | None) -> tuple[Segment, ...]:
+        """The segments as the kernel runs them under `window`: each segment of more than `window` queries cut into
+        runs of at most `window` (each a segment from its own first depth, its path ending at its last query), so
+        that a run's keys span at most 2 `window` - 1 depths, the band, where the whole segment's queries would take
+        every key from `window` - 1 above its first query to its last: n (n + window - 1) pairs instead of about
+        2 n window. Without a window, the segments."""
+        if window is None:
+            return self.segments
+        key = ("tiles", window)
+        if key not in self._cache:
+            self._cache[key] = tuple(
+                Segment(s.slot, s.first + a, min(window, s.n - a), s.start + a,
+                        s.path[:s.start + min(a + window, s.n)])
+                for s in self.segments for a in range(0, s.n, window))
+        return self._cache[key]
+
     def keys_and_mask(self, index: int, window: int | None, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(key positions, boolean mask (n, keys)) of segment `index` under `window`, or (None, None) for plain causal
-        attention over its own tokens; built once per forward and device, shared by its layers."""
+        """(key positions, boolean mask (n, keys)) of tile `index` of `tiles(window)` under `window`, or (None, None)
+        for plain causal attention over its own tokens; built once per forward and device, shared by its layers."""
         key = (index, window, str(device))
-        segment = self.segments[index]
+        segment = self.tiles(window)[index]
         if key not in self._cache:
             depth_end = segment.start + segment.n
             low = 0 if window is None else max(0, segment.start + 1 - window)
@@ -146,7 +163,7 @@ def tree_sdpa_attention(module, query, key, value, attention_mask, dropout: floa
         out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, **options)
         return out.transpose(1, 2).contiguous(), None
     parts: list[list[torch.Tensor]] = [[] for _ in range(layout.k)]
-    for index, segment in enumerate(layout.segments):
+    for index, segment in enumerate(layout.tiles(window)):
         s, a, b = segment.slot, segment.first, segment.first + segment.n
         positions, mask = layout.keys_and_mask(index, window, query.device)
         if positions is None:
