@@ -162,7 +162,7 @@ def run_one(env: str, history: str, turns: int, episodes: int, steps: int, games
         timer = StepTimes()
         trainer = MultiTurnGRPOTrainer(model=model, args=args, environment_factory=factory,
                                        train_dataset=Dataset.from_list(rows), callbacks=[timer])
-        trainer._rollout = timer.timed(trainer._rollout)
+        trainer.step.episodes.play = timer.timed(trainer.step.episodes.play)  # the episodes played, timed
         before = resident_mib()
         trainer.train()
         batch = trainer.last_rollout
