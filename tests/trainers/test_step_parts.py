@@ -3,6 +3,7 @@ model, the episode source with a scripted generator, and the step itself assembl
 
 import copy
 import dataclasses
+import functools
 import math
 from collections import defaultdict
 from contextlib import nullcontext
@@ -21,13 +22,14 @@ from trl_multiturn.trainers.batch import RolloutBatch
 from trl_multiturn.trainers.episode_source import EpisodeSource
 from trl_multiturn.trainers.estimator_credit import EstimatorCredit
 from trl_multiturn.trainers.forwards import Forwards
-from trl_multiturn.trainers.generation_backend import GenerationBackend, ReplyCap, Sampling
+from trl_multiturn.trainers.generation_backend import GenerationBackend, Sampling
 from trl_multiturn.trainers.ppo_credit import CriticCredit
 from trl_multiturn.trainers.rows import StepRows, StepSample
 from trl_multiturn.trainers.scorer import Scorer
 from trl_multiturn.trainers.step import MultiTurnStep
 from trl_multiturn.trainers.step_log import StepLog
 from trl_multiturn.trainers.step_tensors import StepTensors
+from trl_multiturn.trainers.trl_compat import capped_replies
 
 
 class OneProcess:
@@ -173,7 +175,8 @@ def scripted_backend(sample_replies, generation_config, *, processes=OneProcess(
     return GenerationBackend(processes, args, policy=None, wrapped_model=None,
                              tokenizer=SimpleNamespace(pad_token_id=pad_token_id), stop_token_ids=[0],
                              sampling=Sampling(1.0, 1.0, 0), sample_replies=sample_replies,
-                             reply_cap=ReplyCap(generation_config, "max_new_tokens"), use_vllm=use_vllm)
+                             reply_cap=functools.partial(capped_replies, SimpleNamespace(
+                                 use_vllm=False, generation_config=generation_config)), use_vllm=use_vllm)
 
 
 class TwoProcesses(OneProcess):

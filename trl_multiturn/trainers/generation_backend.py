@@ -10,7 +10,7 @@ two paths, chosen once:
 - TRL's own single-turn generation everywhere else (`_generate_single_turn`: transformers' `generate`, continuous
   batching, vLLM colocate or server), reached through the `sample_replies` callable the trainer hands over
   (`trl_compat.single_turn_replies`), each call's replies capped at the live episodes' budget through the cap TRL
-  reads (`ReplyCap`).
+  reads (`trl_compat.capped_replies`).
 
 Every rank makes the same number of generate calls per rollout (`any_live`): a rank with no live episode still takes
 part in a call, so collective generation (vLLM server mode, ZeRO-3, FSDP) cannot hang.
@@ -18,7 +18,7 @@ part in a call, so collective generation (vLLM server mode, ZeRO-3, FSDP) cannot
 
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
@@ -47,26 +47,6 @@ class Sampling:
         return self.min_p is None and self.repetition_penalty == 1.0 and not self.generation_kwargs
 
 
-@dataclass(frozen=True)
-class ReplyCap:
-    """The per-reply token cap TRL's single-turn generation reads, `attribute` of `owner`: `max_completion_length`
-    of `vllm_generation` on the vLLM paths, `max_new_tokens` of `generation_config` on transformers'. TRL takes no
-    cap as an argument, so `capped` sets it around one call."""
-
-    owner: object
-    attribute: str
-
-    @contextmanager
-    def capped(self, max_new_tokens: int):
-        """The cap lowered to `max_new_tokens` (at least 1) for the block, then restored."""
-        old = getattr(self.owner, self.attribute)
-        setattr(self.owner, self.attribute, max(1, min(old, max_new_tokens)))
-        try:
-            yield
-        finally:
-            setattr(self.owner, self.attribute, old)
-
-
 class GenerationBackend:
     """How the policy generates one reply per episode context (see the module docstring).
 
@@ -81,7 +61,8 @@ class GenerationBackend:
         sampling: TRL's sampling settings.
         sample_replies: `(contexts) -> (completions, logprobs | None)`, TRL's single-turn generation, one reply per
             context under the cap `reply_cap`.
-        reply_cap: the cap `sample_replies` reads.
+        reply_cap: `(max_new_tokens) -> context manager` in which `sample_replies` caps each reply at that many
+            tokens (`trl_compat.capped_replies`: TRL takes no cap as an argument).
         use_vllm: whether `sample_replies` generates with vLLM (no episode-history cache; a rank with no context
             calls it with none instead of a dummy).
         trl_generation_only: TRL's generation must run whatever the settings (its continuous batching).
@@ -89,7 +70,8 @@ class GenerationBackend:
 
     def __init__(self, accelerator, args, *, policy: torch.nn.Module, wrapped_model: Callable[[], torch.nn.Module],
                  tokenizer, stop_token_ids: list[int], sampling: Sampling,
-                 sample_replies: Callable[[list[list[int]]], tuple], reply_cap: ReplyCap, use_vllm: bool,
+                 sample_replies: Callable[[list[list[int]]], tuple],
+                 reply_cap: Callable[[int], AbstractContextManager], use_vllm: bool,
                  trl_generation_only: bool = False):
         self.accelerator, self.args, self.policy, self.wrapped_model = accelerator, args, policy, wrapped_model
         self.tokenizer, self.stop_token_ids, self.sampling = tokenizer, stop_token_ids, sampling
@@ -119,7 +101,7 @@ class GenerationBackend:
         if self.history_cache is not None:
             completions, logprobs = self.history_cache(batch, max_new_tokens)  # its model: set by `rollout()`
         else:
-            with self.reply_cap.capped(max_new_tokens):
+            with self.reply_cap(max_new_tokens):
                 completions, logprobs = self.sample_replies(batch)
         if dummy:
             return [], None

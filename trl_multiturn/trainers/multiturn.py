@@ -46,14 +46,14 @@ from .distillation import TEACHER_SIGNALS, Distillation, check_teacher_vocabular
 from .dynamic_sampling import DynamicSampler, TaskShelf
 from .episode_source import EpisodeSource
 from .forwards import Forwards
-from .generation_backend import GenerationBackend, ReplyCap, Sampling
+from .generation_backend import GenerationBackend, Sampling
 from .packing import PACKING_MODES, check_model_packing
 from .policy_lag import LaggedRollouts
 from .run_files import RunFilesMixin
 from .scorer import Scorer
 from .step import MultiTurnStep
 from .step_log import StepLog
-from .trl_compat import check_trl_attributes, check_trl_compat, single_turn_replies
+from .trl_compat import capped_replies, check_trl_attributes, check_trl_compat, single_turn_replies
 from .vllm_cpu import colocated_vllm_on_cpu
 
 logger = logging.getLogger(__name__)
@@ -768,8 +768,7 @@ class MultiTurnMixin(RunFilesMixin):
             sampling=Sampling(self.temperature, self.top_p, self.top_k or 0, self.min_p, self.repetition_penalty,
                               getattr(self.args, "generation_kwargs", None)),
             sample_replies=functools.partial(single_turn_replies, self),
-            reply_cap=(ReplyCap(self.vllm_generation, "max_completion_length") if self.use_vllm
-                       else ReplyCap(self.generation_config, "max_new_tokens")),
+            reply_cap=functools.partial(capped_replies, self),
             use_vllm=self.use_vllm,
             trl_generation_only=getattr(self, "use_transformers_continuous_batching", False))
 

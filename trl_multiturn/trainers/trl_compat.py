@@ -40,6 +40,7 @@ import importlib
 import importlib.util
 import inspect
 import textwrap
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import trl
@@ -160,10 +161,10 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint(RLOO, "num_generations_eval", None, "set while one turn's replies are generated (as num_generations)",
                instance=True),
     TouchPoint(VLLM_GENERATION, "max_completion_length", None,
-               "set around one generate call: a reply capped at the live episodes' budget (ReplyCap)",
+               "set around one generate call: a reply capped at the live episodes' budget (capped_replies)",
                instance=True, via="vllm_generation"),
     TouchPoint("transformers.generation.configuration_utils:GenerationConfig", "max_new_tokens", None,
-               "set around one generate call: a reply capped at the live episodes' budget (ReplyCap)",
+               "set around one generate call: a reply capped at the live episodes' budget (capped_replies)",
                instance=True, via="generation_config"),
     TouchPoint(TRAINER, "current_gradient_accumulation_steps", None,
                "read by PPO: its loss is divided by the step's number of accumulated micro-batches, as GRPO's is",
@@ -253,6 +254,27 @@ def single_turn_replies(trainer, contexts: list[list[int]]):
         finally:
             trainer.num_generations, trainer.num_generations_eval = saved
     return out if isinstance(out, tuple) else (out, None)
+
+
+@contextmanager
+def capped_replies(trainer, max_new_tokens: int):
+    """TRL's per-reply cap lowered to `max_new_tokens` (at least 1, never above TRL's own) around one generate call,
+    then restored: `vllm_generation.max_completion_length` on the vLLM paths, `generation_config.max_new_tokens` on
+    transformers' (TRL's single-turn generation takes no cap as an argument)."""
+    if trainer.use_vllm:
+        old = trainer.vllm_generation.max_completion_length
+        trainer.vllm_generation.max_completion_length = max(1, min(old, max_new_tokens))
+        try:
+            yield
+        finally:
+            trainer.vllm_generation.max_completion_length = old
+    else:
+        old = trainer.generation_config.max_new_tokens
+        trainer.generation_config.max_new_tokens = max(1, min(old, max_new_tokens))
+        try:
+            yield
+        finally:
+            trainer.generation_config.max_new_tokens = old
 
 
 @functools.cache
