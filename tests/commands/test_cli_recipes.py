@@ -31,9 +31,8 @@ def test_list_names_every_recipe_with_its_first_sentence_whole(capsys):
     entries = _listed(capsys)
     assert list(entries) == recipe_names() and len(entries) == len(list(RECIPES_DIR.rglob("*.yaml")))
     assert entries["quickstart"] == (
-        "Step 2 of the README's main job (scripts/quickstart.sh): a short multi-turn GRPO run on generated w1-o2-q2 "
-        "TextWorld games, from the SFT warm start of step 1, ending with greedy success on held-out (test-split) "
-        "games.")
+        "A short multi-turn GRPO run on generated w1-o2-q2 TextWorld games, from the SFT warm start of the README's "
+        "main job (scripts/quickstart.sh's step 1), ending with greedy success on held-out (test-split) games.")
     assert all(text.endswith(".") for text in entries.values()), entries  # no description cut mid-sentence
 
 
