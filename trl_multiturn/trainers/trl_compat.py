@@ -261,20 +261,21 @@ def capped_replies(trainer, max_new_tokens: int):
     """TRL's per-reply cap lowered to `max_new_tokens` (at least 1, never above TRL's own) around one generate call,
     then restored: `vllm_generation.max_completion_length` on the vLLM paths, `generation_config.max_new_tokens` on
     transformers' (TRL's single-turn generation takes no cap as an argument)."""
+    old = (trainer.vllm_generation.max_completion_length if trainer.use_vllm
+           else trainer.generation_config.max_new_tokens)
+    set_reply_cap(trainer, max(1, min(old, max_new_tokens)))
+    try:
+        yield
+    finally:
+        set_reply_cap(trainer, old)
+
+
+def set_reply_cap(trainer, tokens: int) -> None:
+    """Set the reply cap TRL's single-turn generation reads (`capped_replies`)."""
     if trainer.use_vllm:
-        old = trainer.vllm_generation.max_completion_length
-        trainer.vllm_generation.max_completion_length = max(1, min(old, max_new_tokens))
-        try:
-            yield
-        finally:
-            trainer.vllm_generation.max_completion_length = old
+        trainer.vllm_generation.max_completion_length = tokens
     else:
-        old = trainer.generation_config.max_new_tokens
-        trainer.generation_config.max_new_tokens = max(1, min(old, max_new_tokens))
-        try:
-            yield
-        finally:
-            trainer.generation_config.max_new_tokens = old
+        trainer.generation_config.max_new_tokens = tokens
 
 
 @functools.cache
