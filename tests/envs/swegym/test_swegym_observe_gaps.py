@@ -8,15 +8,19 @@ still resolve."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import random
+import sys
+import types
 
 import pytest
 
 from trl_multiturn.envs.swegym import SWEGymConfig, grade_patch, task_rows
-from trl_multiturn.envs.swegym.observe import observe
+from trl_multiturn.envs.swegym.observe import function_name, observe
 from trl_multiturn.envs.swegym.patches import make_patch
 from trl_multiturn.envs.swegym.pytest_runner import _caught, _Observations, _plain
 from trl_multiturn.envs.swegym.tasks import task_sources
+from trl_multiturn.envs.swegym.tasks.source import apply_edits
 
 SOURCES = {source.name: source for source in task_sources()}
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
@@ -319,3 +323,64 @@ def test_a_passing_to_passing_test_with_no_observed_value_does_not_hide_a_regres
     grade = grade_patch(row, patch, config, eval_timeout=300)
     assert grade.patch_applied and grade.f2p_passed == 1 and not grade.resolved, grade.info()
     assert grade.reward("dense") == 0.0 and grade.unobserved == [f"{path}::test_sum_walrus"], grade.info()
+
+
+def _loaded(files: dict[str, str], name: str, root) -> types.ModuleType:
+    """The package `rpn` of `files`, written under `root` and imported as `name` (its modules are left in
+    `sys.modules`: the caller removes them)."""
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    spec = importlib.util.spec_from_file_location(name, root / "rpn" / "__init__.py",
+                                                  submodule_search_locations=[str(root / "rpn")])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_special_case_of_the_issues_own_example_is_caught_by_the_drafts(tmp_path, monkeypatch):
+    """rpn's hidden tests check the issue's own examples (`evaluate("3 4 -") == -1`, `evaluate("8 2 /") == 4.0`): a
+    patch that answers exactly those inputs right and keeps the bug reports the gold patch's values for them, and
+    only a draft whose gold answer differs from the bug's tells it apart. A str draft replaced a character by any
+    letter or digit, inserted or deleted one, which mostly made an input every version rejects alike (`"3 x -"`):
+    on main the special case resolved the shipped task for 134 of 200 seeds (and 9 of 13 gradings, 2 more dense
+    0.5). A draft now swaps a letter or digit for another of its kind (`"3 7 -"`): caught for every seed, the gold
+    patch still equal to itself. The values are compared in process, as the host compares the two runs' digests."""
+    source, path = SOURCES["rpn"], "tests/test_evaluator.py"
+    base = source.files_at_base()
+    tests = apply_edits(base, source.tests)[path]
+    before = set(sys.modules)
+    try:
+        bug = _loaded(base, "rpn_at_base", tmp_path / "base")
+        gold = _loaded(apply_edits(base, source.fix), "rpn_gold", tmp_path / "gold")
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+    issue = {"3 4 -": -1, "8 2 /": 4.0}
+
+    def special_case(expression):
+        return issue[expression] if expression in issue else bug.evaluate(expression)
+
+    names = [function_name(test) for test in ROWS["rpn"]["FAIL_TO_PASS"]]
+
+    def values(text: str, evaluate) -> dict:
+        observations = _Observations()
+        namespace = {"__check__": observations.check, "__value__": observations.value,
+                     "__raised__": observations.raised, "__caught__": _caught}
+        monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=evaluate, tokenize=bug.tokenize))
+        exec(compile(text, "<tests>", "exec"), namespace)
+        out = {}
+        for name in names:
+            observations.take()
+            namespace[name]()
+            out[name] = observations.take()
+        return out
+
+    passed = []
+    for seed in range(50):
+        text = observe(tests, random.Random(seed), set(names))
+        right = values(text, gold.evaluate)
+        assert values(text, gold.evaluate) == right
+        passed += [name for name, record in values(text, special_case).items() if record == right[name]]
+    assert passed == []
