@@ -227,14 +227,16 @@ def test_a_value_of_a_c_type_is_reported_by_what_it_holds():
         assert _plain(right) == _plain(copy.deepcopy(right)) != _plain(wrong), right
 
 
-# a check the form cannot report (`:=`) stays an assert, so the test reports no value in either run; pytest's
+# a check the form cannot report (`:=`) stays an assert (its calls reported: here it has none), so the test reports
+# no value in either run; pytest's
 # `Function.runtest` replaced from the package (no audited event) passes a failed assert but in the canaries, found
 # by reading the test files through a directory descriptor (unaudited)
 UNOBSERVABLE = '''
 
 
 def test_subtraction_keeps_operand_order():
-    assert (value := evaluate("3 4 -")) == -1 and value < 0
+    result = evaluate("3 4 -")
+    assert (value := result) == -1 and value < 0
 '''
 
 PASSES_FAILED_ASSERTS = '''
@@ -297,7 +299,8 @@ def test_subtraction():
 
 
 def test_sum_walrus():
-    assert (value := evaluate("2 3 +")) == 5 and value > 0
+    result = evaluate("2 3 +")
+    assert (value := result) == 5 and value > 0
 '''
 
 # what the PASS_TO_PASS test checks, broken (a special case a fix "needed"); pytest's `runtest` hides the failure
@@ -339,7 +342,37 @@ def _loaded(files: dict[str, str], name: str, root) -> types.ModuleType:
     return module
 
 
-def test_a_special_case_of_the_issues_own_example_is_caught_by_the_drafts(tmp_path, monkeypatch):
+@pytest.fixture
+def rpn(tmp_path):
+    """rpn's package at the base commit and with the gold patch, imported in this process."""
+    source = SOURCES["rpn"]
+    base, before = source.files_at_base(), set(sys.modules)
+    try:
+        yield (_loaded(base, "rpn_at_base", tmp_path / "base"),
+               _loaded(apply_edits(base, source.fix), "rpn_gold", tmp_path / "gold"))
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+
+
+def _values(text: str, names: list[str], evaluate, monkeypatch, wrap=lambda check, value: (check, value)) -> dict:
+    """What the tests `names` of `text` (observation form, importing `evaluate` from `rpn`) report per test, as the
+    runner's records (count, digest, blind), with `evaluate` as the package's; `wrap(check, value)` gives the
+    reporting builtins `__check__` and `__value__` (the package may wrap them)."""
+    observations = _Observations()
+    check, value = wrap(observations.check, observations.value)
+    namespace = {"__check__": check, "__value__": value, "__raised__": observations.raised, "__caught__": _caught}
+    monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=evaluate, tokenize=None))
+    exec(compile(text, "<tests>", "exec"), namespace)
+    out = {}
+    for name in names:
+        observations.take()
+        namespace[name]()
+        out[name] = observations.take()
+    return out
+
+
+def test_a_special_case_of_the_issues_own_example_is_caught_by_the_drafts(rpn, monkeypatch):
     """rpn's hidden tests check the issue's own examples (`evaluate("3 4 -") == -1`, `evaluate("8 2 /") == 4.0`): a
     patch that answers exactly those inputs right and keeps the bug reports the gold patch's values for them, and
     only a draft whose gold answer differs from the bug's tells it apart. A str draft replaced a character by any
@@ -347,40 +380,94 @@ def test_a_special_case_of_the_issues_own_example_is_caught_by_the_drafts(tmp_pa
     on main the special case resolved the shipped task for 134 of 200 seeds (and 9 of 13 gradings, 2 more dense
     0.5). A draft now swaps a letter or digit for another of its kind (`"3 7 -"`): caught for every seed, the gold
     patch still equal to itself. The values are compared in process, as the host compares the two runs' digests."""
+    bug, gold = rpn
     source, path = SOURCES["rpn"], "tests/test_evaluator.py"
-    base = source.files_at_base()
-    tests = apply_edits(base, source.tests)[path]
-    before = set(sys.modules)
-    try:
-        bug = _loaded(base, "rpn_at_base", tmp_path / "base")
-        gold = _loaded(apply_edits(base, source.fix), "rpn_gold", tmp_path / "gold")
-    finally:
-        for name in set(sys.modules) - before:
-            del sys.modules[name]
+    tests = apply_edits(source.files_at_base(), source.tests)[path]
     issue = {"3 4 -": -1, "8 2 /": 4.0}
 
     def special_case(expression):
         return issue[expression] if expression in issue else bug.evaluate(expression)
 
     names = [function_name(test) for test in ROWS["rpn"]["FAIL_TO_PASS"]]
-
-    def values(text: str, evaluate) -> dict:
-        observations = _Observations()
-        namespace = {"__check__": observations.check, "__value__": observations.value,
-                     "__raised__": observations.raised, "__caught__": _caught}
-        monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=evaluate, tokenize=bug.tokenize))
-        exec(compile(text, "<tests>", "exec"), namespace)
-        out = {}
-        for name in names:
-            observations.take()
-            namespace[name]()
-            out[name] = observations.take()
-        return out
-
     passed = []
     for seed in range(50):
         text = observe(tests, random.Random(seed), set(names))
-        right = values(text, gold.evaluate)
-        assert values(text, gold.evaluate) == right
-        passed += [name for name, record in values(text, special_case).items() if record == right[name]]
+        right = _values(text, names, gold.evaluate, monkeypatch)
+        assert _values(text, names, gold.evaluate, monkeypatch) == right
+        lie = _values(text, names, special_case, monkeypatch)
+        passed += [name for name, record in lie.items() if record == right[name]]
     assert passed == []
+
+
+# rpn: checks the form left out of its reports, each in a test with another, reported check (so the gold run
+# observed the test): an assert no lambda can hold (`:=`), and a branch that fails the test
+DECIDED_OUTSIDE_THE_CHECKS = '''
+import pytest
+from rpn import evaluate
+
+
+def test_walrus():
+    assert evaluate("2 3 +") == 5
+    assert (result := evaluate("3 4 -")) == -1
+
+
+def test_branch_raises():
+    assert evaluate("2 3 +") == 5
+    got = evaluate("3 4 -")
+    if got != -1:
+        raise AssertionError(f"3 4 - gave {got}")
+
+
+def test_branch_fails():
+    assert evaluate("2 3 +") == 5
+    got = evaluate("8 2 /")
+    if not got == 4.0:
+        pytest.fail(f"8 2 / gave {got}")
+'''
+
+
+class _Lie:
+    """The bug's value, equal to everything: what the package hands out where no report sees it."""
+
+    def __init__(self, honest):
+        self.honest = honest
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+def _honest(value):
+    return value.honest if isinstance(value, _Lie) else value
+
+
+def _reporting_the_honest_value(check, value):
+    """The package's wrapping of `__check__` and `__value__`: they report the honest value, and `__value__` hands the
+    lie on."""
+    return (lambda thunk, *how: check(lambda: _honest(thunk()), *how),
+            lambda reported: (value(_honest(reported)), reported)[1])
+
+
+def test_a_decision_the_test_makes_outside_its_checks_is_reported(rpn, monkeypatch):
+    """A package that wraps the reporting builtins (an assignment: no audited event) so that every value they see is
+    its honest one, and hands out a value equal to everything elsewhere, passed an assert left as written (`:=`)
+    and `if got != -1: raise ...` / `pytest.fail(...)`, whose decisions no report showed: each of these rpn tests
+    was resolved on main with the bug kept (one grading each). The assert's calls are reported now, and a branch
+    that only fails the test is observed as the check of its negated condition."""
+    bug, gold = rpn
+    names = ["test_walrus", "test_branch_raises", "test_branch_fails"]
+    liar = lambda expression: _Lie(bug.evaluate(expression))  # noqa: E731
+    namespace: dict = {}
+    monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=liar))
+    exec(compile(DECIDED_OUTSIDE_THE_CHECKS, "<tests>", "exec"), namespace)
+    for name in names:
+        namespace[name]()  # the lie passes each test as written
+    for seed in range(3):
+        text = observe(DECIDED_OUTSIDE_THE_CHECKS, random.Random(seed), set(names))
+        right = _values(text, names, gold.evaluate, monkeypatch)
+        lie = _values(text, names, liar, monkeypatch, wrap=_reporting_the_honest_value)
+        assert all(lie[name] != right[name] and right[name]["count"] for name in names), (lie, right)

@@ -47,6 +47,9 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   computed in its own run: a value read back from the test's text, a table of the inputs seen, a constant that is
   right for the test's own inputs, or an answer by position (the first element) answers the original check but
   not these;
+- `if C: raise ...` (or `pytest.fail(...)`, `self.fail(...)`) with no `else`, a branch that only fails the test,
+  is observed as `assert not C` is; an assert no lambda can hold (`:=`, `yield`, `await`) stays as written, and
+  the calls in it report their values (`__value__`): neither decides by a value no report shows;
 - docstrings, comments and assert messages are dropped (they may state the expected values).
 
 The verdict does not depend on telling a draft from the original: every reported value is compared, so there is
@@ -268,6 +271,27 @@ def _drafts(node: ast.AST, drafts: int, rng: random.Random) -> list:
     return out
 
 
+_NEGATED = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt,
+            ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
+
+
+def _negated(test: ast.expr) -> ast.expr:
+    """`not test`, written as `_checks` reads a check: `not C` -> `C`, and a single comparison with its operator
+    turned (`got != -1` -> `got == -1`), so that its sides are reported rather than what the operator answered."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return test.operand
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        return ast.Compare(left=test.left, ops=[_NEGATED[type(test.ops[0])]()], comparators=test.comparators)
+    return ast.UnaryOp(op=ast.Not(), operand=test)
+
+
+def _fails(statement: ast.stmt) -> bool:
+    """Whether `statement` fails the test: `raise ...`, `pytest.fail(...)`, unittest's `self.fail(...)`."""
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    return isinstance(statement, ast.Raise) or (
+        isinstance(call, ast.Call) and _name(call.func) in ("pytest.fail", "self.fail"))
+
+
 def _unobservable(node: ast.AST) -> bool:
     """A lambda cannot hold these, so the check stays as it is."""
     return any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)) for n in ast.walk(node))
@@ -390,9 +414,19 @@ class _Observe(ast.NodeTransformer):
         return self._observed([(call, None)], drafted=False)  # a step of the test, not a check: its inputs stay
 
     def visit_Assert(self, node: ast.Assert):
-        if _unobservable(node.test):
-            return ast.Assert(test=node.test, msg=None)
+        if _unobservable(node.test):  # kept as written (no lambda can hold it), but what its calls return is reported
+            return ast.Assert(test=_ValueCalls().visit(node.test), msg=None)
         return self._observed(_checks(node.test, self.names))
+
+    def visit_If(self, node: ast.If):
+        """`if C: raise ...` (or `pytest.fail(...)`, `self.fail(...)`) with no `else` is the test's check that C is
+        false: observed as `assert not C` is, so C's values are reported and its expected side goes. Run as
+        written, the branch was decided by an operator of whatever the package returned, which no report showed (a
+        value equal to everything, outside the checks, passed it)."""
+        if self.functions and not node.orelse and all(_fails(s) for s in node.body) and not _unobservable(node.test):
+            return self.visit_Assert(ast.Assert(test=_negated(node.test), msg=None))
+        self.generic_visit(node)
+        return node
 
     def _observed(self, checks: list[tuple[ast.expr, str | None]], drafted: bool = True) -> list[ast.stmt]:
         """`__check__(lambda: check[, relation])` for each of `checks` (an expression and what it was checked by,
