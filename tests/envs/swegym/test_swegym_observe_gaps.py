@@ -7,6 +7,7 @@ still resolve."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import random
@@ -328,41 +329,42 @@ def test_a_passing_to_passing_test_with_no_observed_value_does_not_hide_a_regres
     assert grade.reward("dense") == 0.0 and grade.unobserved == [f"{path}::test_sum_walrus"], grade.info()
 
 
-def _loaded(files: dict[str, str], name: str, root) -> types.ModuleType:
-    """The package `rpn` of `files`, written under `root` and imported as `name` (its modules are left in
+def _loaded(files: dict[str, str], package: str, name: str, root) -> types.ModuleType:
+    """The package `package` of `files`, written under `root` and imported as `name` (its modules are left in
     `sys.modules`: the caller removes them)."""
     for path, text in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
-    spec = importlib.util.spec_from_file_location(name, root / "rpn" / "__init__.py",
-                                                  submodule_search_locations=[str(root / "rpn")])
+    spec = importlib.util.spec_from_file_location(name, root / package / "__init__.py",
+                                                  submodule_search_locations=[str(root / package)])
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-@pytest.fixture
-def rpn(tmp_path):
-    """rpn's package at the base commit and with the gold patch, imported in this process."""
-    source = SOURCES["rpn"]
+@contextlib.contextmanager
+def _at_base_and_gold(task: str, root):
+    """The shipped task's package at the base commit and with the gold patch, imported in this process."""
+    source = SOURCES[task]
     base, before = source.files_at_base(), set(sys.modules)
     try:
-        yield (_loaded(base, "rpn_at_base", tmp_path / "base"),
-               _loaded(apply_edits(base, source.fix), "rpn_gold", tmp_path / "gold"))
+        yield (_loaded(base, task, f"{task}_at_base", root / "base"),
+               _loaded(apply_edits(base, source.fix), task, f"{task}_gold", root / "gold"))
     finally:
         for name in set(sys.modules) - before:
             del sys.modules[name]
 
 
-def _values(text: str, names: list[str], evaluate, monkeypatch, wrap=lambda check, value: (check, value)) -> dict:
-    """What the tests `names` of `text` (observation form, importing `evaluate` from `rpn`) report per test, as the
-    runner's records (count, digest, blind), with `evaluate` as the package's; `wrap(check, value)` gives the
-    reporting builtins `__check__` and `__value__` (the package may wrap them)."""
+def _values(text: str, names: list[str], functions: dict, monkeypatch, wrap=lambda check, value: (check, value),
+            package: str = "rpn") -> dict:
+    """What the tests `names` of `text` (observation form, importing `functions` from `package`) report per test,
+    as the runner's records (count, digest, blind); `wrap(check, value)` gives the reporting builtins `__check__`
+    and `__value__` (the package may wrap them)."""
     observations = _Observations()
     check, value = wrap(observations.check, observations.value)
     namespace = {"__check__": check, "__value__": value, "__raised__": observations.raised, "__caught__": _caught}
-    monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=evaluate, tokenize=None))
+    monkeypatch.setitem(sys.modules, package, types.SimpleNamespace(**functions))
     exec(compile(text, "<tests>", "exec"), namespace)
     out = {}
     for name in names:
@@ -372,30 +374,40 @@ def _values(text: str, names: list[str], evaluate, monkeypatch, wrap=lambda chec
     return out
 
 
-def test_a_special_case_of_the_issues_own_example_is_caught_by_the_drafts(rpn, monkeypatch):
-    """rpn's hidden tests check the issue's own examples (`evaluate("3 4 -") == -1`, `evaluate("8 2 /") == 4.0`): a
-    patch that answers exactly those inputs right and keeps the bug reports the gold patch's values for them, and
-    only a draft whose gold answer differs from the bug's tells it apart. A str draft replaced a character by any
-    letter or digit, inserted or deleted one, which mostly made an input every version rejects alike (`"3 x -"`):
-    on main the special case resolved the shipped task for 134 of 200 seeds (and 9 of 13 gradings, 2 more dense
-    0.5). A draft now swaps a letter or digit for another of its kind (`"3 7 -"`): caught for every seed, the gold
-    patch still equal to itself. The values are compared in process, as the host compares the two runs' digests."""
-    bug, gold = rpn
-    source, path = SOURCES["rpn"], "tests/test_evaluator.py"
-    tests = apply_edits(source.files_at_base(), source.tests)[path]
-    issue = {"3 4 -": -1, "8 2 /": 4.0}
+# the issues' own examples, answered from a table, and the other functions the hidden tests import
+ISSUE_EXAMPLES = {"rpn": ("evaluate", {"3 4 -": -1, "8 2 /": 4.0}, ["tokenize"]),
+                  "roman": ("from_roman", {"IV": 4, "MCMXCIV": 1994}, ["to_roman"])}
 
-    def special_case(expression):
-        return issue[expression] if expression in issue else bug.evaluate(expression)
 
-    names = [function_name(test) for test in ROWS["rpn"]["FAIL_TO_PASS"]]
-    passed = []
-    for seed in range(50):
-        text = observe(tests, random.Random(seed), set(names))
-        right = _values(text, names, gold.evaluate, monkeypatch)
-        assert _values(text, names, gold.evaluate, monkeypatch) == right
-        lie = _values(text, names, special_case, monkeypatch)
-        passed += [name for name, record in lie.items() if record == right[name]]
+@pytest.mark.parametrize("task", sorted(ISSUE_EXAMPLES))
+def test_a_special_case_of_the_issues_own_example_is_caught_by_the_drafts(task, tmp_path, monkeypatch):
+    """rpn's and roman's hidden tests check the issue's own examples (`evaluate("3 4 -") == -1`, `from_roman("IV")
+    == 4`): a patch that answers exactly those inputs right and keeps the bug reports the gold patch's values for
+    them, and only a draft whose gold answer differs from the bug's tells it apart. A str draft replaced a
+    character by any letter or digit, inserted or deleted one, which mostly made an input every version rejects
+    alike (`"3 x -"`, `"MCMXCQV"`): on main the special case passed these tests for 134 of 200 seeds (rpn, both
+    tests; 9 of 13 gradings resolved, 2 more dense 0.5) and 19 of 50 (roman's `test_from_roman_subtractive`; its
+    round trip is the memo of "What this does not stop"). A draft now swaps a letter or digit for another of its
+    kind, of the str's own alphabet where it has one (`"3 7 -"`, `"MCMXCIX"`): caught for every seed, the gold
+    patch still equal to itself. The values are compared in process, as the host compares the two runs'
+    digests."""
+    function, issue, others = ISSUE_EXAMPLES[task]
+    source, row = SOURCES[task], ROWS[task]
+    names = [function_name(t) for t in row["FAIL_TO_PASS"] if "round_trip" not in t]
+    tests = apply_edits(source.files_at_base(), source.tests)[row["FAIL_TO_PASS"][0].split("::")[0]]
+    with _at_base_and_gold(task, tmp_path) as (bug, gold):
+        def special_case(text):
+            return issue[text] if text in issue else getattr(bug, function)(text)
+
+        right_code = {name: getattr(gold, name) for name in [function, *others]}
+        lying_code = {**right_code, function: special_case}
+        passed = []
+        for seed in range(50):
+            text = observe(tests, random.Random(seed), set(names))
+            right = _values(text, names, right_code, monkeypatch, package=task)
+            assert _values(text, names, right_code, monkeypatch, package=task) == right
+            lie = _values(text, names, lying_code, monkeypatch, package=task)
+            passed += [name for name, record in lie.items() if record == right[name]]
     assert passed == []
 
 
@@ -452,22 +464,22 @@ def _reporting_the_honest_value(check, value):
             lambda reported: (value(_honest(reported)), reported)[1])
 
 
-def test_a_decision_the_test_makes_outside_its_checks_is_reported(rpn, monkeypatch):
+def test_a_decision_the_test_makes_outside_its_checks_is_reported(tmp_path, monkeypatch):
     """A package that wraps the reporting builtins (an assignment: no audited event) so that every value they see is
     its honest one, and hands out a value equal to everything elsewhere, passed an assert left as written (`:=`)
     and `if got != -1: raise ...` / `pytest.fail(...)`, whose decisions no report showed: each of these rpn tests
     was resolved on main with the bug kept (one grading each). The assert's calls are reported now, and a branch
     that only fails the test is observed as the check of its negated condition."""
-    bug, gold = rpn
     names = ["test_walrus", "test_branch_raises", "test_branch_fails"]
-    liar = lambda expression: _Lie(bug.evaluate(expression))  # noqa: E731
-    namespace: dict = {}
-    monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=liar))
-    exec(compile(DECIDED_OUTSIDE_THE_CHECKS, "<tests>", "exec"), namespace)
-    for name in names:
-        namespace[name]()  # the lie passes each test as written
-    for seed in range(3):
-        text = observe(DECIDED_OUTSIDE_THE_CHECKS, random.Random(seed), set(names))
-        right = _values(text, names, gold.evaluate, monkeypatch)
-        lie = _values(text, names, liar, monkeypatch, wrap=_reporting_the_honest_value)
-        assert all(lie[name] != right[name] and right[name]["count"] for name in names), (lie, right)
+    with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
+        liar = lambda expression: _Lie(bug.evaluate(expression))  # noqa: E731
+        namespace: dict = {}
+        monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=liar))
+        exec(compile(DECIDED_OUTSIDE_THE_CHECKS, "<tests>", "exec"), namespace)
+        for name in names:
+            namespace[name]()  # the lie passes each test as written
+        for seed in range(3):
+            text = observe(DECIDED_OUTSIDE_THE_CHECKS, random.Random(seed), set(names))
+            right = _values(text, names, {"evaluate": gold.evaluate}, monkeypatch)
+            lie = _values(text, names, {"evaluate": liar}, monkeypatch, wrap=_reporting_the_honest_value)
+            assert all(lie[name] != right[name] and right[name]["count"] for name in names), (lie, right)

@@ -47,9 +47,9 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   computed in its own run: a value read back from the test's text, a table of the inputs seen, a constant that is
   right for the test's own inputs, or an answer by position (the first element) answers the original check but
   not these;
-- `if C: raise ...` (or `pytest.fail(...)`, `self.fail(...)`) with no `else`, a branch that only fails the test,
-  is observed as `assert not C` is; an assert no lambda can hold (`:=`, `yield`, `await`) stays as written, and
-  the calls in it report their values (`__value__`): neither decides by a value no report shows;
+- `if C: raise AssertionError(...)` (`pytest.fail(...)`, `self.fail(...)`) with no `else`, a branch that only
+  fails the test, is observed as `assert not C` is; an assert no lambda can hold (`:=`, `yield`, `await`) stays
+  as written, and the calls in it report their values (`__value__`): neither decides by a value no report shows;
 - docstrings, comments and assert messages are dropped (they may state the expected values).
 
 The verdict does not depend on telling a draft from the original: every reported value is compared, so there is
@@ -229,10 +229,12 @@ def _constants(node: ast.AST) -> list[ast.Constant]:
 def _changed(value, rng: random.Random):
     """`value` (an int, float or str constant of a check) changed a little: a number by a small step; a str by one
     of its letters or digits replaced with another of the same kind (digit, lower- or upper-case letter: `"3 4 -"`
-    -> `"3 7 -"`), so the draft keeps the input's shape (separators, operators, length) and is still an input of
-    the kind the test gave. A character of another kind, inserted or deleted, mostly made an input that every
-    version of the code rejects alike (`"3 x -"`, `"34 -"`), whose answer tells nothing: a special case of the
-    issue's own example then passed most drafts. A str with no letter or digit gets one inserted."""
+    -> `"3 7 -"`), drawn from the str's own ones where it uses three or more of that kind (`"MCMXCIV"` ->
+    `"MCMXCIX"`: an alphabet of its own, such as a numeral's or a DNA string's), so the draft keeps the input's
+    shape (separators, operators, length, alphabet) and is still an input of the kind the test gave. A character
+    of another kind, inserted or deleted, mostly made an input that every version of the code rejects alike
+    (`"3 x -"`, `"34 -"`), whose answer tells nothing: a special case of the issue's own example then passed most
+    drafts. A str with no letter or digit gets one inserted."""
     if isinstance(value, int):
         return value + rng.choice((1, -1, 2, -2))
     if isinstance(value, float):
@@ -242,7 +244,9 @@ def _changed(value, rng: random.Random):
         i = rng.randrange(len(value) + 1)
         return value[:i] + rng.choice(_ALPHABET) + value[i:]
     i, kind = rng.choice(spots)
-    return value[:i] + rng.choice([c for c in kind if c != value[i]]) + value[i + 1:]
+    own = {c for c in value if c in kind}
+    pool = own if len(own) >= 3 else set(kind)  # an alphabet of the input's own (`MCMXCIV`, `ACGT`) is kept
+    return value[:i] + rng.choice(sorted(pool - {value[i]})) + value[i + 1:]
 
 
 def _copy(node: ast.expr) -> ast.expr:
@@ -286,10 +290,13 @@ def _negated(test: ast.expr) -> ast.expr:
 
 
 def _fails(statement: ast.stmt) -> bool:
-    """Whether `statement` fails the test: `raise ...`, `pytest.fail(...)`, unittest's `self.fail(...)`."""
+    """Whether `statement` fails the test: `raise AssertionError(...)`, `pytest.fail(...)`, unittest's
+    `self.fail(...)` (another exception may be a skip, `raise unittest.SkipTest(...)`: not a check)."""
+    if isinstance(statement, ast.Raise):
+        error = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
+        return error is not None and _name(error) == "AssertionError"
     call = statement.value if isinstance(statement, ast.Expr) else None
-    return isinstance(statement, ast.Raise) or (
-        isinstance(call, ast.Call) and _name(call.func) in ("pytest.fail", "self.fail"))
+    return isinstance(call, ast.Call) and _name(call.func) in ("pytest.fail", "self.fail")
 
 
 def _unobservable(node: ast.AST) -> bool:
@@ -419,10 +426,10 @@ class _Observe(ast.NodeTransformer):
         return self._observed(_checks(node.test, self.names))
 
     def visit_If(self, node: ast.If):
-        """`if C: raise ...` (or `pytest.fail(...)`, `self.fail(...)`) with no `else` is the test's check that C is
-        false: observed as `assert not C` is, so C's values are reported and its expected side goes. Run as
-        written, the branch was decided by an operator of whatever the package returned, which no report showed (a
-        value equal to everything, outside the checks, passed it)."""
+        """`if C: raise AssertionError(...)` (or `pytest.fail(...)`, `self.fail(...)`) with no `else` is the test's
+        check that C is false: observed as `assert not C` is, so C's values are reported and its expected side goes.
+        Run as written, the branch was decided by an operator of whatever the package returned, which no report
+        showed (a value equal to everything, outside the checks, passed it)."""
         if self.functions and not node.orelse and all(_fails(s) for s in node.body) and not _unobservable(node.test):
             return self.visit_Assert(ast.Assert(test=_negated(node.test), msg=None))
         self.generic_visit(node)
