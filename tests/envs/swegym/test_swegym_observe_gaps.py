@@ -483,3 +483,67 @@ def test_a_decision_the_test_makes_outside_its_checks_is_reported(tmp_path, monk
             right = _values(text, names, {"evaluate": gold.evaluate}, monkeypatch)
             lie = _values(text, names, {"evaluate": liar}, monkeypatch, wrap=_reporting_the_honest_value)
             assert all(lie[name] != right[name] and right[name]["count"] for name in names), (lie, right)
+
+
+# rpn: the hidden test's check is in a helper module the test patch adds; the package wraps the reporting builtins
+# (they see its honest value) and hands out a value equal to everything elsewhere
+CHECKED_BY_A_HELPER = '''
+from helpers import check_evaluates
+
+
+def test_subtraction_order_by_a_helper():
+    check_evaluates("3 4 -", -1)
+'''
+HELPER_MODULE = '''from rpn import evaluate
+
+
+def check_evaluates(expression, expected):
+    assert evaluate(expression) == expected
+'''
+HONEST_WHEN_REPORTED = '''
+
+import builtins as _builtins
+
+
+class _Lie:
+    def __init__(self, honest):
+        self.honest = honest
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+def _honest(value):
+    return value.honest if type(value) is _Lie else value
+
+
+if hasattr(_builtins, "__check__"):
+    _check, _value = _builtins.__check__, _builtins.__value__
+    _builtins.__check__ = lambda thunk, *how: _check(lambda: _honest(thunk()), *how)
+    _builtins.__value__ = lambda value: _value(_honest(value))
+
+_evaluate = evaluate
+
+
+def evaluate(expression):
+    return _Lie(_evaluate(expression))
+'''
+
+
+def test_a_check_in_a_helper_module_of_the_test_patch_is_observed(config):
+    """`tests/helpers.py`, added by the test patch, asserted as written, and only the helper call's value (None) was
+    reported: the package above (no frames, no audited event) resolved this row on main with the bug kept. The test
+    patch's other Python modules are observed as its test files are: its value is the honest one, not the gold
+    patch's."""
+    path, init = "tests/test_evaluator.py", "rpn/__init__.py"
+    row = variant("rpn", path, CHECKED_BY_A_HELPER, "test_subtraction_order_by_a_helper")
+    row["test_patch"] += make_patch({}, {"tests/helpers.py": HELPER_MODULE})
+    assert grade_patch(row, row["patch"], config, eval_timeout=300).resolved
+    base = SOURCES["rpn"].files_at_base()[init]
+    grade = grade_patch(row, make_patch({init: base}, {init: base + HONEST_WHEN_REPORTED}), config, eval_timeout=300)
+    assert grade.patch_applied and grade.differ == row["FAIL_TO_PASS"] and not grade.resolved, grade.info()

@@ -10,8 +10,9 @@
    conftest.py, start-up hooks, package metadata) and removes those it added;
 4. resets the test files to the base commit and applies `test_patch`, as swebench's eval script does, deletes
    both patches from the scratch folder, rewrites each test file in observation form (`observe.observe`: every
-   check reports the values it looks at and holds no expected value, with drafts on changed inputs), then plants
-   canary tests in each test file (`integrity.plant_canaries`);
+   check reports the values it looks at and holds no expected value, with drafts on changed inputs), and the
+   other Python modules the test patch writes too (`helper_modules`, no drafts), then plants canary tests in each
+   test file (`integrity.plant_canaries`);
 5. runs the tests through `pytest_runner.py` (the row's `test_cmd` says which pytest options) and reads the
    outcomes from the runner's token-signed records only, which reach this process on the sandbox's channel as
    they are written (`Sandbox.run(..., channel=True)`: no file the sandbox's user could replace afterwards);
@@ -40,7 +41,7 @@ import secrets
 import shlex
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .integrity import (
@@ -54,7 +55,7 @@ from .integrity import (
     test_files_of,
 )
 from .observe import function_name, observe
-from .patches import patch_paths
+from .patches import patch_paths, written_paths
 from .sandbox import CHANNEL_FD, Sandbox, SandboxConfig, SandboxError, make_sandbox, task_image, truncate_middle
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
@@ -350,6 +351,9 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
                 text, planted = plant_canaries(path, texts[path], rng)
                 sandbox.write_file(path, text)
                 canaries += planted
+            for path in helper_modules(task, files):  # observed as the tests are, with no drafts or canaries
+                texts[path] = texts.get(path) or observe(sandbox.read_file(path), rng, set())
+                sandbox.write_file(path, texts[path])
             token = secrets.token_hex(16)
             sandbox.write_scratch("pytest_runner.py", RUNNER.read_text())
             sandbox.write_scratch("token", token)
@@ -367,6 +371,14 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             run.trusted_log += f"\n{TESTS_ERROR}: {e}"
             run.log += f"\n{e}"
     return run
+
+
+def helper_modules(task: dict, files: list[str]) -> list[str]:
+    """The Python modules the test patch writes besides the test files run (`tests/helpers.py`), but a
+    conftest.py (pytest's plugin): a check in one runs inside a test, so it is observed as the test's own are. As
+    written, its assert was decided by whatever the package returned, and only the call's value was reported."""
+    return [path for path in written_paths(task["test_patch"])
+            if path.endswith(".py") and path not in files and PurePosixPath(path).name != "conftest.py"]
 
 
 def _verdict(task: dict, real: _Run, config: SandboxConfig, files: list[str], test_cmd: tuple, f2p: list[str],

@@ -48,6 +48,11 @@ def patch_paths(patch: str) -> list[str]:
     return [m.group(2) for m in _DIFF_GIT.finditer(patch)]
 
 
+def written_paths(patch: str) -> list[str]:
+    """The paths a git-style diff leaves a file at (those it adds or changes, not those it deletes), in order."""
+    return [fp.path for fp in _split_files(patch) if not fp.deleted]
+
+
 @dataclass
 class _FilePatch:
     path: str
