@@ -18,7 +18,16 @@ sandbox of the same task to read, one channel class at a time.
     python - evict pagecache SALT           (the test's own, on the host: the sandbox refuses it) drop the files'
                                             pages from the cache, so a reader finds cold what no sandbox read
     python - read meminfo                   the memory statistics a sandbox can read: /proc/meminfo's Shmem, MemFree
-                                            and MemAvailable, sysinfo's free RAM (os.sysconf), in kB, one a line
+                                            and MemAvailable, sysinfo's free RAM (os.sysconf), in kB, /proc/vmstat's
+                                            nr_free_pages, node 0's MemFree (/sys), the dentry count
+                                            (/proc/sys/fs/dentry-state), one a line ('?': unreadable or empty)
+    python - read machine SHOWN PATH...     how many bytes each /proc PATH (a file, or a folder's files) gives by
+                                            each route to it (its path, /proc/self/.., /proc/thread-self/.., openat
+                                            on a /proc descriptor; 'refused' if none), every file of the machine's
+                                            memory statistics under /sys that reads non-empty, every entry of /sys
+                                            (3 levels deep) beside the ':'-separated SHOWN folders that is not
+                                            empty (a folder with entries, a file with text), and the
+                                            memory limit of the cgroup /sys/fs/cgroup shows
 
 The files (16 per reader) are picked by SALT among the shared read-only files both sandboxes see (regular files of
 at least 64 KiB under /usr/bin and /usr/lib/<arch>-linux-gnu, sorted), so a test picks fresh, cold files each run.
@@ -208,25 +217,88 @@ def write_inotify(paths, bits):
     print("written", flush=True)
 
 
-def meminfo():
-    fields = {}
+def fields(path):
+    """{first word: second word} of each line of `path` ({} where it cannot be read)."""
     try:
-        for line in open("/proc/meminfo"):
-            key, value = line.split(":")
-            fields[key] = value.split()[0]
+        with open(path) as f:
+            return dict(line.replace(":", " ").split()[:2] for line in f if len(line.split()) > 1)
     except OSError:
-        pass
+        return {}
+
+
+def meminfo():
+    mine = fields("/proc/meminfo")
     for key in ("Shmem", "MemFree", "MemAvailable"):
-        print(key, fields.get(key, "?"))
+        print(key, mine.get(key, "?"))
     try:
         print("sysinfo", os.sysconf("SC_AVPHYS_PAGES") * PAGE // 1024)
     except (OSError, ValueError):
         print("sysinfo ?")
+    print("vmstat", fields("/proc/vmstat").get("nr_free_pages", "?"))
+    node = dict(line.replace(":", " ").split()[2:4] for line in open_lines("/sys/devices/system/node/node0/meminfo"))
+    print("node0", node.get("MemFree", "?"))
+    print("dentries", (open_lines("/proc/sys/fs/dentry-state") or ["?"])[0].split()[0])
+
+
+def open_lines(path):
+    try:
+        with open(path) as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def size(path, dir_fd=None):
+    """Bytes read from the file `path`, or from every file of the folder `path`; None where it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+            return len(os.read(fd, 1 << 20))
+        return sum(size(name, dir_fd=fd) or 0 for name in os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+def machine(shown, paths):
+    proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+    for path in paths:
+        name = path[len("/proc/"):]
+        routes = {"path": size(path), "self": size("/proc/self/../" + name),
+                  "thread-self": size("/proc/thread-self/../../../" + name), "dirfd": size(name, dir_fd=proc)}
+        for route, got in routes.items():
+            print("proc", route, path, "refused" if got is None else got)
+    patterns = ["/sys/devices/system/node/node*/*", "/sys/bus/node/devices/*/*", "/sys/kernel/mm/*/*",
+                "/sys/kernel/mm/*/*/*", "/sys/kernel/slab/*/objects"]
+    for found in sorted({p for pattern in patterns for p in glob.glob(pattern)}):
+        if os.path.isfile(found) and size(found):
+            print("sys_readable", found)
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):  # v2, v1
+        if os.path.exists(limit):
+            print("cgroup_limit", (open_lines(limit) or ["?"])[0])
+    for root, dirs, names in os.walk("/sys"):
+        if root.count("/") >= 3:
+            dirs.clear()
+        for entry in dirs + names:
+            path = os.path.join(root, entry)
+            if any(path == s or path.startswith(s + "/") or s.startswith(path + "/") for s in shown):
+                continue
+            try:  # a masked folder is an empty tmpfs, a masked file /dev/null
+                empty = not os.listdir(path) if os.path.isdir(path) and not os.path.islink(path) else not size(path)
+            except OSError:
+                empty = True
+            if not empty:
+                print("sys_visible", path)
 
 
 action, channel = sys.argv[1:3]
 if channel == "meminfo":
     meminfo()
+    sys.exit()
+if channel == "machine":
+    machine(sys.argv[3].split(":"), sys.argv[4:])
     sys.exit()
 paths = files(sys.argv[3])
 paths = paths if channel == "pagecache" else paths[:16]

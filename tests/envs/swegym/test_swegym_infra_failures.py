@@ -153,14 +153,13 @@ def _api_error(status: int) -> docker.errors.APIError:
 def test_container_start_is_retried_on_engine_errors_only(config, monkeypatch):
     monkeypatch.setattr(docker_backend.time, "sleep", lambda seconds: None)
     client = docker_client()
-    collection = type(client.containers)
-    real_create = collection.create
+    real_create = docker_backend.DockerSandbox._create
     calls, failed = [], []
 
     def flaky(failures: int, status: int):
-        def create(self, **options):
+        def create(self, options):
             calls.append(status)
-            container = real_create(self, **options)
+            container = real_create(self, options)
             if len(calls) <= failures:  # the engine made the container, then could not start it
                 container.start = lambda: (_ for _ in ()).throw(_api_error(status))
                 failed.append(container.id)
@@ -168,13 +167,13 @@ def test_container_start_is_retried_on_engine_errors_only(config, monkeypatch):
         return create
 
     row = ROWS["roman"]
-    monkeypatch.setattr(collection, "create", flaky(2, 500))
+    monkeypatch.setattr(docker_backend.DockerSandbox, "_create", flaky(2, 500))
     with make_sandbox(config) as sandbox:
         sandbox.start(row)  # two engine errors, then a container
         assert len(calls) == 3 and sandbox.run("echo up").output == "up\n"
     for failures, status, attempts in [(99, 500, docker_backend.START_ATTEMPTS), (99, 404, 1)]:
         calls.clear()
-        monkeypatch.setattr(collection, "create", flaky(failures, status))
+        monkeypatch.setattr(docker_backend.DockerSandbox, "_create", flaky(failures, status))
         with make_sandbox(config) as sandbox, pytest.raises(SandboxError, match="could not start"):
             sandbox.start(row)
         assert len(calls) == attempts  # a client error (404: no such image) is not tried again

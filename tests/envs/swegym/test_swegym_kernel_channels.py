@@ -16,7 +16,7 @@ from docker_engine import docker_client
 from kernel_probe import command, evict_on_host, matching, readers
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
-from trl_multiturn.envs.swegym.sandbox.procview import meminfo_text
+from trl_multiturn.envs.swegym.sandbox.procview import EMPTIED, EMPTIED_DIRS, SYS_SHOWN, meminfo_text
 
 ROW = next(row for row in task_rows() if row["repo"].endswith("/roman"))
 CHANCE = 14  # the most bits of 16 a reader may recover
@@ -172,14 +172,17 @@ def test_inotify_on_shared_files_carries_nothing(pair, salt_and_bits):
 
 
 HOG = ("import os, time\nchunk = bytearray(256 << 20)\nfor i in range(0, len(chunk), 4096):\n    chunk[i] = 1\n"
-       "open('/dev/shm/hog', 'wb').write(b'x' * (32 << 20))\nopen('/tmp/swegym/ready', 'w').close()\n"
+       "open('/dev/shm/hog', 'wb').write(b'x' * (32 << 20))\n"
+       "for i in range(20000):\n    os.path.exists(f'/tmp/swegym/absent-{os.getpid()}-{i}')\n"
+       "open('/tmp/swegym/ready', 'w').close()\n"
        "while not os.path.exists('/tmp/swegym/stop'):\n    time.sleep(0.05)\n")
 
 
 def test_memory_statistics_carry_nothing(pair, config):
-    """Between concurrent sandboxes: the one reads /proc/meminfo and sysinfo while the other holds 256 MiB of
-    memory and 32 MiB of shared memory, and after; the values are the sandbox's own fixed view, unmoved, never the
-    machine's."""
+    """Between concurrent sandboxes: the one reads /proc/meminfo, sysinfo, /proc/vmstat, node 0's meminfo under /sys
+    and the dentry count while the other holds 256 MiB of memory and 32 MiB of shared memory (and has looked up
+    20,000 absent names), and after; the values are the sandbox's own fixed view, unmoved, or nothing, never the
+    machine's (before: Docker's vmstat and node 0, and both backends' dentry count, moved with the other's)."""
     first, second = pair
     idle = _run(second, "read", "meminfo")
     busy = {}
@@ -196,4 +199,25 @@ def test_memory_statistics_carry_nothing(pair, config):
     megabytes = config.total_memory_mb if config.sandbox == "local" else config.memory_mb
     view = dict(line.split(":") for line in meminfo_text(megabytes).splitlines())
     expected = [f"{key} {view[key].split()[0]}" for key in ("Shmem", "MemFree", "MemAvailable")]
-    assert idle.splitlines()[:3] == busy["text"].splitlines()[:3] == expected
+    expected += ["vmstat ?", "node0 ?", "dentries ?"]
+    kept = [line for line in idle.splitlines() if not line.startswith("sysinfo")]
+    assert kept == [line for line in busy["text"].splitlines() if not line.startswith("sysinfo")] == expected
+
+
+def test_machine_memory_statistics_are_hidden_by_every_route(pair, config):
+    """Each hidden /proc file and folder (`procview.EMPTIED`, `EMPTIED_DIRS`) reads empty or is refused by its path,
+    through /proc/self/.., through /proc/thread-self/.. and by `openat` on a /proc descriptor (the hiding is a
+    mount, not a name; /proc/cpuinfo, not hidden, reads by all four); no file of the machine's memory statistics
+    under /sys reads (per-node meminfo and vmstat, /sys/kernel/mm, the slab caches); /sys shows nothing beside
+    `procview.SYS_SHOWN`, and the memory cgroup it shows is the container's own (its limit is the sandbox's).
+    Before, in Docker: vmstat, zoneinfo, buddyinfo, pressure and the node files read the machine's numbers;
+    locally: the dentry, inode and file counts."""
+    out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *EMPTIED, *EMPTIED_DIRS)
+    proc = [line.split() for line in out.splitlines() if line.startswith("proc ")]
+    assert len(proc) == 4 * (1 + len(EMPTIED + EMPTIED_DIRS))
+    assert all(line[3] not in ("0", "refused") for line in proc[:4]), out
+    assert [line for line in proc[4:] if line[3] not in ("0", "refused")] == [], out
+    assert [line for line in out.splitlines() if line.startswith(("sys_readable", "sys_visible"))] == [], out
+    if config.sandbox == "docker":  # the local sandbox has no /sys
+        limits = [line.split()[1] for line in out.splitlines() if line.startswith("cgroup_limit")]
+        assert limits == [str(config.memory_mb << 20)], out

@@ -6,12 +6,13 @@ of their own (IPC and cgroup stated explicitly, not left to the daemon's default
 asked otherwise), a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, memory, pids and CPU
 limits, and a disk quota where the engine takes one (`engine_gaps`). The seccomp profile is the local sandbox's
 filter (`seccomp.docker_profile`), which also refuses page-cache residency calls, locks and watches on the image's
-shared files, and `sysinfo`; its /proc/meminfo is a fixed view (`procview.py`). A process the kernel kills for the
-container's own memory limit is the command's doing (`CommandResult.out_of_memory`); the machine running out is
-`SandboxError`. A container that does not start, or that stops under a command (killed from outside, its engine
-gone), raises `SandboxError`: an infrastructure failure, never a result; a start is tried `START_ATTEMPTS` times
-when the engine's error may pass. SWE-Gym's images are named after the instance id; the shipped tasks' images are
-built on this machine (`images.py`) and named after their recipe.
+shared files, and `sysinfo`; the machine's memory statistics are hidden (`procview.py`: /proc/meminfo a fixed view,
+the rest masked beside the engine's own masked paths, /sys masked but for the container's cgroup and the CPUs). A
+process the kernel kills for the container's own memory limit is the command's doing (`CommandResult.out_of_memory`);
+the machine running out is `SandboxError`. A container that does not start, or that stops under a command (killed
+from outside, its engine gone), raises `SandboxError`: an infrastructure failure, never a result; a start is tried
+`START_ATTEMPTS` times when the engine's error may pass. SWE-Gym's images are named after the instance id; the
+shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
 """
 
 from __future__ import annotations
@@ -40,10 +41,9 @@ from .base import (
     timeout_note,
 )
 from .containment import MemoryCgroup, OomWatch, warn_once
-from .procview import MEMINFO, SHARED, write_views
+from .procview import MEMINFO, SHARED, masked_paths, write_views
 from .seccomp import docker_profile
 
-DOCKER_PROC_VIEWS = (MEMINFO, "/proc/slabinfo")
 # Storage drivers that make each container's files inodes of its own (a snapshot per container: the page cache,
 # locks and watches of one container's files are not another's) and take a size (`--storage-opt size`). overlay2
 # shares the image's files between containers and takes a size only on XFS with project quotas.
@@ -90,6 +90,7 @@ KEEPER = ("mkdir -p {scratch}; trap '' TERM INT HUP; "
           "while :; do sleep 1 & wait $!; if read -r -t 0; then read -r _ || exit 0; fi; done")
 OUTPUT_DIR = "/run/trl-multiturn-output"  # commands' output files (a tmpfs: outside the disk quota)
 _ENGINES: dict[str, dict] = {}  # `docker info` of each engine, by its address
+_ENGINE_MASKS: dict[str, list[str]] = {}  # the paths each engine masks in a container by default, by its address
 START_ATTEMPTS = 3  # a container start that failed in the engine (runc's "broken pipe" on a loaded machine)
 logger = logging.getLogger(__name__)
 
@@ -116,8 +117,8 @@ class DockerSandbox(Sandbox):
         return task_image(task, self.config)
 
     def container_options(self, task: dict) -> dict[str, Any]:
-        """Keyword arguments of `client.containers.run` for `task` (the fixed /proc views it binds are files of
-        this machine's, `procview.SHARED`: the engine must run on this machine)."""
+        """Keyword arguments of `client.containers.run` for `task` (the fixed /proc/meminfo it binds is a file of
+        this machine's, `procview.SHARED`: the engine must run on this machine; `_create` adds the masked paths)."""
         cfg = self.config
         image = self.image_for(task)
         quota = {}
@@ -143,9 +144,8 @@ class DockerSandbox(Sandbox):
             "cgroupns": "private",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
-            # runc lets only these of the views be bound over /proc (those lxcfs emulates); see the README
-            "volumes": {str(source): {"bind": target, "mode": "ro"} for target, source in views.items()
-                        if target in DOCKER_PROC_VIEWS},
+            # runc lets only the files lxcfs emulates be bound over /proc: the other views are masked (`_create`)
+            "volumes": {str(views[MEMINFO]): {"bind": MEMINFO, "mode": "ro"}},
             "labels": {"trl_multiturn.swegym": task["instance_id"], "trl_multiturn.driver": str(os.getpid())},
         }
 
@@ -229,7 +229,7 @@ class DockerSandbox(Sandbox):
         for attempt in range(1, START_ATTEMPTS + 1):
             container = None
             try:
-                container = self.client.containers.create(**options)
+                container = self._create(options)
                 self._lifeline = container.attach_socket(params={"stdin": 1, "stream": 1})
                 container.start()
                 return container
@@ -244,6 +244,24 @@ class DockerSandbox(Sandbox):
                                        f"{START_ATTEMPTS}): {e}") from e
                 logger.warning("starting a container of %s failed (%s); trying again", options["image"], e)
                 time.sleep(attempt)
+
+    def _create(self, options: dict[str, Any]):
+        """`client.containers.create(**options)`, masking besides the engine's own masked paths those of
+        `procview.masked_paths` (the SDK has no argument for the engine's `HostConfig.MaskedPaths`, which replace
+        the engine's own when given, so these are learnt once per engine from a container created, never
+        started)."""
+        from docker.models.containers import _create_container_args
+
+        api = self.client.api
+        if api.base_url not in _ENGINE_MASKS:
+            probe = api.create_container(options["image"], "true", labels=options["labels"])["Id"]
+            try:
+                _ENGINE_MASKS[api.base_url] = api.inspect_container(probe)["HostConfig"].get("MaskedPaths") or []
+            finally:
+                api.remove_container(probe, force=True)
+        args = _create_container_args({**options, "version": api._version})
+        args["host_config"]["MaskedPaths"] = list(dict.fromkeys([*_ENGINE_MASKS[api.base_url], *masked_paths()]))
+        return self.client.containers.get(api.create_container(**args)["Id"])
 
     def run(self, command: str, timeout: float | None = None, channel: bool = False) -> CommandResult:
         if self.container is None:
