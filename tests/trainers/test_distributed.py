@@ -81,11 +81,25 @@ def test_each_rank_packs_its_own_rows_with_as_many_forwards_and_the_gradients_of
     """Rank 0's rows (one group sharing its prompt) pack into fewer forwards than rank 1's (rows sharing nothing): it
     runs filler forwards up to rank 1's number, and the loss, log-probs and gradients under DDP and under FSDP2 are
     those of one process over every rank's rows, padded (fp32)."""
-    rank0, rank1 = json.loads((packed_ranks / "result.json").read_text())
+    rank0, rank1 = (rank["packed"] for rank in json.loads((packed_ranks / "result.json").read_text()))
     for backend in (0, 1):
         first, second = rank0[backend], rank1[backend]
         assert first["planned"] == [1] and second["planned"] == [2]  # one plan each, rank 0's one forward short
         assert first["forwards"] == second["forwards"] == 2
+        for result in (first, second):
+            assert result["logps"] < 1e-4 and result["loss"] < 1e-4 and result["grads"] < 1e-4, result
+
+
+def test_a_hybrid_model_forks_its_states_on_each_rank_with_as_many_forwards_and_one_process_gradients(packed_ranks):
+    """Qwen3.5-shaped (Gated DeltaNet): rank 0's group forks into two forwards (its prompt, then the replies continued
+    from the prompt's layer states), rank 1's unrelated rows into one, so rank 1 runs one filler forward; under DDP
+    and under FSDP2 the log-probs, loss and gradients are one process's forked run over every rank's rows (fp32;
+    gradients relative to their scale where it exceeds 1: this model's reach 12)."""
+    rank0, rank1 = (rank["forked"] for rank in json.loads((packed_ranks / "result.json").read_text()))
+    for backend in (0, 1):
+        first, second = rank0[backend], rank1[backend]
+        assert first["planned"] == [2] and second["planned"] == [1]
+        assert first["forwards"] == second["forwards"] == 2  # rank 1: its one forward and a filler
         for result in (first, second):
             assert result["logps"] < 1e-4 and result["loss"] < 1e-4 and result["grads"] < 1e-4, result
 
