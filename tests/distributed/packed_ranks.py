@@ -11,7 +11,8 @@ of log-probs, loss and gradients from the reference.
 
 Then planning that fails on one rank alone, with no further collective after it: a Mistral-shaped model whose
 sliding window (24 tokens) is shorter than rank 0's rows (a 30-token prompt) and longer than rank 1's under
-`packing="prefix"` (refused on rank 0 only), and a planner that raises on rank 1 only. Each rank writes the error
+`packing="prefix"` (refused on rank 0 only), a planner that raises on rank 1 only, and the hybrid model's forked plan
+of rows whose mask has a hole on rank 0 only. Each rank writes the error
 each case raised there (`refusals{rank}.json`), or None where its forwards ran."""
 
 import json
@@ -164,13 +165,14 @@ if rank == 0:
 accelerator.wait_for_everyone()
 
 
-def raised(model, planner=None):
-    """The error this rank's `Forwards.logps` of its rows raises under `packing="prefix"` ("Type: message") or None."""
+def raised(model, planner=None, rows_mask=mask):
+    """The error this rank's `Forwards.logps` of its rows (`rows_mask` their mask) raises under `packing="prefix"`
+    ("Type: message") or None."""
     forwards = Forwards(lambda: model, lambda: None, accelerator, types.SimpleNamespace(packing="prefix"),
                         temperature=T, pad_token_id=0)
     forwards.planner = planner or forwards.planner
     try:
-        forwards.logps(model, ids, mask, keep, BATCH_SIZE)
+        forwards.logps(model, ids, rows_mask, keep, BATCH_SIZE)
     except Exception as error:  # noqa: BLE001 - the test compares the ranks' errors
         return f"{type(error).__name__}: {error}"
     return None
@@ -185,7 +187,9 @@ def fails_on_rank_1(*args, **kwargs):
 windowed = AutoModelForCausalLM.from_config(MistralConfig(
     vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
     num_key_value_heads=2, sliding_window=24), attn_implementation="sdpa")
-refusals = [raised(windowed), raised(load(), fails_on_rank_1)]
+holed = mask.clone()  # rank 0's first row with a hole in its prompt: its forked plan fails on rank 0 alone
+holed[0, -keep - 2] = 0 if rank == 0 else holed[0, -keep - 2]
+refusals = [raised(windowed), raised(load(), fails_on_rank_1), raised(load_hybrid(), rows_mask=holed)]
 (out / f"refusals{rank}.json").write_text(json.dumps(refusals))
 accelerator.end_training()
 sys.stdout.flush()

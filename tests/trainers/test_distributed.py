@@ -105,13 +105,16 @@ def test_a_hybrid_model_forks_its_states_on_each_rank_with_as_many_forwards_and_
 
 
 def test_planning_that_fails_on_one_rank_raises_one_error_on_every_rank(packed_ranks):
-    """A "prefix" refusal of rank 0's rows alone (longer than the model's sliding window, rank 1's shorter), and a
-    planner error on rank 1 alone: both ranks raise the same error, naming the failing rank, the field, its value and
+    """A "prefix" refusal of rank 0's rows alone (longer than the model's sliding window, rank 1's shorter), a
+    planner error on rank 1 alone, and a hybrid model's forked plan failing on rank 0 alone (its rows' mask has a
+    hole): both ranks raise the same error, naming the failing rank, the field, its value and
     the fix, instead of the healthy rank waiting in the plan's collective (the script makes no collective after
     them, so a rank that did not raise would have run its forwards and recorded None)."""
     refusals = [json.loads((packed_ranks / f"refusals{r}.json").read_text()) for r in (0, 1)]
-    (window, planner), (window1, planner1) = refusals
-    assert window == window1 and planner == planner1
+    (window, planner, forked), (window1, planner1, forked1) = refusals
+    assert window == window1 and planner == planner1 and forked == forked1
+    assert forked.startswith("ValueError: rank 0 of 2 could not plan its rows: ValueError: row 0: attention_mask has "
+                             "holes"), forked
     assert window.startswith("ValueError: rank 0 of 2 could not plan its rows: ValueError: packing='prefix': ")
     assert "sliding_window=24" in window and "use packing='padded'" in window and "rank 1" not in window
     assert planner == "RuntimeError: rank 1 of 2 could not plan its rows: RuntimeError: no plan on rank 1"
