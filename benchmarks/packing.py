@@ -50,8 +50,8 @@ mask cut to the window; Qwen3.5's Gated-DeltaNet layers cannot take a pack, so i
 forked layer states (`packing_states`: each prefix forwarded once, the branches continued from its states), whose
 forwards are recorded from one no-grad run: real tokens, and the tokens of their batches with the padding.
 `--processes 2` times the step under torchrun (gloo, DDP): each rank its half of the rows, the ranks agreeing on one
-plan as the trainers do (`forwards.Forwards.agree`; a forking model pads on several processes); the slowest rank's
-time and the largest rank's memory.
+plan as the trainers do (`forwards.Forwards.agree`; a forking model's forked forwards too, the rank with fewer running
+fillers); the slowest rank's time and the largest rank's memory, and the load average before each path's run.
 `--layers N` keeps SmolLM2-135M's first N of 30 decoder layers (its real weights, widths, tokenizer and LM head):
 on the shared 2-core machine the whole model ran about 9 tokens/s forward + backward, too slow for these shapes;
 the ratios between the paths hold per layer, so they are what the table reports.
@@ -319,21 +319,29 @@ def forked_counts(model, rows) -> dict:
 
 def two_process_counts(model, rows) -> dict:
     """Tokens on two processes: each rank takes its contiguous half of the rows (accelerate's split of a batch) and
-    packs them; the ranks agree on one number of forwards (`forwards.Forwards.agree`: the rank with fewer runs
-    one-token filler forwards). Per rank its forwarded tokens, fillers and limit (its rows' prefix tree); with the
-    whole batch's limit the cost of the prefixes the split puts on both ranks shows."""
+    packs them (a forking model: forks them, `packing_states.plan_forks`); the ranks agree on one number of forwards
+    (`forwards.Forwards.agree`: the rank with fewer runs filler forwards). Per rank its forwarded tokens (forked: the
+    real tokens of its forwards), fillers and limit (its rows' prefix tree); with the whole batch's limit the cost of
+    the prefixes the split puts on both ranks shows."""
     from trl_multiturn.trainers.packing import attention_cost_ratio, plan_packs
+    from trl_multiturn.trainers.packing_states import forks_states, plan_forks
     from trl_multiturn.trainers.tree_attention import attention_kernel
 
     half = (len(rows) + 1) // 2
-    plans = []
+    ranks = []
     for part in (rows[:half], rows[half:]):
         ids, mask, keep = padded_batch(part)
-        plans.append(plan_packs(ids, mask, keep, rho=attention_cost_ratio(model),
-                                kernel=attention_kernel(model.config._attn_implementation)))
-    most = max(len(p.forwards) for p in plans)
-    return {"ranks": [{"rows": len(part), "packed": p.forwarded_tokens, "fillers": most - len(p.forwards),
-                       "limit": p.distinct_tokens} for part, p in zip((rows[:half], rows[half:]), plans)]}
+        plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model),
+                          kernel=attention_kernel(model.config._attn_implementation))
+        rank = {"rows": len(part), "packed": plan.forwarded_tokens, "forwards": len(plan.forwards),
+                "limit": plan.distinct_tokens}
+        if forks_states(model):
+            forked = plan_forks(ids, mask, keep)
+            rank.update(packed=sum(len(node.tokens) for f in forked.forwards for node in f.nodes),
+                        forwards=len(forked.forwards))
+        ranks.append(rank)
+    most = max(rank["forwards"] for rank in ranks)
+    return {"ranks": [{**rank, "fillers": most - rank["forwards"]} for rank in ranks]}
 
 
 def one_step(model, rows, packing: str, agree=None) -> float:
@@ -540,8 +548,7 @@ def main() -> None:
           f"{'padded/packed':>13} {'auto':>6}")
     for name, rows in all_rows.items():
         counts = token_counts(model, rows)
-        if "batch_tokens" not in counts:  # a forking model's rows pad on several processes: no two-process plan
-            counts["two_processes"] = two_process_counts(model, rows)
+        counts["two_processes"] = two_process_counts(model, rows)
         results.append({"shape": name, **counts})
         print(f"{name:42} {counts['rows']:>4} {counts['padded']:>7} {counts['packed']:>7} {counts['limit']:>7} "
               f"{counts['packed'] / counts['limit']:>12.3f} {counts['padded'] / counts['packed']:>13.2f} "
@@ -555,9 +562,6 @@ def main() -> None:
                   f"{p['packed'] / p['floor']:>12.2f} {p['padded'] / p['floor']:>12.2f}")
     print(f"\n{'two processes':42} {'rank packed/limit':>22} {'fillers':>7} {'sum packed/limit':>16}")
     for result in results:
-        if "two_processes" not in result:
-            print(f"{result['shape']:42} every rank pads its rows (forked states run on one process only)")
-            continue
         ranks = result["two_processes"]["ranks"]
         split = " ".join(f"{r['packed']}/{r['limit']}" for r in ranks)
         print(f"{result['shape']:42} {split:>22} {' '.join(str(r['fillers']) for r in ranks):>7} "
@@ -597,9 +601,11 @@ def main() -> None:
                          "--trainer", args.trainer] + (
                     ["--layers", str(args.layers)] if args.layers else []) + (
                     ["--family", args.family] if args.family else [])
+                load_average = os.getloadavg()[0]
                 done = subprocess.run(child, capture_output=True, text=True, check=True,
                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-                result.setdefault(key, {})[path] = json.loads(done.stdout.strip().splitlines()[-1])
+                result.setdefault(key, {})[path] = {**json.loads(done.stdout.strip().splitlines()[-1]),
+                                                    "load_average": load_average}
             pad, pack = result[key]["padded"], result[key]["prefix"]
             print(f"{result['shape']:42} {pad['seconds']:>9.2f} {pack['seconds']:>9.2f} "
                   f"{pad['seconds'] / pack['seconds']:>7.2f}x {pad['peak_above_start_mb']:>9.0f} "

@@ -81,7 +81,7 @@ def test_each_rank_packs_its_own_rows_with_as_many_forwards_and_the_gradients_of
     """Rank 0's rows (one group sharing its prompt) pack into fewer forwards than rank 1's (rows sharing nothing): it
     runs filler forwards up to rank 1's number, and the loss, log-probs and gradients under DDP and under FSDP2 are
     those of one process over every rank's rows, padded (fp32)."""
-    rank0, rank1 = json.loads((packed_ranks / "result.json").read_text())
+    rank0, rank1 = (rank["packed"] for rank in json.loads((packed_ranks / "result.json").read_text()))
     for backend in (0, 1):
         first, second = rank0[backend], rank1[backend]
         assert first["planned"] == [1] and second["planned"] == [2]  # one plan each, rank 0's one forward short
@@ -90,14 +90,31 @@ def test_each_rank_packs_its_own_rows_with_as_many_forwards_and_the_gradients_of
             assert result["logps"] < 1e-4 and result["loss"] < 1e-4 and result["grads"] < 1e-4, result
 
 
+def test_a_hybrid_model_forks_its_states_on_each_rank_with_as_many_forwards_and_one_process_gradients(packed_ranks):
+    """Qwen3.5-shaped (Gated DeltaNet): rank 0's group forks into two forwards (its prompt, then the replies continued
+    from the prompt's layer states), rank 1's unrelated rows into one, so rank 1 runs one filler forward; under DDP
+    and under FSDP2 the log-probs, loss and gradients are one process's forked run over every rank's rows (fp32;
+    gradients relative to their scale where it exceeds 1: this model's reach 12)."""
+    rank0, rank1 = (rank["forked"] for rank in json.loads((packed_ranks / "result.json").read_text()))
+    for backend in (0, 1):
+        first, second = rank0[backend], rank1[backend]
+        assert first["planned"] == [2] and second["planned"] == [1]
+        assert first["forwards"] == second["forwards"] == 2  # rank 1: its one forward and a filler
+        for result in (first, second):
+            assert result["logps"] < 1e-4 and result["loss"] < 1e-4 and result["grads"] < 1e-4, result
+
+
 def test_planning_that_fails_on_one_rank_raises_one_error_on_every_rank(packed_ranks):
-    """A "prefix" refusal of rank 0's rows alone (longer than the model's sliding window, rank 1's shorter), and a
-    planner error on rank 1 alone: both ranks raise the same error, naming the failing rank, the field, its value and
+    """A "prefix" refusal of rank 0's rows alone (longer than the model's sliding window, rank 1's shorter), a
+    planner error on rank 1 alone, and a hybrid model's forked plan failing on rank 0 alone (its rows' mask has a
+    hole): both ranks raise the same error, naming the failing rank, the field, its value and
     the fix, instead of the healthy rank waiting in the plan's collective (the script makes no collective after
     them, so a rank that did not raise would have run its forwards and recorded None)."""
     refusals = [json.loads((packed_ranks / f"refusals{r}.json").read_text()) for r in (0, 1)]
-    (window, planner), (window1, planner1) = refusals
-    assert window == window1 and planner == planner1
+    (window, planner, forked), (window1, planner1, forked1) = refusals
+    assert window == window1 and planner == planner1 and forked == forked1
+    assert forked.startswith("ValueError: rank 0 of 2 could not plan its rows: ValueError: row 0: attention_mask has "
+                             "holes"), forked
     assert window.startswith("ValueError: rank 0 of 2 could not plan its rows: ValueError: packing='prefix': ")
     assert "sliding_window=24" in window and "use packing='padded'" in window and "rank 1" not in window
     assert planner == "RuntimeError: rank 1 of 2 could not plan its rows: RuntimeError: no plan on rank 1"

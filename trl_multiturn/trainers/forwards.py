@@ -47,7 +47,8 @@ class Forwards:
         self.planner = RowsPlanner()  # one prefix-tree plan for every forward of a batch's rows
 
     def agree(self, plan: PackPlan | None, error: Exception | None = None) -> PackPlan | None:
-        """The plan every process runs, from this process's `plan` of its own rows (None: its rows padded). All
+        """The plan every process runs, from this process's `plan` of its own rows (a `packing.PackPlan`, or a
+        hybrid model's `packing_states.ForkPlan` of forked forwards; None: its rows padded). All
         processes must run the same number of forwards (DDP syncs buffers, ZeRO-3 and FSDP gather parameters at each),
         so with n_r the forwards of rank r's plan:
 

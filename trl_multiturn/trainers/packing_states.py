@@ -23,6 +23,13 @@ one padded chunk (`batch_size` x W), as `packing.plan_packs`' forwards do. Gradi
 layers run without a cache, so there the layers' checkpointing is off and each forward is checkpointed whole
 (`torch.utils.checkpoint`, its recomputation forking the parent's states anew).
 
+The forwards are planned before any runs (`plan_forks`: the tree, and each level's batches by `_batches`), then run
+in that order (`run_forks`), so that on several processes the ranks agree on one number of forwards before running
+them (`forwards.Forwards.agree`); a rank with fewer runs filler forwards (`ForkPlan.filler`, a root of two pad tokens
+through the whole model, whose outputs no row reads: `packing.with_filler_forwards`), which join the backward with
+zero gradient, so DDP's and FSDP's collectives meet (tests/trainers/test_distributed.py: two processes, exact
+against one).
+
 Log-probs: the logit at depth d - 1 predicts token d; at a node's last position the label is the first token of each
 child, one per branch (a node's last logits serve all its children). The result is laid out as
 `logprobs.sequence_logps` lays out the padded rows', (B, K), 0 at padding.
@@ -193,16 +200,46 @@ def _fork(cache, index: torch.Tensor):
     return child
 
 
-def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                               batch_size: int | None = None, compute_entropy: bool = False, *,
-                               temperature: float, pad_token_id: int = 0):
-    """(logps (B, K), entropies (B, K) or None): what `logprobs.sequence_logps(model, input_ids, attention_mask,
-    logits_to_keep, temperature=..., compute_entropy=...)` returns, each shared prefix of the rows forwarded once and
-    each branch continued from the prefix's layer states (the module docstring)."""
+@dataclass(eq=False)
+class _Forward:
+    """One forked forward: `nodes`, continued from rows `parents` of forward `parent`'s layer states (`parent` an
+    index into `ForkPlan.forwards`; None: the roots, from no state, left-padded)."""
+
+    nodes: list[_Node]
+    parent: int | None = None
+    parents: torch.Tensor | None = None
+    children: int = 0
+    """Forwards continued from this one's states."""
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    """The forked forwards of B rows (`plan_forks`), in the order they run, each after the forward it continues: a
+    tree level's nodes batched by `_batches`, then its children's forwards depth first. Known before any forward
+    runs, so that the ranks of several processes agree on one number of forwards (`forwards.Forwards.agree`)."""
+
+    forwards: list[_Forward]
+    rows: list[list[int]]
+    offsets: list[int]
+    paths: list[list[_Node]]
+    width: int
+    logits_to_keep: int
+    pad_token_id: int
+
+    @staticmethod
+    def filler(pad_token_id: int) -> _Forward:
+        """A filler forward (`packing.with_filler_forwards`): a root of two pad tokens, run as the roots are (the
+        narrowest forward, `_PAIR`), whose outputs no row reads."""
+        return _Forward([_Node([pad_token_id] * len(_PAIR.tokens), 0)])
+
+
+def plan_forks(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+               batch_size: int | None = None, *, pad_token_id: int = 0) -> ForkPlan:
+    """The prefix tree of the rows of a padded batch (TRL's layout, as `padded_rows` reads it) and the forwards that
+    run it: each batch of one tree level within the token budget of one padded chunk (`batch_size` x W)."""
     B, W = input_ids.shape
-    K = logits_to_keep
     budget = (batch_size or B) * W
-    rows, offsets, scored_from = padded_rows(input_ids, attention_mask, K)
+    rows, offsets, scored_from = padded_rows(input_ids, attention_mask, logits_to_keep)
     tree: dict[int, _Node] = {}
     for row in rows:
         if row:
@@ -212,20 +249,51 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     for b, path in enumerate(paths):
         for node in path:  # the logit at depth d - 1 predicts token d, for d >= scored_from
             node.need_from = min(node.need_from, max(scored_from[b] - 1 - node.start, 0))
+    forwards: list[_Forward] = []
+
+    def schedule(chunk: list[tuple[int, _Node]], parent: int | None) -> None:
+        forward = _Forward([node for _, node in chunk], parent,
+                           None if parent is None else torch.tensor([i for i, _ in chunk], dtype=torch.long))
+        forwards.append(forward)
+        here = len(forwards) - 1
+        for child in _batches([(i, c) for i, node in enumerate(forward.nodes) for c in node.branches], budget):
+            forward.children += 1
+            schedule(child, here)
+
+    for chunk in _batches([(0, node) for node in roots], budget, left_padded=True):
+        schedule(chunk, None)
+    return ForkPlan(forwards, rows, offsets, paths, W, logits_to_keep, pad_token_id)
+
+
+def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                               batch_size: int | None = None, compute_entropy: bool = False, *,
+                               temperature: float, pad_token_id: int = 0):
+    """(logps (B, K), entropies (B, K) or None): what `logprobs.sequence_logps(model, input_ids, attention_mask,
+    logits_to_keep, temperature=..., compute_entropy=...)` returns, each shared prefix of the rows forwarded once and
+    each branch continued from the prefix's layer states (the module docstring): `run_forks` of `plan_forks`."""
+    plan = plan_forks(input_ids, attention_mask, logits_to_keep, batch_size, pad_token_id=pad_token_id)
+    return run_forks(model, plan, compute_entropy, temperature=temperature)
+
+
+def run_forks(model, plan: ForkPlan, compute_entropy: bool = False, *, temperature: float):
+    """(logps (B, K), entropies (B, K) or None) of `plan`'s rows (`forked_logps_and_entropies`), its forwards run in
+    order, each forward's layer states kept until the last forward continued from them has run."""
+    B, W, K = len(plan.rows), plan.width, plan.logits_to_keep
     device = next(model.parameters()).device
     cache_class = _cache_class()
     checkpointed = checkpoints_layers(model)
     logps_out, entropies_out = [], []
     sizes = [0, 0]  # flat lengths of the log-prob and entropy outputs so far
+    states: dict[int, tuple] = {}  # forward -> (its cache, its rows' mask, forwards still to continue from it)
 
-    def run(nodes: list[_Node], cache, parents: torch.Tensor | None, past_mask: torch.Tensor) -> None:
+    def run(nodes: list[_Node], cache, parents: torch.Tensor | None, past_mask: torch.Tensor):
         """Forward `nodes`, continued from rows `parents` of `cache` (None: the roots, left-padded), whose tokens
-        and padding so far are `past_mask`'s rows; then their branches."""
+        and padding so far are `past_mask`'s rows; its cache (None without branches) and mask."""
         width = max(len(node.tokens) for node in nodes + [_PAIR])  # one token from a cache: `_branches`
         cols = [width - len(node.tokens) if cache is None else 0 for node in nodes]  # where each node's tokens start
         first = min(col + min(node.need_from, len(node.tokens) - 1) for col, node in zip(cols, nodes, strict=True))
         keep = width - first
-        ids = torch.full((len(nodes), width), pad_token_id, dtype=torch.long)
+        ids = torch.full((len(nodes), width), plan.pad_token_id, dtype=torch.long)
         segment = torch.zeros(len(nodes), width, dtype=torch.long)
         positions = torch.zeros(len(nodes), width, dtype=torch.long)
         for i, (col, node) in enumerate(zip(cols, nodes, strict=True)):
@@ -277,26 +345,33 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
         if compute_entropy:
             entropies_out.append(ent.reshape(-1))
         sizes[1] += ent.numel() if compute_entropy else lp.numel()
-        for chunk in _batches([(i, child) for i, node in enumerate(nodes) for child in node.branches], budget):
-            run([c for _, c in chunk], cache, torch.tensor([i for i, _ in chunk], dtype=torch.long), mask)
+        return cache, mask
 
-    for chunk in _batches([(0, node) for node in roots], budget, left_padded=True):
-        run([node for _, node in chunk], None, None, torch.zeros(len(chunk), 0, dtype=torch.long))
+    for at, forward in enumerate(plan.forwards):
+        if forward.parent is None:
+            cache, past_mask = None, torch.zeros(len(forward.nodes), 0, dtype=torch.long)
+        else:
+            cache, past_mask, left = states.pop(forward.parent)
+            if left > 1:
+                states[forward.parent] = (cache, past_mask, left - 1)
+        cache, mask = run(forward.nodes, cache, forward.parents, past_mask)
+        if forward.children:
+            states[at] = (cache, mask, forward.children)
 
     index_lp = torch.zeros(B, K, dtype=torch.long)
     index_ent = torch.zeros(B, K, dtype=torch.long)
     valid = torch.zeros(B, K, dtype=torch.bool)
-    for b, path in enumerate(paths):
-        n = len(rows[b])
+    for b, path in enumerate(plan.paths):
+        n = len(plan.rows[b])
         located = []  # per depth: (node index in path, local position)
         for k, node in enumerate(path):
             located += [(k, p) for p in range(len(node.tokens))]
         for j in range(K):
-            depth = W - K + j - offsets[b]
+            depth = W - K + j - plan.offsets[b]
             if 1 <= depth < n:
                 k, p = located[depth - 1]
                 node = path[k]
-                index_lp[b, j] = (node.edge_base[rows[b][depth]] if p == len(node.tokens) - 1
+                index_lp[b, j] = (node.edge_base[plan.rows[b][depth]] if p == len(node.tokens) - 1
                                   else node.logp_base[0] + p)
                 index_ent[b, j] = node.logp_base[1] + p
                 valid[b, j] = True
@@ -305,7 +380,6 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     entropies = (torch.cat(entropies_out)[index_ent.to(device)].masked_fill(~valid, 0) if compute_entropy
                  else None)
     return logps, entropies
-
 
 def _batches(members: list[tuple[int, _Node]], budget: int,
              left_padded: bool = False) -> list[list[tuple[int, _Node]]]:
