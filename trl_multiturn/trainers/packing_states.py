@@ -18,7 +18,10 @@ padding token's input is masked to zero, which leaves a state that starts at zer
 forward's nodes are batched: those that end a row (leaves) together, right-padded (padding after a token changes
 nothing before it, and a leaf's end state is not read); those with children of their own by equal length (their end
 states are, and a padded row's state would have run over the padding). A batch holds at most the token budget of
-one padded chunk (`batch_size` x W), as `packing.plan_packs`' forwards do. Gradients flow through the forked states
+one padded chunk (`batch_size` x W), as `packing.plan_packs`' forwards do, and the padding of all of them at most
+`PAD_SHARE` of the tree's tokens (`_Batches`: siblings of unequal lengths are cut into batches by length where
+their padding would exceed it). `forked_forwards` gives the forwards' shapes without running them, which
+`packing="auto"` prices against the padded rows'. Gradients flow through the forked states
 (`index_select` of the parent's) into the prefix's forward. Under activation checkpointing transformers' checkpointed
 layers run without a cache, so there the layers' checkpointing is off and each forward is checkpointed whole
 (`torch.utils.checkpoint`, its recomputation forking the parent's states anew).
@@ -201,13 +204,8 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     each branch continued from the prefix's layer states (the module docstring)."""
     B, W = input_ids.shape
     K = logits_to_keep
-    budget = (batch_size or B) * W
     rows, offsets, scored_from = padded_rows(input_ids, attention_mask, K)
-    tree: dict[int, _Node] = {}
-    for row in rows:
-        if row:
-            _insert(tree, row)
-    roots = _branches(tree)
+    roots = _tree(rows)
     paths = [_path(roots, row) if row else [] for row in rows]
     for b, path in enumerate(paths):
         for node in path:  # the logit at depth d - 1 predicts token d, for d >= scored_from
@@ -277,10 +275,11 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
         if compute_entropy:
             entropies_out.append(ent.reshape(-1))
         sizes[1] += ent.numel() if compute_entropy else lp.numel()
-        for chunk in _batches([(i, child) for i, node in enumerate(nodes) for child in node.branches], budget):
+        for chunk in batches([(i, child) for i, node in enumerate(nodes) for child in node.branches]):
             run([c for _, c in chunk], cache, torch.tensor([i for i, _ in chunk], dtype=torch.long), mask)
 
-    for chunk in _batches([(0, node) for node in roots], budget, left_padded=True):
+    batches = _Batches(roots, (batch_size or B) * W)
+    for chunk in batches([(0, node) for node in roots], left_padded=True):
         run([node for _, node in chunk], None, None, torch.zeros(len(chunk), 0, dtype=torch.long))
 
     index_lp = torch.zeros(B, K, dtype=torch.long)
@@ -307,21 +306,74 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     return logps, entropies
 
 
-def _batches(members: list[tuple[int, _Node]], budget: int,
-             left_padded: bool = False) -> list[list[tuple[int, _Node]]]:
-    """(parent row, node) pairs batched into forwards, longest first, each batch within `budget` tokens (at least
-    one node): continuing from a cache, the leaves together (right-padded) and the nodes with branches by equal
+def _tree(rows: list[list[int]]) -> list[_Node]:
+    """The roots of the rows' prefix tree as forwarded (`_branches`)."""
+    tree: dict[int, _Node] = {}
+    for row in rows:
+        if row:
+            _insert(tree, row)
+    return _branches(tree)
+
+
+def forked_forwards(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                    batch_size: int | None = None) -> list[tuple[int, int, int]]:
+    """The forwards `forked_logps_and_entropies` runs on these rows, without a model: per forward, in the order they
+    run, (n, q, kv): its batch of n nodes, each padded to q tokens, and the keys its attention reads (the forked
+    cache's columns and its own q)."""
+    rows = padded_rows(input_ids, attention_mask, logits_to_keep)[0]
+    budget = (batch_size or input_ids.shape[0]) * input_ids.shape[1]
+
+    def walk(members: list[tuple[int, _Node]], past: int):
+        for chunk in batches(members, left_padded=past == 0):
+            width = max(len(node.tokens) for _, node in chunk + [(0, _PAIR)])
+            yield len(chunk), width, past + width
+            yield from walk([(i, child) for i, (_, node) in enumerate(chunk) for child in node.branches],
+                            past + width)
+
+    roots = _tree(rows)
+    batches = _Batches(roots, budget)
+    return list(walk([(0, node) for node in roots], 0))
+
+
+class _Batches:
+    """(parent row, node) pairs batched into forwards (`__call__`), longest first, each batch within `budget` tokens
+    (at least one node): continuing from a cache, the leaves (right-padded) and the nodes with branches by equal
     length (their end states are read, and would have run over right padding); `left_padded` (the roots, from no
-    state) all together, padded on the left, which leaves each layer's state as no token would (a padding token's
-    input is masked to zero, as in the padded rows)."""
-    groups: dict[int | None, list[tuple[int, _Node]]] = {}
-    for parent, node in sorted(members, key=lambda member: -len(member[1].tokens)):
-        groups.setdefault(len(node.tokens) if node.branches and not left_padded else None, []).append((parent, node))
-    out = []
-    for group in groups.values():
-        step = max(budget // max(len(node.tokens) for _, node in group), 1)
-        out += [group[at:at + step] for at in range(0, len(group), step)]
-    return out
+    state) padded on the left, which leaves each layer's state as no token would (a padding token's input is masked
+    to zero, as in the padded rows).
+
+    Padding is spent from one allowance for the whole tree, `PAD_SHARE` of its real tokens: a node joins the batch
+    before it (n nodes padded to the longest, L, at least `_PAIR`'s 2 tokens) while the padding that adds, L - len,
+    is left in the allowance (or is no more than it would have alone: a one-token node is padded to 2 wherever it
+    goes), else it starts a new batch. So the forwarded tokens, padding included, are at most 1 + PAD_SHARE times
+    the real ones plus one per one-token node, and small siblings of different lengths still share a forward where
+    the tree's other tokens leave room for their padding."""
+
+    def __init__(self, roots: list[_Node], budget: int):
+        self.budget = budget
+        self.allowance = PAD_SHARE * _real_tokens(roots)
+
+    def __call__(self, members: list[tuple[int, _Node]], left_padded: bool = False) -> list[list[tuple[int, _Node]]]:
+        groups: dict[int | None, list[tuple[int, _Node]]] = {}
+        for parent, node in sorted(members, key=lambda member: -len(member[1].tokens)):
+            groups.setdefault(len(node.tokens) if node.branches and not left_padded else None,
+                              []).append((parent, node))
+        out = []
+        for group in groups.values():
+            for member in group:  # longest first: a batch's width is its first node's
+                length = len(member[1].tokens)
+                alone = max(length, len(_PAIR.tokens))
+                if out and out[-1][0] is group and (len(out[-1][2]) + 1) * out[-1][1] <= self.budget \
+                        and out[-1][1] - length <= max(self.allowance, alone - length):
+                    out[-1][2].append(member)
+                else:
+                    out.append((group, alone, [member]))
+                self.allowance -= out[-1][1] - length
+        return [batch for _, _, batch in out]
+
+
+def _real_tokens(nodes: list[_Node]) -> int:
+    return sum(len(node.tokens) + _real_tokens(node.branches) for node in nodes)
 
 
 def checkpoints_layers(model) -> bool:
@@ -345,6 +397,11 @@ def _layers_unchecked(model):
         for module in modules:
             module.gradient_checkpointing = True
 
+
+PAD_SHARE = 0.04
+"""The most padding the forked forwards of one tree hold together, as a share of its real tokens (`_Batches`): 4%,
+so that the forwarded tokens stay within 1.05 of the rows' prefix-tree tokens with room for the one-token nodes that
+their children re-forward (`_branches`)."""
 
 _PAIR = _Node([0, 0], 0)
 """A node of two tokens: the narrowest forward (`run`)."""
