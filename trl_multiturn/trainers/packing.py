@@ -123,7 +123,8 @@ IGNORE = -100
 FORWARD_TOKENS = 350.0
 """`fork_cost`'s fixed price of one forward, in tokens: what a forward costs beyond its FLOPs (Python and kernel
 launches, each streaming layer's scan over its chunks, the forked states' copies), fitted with the Qwen3.5-shaped
-model on this machine's CPU by benchmarks/packing_fork_cost.py (benchmarks/results/packing_states.md)."""
+model on this machine's CPU, one thread, by benchmarks/packing_fork_cost.py (benchmarks/results/packing_states.md;
+with more threads a forward's fixed cost grows: docs/limits.md)."""
 
 
 @dataclass(frozen=True)
