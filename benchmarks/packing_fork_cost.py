@@ -23,7 +23,7 @@ the step's seconds, both paths' together (relative errors, so that the long step
 (`packing.fork_work`: per path its forwards and their FLOPs in tokens' worth: tokens with padding, attention pairs
 and LM-head logits, each weighted by the model's FLOP ratios), so a / b is a forward's fixed price in tokens
 (`packing.FORWARD_TOKENS`); the table prints each shape's times, `packing.fork_cost`'s prices with the library's
-FORWARD_TOKENS, which path they choose and whether that was the faster one. The load
+FORWARD_TOKENS for the measured threads, which path they choose and whether that was the faster one. The load
 average is printed beside each shape (other work shares this machine's cores: the two paths of a shape run in turn
 so that its load falls on both alike).
 """
@@ -99,15 +99,19 @@ def report(measured: list[dict]) -> None:
     """The least-squares fit of both paths' step times on their forwards and work (`packing.fork_work`), and per
     shape the times, the prices `packing.fork_cost` gives (with the library's `FORWARD_TOKENS`) and whether its
     choice was the faster path."""
+    import torch
+
     from trl_multiturn.trainers.packing import FORWARD_TOKENS, fork_cost, fork_work
 
+    torch.set_num_threads(measured[0]["threads"])  # `fork_cost` prices a forward by the threads
     model, _ = bench.load_model(None, family_name="Qwen3.5")
     batches = [bench.padded_batch([tuple(row) for row in m["rows"]]) for m in measured]
     x = np.array([path for batch in batches for path in fork_work(model, *batch)], dtype=float)
     y = np.array([m[path] for m in measured for path in ("padded", "forked")])
     (a, b), *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)  # relative errors
-    print(f"\nfit: seconds = {a:.3g} x forwards + {b:.3g} x work;  per forward {a / b:.0f} tokens "
-          f"(FORWARD_TOKENS: {FORWARD_TOKENS:.0f}); largest error {np.abs(x @ (a, b) / y - 1).max():.0%}\n")
+    error = np.abs(x @ (a, b) / y - 1).max()
+    print(f"\nfit ({measured[0]['threads']} threads): seconds = {a:.3g} x forwards + {b:.3g} x work;  per forward "
+          f"{a / b:.0f} tokens (FORWARD_TOKENS: {FORWARD_TOKENS}); largest error {error:.0%}\n")
     print("| shape | forked forwards | tokens: padded / forked | padded s | forked s | padded / forked | "
           "price: padded / forked | auto | right | load |\n|---|---:|---:|---:|---:|---:|---:|---|---|---|")
     for m, batch in zip(measured, batches, strict=True):

@@ -137,7 +137,7 @@ def test_auto_forks_where_the_forked_forwards_cost_less_than_the_padded_rows():
     def tokens(n):
         return [rng.randrange(100, 300) for _ in range(n)]
 
-    prompt, opening = tokens(400), tokens(3)
+    prompt, opening = tokens(1000), tokens(3)
     for rows, forks in (([(prompt, tokens(4)) for _ in range(8)], True),
                         ([(tokens(n), tokens(1)) for n in (9, 12)], False),
                         ([(opening, tokens(n)) for n in (20, 24, 28, 32)], False)):

@@ -120,11 +120,12 @@ tests/trainers/test_model_matrix.py)."""
 
 IGNORE = -100
 
-FORWARD_TOKENS = 350.0
-"""`fork_cost`'s fixed price of one forward, in tokens: what a forward costs beyond its FLOPs (Python and kernel
-launches, each streaming layer's scan over its chunks, the forked states' copies), fitted with the Qwen3.5-shaped
-model on this machine's CPU, one thread, by benchmarks/packing_fork_cost.py (benchmarks/results/packing_states.md;
-with more threads a forward's fixed cost grows: docs/limits.md)."""
+FORWARD_TOKENS = (350.0, 2000.0)
+"""`fork_cost`'s fixed price of one forward, in tokens, with one torch thread and with more: what a forward costs
+beyond its FLOPs (Python and kernel launches, each streaming layer's scan over its chunks, the forked states'
+copies, and with threads their synchronisation on small tensors), measured with the Qwen3.5-shaped model on this
+machine's CPU by benchmarks/packing_fork_cost.py (benchmarks/results/packing_states.md: one thread fitted, two
+threads chosen where `auto` took the faster path on every measured shape; more than two not measured)."""
 
 
 @dataclass(frozen=True)
@@ -504,8 +505,9 @@ def _forking_pays(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
 def fork_cost(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
               batch_size: int | None = None) -> tuple[float, float]:
     """(padded, forked): the prices of the rows' log-prob forward as padded rows and by forked layer states, in
-    tokens (`fork_work`'s work plus `FORWARD_TOKENS` per forward)."""
-    return tuple(work + FORWARD_TOKENS * forwards
+    tokens (`fork_work`'s work plus `FORWARD_TOKENS` per forward, its one-thread price where torch runs one)."""
+    per_forward = FORWARD_TOKENS[0] if torch.get_num_threads() == 1 else FORWARD_TOKENS[1]
+    return tuple(work + per_forward * forwards
                  for forwards, work in fork_work(model, input_ids, attention_mask, logits_to_keep, batch_size))
 
 
