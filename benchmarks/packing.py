@@ -48,7 +48,8 @@ a batch, packing its own; fillers: the one-token forwards by which the ranks agr
 weights, SmolLM2's tokenizer and vocabulary so that the rows are the same): Gemma 3's windowed layers take the tree
 mask cut to the window; Qwen3.5's Gated-DeltaNet layers cannot take a pack, so its rows share their prefixes by
 forked layer states (`packing_states`: each prefix forwarded once, the branches continued from its states), whose
-forwards are recorded from one no-grad run: real tokens, and the tokens of their batches with the padding.
+forwards are recorded from one no-grad run: real tokens, and the tokens of their batches with the padding; its
+`auto` column is the path `packing="auto"` takes there (`packing.fork_cost`), the timed "packed" path the forked one.
 `--processes 2` times the step under torchrun (gloo, DDP): each rank its half of the rows, the ranks agreeing on one
 plan as the trainers do (`forwards.Forwards.agree`; a forking model's forked forwards too, the rank with fewer running
 fillers); the slowest rank's time and the largest rank's memory, and the load average before each path's run.
@@ -287,9 +288,10 @@ def forked_counts(model, rows) -> dict:
     recorded): real tokens forwarded, tokens of the forwards' (n, q) batches with their padding, and the query-key
     pairs of an attention layer, n q x kv per forward (SDPA over the batch's queries and the forked cache's keys
     under a padding mask; n q (q + 1) / 2 for a forward from no cache with nothing padded, which SDPA runs causal),
-    the padded rows' (`padded_pairs`) beside them."""
+    the padded rows' (`padded_pairs`) beside them; "auto": the path `packing="auto"` takes (`packing.fork_cost`)."""
     import torch
 
+    from trl_multiturn.trainers.packing import fork_cost
     from trl_multiturn.trainers.packing_states import forked_logps_and_entropies
 
     calls = []
@@ -310,8 +312,9 @@ def forked_counts(model, rows) -> dict:
                                        pad_token_id=model.config.pad_token_id or 0)
     finally:
         hook.remove()
+    padded_price, forked_price = fork_cost(model, ids, mask, keep)
     return {"packed": sum(c[2] for c in calls), "batch_tokens": sum(c[0] for c in calls),
-            "forwards": len(calls), "auto": "forked",
+            "forwards": len(calls), "auto": "forked" if forked_price < padded_price else "padded",
             "pairs": {kind: {**spec, "packed": sum(c[1] for c in calls), "padded": padded_pairs(mask),
                              "floor": ancestor_pairs(rows, spec["window"])}
                       for kind, spec in layer_windows(model.config).items()}}

@@ -12,7 +12,7 @@ import torch
 from trl_multiturn.model_families import build_model, family
 from trl_multiturn.trainers.logprobs import sequence_logps
 from trl_multiturn.trainers.model_matrix import ATOL, TEMPERATURE, _alone, _batch, _grads_differ, _loss_grads
-from trl_multiturn.trainers.packing_states import forked_logps_and_entropies, forks_states
+from trl_multiturn.trainers.packing_states import PAD_SHARE, forked_forwards, forked_logps_and_entropies, forks_states
 from trl_multiturn.trainers.value_model import PolicyAndValueModel, create_value_model
 
 
@@ -58,6 +58,36 @@ def test_forked_rows_equal_their_own_forwards_and_the_padded_gradients(name, bat
     assert not _grads_differ(grads, _loss_grads(model, *padded[:2]), ATOL)
 
 
+def test_siblings_of_unequal_lengths_are_batched_within_the_padding_share_and_stay_exact():
+    """Nine replies of 1-21 tokens to one prompt, two of them sharing a stem: batched whole, siblings would be
+    padded to the longest (2.0x the tree's tokens); cut by length (`packing_states._Batches`), the forwarded tokens,
+    padding included, stay within 1 + PAD_SHARE of the tree's (and the one-token reply's second), the forwards are
+    the ones `forked_forwards` prices, and every row's log-probs equal its own forward."""
+    model = build_model(family("Qwen3.5")).train()
+    rng = random.Random(7)
+
+    def tokens(n):
+        return [rng.randrange(100, 300) for _ in range(n)]
+
+    prompt, stem = tokens(24), tokens(4)
+    rows = [(prompt, tokens(n)) for n in (1, 2, 3, 5, 8, 13, 21)] + [(prompt, stem + tokens(6)),
+                                                                    (prompt, stem + tokens(17))]
+    ids, mask, keep = _batch(rows, "cpu")
+    tree_tokens = len(prompt) + len(stem) + 6 + 17 + sum((1, 2, 3, 5, 8, 13, 21))
+    shapes = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda module, args, out: shapes.append(args[0].shape))
+    with torch.no_grad():
+        logps, _ = forked_logps_and_entropies(model, ids, mask, keep, temperature=TEMPERATURE,
+                                              pad_token_id=model.config.pad_token_id)
+        hook.remove()
+        own_logps, _ = _alone(model, rows, "cpu")
+    assert [tuple(shape) for shape in shapes] == [(n, q) for n, q, _ in forked_forwards(ids, mask, keep)]
+    assert sum(n * q for n, q in shapes) <= (1 + PAD_SHARE) * tree_tokens + 1  # the one-token reply: two wide
+    assert max(n for n, _ in shapes) > 1  # siblings still share forwards where the share leaves room
+    real = mask[:, -keep:].bool()
+    torch.testing.assert_close(logps[real], own_logps[real], atol=ATOL, rtol=0)
+
+
 def test_which_models_fork_their_states():
     """A hybrid model forks (through PEFT too, the matrix's LoRA column); an attention-only one does not need to,
     and PPO's policy-and-critic module does not (its critic reads tree-mask packs, which refuse these layers)."""
@@ -91,21 +121,28 @@ def test_under_activation_checkpointing_each_forward_is_checkpointed_whole(name)
     assert not _grads_differ(grads, _loss_grads(model, *padded[:2]), ATOL)
 
 
-def test_auto_forks_where_the_rows_share_prefixes_and_pads_where_they_share_nothing():
-    """`packing="auto"`: rows that share a prompt go through the forked states (fewer tokens reach the model than the
-    rows hold); rows that share nothing are the padded rows, to the bit (forking would cost about as much)."""
-    from trl_multiturn.trainers.packing import packed_logps_and_entropies
+def test_auto_forks_where_the_forked_forwards_cost_less_than_the_padded_rows():
+    """`packing="auto"` prices both paths from the rows' prefix tree (`packing.fork_cost`): eight replies to one long
+    prompt go through the forked states (fewer tokens reach the model than the rows hold); rows that share nothing,
+    and rows that share only their first tokens (forking would add forwards and save almost no tokens, as a
+    step-wise `window:2` episode's rows do), are the padded rows, to the bit."""
+    from trl_multiturn.trainers.packing import forks_rows, packed_logps_and_entropies
 
     model = build_model(family("LFM2"))
     forwarded = []
     model.get_input_embeddings().register_forward_hook(
         lambda module, args, out: forwarded.append(int((args[0] != model.config.pad_token_id).sum())))
     rng = random.Random(5)
-    shared = [rng.randrange(100, 300) for _ in range(12)]
-    for rows, forks in (([(shared, [rng.randrange(100, 300) for _ in range(3)]) for _ in range(4)], True),
-                        ([([rng.randrange(100, 300) for _ in range(n)], [rng.randrange(100, 300)]) for n in (9, 12)],
-                         False)):
+
+    def tokens(n):
+        return [rng.randrange(100, 300) for _ in range(n)]
+
+    prompt, opening = tokens(1000), tokens(3)
+    for rows, forks in (([(prompt, tokens(4)) for _ in range(8)], True),
+                        ([(tokens(n), tokens(1)) for n in (9, 12)], False),
+                        ([(opening, tokens(n)) for n in (20, 24, 28, 32)], False)):
         ids, mask, keep = _batch(rows, "cpu")
+        assert forks_rows(model, ids, mask, keep, "auto") == forks
         forwarded.clear()
         with torch.no_grad():
             logps, _ = packed_logps_and_entropies(model, ids, mask, keep, temperature=TEMPERATURE, packing="auto")

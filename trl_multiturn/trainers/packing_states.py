@@ -18,12 +18,15 @@ padding token's input is masked to zero, which leaves a state that starts at zer
 forward's nodes are batched: those that end a row (leaves) together, right-padded (padding after a token changes
 nothing before it, and a leaf's end state is not read); those with children of their own by equal length (their end
 states are, and a padded row's state would have run over the padding). A batch holds at most the token budget of
-one padded chunk (`batch_size` x W), as `packing.plan_packs`' forwards do. Gradients flow through the forked states
+one padded chunk (`batch_size` x W), as `packing.plan_packs`' forwards do, and the padding of all of them at most
+`PAD_SHARE` of the tree's tokens (`_Batches`: siblings of unequal lengths are cut into batches by length where
+their padding would exceed it). `forked_forwards` gives the forwards' shapes without running them, which
+`packing="auto"` prices against the padded rows'. Gradients flow through the forked states
 (`index_select` of the parent's) into the prefix's forward. Under activation checkpointing transformers' checkpointed
 layers run without a cache, so there the layers' checkpointing is off and each forward is checkpointed whole
 (`torch.utils.checkpoint`, its recomputation forking the parent's states anew).
 
-The forwards are planned before any runs (`plan_forks`: the tree, and each level's batches by `_batches`), then run
+The forwards are planned before any runs (`plan_forks`: the tree, and each level's batches by `_Batches`), then run
 in that order (`run_forks`), so that on several processes the ranks agree on one number of forwards before running
 them (`forwards.Forwards.agree`); a rank with fewer runs filler forwards (`ForkPlan.filler`, a root of two pad tokens
 through the whole model, whose outputs no row reads: `packing.with_filler_forwards`), which join the backward with
@@ -215,7 +218,7 @@ class _Forward:
 @dataclass(frozen=True)
 class ForkPlan:
     """The forked forwards of B rows (`plan_forks`), in the order they run, each after the forward it continues: a
-    tree level's nodes batched by `_batches`, then its children's forwards depth first. Known before any forward
+    tree level's nodes batched by `_Batches`, then its children's forwards depth first. Known before any forward
     runs, so that the ranks of several processes agree on one number of forwards (`forwards.Forwards.agree`)."""
 
     forwards: list[_Forward]
@@ -238,13 +241,9 @@ def plan_forks(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_
     """The prefix tree of the rows of a padded batch (TRL's layout, as `padded_rows` reads it) and the forwards that
     run it: each batch of one tree level within the token budget of one padded chunk (`batch_size` x W)."""
     B, W = input_ids.shape
-    budget = (batch_size or B) * W
     rows, offsets, scored_from = padded_rows(input_ids, attention_mask, logits_to_keep)
-    tree: dict[int, _Node] = {}
-    for row in rows:
-        if row:
-            _insert(tree, row)
-    roots = _branches(tree)
+    roots = _tree(rows)
+    batches = _Batches(roots, (batch_size or B) * W)
     paths = [_path(roots, row) if row else [] for row in rows]
     for b, path in enumerate(paths):
         for node in path:  # the logit at depth d - 1 predicts token d, for d >= scored_from
@@ -256,11 +255,11 @@ def plan_forks(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_
                            None if parent is None else torch.tensor([i for i, _ in chunk], dtype=torch.long))
         forwards.append(forward)
         here = len(forwards) - 1
-        for child in _batches([(i, c) for i, node in enumerate(forward.nodes) for c in node.branches], budget):
+        for child in batches([(i, c) for i, node in enumerate(forward.nodes) for c in node.branches]):
             forward.children += 1
             schedule(child, here)
 
-    for chunk in _batches([(0, node) for node in roots], budget, left_padded=True):
+    for chunk in batches([(0, node) for node in roots], left_padded=True):
         schedule(chunk, None)
     return ForkPlan(forwards, rows, offsets, paths, W, logits_to_keep, pad_token_id)
 
@@ -381,21 +380,69 @@ def run_forks(model, plan: ForkPlan, compute_entropy: bool = False, *, temperatu
                  else None)
     return logps, entropies
 
-def _batches(members: list[tuple[int, _Node]], budget: int,
-             left_padded: bool = False) -> list[list[tuple[int, _Node]]]:
-    """(parent row, node) pairs batched into forwards, longest first, each batch within `budget` tokens (at least
-    one node): continuing from a cache, the leaves together (right-padded) and the nodes with branches by equal
+
+def _tree(rows: list[list[int]]) -> list[_Node]:
+    """The roots of the rows' prefix tree as forwarded (`_branches`)."""
+    tree: dict[int, _Node] = {}
+    for row in rows:
+        if row:
+            _insert(tree, row)
+    return _branches(tree)
+
+
+def forked_forwards(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                    batch_size: int | None = None) -> list[tuple[int, int, int]]:
+    """The forwards `forked_logps_and_entropies` runs on these rows (`plan_forks`), without a model: per forward, in
+    the order they run, (n, q, kv): its batch of n nodes, each padded to q tokens, and the keys its attention reads
+    (the forked cache's columns and its own q)."""
+    forwards = plan_forks(input_ids, attention_mask, logits_to_keep, batch_size).forwards
+    shapes: list[tuple[int, int, int]] = []
+    for forward in forwards:
+        width = max(len(node.tokens) for node in forward.nodes + [_PAIR])
+        past = 0 if forward.parent is None else shapes[forward.parent][2]
+        shapes.append((len(forward.nodes), width, past + width))
+    return shapes
+
+
+class _Batches:
+    """(parent row, node) pairs batched into forwards (`__call__`), longest first, each batch within `budget` tokens
+    (at least one node): continuing from a cache, the leaves (right-padded) and the nodes with branches by equal
     length (their end states are read, and would have run over right padding); `left_padded` (the roots, from no
-    state) all together, padded on the left, which leaves each layer's state as no token would (a padding token's
-    input is masked to zero, as in the padded rows)."""
-    groups: dict[int | None, list[tuple[int, _Node]]] = {}
-    for parent, node in sorted(members, key=lambda member: -len(member[1].tokens)):
-        groups.setdefault(len(node.tokens) if node.branches and not left_padded else None, []).append((parent, node))
-    out = []
-    for group in groups.values():
-        step = max(budget // max(len(node.tokens) for _, node in group), 1)
-        out += [group[at:at + step] for at in range(0, len(group), step)]
-    return out
+    state) padded on the left, which leaves each layer's state as no token would (a padding token's input is masked
+    to zero, as in the padded rows).
+
+    Padding is spent from one allowance for the whole tree, `PAD_SHARE` of its real tokens: a node joins the batch
+    before it (n nodes padded to the longest, L, at least `_PAIR`'s 2 tokens) while the padding that adds, L - len,
+    is left in the allowance (or is no more than it would have alone: a one-token node is padded to 2 wherever it
+    goes), else it starts a new batch. So the forwarded tokens, padding included, are at most 1 + PAD_SHARE times
+    the real ones plus one per one-token node, and small siblings of different lengths still share a forward where
+    the tree's other tokens leave room for their padding."""
+
+    def __init__(self, roots: list[_Node], budget: int):
+        self.budget = budget
+        self.allowance = PAD_SHARE * _real_tokens(roots)
+
+    def __call__(self, members: list[tuple[int, _Node]], left_padded: bool = False) -> list[list[tuple[int, _Node]]]:
+        groups: dict[int | None, list[tuple[int, _Node]]] = {}
+        for parent, node in sorted(members, key=lambda member: -len(member[1].tokens)):
+            groups.setdefault(len(node.tokens) if node.branches and not left_padded else None,
+                              []).append((parent, node))
+        out = []
+        for group in groups.values():
+            for member in group:  # longest first: a batch's width is its first node's
+                length = len(member[1].tokens)
+                alone = max(length, len(_PAIR.tokens))
+                if out and out[-1][0] is group and (len(out[-1][2]) + 1) * out[-1][1] <= self.budget \
+                        and out[-1][1] - length <= max(self.allowance, alone - length):
+                    out[-1][2].append(member)
+                else:
+                    out.append((group, alone, [member]))
+                self.allowance -= out[-1][1] - length
+        return [batch for _, _, batch in out]
+
+
+def _real_tokens(nodes: list[_Node]) -> int:
+    return sum(len(node.tokens) + _real_tokens(node.branches) for node in nodes)
 
 
 def checkpoints_layers(model) -> bool:
@@ -419,6 +466,11 @@ def _layers_unchecked(model):
         for module in modules:
             module.gradient_checkpointing = True
 
+
+PAD_SHARE = 0.04
+"""The most padding the forked forwards of one tree hold together, as a share of its real tokens (`_Batches`): 4%,
+so that the forwarded tokens stay within 1.05 of the rows' prefix-tree tokens with room for the one-token nodes that
+their children re-forward (`_branches`)."""
 
 _PAIR = _Node([0, 0], 0)
 """A node of two tokens: the narrowest forward (`run`)."""
