@@ -44,7 +44,7 @@ FORKED_BATCH_SIZE = 4  # rank 1's four roots in one forked forward
 
 def ranks_rows(seed=0):
     """Every rank's (prompt, completion) rows: rank 0 a group of four replies to one prompt (few forwards), rank 1
-    four rows with their own prompts (one forward each)."""
+    four rows of one length with their own prompts (one packed forward per two rows; one forked forward)."""
     rng = random.Random(seed)
 
     def tokens(n):
@@ -52,7 +52,8 @@ def ranks_rows(seed=0):
 
     prompt = tokens(30)
     group = [(prompt, tokens(rng.randint(3, 6))) for _ in range(4)]
-    alone = [(tokens(rng.randint(8, 14)), tokens(rng.randint(3, 6))) for _ in range(4)]
+    n, m = rng.randint(8, 14), rng.randint(3, 6)  # one length: forked, the four roots need no padding
+    alone = [(tokens(n), tokens(m)) for _ in range(4)]
     return [group, alone]
 
 

@@ -106,7 +106,7 @@ def test_ranks_pack_only_together_and_run_the_busiest_ranks_forwards(other, pack
 
 @pytest.mark.parametrize("other, forks", [((0, 0, 4), True), ((0, 1, 0), False)])
 def test_a_hybrid_model_forks_where_every_rank_forks_with_fillers_up_to_the_busiest_rank(other, forks):
-    """`packing="auto"` on rank 0 of two (`OtherRank`): an LFM2-shaped model's group sharing a prompt forks into two
+    """`packing="prefix"` on rank 0 of two (`OtherRank`): an LFM2-shaped model's group sharing a prompt forks into two
     forwards; where the other rank forks into four, two filler forwards follow them, and the log-probs, entropies and
     gradients are those of the forked run on one process; where the other rank pads, so does this one (its padded
     rows to the bit)."""
@@ -122,7 +122,7 @@ def test_a_hybrid_model_forks_where_every_rank_forks_with_fillers_up_to_the_busi
         hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
         if several:
             logps, entropies, _ = Forwards(lambda: model, lambda: None, OtherRank(other),
-                                           types.SimpleNamespace(packing="auto"), temperature=T,
+                                           types.SimpleNamespace(packing="prefix"), temperature=T,
                                            pad_token_id=pad_id).logps(model, ids, mask, keep, compute_entropy=True)
         elif forks:
             logps, entropies = forked_logps_and_entropies(model, ids, mask, keep, compute_entropy=True,
