@@ -7,6 +7,7 @@ readers must be refused outright.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -17,6 +18,7 @@ from kernel_probe import command, evict_on_host, matching, readers
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
 from trl_multiturn.envs.swegym.sandbox.procview import meminfo_text
+from trl_multiturn.envs.swegym.sandbox.residency import container_root
 
 ROW = next(row for row in task_rows() if row["repo"].endswith("/roman"))
 CHANCE = 14  # the most bits of 16 a reader may recover
@@ -131,6 +133,13 @@ def test_page_cache_residency_set_by_reading_carries_nothing(config, salt_and_bi
         assert matching(bits, found[name]) <= CHANCE, (name, bits, found[name])
     if config.sandbox == "docker":
         assert found["faults"] == "1" * 16, found
+
+
+def test_only_the_containers_own_process_is_read_through():
+    """The Docker sandbox reads a container's files through `/proc/<PID 1>/root` only where that process is the
+    container's (its cgroup names it): never a process of this machine that a remote engine's PID happens to name."""
+    assert container_root(os.getpid(), "0" * 64) is None
+    assert container_root(0, "0" * 64) is None
 
 
 def test_file_locks_on_shared_files_carry_nothing(pair, salt_and_bits):

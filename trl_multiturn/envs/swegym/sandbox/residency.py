@@ -20,7 +20,6 @@ Docker page cache, how it is closed".
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,41 +28,38 @@ READERS = 16  # files read at once: the reads wait on the disk (or the hyperviso
 _buffers = threading.local()
 
 
-def _read_whole(path: str) -> int:
-    """Read the regular file `path` to its end (a link is not followed); its size read."""
+def _read_whole(path: str) -> None:
+    """Read the regular file `path` to its end (a link is not followed)."""
     buffer = getattr(_buffers, "buffer", None)
     if buffer is None:
         buffer = _buffers.buffer = bytearray(1 << 20)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        total = 0
-        while got := os.readv(fd, [buffer]):
-            total += got
-        return total
+        while os.readv(fd, [buffer]):
+            pass
     finally:
         os.close(fd)
 
 
 def _regular_files(root: str):
-    """Paths of the regular files under `root` on its own file system (other mounts are skipped)."""
+    """Paths of the regular files under `root` on its own file system: folders of other mounts are skipped (a file
+    bound over one of its files, which is read too, is the container's own or the engine's)."""
     device, folders = os.stat(root).st_dev, [root]
     while folders:
         with os.scandir(folders.pop()) as entries:
             for entry in entries:
-                info = entry.stat(follow_symlinks=False)
-                if info.st_dev != device:
-                    continue
-                if stat.S_ISDIR(info.st_mode):
-                    folders.append(entry.path)
-                elif stat.S_ISREG(info.st_mode):
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.stat(follow_symlinks=False).st_dev == device:
+                        folders.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
                     yield entry.path
 
 
-def make_resident(root: str) -> tuple[int, int]:
-    """Read every regular file of the file system at `root` whole; (files, bytes) read."""
+def make_resident(root: str) -> None:
+    """Read every regular file of the file system at `root` whole."""
     with ThreadPoolExecutor(READERS) as pool:
-        sizes = list(pool.map(_read_whole, _regular_files(root), chunksize=32))
-    return len(sizes), sum(sizes)
+        for _ in pool.map(_read_whole, _regular_files(root)):
+            pass
 
 
 def container_root(pid: int, container_id: str) -> str | None:
