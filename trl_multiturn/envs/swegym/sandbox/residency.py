@@ -33,7 +33,7 @@ def _read_whole(path: str) -> None:
     buffer = getattr(_buffers, "buffer", None)
     if buffer is None:
         buffer = _buffers.buffer = bytearray(1 << 20)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOATIME)
     try:
         while os.readv(fd, [buffer]):
             pass
@@ -43,16 +43,24 @@ def _read_whole(path: str) -> None:
 
 def _regular_files(root: str):
     """Paths of the regular files under `root` on its own file system: folders of other mounts are skipped (a file
-    bound over one of its files, which is read too, is the container's own or the engine's)."""
+    bound over one of its files, which is read too, is the container's own or the engine's). Folders are listed,
+    like files read, without updating their access time, which would write every inode of the container's snapshot
+    (btrfs copies its metadata then)."""
     device, folders = os.stat(root).st_dev, [root]
     while folders:
-        with os.scandir(folders.pop()) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.stat(follow_symlinks=False).st_dev == device:
-                        folders.append(entry.path)
-                elif entry.is_file(follow_symlinks=False):
-                    yield entry.path
+        folder = folders.pop()
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOATIME)
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    path = os.path.join(folder, entry.name)
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.stat(follow_symlinks=False).st_dev == device:
+                            folders.append(path)
+                    elif entry.is_file(follow_symlinks=False):
+                        yield path
+        finally:
+            os.close(fd)
 
 
 def make_resident(root: str) -> None:
