@@ -6,7 +6,8 @@ Each trial: a first sandbox of `roman` runs the attacker's probe of `tests/envs/
 the first pages of the shared read-only files of its 1 bits (picked at random among /usr's, so cold); it closes,
 and a second sandbox recovers the bits with every reader the probe has (timing a read, preadv's RWF_NOWAIT, counting
 major faults on an mmap). Prints, per reader, the bits recovered in each trial (8 of 16 is chance; '?' answers
-recover none) and the mean.
+recover none), the mean, and the one-sided binomial test of all its trials' bits together against chance (p = 1/2
+per bit): its p-value is how often chance alone recovers that many or more.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import argparse
 import random
 import sys
 from pathlib import Path
+
+from scipy.stats import binomtest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "envs" / "swegym"))
 from kernel_probe import command, matching, readers  # noqa: E402
@@ -45,7 +48,9 @@ def main() -> None:
     results = [trial(config, row, rng) for _ in range(args.trials)]
     for name in results[0]:
         counts = [r[name] for r in results]
-        print(f"{args.sandbox} {name}: {counts} of 16, mean {sum(counts) / len(counts):.1f}")
+        p_value = binomtest(sum(counts), 16 * len(counts), 0.5, alternative="greater").pvalue
+        print(f"{args.sandbox} {name}: {counts} of 16, mean {sum(counts) / len(counts):.1f}, "
+              f"{sum(counts)} of {16 * len(counts)} bits: binomial p = {p_value:.3g}")
 
 
 if __name__ == "__main__":

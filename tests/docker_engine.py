@@ -6,7 +6,8 @@ is left alone) with what the Docker sandbox needs beyond Docker's defaults:
 
 - the `btrfs` storage driver, on a btrfs file system in a sparse image file behind a loop device with direct I/O: a
   container's files are a snapshot of the image's, inodes of their own, so the page cache, file locks and watches
-  of one container's files are not another's, and a read misses the host's page cache the same way for everyone;
+  of one container's files are not another's, and a read misses the host's page cache the same way for everyone
+  (not a cache below it, a VM's disk cache, which the sandbox's own residency makes irrelevant: `residency.py`);
   and `--storage-opt size` works (btrfs quota groups), the sandbox's disk quota;
 - `--userns-remap=default`: a container's root is an unprivileged uid of the host (from /etc/subuid's `dockremap`);
 - no bridge network or iptables rules (the sandbox's containers have no network).

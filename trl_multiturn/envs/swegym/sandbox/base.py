@@ -89,7 +89,8 @@ class SandboxConfig:
         docker_network (`bool`, defaults to `False`):
             Give containers network access.
         docker_engine_gaps (`str`, defaults to `"warn"`):
-            What to do when the engine lacks per-container files and quota or a remapped user namespace.
+            What to do when the engine lacks per-container files and quota or a remapped user namespace, or this
+            process cannot make a container's files resident (a remote engine, not root).
     """
 
     # Parameters that control the backend
@@ -198,8 +199,9 @@ class SandboxConfig:
         metadata={"help": "What to do when the Docker engine lacks what the SWE-Gym README asks of it: a storage "
                   "driver that gives each container files of its own and a disk quota (btrfs, zfs; overlay2 shares "
                   "the image's files, their page cache a channel between gradings) and --userns-remap (else a "
-                  "container's root is the host's uid 0). 'warn': log each gap once and go on; 'refuse': "
-                  "SandboxError at start, naming them."},
+                  "container's root is the host's uid 0), and this process reading a container's files from the "
+                  "host to make them resident before its first command (a remote engine, or not root, cannot). "
+                  "'warn': log each gap once and go on; 'refuse': SandboxError at start, naming them."},
     )
 
     def __post_init__(self):

@@ -42,6 +42,7 @@ from .base import (
 )
 from .containment import MemoryCgroup, OomWatch, warn_once
 from .procview import MEMINFO, SHARED, masked_paths, write_views
+from .residency import container_root, make_resident
 from .seccomp import docker_profile
 
 # Storage drivers that make each container's files inodes of its own (a snapshot per container: the page cache,
@@ -200,7 +201,9 @@ class DockerSandbox(Sandbox):
 
     def check_engine(self) -> None:
         """Log each gap of the engine once (`docker_engine_gaps='warn'`), or refuse it ('refuse')."""
-        gaps = engine_gaps(self._engine_info())
+        self._report_gaps(engine_gaps(self._engine_info()))
+
+    def _report_gaps(self, gaps: list[str]) -> None:
         if gaps and self.config.docker_engine_gaps == "refuse":
             raise SandboxError("the Docker engine lacks what the sandbox needs (docker_engine_gaps='refuse'): "
                                + "; ".join(gaps) + ". See the SWE-Gym README, 'Containment', for how to run one")
@@ -218,6 +221,20 @@ class DockerSandbox(Sandbox):
             ensure_task_image(self.client, source)
         self.container = self._start_container(self.container_options(task))
         self._memory = MemoryCgroup.of_container(self.container.id)
+        self._make_resident()
+
+    def _make_resident(self) -> None:
+        """Every page of the container's files resident before its first command (`residency.py`): what other
+        containers of the image read leaves nothing this one's reads could time. A gap where this machine cannot
+        read the container's root (a remote engine, not root)."""
+        self.container.reload()
+        root = container_root(self.container.attrs["State"].get("Pid", 0), self.container.id)
+        if root is None:
+            self._report_gaps(["this process cannot read the container's files from the host (a remote engine, or "
+                               "not root), so they cannot be made resident before it starts: the cache of the "
+                               "image's blocks below the page cache carries state from one grading to the next"])
+        else:
+            make_resident(root)
 
     def _start_container(self, options: dict[str, Any]):
         """Create and start a container; an engine error (HTTP 5xx, the engine unreachable) is tried again after a

@@ -1,0 +1,42 @@
+"""What making every page of a Docker sandbox's files resident costs per start (`sandbox/residency.py`).
+
+    python benchmarks/swegym_residency_cost.py [--starts 6]   # as root, beside the engine (DOCKER_HOST)
+
+Starts `--starts` Docker sandboxes of `roman` one after another and prints, per start, the wall time and the CPU
+time (this process's, all its threads) that reading the container's files took, and their medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
+from trl_multiturn.envs.swegym.sandbox import docker
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--starts", type=int, default=6)
+    args = parser.parse_args()
+    row = next(r for r in task_rows() if r["repo"].endswith("/roman"))
+    walls, cpus = [], []
+    make_resident = docker.make_resident
+
+    def timed(root: str) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        make_resident(root)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+
+    docker.make_resident = timed
+    for _ in range(args.starts):
+        with make_sandbox(SandboxConfig(sandbox="docker")) as sandbox:
+            sandbox.start(row)
+    for name, values in (("wall", walls), ("cpu", cpus)):
+        print(f"{name} s: {[round(v, 2) for v in values]}, median {statistics.median(values):.2f}")
+
+
+if __name__ == "__main__":
+    main()
