@@ -226,7 +226,8 @@ class DockerSandbox(Sandbox):
     def _make_resident(self) -> None:
         """Every page of the container's files resident before its first command (`residency.py`): what other
         containers of the image read leaves nothing this one's reads could time. A gap where this machine cannot
-        read the container's root (a remote engine, not root)."""
+        read the container's root (a remote engine, not root); a walk that fails (the container stopped under it)
+        is `SandboxError`."""
         self.container.reload()
         root = container_root(self.container.attrs["State"].get("Pid", 0), self.container.id)
         if root is None:
@@ -234,7 +235,12 @@ class DockerSandbox(Sandbox):
                                "not root), so they cannot be made resident before it starts: the cache of the "
                                "image's blocks below the page cache carries state from one grading to the next"])
         else:
-            make_resident(root)
+            try:
+                make_resident(root)
+            except OSError as e:  # its root gone under the walk (its PID 1 ended): an infrastructure failure
+                self.container.reload()
+                raise SandboxError(f"the container's files could not be read to make them resident ({e}); the "
+                                   f"container is {self.container.status}") from e
 
     def _start_container(self, options: dict[str, Any]):
         """Create and start a container; an engine error (HTTP 5xx, the engine unreachable) is tried again after a
