@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import inspect
 import random
 import sys
 import types
@@ -454,7 +455,7 @@ class _Lie:
 
 
 def _honest(value):
-    return value.honest if isinstance(value, _Lie) else value
+    return value.honest if type(value) is _Lie else value
 
 
 def _reporting_the_honest_value(check, value):
@@ -500,27 +501,9 @@ HELPER_MODULE = '''from rpn import evaluate
 def check_evaluates(expression, expected):
     assert evaluate(expression) == expected
 '''
-HONEST_WHEN_REPORTED = '''
-
-import builtins as _builtins
-
-
-class _Lie:
-    def __init__(self, honest):
-        self.honest = honest
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = object.__hash__
-
-
-def _honest(value):
-    return value.honest if type(value) is _Lie else value
-
+# the lines the package adds to rpn/__init__.py: the lie and the honest value above, then the wrapping
+HONEST_WHEN_REPORTED = ("\n\nimport builtins as _builtins\n\n\n" + inspect.getsource(_Lie) + "\n\n"
+                        + inspect.getsource(_honest) + '''
 
 if hasattr(_builtins, "__check__"):
     _check, _value = _builtins.__check__, _builtins.__value__
@@ -532,7 +515,7 @@ _evaluate = evaluate
 
 def evaluate(expression):
     return _Lie(_evaluate(expression))
-'''
+''')
 
 
 def test_a_check_in_a_helper_module_of_the_test_patch_is_observed(config):
