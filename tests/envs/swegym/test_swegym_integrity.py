@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trl_multiturn.envs.swegym import grading
-from trl_multiturn.envs.swegym.grading import split_test_cmd
+from trl_multiturn.envs.swegym.grading import log_lines, split_test_cmd
 from trl_multiturn.envs.swegym.integrity import Canary, judge, plant_canaries, protected_reason, read_report
 
 
@@ -119,6 +119,31 @@ def test_lines_without_the_token_are_forgeries():
     trusted, problem = judge(report, CANARIES)
     assert problem.startswith("tampering: 1 lines") and set(trusted.values()) == {"FAILED"}
     assert read_report(_report(HONEST, token="wrong"), "tok").outcomes == {}
+
+
+def test_a_signed_record_the_decoder_cannot_read_is_a_forgery_not_a_crash():
+    """A record nested deeper than the JSON decoder's stack (RecursionError, not a decoding error) signed with the
+    stolen token: before wave 10 it escaped `read_report`, so a patch could turn its own 0 into an infrastructure
+    failure (an episode left out of the loss) at will."""
+    deep = "tok {\"x\": " + "[" * 100_000 + "]" * 100_000 + "}\n"
+    report = read_report(_report(HONEST, extra=deep), "tok")
+    assert report.forged_lines == 1 and report.outcomes == HONEST
+    assert judge(report, CANARIES)[1].startswith("tampering: 1 lines")
+
+
+def test_the_swebench_log_holds_the_rows_tests_with_swebenchs_statuses_only():
+    """What swebench's parser reads is the host's writing: a test the report named that is not the row's, a status
+    that is not swebench's (one holding a line of its own), or a test not reported never becomes a passing line."""
+    from swebench.harness.log_parsers.python import parse_log_pytest
+
+    outcomes = {"t.py::test_fix": "SKIPPED\nPASSED t.py::test_fix", "x\nPASSED t.py::test_other": "SKIPPED",
+                "t.py::test_kept": "PASSED", "t.py::test_xfail": "XFAIL", "t.py::test_x": "XPASS"}
+    tests = ["t.py::test_fix", "t.py::test_other", "t.py::test_kept", "t.py::test_xfail", "t.py::test_x",
+             "t.py::test_missing"]
+    lines = log_lines(outcomes, tests)
+    assert lines == ["FAILED t.py::test_fix", "FAILED t.py::test_other", "PASSED t.py::test_kept",
+                     "XFAIL t.py::test_xfail", "FAILED t.py::test_x", "FAILED t.py::test_missing"]
+    assert parse_log_pytest("\n".join(lines), None) == dict(zip(tests, (line.split()[0] for line in lines)))
 
 
 def test_records_after_the_end_record_are_forgeries_even_with_the_token():

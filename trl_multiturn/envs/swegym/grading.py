@@ -23,8 +23,9 @@
    sandbox never holds them. The gold run is left out when the patch's run reported no test passing; a gold run
    that does not run properly (its patch does not apply, it times out) raises `SandboxError`: nothing to compare
    with is an infrastructure failure, never a 0;
-8. grades the trusted outcomes of the real run with `swebench.harness.grading.get_eval_report` and its
-   `parse_log_pytest` parser.
+8. grades the trusted outcomes of the row's tests in the real run with `swebench.harness.grading.get_eval_report`
+   and its `parse_log_pytest` parser, from a log of the host's writing (`log_lines`: the row's test ids, swebench's
+   statuses, nothing the report named).
 
 Any step of grading's own that fails (the protected files cannot be restored, the test patch does not apply)
 scores 0. Our repositories are not in swebench's repository map, so the test spec is built from the row itself
@@ -404,6 +405,19 @@ def _verdict(task: dict, real: _Run, config: SandboxConfig, files: list[str], te
     return {**real.outcomes, **trusted}, real.problem, line, blind, differ
 
 
+def log_lines(outcomes: dict[str, str], tests: list[str]) -> list[str]:
+    """The lines of the log that swebench's `parse_log_pytest` reads (step 8): one per test of the row, in the
+    row's order, "STATUS test id", the status one of swebench's (`TestStatus`; anything else FAILED, and a test
+    the run did not report FAILED). Only the row's own ids and those statuses are written: the test ids and
+    statuses a report holds are the test process's words, and a newline or a space in one would be a line, or a
+    status, of its own, which the parser reads as the host's (the last line of a test wins)."""
+    from swebench.harness.constants import TestStatus
+
+    statuses = {status.value for status in TestStatus}
+    return [f"{status if status in statuses else 'FAILED'} {test}"
+            for test, status in ((test, outcomes.get(test, "FAILED")) for test in tests)]
+
+
 def grade_patch(
     task: dict,
     patch: str | None,
@@ -443,10 +457,8 @@ def grade_patch(
             trusted, problem, line, unobserved, differ = _verdict(task, real, config, files, parts, f2p, f2p + p2p,
                                                           eval_timeout, texts)
             raw_log += line
-            trusted = {**{test: "FAILED" for test in f2p + p2p}, **trusted}  # a missing test failed
-            lines = [f"{status} {test}" for test, status in trusted.items()]
             # no exit-code line: the must-fail canary makes pytest's exit status 1 on every run
-            trusted_log += "\n".join(["", START_TEST_OUTPUT, *lines, END_TEST_OUTPUT])
+            trusted_log += "\n".join(["", START_TEST_OUTPUT, *log_lines(trusted, f2p + p2p), END_TEST_OUTPUT])
             if real.timed_out:
                 timed_out = True
                 trusted_log += f"\n{TESTS_TIMEOUT}\nTimeout error: {eval_timeout:g} seconds exceeded."

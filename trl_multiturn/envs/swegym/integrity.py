@@ -174,8 +174,9 @@ class Report:
 
 
 def read_report(text: str | None, token: str) -> Report:
-    """The records of `text` that carry `token`; every other non-empty line counts as forged, and so does any
-    record after the end record but an audit record (the audit hook still records code the patch runs at exit)."""
+    """The records of `text` that carry `token`; every other non-empty line counts as forged (one the decoder
+    cannot read too, whatever the reason), and so does any record after the end record but an audit record (the
+    audit hook still records code the patch runs at exit)."""
     report = Report({}, None, 0)
     for line in (text or "").splitlines():
         match = _RECORD.match(line)
@@ -183,7 +184,7 @@ def read_report(text: str | None, token: str) -> Report:
         if match is not None and match.group(1) == token:
             try:
                 record = json.loads(match.group(2))
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder's stack
                 record = None
         if isinstance(record, dict) and report.exit_code is not None and not isinstance(record.get("audit"), str):
             record = None  # the runner's `main` has returned: nothing else of its writes after the end record
