@@ -292,7 +292,7 @@ def forked_counts(model, rows) -> dict:
     import torch
 
     from trl_multiturn.trainers.packing import fork_cost
-    from trl_multiturn.trainers.packing_states import forked_logps_and_entropies
+    from trl_multiturn.trainers.packing_states import forked_logps_and_entropies, plan_forks
 
     calls = []
 
@@ -312,7 +312,7 @@ def forked_counts(model, rows) -> dict:
                                        pad_token_id=model.config.pad_token_id or 0)
     finally:
         hook.remove()
-    padded_price, forked_price = fork_cost(model, ids, mask, keep)
+    padded_price, forked_price = fork_cost(model, plan_forks(ids, mask, keep), mask)
     return {"packed": sum(c[2] for c in calls), "batch_tokens": sum(c[0] for c in calls),
             "forwards": len(calls), "auto": "forked" if forked_price < padded_price else "padded",
             "pairs": {kind: {**spec, "packed": sum(c[1] for c in calls), "padded": padded_pairs(mask),
