@@ -6,7 +6,7 @@ replicated by DDP, then sharded by FSDP2. One process's reference: the same loss
 unwrapped copy of the model. Then the same with a Qwen3.5-shaped model (Gated DeltaNet layers), whose rows share
 their prefixes by forked layer states (`packing_states`): rank 0's group forks into two forwards (the prompt, then
 the replies continued from its states), rank 1's rows into one; the reference is one process's forked run over every
-rank's rows. Then PPO's loss forward of a Qwen3.5-shaped policy and critic (`hybrid_critic.qwen35_critic`) under
+rank's rows. Then PPO's loss forward of a Qwen3.5-shaped policy and critic (`model_families.build_critic`) under
 DDP: each rank plans its rows as the PPO trainer does (`Forwards.plan`: forked forwards of both models, agreed), runs
 policy and critic continued from their forked states (`ppo.policy_and_values`), rank 1 a filler forward through both;
 the reference is one process's forked run of both over every rank's rows. Rank 0 writes, per model and backend, each
@@ -32,16 +32,13 @@ from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, MistralConfig
 from trl.trainer.utils import pad
 
-from trl_multiturn.model_families import build_model, family
+from trl_multiturn.model_families import build_critic, build_model, family
 from trl_multiturn.trainers.forwards import Forwards
 from trl_multiturn.trainers.logprobs import sequence_logps
 from trl_multiturn.trainers.packing import choose_plan, plan_packs
 from trl_multiturn.trainers.packing_states import forked_logps_and_entropies
 from trl_multiturn.trainers.ppo import policy_and_values
 from trl_multiturn.trainers.value_model import PolicyAndValueModel
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hybrid_critic import qwen35_critic  # noqa: E402
 
 model_path, out = sys.argv[1], Path(sys.argv[2])
 accelerator = Accelerator(cpu=True)
@@ -172,7 +169,7 @@ results["forked"].append(run(sharded(load_hybrid()), "fsdp", fsdp_grads, expecte
 
 def load_ppo():
     policy = load_hybrid()
-    return PolicyAndValueModel(policy, qwen35_critic(policy))
+    return PolicyAndValueModel(policy, build_critic(policy))
 
 
 def ppo_loss(logps, values, completion_mask, advantages):

@@ -9,14 +9,13 @@ import pytest
 import torch
 from conftest import tiny_rl_args
 from datasets import Dataset
-from hybrid_critic import qwen35_critic
 from test_packing import ATOL, TEMPERATURE, assert_same_loss_packed_or_padded, batch, grouped, load, stepwise, tokens
 from toy_envs import CountingEnv
 from transformers import AutoModelForTokenClassification
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
 from trl_multiturn.trainers import forwards, ppo
-from trl_multiturn.model_families import build_model, family
+from trl_multiturn.model_families import build_critic, build_model, family
 from trl_multiturn.trainers.model_matrix import ATOL as MATRIX_ATOL
 from trl_multiturn.trainers.packing import PackPlan, check_model_packing, choose_plan, packed_values, plan_packs
 from trl_multiturn.trainers.packing_states import ForkPlan
@@ -106,8 +105,10 @@ def test_a_critic_the_packed_mask_cannot_reach_is_refused_by_name_or_padded(tiny
 
 @pytest.fixture(scope="module")
 def hybrid_policy_and_critic():
+    """A Qwen3.5 policy and the critic a user passes as `value_model=` (transformers has no token-classification
+    class for Qwen3.5: `GenericForTokenClassification` over its model)."""
     policy = build_model(family("Qwen3.5")).train()
-    return PolicyAndValueModel(policy, qwen35_critic(policy))
+    return PolicyAndValueModel(policy, build_critic(policy))
 
 
 @pytest.mark.parametrize("shape", ["a group's shared prompt", "step-wise full history", "failed and truncated rows"])
