@@ -455,7 +455,7 @@ def _agreed(own, agree):
 
 
 def _own_plan(models, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-              batch_size: int | None, packing: str, planner) -> PackPlan | None:
+              batch_size: int | None, packing: str, planner) -> PackPlan | ForkPlan | None:
     """`choose_plan` of this process's rows alone ("auto" or "prefix")."""
     forking, refusal = fork_choice(models)
     if forking:
