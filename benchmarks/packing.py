@@ -8,6 +8,8 @@ optimizer step and peak memory on the same rows; not a test.
     nice -n 5 python benchmarks/packing.py --layers 1 --kernels --repeats 3   # per-segment attention against dense
     python benchmarks/packing.py --tokens-only --family "Gemma 3"   # a Gemma-3-shaped model (sliding windows)
     python benchmarks/packing.py --tokens-only --family Qwen3.5     # a Qwen3.5-shaped one (forked layer states)
+    nice -n 19 python benchmarks/packing.py --family Qwen3.5 --trainer ppo --threads 1 --repeats 2 --alf-turns 4 \
+        --turns 5 --only '(b)' '(d)' '(c)'             # PPO's step forked (benchmarks/results/packing_states.md)
     python benchmarks/packing.py --layers 1 --processes 2 --threads 1   # the step on two processes (torchrun)
 
 Rows: real prompts and observations, tokenized by SmolLM2-135M-Instruct's tokenizer and chat template
