@@ -267,7 +267,8 @@ def test_ppo_trains_a_streaming_family_with_its_critic_from_forked_states(tmp_pa
     with torch.no_grad():  # a new head values every state at 0: the comparison would be weak (values of order 0.1)
         trainer.unwrapped_critic.score.weight.normal_(std=0.05, generator=torch.Generator().manual_seed(0))
     inputs = trainer._generate_and_score_completions([{"target": 2}] * 4)
-    assert {"policy", "values"} <= set(outputs)
+    # forked: the old log-probs (through the policy-and-critic module), the reference's, the critic's values
+    assert outputs.count("policy") == 2 and outputs.count("values") == 1, outputs
     assert_old_logps_are_the_rows_own(trainer, inputs)
     critic, sampled = trainer.unwrapped_critic, (inputs["completion_mask"] * inputs["tool_mask"]).bool()
     assert inputs["old_values"][sampled].abs().sum() > 0
