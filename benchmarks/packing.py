@@ -8,6 +8,8 @@ optimizer step and peak memory on the same rows; not a test.
     nice -n 5 python benchmarks/packing.py --layers 1 --kernels --repeats 3   # per-segment attention against dense
     python benchmarks/packing.py --tokens-only --family "Gemma 3"   # a Gemma-3-shaped model (sliding windows)
     python benchmarks/packing.py --tokens-only --family Qwen3.5     # a Qwen3.5-shaped one (forked layer states)
+    nice -n 19 python benchmarks/packing.py --family Qwen3.5 --trainer ppo --threads 1 --repeats 2 --alf-turns 4 \
+        --turns 5 --only '(b)' '(d)' '(c)'             # PPO's step forked (benchmarks/results/packing_states.md)
     python benchmarks/packing.py --layers 1 --processes 2 --threads 1   # the step on two processes (torchrun)
 
 Rows: real prompts and observations, tokenized by SmolLM2-135M-Instruct's tokenizer and chat template
@@ -31,7 +33,8 @@ forward + backward (a clipped policy-gradient loss over the completion tokens), 
 against the padded rows' critic forward), then the loss's forward of policy and critic (`ppo.policy_and_values`, one
 forward of each) and its backward (the clipped surrogate plus the clipped value loss); the critic is a
 token-classification model of the same layers (its own copy), as `MultiTurnPPOTrainer` builds it, and one plan serves
-all three forwards. Each path of each shape runs in a fresh process, and its memory is that process's peak resident
+all three forwards (`--family Qwen3.5 --trainer ppo`: a critic of the family's layers, `model_families.build_critic`,
+and the policy and critic fork their layer states, the old log-probs' forward planned on its own). Each path of each shape runs in a fresh process, and its memory is that process's peak resident
 set size (`getrusage` max RSS) above its RSS just before the step: torch's CPU tensors are outside `tracemalloc`.
 `--kernels` compares the packed path's two attention kernels on each shape (`tree_attention`: per segment, which
 SDPA models take, against the dense 4-D tree mask, which eager models take): each plans the rows with the cost model
@@ -104,20 +107,20 @@ tokenizer's vocabulary (so that they read the same rows) and positions for the l
 
 def load_model(layers: int | None, trainer: str = "grpo", family_name: str | None = None):
     """SmolLM2-135M (its first `layers` decoder layers), or `family_name`'s shaped tiny model (`SHAPED`, random
-    weights, SmolLM2's tokenizer); for PPO with a critic beside it (`PolicyAndValueModel`)."""
+    weights, SmolLM2's tokenizer); for PPO with a critic beside it (`PolicyAndValueModel`; a family's: a
+    token-classification model of its layers, `model_families.build_critic`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-    from trl_multiturn.model_families import build_model, family
+    from trl_multiturn.model_families import build_critic, build_model, family
     from trl_multiturn.models import offline_default_model
     from trl_multiturn.trainers.value_model import PolicyAndValueModel
 
     path = offline_default_model()
     if family_name is not None:
-        if trainer != "grpo":
-            raise ValueError(f"--family {family_name!r} times GRPO's step only (--trainer grpo)")
         tokenizer = AutoTokenizer.from_pretrained(path)
-        return build_model(family(family_name), tokenizer, **WIDTHS, **SHAPED[family_name]), tokenizer
+        model = build_model(family(family_name), tokenizer, **WIDTHS, **SHAPED[family_name])
+        return (PolicyAndValueModel(model, build_critic(model)) if trainer == "ppo" else model), tokenizer
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype=torch.float32)
     if trainer == "ppo":
         critic = AutoModelForTokenClassification.from_pretrained(path, num_labels=1, attn_implementation="sdpa",
@@ -292,7 +295,7 @@ def forked_counts(model, rows) -> dict:
     import torch
 
     from trl_multiturn.trainers.packing import fork_cost
-    from trl_multiturn.trainers.packing_states import forked_logps_and_entropies
+    from trl_multiturn.trainers.packing_states import forked_logps_and_entropies, plan_forks
 
     calls = []
 
@@ -312,7 +315,7 @@ def forked_counts(model, rows) -> dict:
                                        pad_token_id=model.config.pad_token_id or 0)
     finally:
         hook.remove()
-    padded_price, forked_price = fork_cost(model, ids, mask, keep)
+    padded_price, forked_price = fork_cost(model, plan_forks(ids, mask, keep), mask)
     return {"packed": sum(c[2] for c in calls), "batch_tokens": sum(c[0] for c in calls),
             "forwards": len(calls), "auto": "forked" if forked_price < padded_price else "padded",
             "pairs": {kind: {**spec, "packed": sum(c[1] for c in calls), "padded": padded_pairs(mask),
@@ -387,10 +390,12 @@ def one_ppo_step(model, rows, packing: str) -> float:
 
     from trl_multiturn.trainers.packing import (
         attention_cost_ratio,
+        choose_plan,
         packed_logps_and_entropies,
         packed_values,
         plan_packs,
     )
+    from trl_multiturn.trainers.packing_states import forks_states
     from trl_multiturn.trainers.ppo import clipped_surrogate, clipped_value_loss, masked_mean, policy_and_values
 
     ids, mask, keep = padded_batch(rows)
@@ -398,7 +403,9 @@ def one_ppo_step(model, rows, packing: str) -> float:
     advantages = torch.linspace(-1, 1, len(rows))[:, None].expand(-1, keep)
     start = time.perf_counter()
     plan = None
-    if packing == "prefix":  # policy and critic load with SDPA: the per-segment kernel
+    if packing == "prefix" and forks_states(model):  # a hybrid policy and critic: forked forwards of both
+        plan = choose_plan((model.policy, model.critic), ids, mask, keep, packing="prefix")
+    elif packing == "prefix":  # policy and critic load with SDPA: the per-segment kernel
         plan = plan_packs(ids, mask, keep, rho=attention_cost_ratio(model), kernel="segments")
     with torch.no_grad():
         old, _ = packed_logps_and_entropies(model, ids, mask, keep, packing=packing, temperature=1.0,

@@ -51,7 +51,7 @@ def main() -> None:
 
     from trl_multiturn.cache import cache_dir
     from trl_multiturn.trainers.model_matrix import _group_rows
-    from trl_multiturn.trainers.packing_states import forked_forwards
+    from trl_multiturn.trainers.packing_states import forked_forwards, plan_forks
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -85,7 +85,7 @@ def main() -> None:
                 if repeat:
                     times[path].append(seconds)
         ids, mask, keep = bench.padded_batch(rows)
-        forwards = {"padded": [(len(rows), ids.shape[1], ids.shape[1])], "forked": forked_forwards(ids, mask, keep)}
+        forwards = {"padded": [(len(rows), ids.shape[1], ids.shape[1])], "forked": forked_forwards(plan_forks(ids, mask, keep))}
         measured.append({"shape": name, "threads": args.threads, "rows": rows, "load": [load, os.getloadavg()[0]],
                          "forwards": forwards, **{path: min(t) for path, t in times.items()}})
         print(f"measured {name}: padded {min(times['padded']):.2f} s, forked {min(times['forked']):.2f} s "
@@ -102,11 +102,13 @@ def report(measured: list[dict]) -> None:
     import torch
 
     from trl_multiturn.trainers.packing import FORWARD_TOKENS, fork_cost, fork_work
+    from trl_multiturn.trainers.packing_states import plan_forks
 
     torch.set_num_threads(measured[0]["threads"])  # `fork_cost` prices a forward by the threads
     model, _ = bench.load_model(None, family_name="Qwen3.5")
     batches = [bench.padded_batch([tuple(row) for row in m["rows"]]) for m in measured]
-    x = np.array([path for batch in batches for path in fork_work(model, *batch)], dtype=float)
+    plans = [(plan_forks(*batch), batch[1]) for batch in batches]  # (the rows' fork plan, their padded mask)
+    x = np.array([path for plan in plans for path in fork_work(model, *plan)], dtype=float)
     y = np.array([m[path] for m in measured for path in ("padded", "forked")])
     (a, b), *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)  # relative errors
     error = np.abs(x @ (a, b) / y - 1).max()
@@ -114,8 +116,8 @@ def report(measured: list[dict]) -> None:
           f"{a / b:.0f} tokens (FORWARD_TOKENS: {FORWARD_TOKENS}); largest error {error:.0%}\n")
     print("| shape | forked forwards | tokens: padded / forked | padded s | forked s | padded / forked | "
           "price: padded / forked | auto | right | load |\n|---|---:|---:|---:|---:|---:|---:|---|---|---|")
-    for m, batch in zip(measured, batches, strict=True):
-        padded_price, forked_price = fork_cost(model, *batch)
+    for m, plan in zip(measured, plans, strict=True):
+        padded_price, forked_price = fork_cost(model, *plan)
         choice = "forked" if forked_price < padded_price else "padded"
         faster = "forked" if m["forked"] < m["padded"] else "padded"
         tokens = {path: sum(n * q for n, q, _ in m["forwards"][path]) for path in ("padded", "forked")}

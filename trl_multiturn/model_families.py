@@ -3,7 +3,7 @@ transformers config class with its chat template as TRL ships it and a tokenizer
 template's special tokens: nothing from the Hub.
 
 `FAMILIES` is the one table of them; `build_model(family)` and `build_tokenizer(family)` make a family's model and
-tokenizer; `scripts/model_matrix.py` runs the matrix over them and writes docs/models.md, `scripts/gpu_check.sh`
+tokenizer, `build_critic(model)` a PPO critic of its family; `scripts/model_matrix.py` runs the matrix over them and writes docs/models.md, `scripts/gpu_check.sh`
 runs its GPU column, and `tests/test_model_families.py` holds the library to it. A family is a shape (its layer
 types, attention and template), not a checkpoint: the sizes are the smallest that keep each layer type (2-4 layers,
 hidden size 64, a vocabulary of a few hundred tokens).
@@ -155,3 +155,27 @@ def build_model(fam: Family, tokenizer=None, *, dtype=None, attn: str | None = N
     model = AutoModelForCausalLM.from_config(config, dtype=dtype or torch.float32,
                                              attn_implementation=attn or fam.attn)
     return model.eval()
+
+
+def build_critic(policy, *, seed: int = 2, head_std: float = 0.5):
+    """A tiny random critic for `policy` (one of `build_model`'s), a token-classification model of its family with
+    one label and its own weights: transformers' class where it has one, else the class transformers builds for other
+    families (`GenericForTokenClassification`) over the family's model (Qwen3.5, LFM2 and the Mamba2 families have
+    none): the critic a user passes PPO as `value_model=`. Its head is random (normal, `head_std`; a new one would
+    value every state at 0) and its dropout off (as the PPO trainer turns it off)."""
+    import torch
+    from transformers import AutoModelForTokenClassification, PreTrainedModel
+    from transformers.modeling_layers import GenericForTokenClassification
+
+    config = policy.config.__class__.from_dict({**policy.config.to_dict(), "num_labels": 1})
+    torch.manual_seed(seed)
+    try:
+        critic = AutoModelForTokenClassification.from_config(config)
+    except ValueError:  # no token-classification class for the family
+        # the family's PreTrainedModel (e.g. Qwen3_5PreTrainedModel): its weight initialisation and cache classes
+        pretrained = next(c for c in type(policy).__mro__[1:] if issubclass(c, PreTrainedModel))
+        critic_class = type(type(policy).__name__.replace("ForCausalLM", "ForTokenClassification"),
+                            (GenericForTokenClassification, pretrained), {})
+        critic = critic_class(config)
+    torch.nn.init.normal_(critic.score.weight, std=head_std)
+    return critic.to(policy.dtype).eval()

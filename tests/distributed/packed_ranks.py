@@ -6,8 +6,12 @@ replicated by DDP, then sharded by FSDP2. One process's reference: the same loss
 unwrapped copy of the model. Then the same with a Qwen3.5-shaped model (Gated DeltaNet layers), whose rows share
 their prefixes by forked layer states (`packing_states`): rank 0's group forks into two forwards (the prompt, then
 the replies continued from its states), rank 1's rows into one; the reference is one process's forked run over every
-rank's rows. Rank 0 writes, per model and backend, each rank's planned and run forwards and the largest differences
-of log-probs, loss and gradients from the reference.
+rank's rows. Then PPO's loss forward of a Qwen3.5-shaped policy and critic (`model_families.build_critic`) under
+DDP: each rank plans its rows as the PPO trainer does (`Forwards.plan`: forked forwards of both models, agreed), runs
+policy and critic continued from their forked states (`ppo.policy_and_values`), rank 1 a filler forward through both;
+the reference is one process's forked run of both over every rank's rows. Rank 0 writes, per model and backend, each
+rank's planned and run forwards and the largest differences of log-probs (and values), loss and gradients from the
+reference.
 
 Then planning that fails on one rank alone, with no further collective after it: a Mistral-shaped model whose
 sliding window (24 tokens) is shorter than rank 0's rows (a 30-token prompt) and longer than rank 1's under
@@ -28,11 +32,13 @@ from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, MistralConfig
 from trl.trainer.utils import pad
 
-from trl_multiturn.model_families import build_model, family
+from trl_multiturn.model_families import build_critic, build_model, family
 from trl_multiturn.trainers.forwards import Forwards
 from trl_multiturn.trainers.logprobs import sequence_logps
-from trl_multiturn.trainers.packing import plan_packs
+from trl_multiturn.trainers.packing import choose_plan, plan_packs
 from trl_multiturn.trainers.packing_states import forked_logps_and_entropies
+from trl_multiturn.trainers.ppo import policy_and_values
+from trl_multiturn.trainers.value_model import PolicyAndValueModel
 
 model_path, out = sys.argv[1], Path(sys.argv[2])
 accelerator = Accelerator(cpu=True)
@@ -158,6 +164,61 @@ expected = reference(load_hybrid(), lambda *rows: forked_logps_and_entropies(
 results["forked"].append(run(accelerator.prepare(load_hybrid()), "ddp", ddp_grads, expected, FORKED_BATCH_SIZE,
                              pad_id))
 results["forked"].append(run(sharded(load_hybrid()), "fsdp", fsdp_grads, expected, FORKED_BATCH_SIZE, pad_id))
+
+
+
+def load_ppo():
+    policy = load_hybrid()
+    return PolicyAndValueModel(policy, build_critic(policy))
+
+
+def ppo_loss(logps, values, completion_mask, advantages):
+    """A policy-gradient loss and a value term over the completion tokens, both models' gradients in one backward."""
+    return loss_of(logps, completion_mask, advantages, tokens) + loss_of(values, completion_mask, -advantages, tokens)
+
+
+def ppo_reference():
+    """One process: PPO's loss forward of both models over every rank's rows, forked (exact against the padded rows:
+    tests/trainers/test_ppo_packing.py): this rank's log-probs and values, the loss and its gradients."""
+    model = load_ppo()
+    plan = choose_plan((model.policy, model.critic), ref_ids, ref_mask, ref_keep, packing="prefix")
+    logps, _, values = policy_and_values(model, ref_ids, ref_mask, ref_keep, temperature=T, plan=plan)
+    loss = ppo_loss(logps, values, ref_completion, torch.cat(advantages))
+    loss.backward()
+    mine = slice(starts[rank], starts[rank] + len(everyone[rank]))
+    return logps.detach()[mine], values.detach()[mine], loss.detach(), {n: p.grad for n, p in model.named_parameters()}
+
+
+def run_ppo(expected):
+    """This rank's PPO loss forward through both models under DDP (`Forwards.plan`, as the PPO trainer plans it),
+    backpropagated; the comparison with `expected` (`ppo_reference`)."""
+    ref_logps, ref_values, ref_loss, ref_grads = expected
+    model = accelerator.prepare(load_ppo())
+    forwards = Forwards(lambda: model, lambda: None, accelerator, types.SimpleNamespace(packing="prefix"),
+                        temperature=T, pad_token_id=pad_id)
+    agree, planned, calls = forwards.agree, [], []
+    forwards.agree = lambda plan, *error: (planned.append(len(plan.forwards)), agree(plan, *error))[1]
+    hook = model.module.critic.register_forward_pre_hook(lambda *_: calls.append(1))
+    plan = forwards.plan(ids, mask, keep, None)
+    logps, _, values = policy_and_values(model, ids, mask, keep, temperature=T, plan=plan)
+    hook.remove()
+    loss = ppo_loss(logps, values, completion, advantages[rank]) * world
+    loss.backward()
+    total = accelerator.reduce(loss.detach() / world, reduction="sum")
+    grads = ddp_grads(model)
+    return {
+        "plan": type(plan).__name__,
+        "planned": planned,
+        "forwards": len(calls),  # the critic's: each a forward of the policy's too
+        "logps": float(((logps.detach() - ref_logps[:, :keep]) * completion).abs().max()),
+        "values": float(((values.detach() - ref_values[:, :keep]) * completion).abs().max()),
+        "loss": float((total - ref_loss).abs()),
+        "grads": max(float((grads[name] - ref).abs().max() / max(1.0, float(ref.abs().max())))
+                     for name, ref in ref_grads.items()),
+    }
+
+
+results["ppo"] = run_ppo(ppo_reference())
 
 gathered = [None] * world
 dist.all_gather_object(gathered, results)

@@ -104,6 +104,20 @@ def test_a_hybrid_model_forks_its_states_on_each_rank_with_as_many_forwards_and_
             assert result["logps"] < 1e-4 and result["loss"] < 1e-4 and result["grads"] < 1e-4, result
 
 
+def test_ppo_forks_a_hybrid_policy_and_critic_on_each_rank_with_as_many_forwards_and_one_process_gradients(
+        packed_ranks):
+    """PPO's loss forward of a Qwen3.5-shaped policy and critic under DDP: each rank plans its rows as the trainer
+    does (forked forwards of both models, agreed: rank 0's group two, rank 1's rows one and a filler through both
+    models), and the log-probs, values, loss and gradients of both models are one process's forked run over every
+    rank's rows (fp32; gradients relative to their scale where it exceeds 1)."""
+    rank0, rank1 = (rank["ppo"] for rank in json.loads((packed_ranks / "result.json").read_text()))
+    assert rank0["plan"] == rank1["plan"] == "ForkPlan"
+    assert rank0["planned"] == [2] and rank1["planned"] == [1]
+    assert rank0["forwards"] == rank1["forwards"] == 2
+    for result in (rank0, rank1):
+        assert max(result[key] for key in ("logps", "values", "loss", "grads")) < 1e-4, result
+
+
 def test_planning_that_fails_on_one_rank_raises_one_error_on_every_rank(packed_ranks):
     """A "prefix" refusal of rank 0's rows alone (longer than the model's sliding window, rank 1's shorter), a
     planner error on rank 1 alone, and a hybrid model's forked plan failing on rank 0 alone (its rows' mask has a

@@ -62,15 +62,14 @@ def test_streaming_layers_pack_exactly_by_forking_their_states(matrix):
     """Gated DeltaNet, Mamba2 and short-convolution layers: the shared prefix forwarded once and each branch
     continued from its layer states (`packing_states`), so "prefix", step-wise rows and LoRA are exact, gradients
     included; "auto" pads the matrix's group (its 24-token prompt saves less than the forked forwards cost,
-    `packing.fork_cost`); PPO's critic reads tree-mask packs, so where transformers builds one (Qwen3-Next) it is
-    refused naming the layer that streams."""
-    for name, layer in STREAMING_LAYERS.items():
+    `packing.fork_cost`); PPO's critic, where transformers builds one from the policy (Qwen3-Next), forks its own
+    layer states, its values and their gradients exact."""
+    for name in STREAMING_LAYERS:
         cells = matrix[name]
         assert all(cells[column].verdict == "exact" for column in ("prefix", "step-wise", "LoRA")), name
         assert cells["auto"].detail == "padded", name
-        critic = cells["PPO critic"]
-        assert critic.verdict == "not supported" or (critic.verdict == "refused" and layer in critic.detail), name
-    assert matrix["Qwen3-Next"]["PPO critic"].verdict == "refused"
+        assert cells["PPO critic"].verdict in ("exact", "not supported"), name
+    assert matrix["Qwen3-Next"]["PPO critic"].verdict == "exact"
 
 
 def test_attention_only_families_pack_exactly(matrix):
@@ -248,9 +247,39 @@ def test_stepwise_ppo_with_a_critic_from_a_latent_attention_policy_packs(tmp_pat
     assert trainer.state.global_step == 1
 
 
-def test_ppo_refuses_prefix_for_a_streaming_family_at_its_start(tmp_path):
-    """The policy alone forks its layer states, but PPO's loss forwards policy and critic through tree-mask packs,
-    which a streaming layer cannot take: refused when the trainer is built, naming the layer (auto pads)."""
-    with pytest.raises(ValueError, match=r"^packing='prefix': PolicyAndValueModel \(qwen3_next\) has layer_types "
-                                         r".*Qwen3NextGatedDeltaNet.*use packing='padded'$"):
-        _trainer("ppo", "Qwen3-Next", tmp_path, packing="prefix", num_generations=1)
+def test_ppo_trains_a_streaming_family_with_its_critic_from_forked_states(tmp_path, monkeypatch):
+    """packing="prefix" on Qwen3-Next (Gated DeltaNet; its critic built from the policy, a token-classification
+    model with the same layers): the trainer starts without a refusal, the step's old log-probs and the critic's
+    values (each model continued from its own forked layer states) are those of each row's own forward, and it trains
+    a step whose loss forward forks policy and critic together."""
+    from trl_multiturn.trainers import packing
+    from trl_multiturn.trainers.value_model import token_values
+
+    outputs = []
+
+    def counted(model, plan, *args, output="policy", **kwargs):
+        outputs.append(output)
+        return run_forks(model, plan, *args, output=output, **kwargs)
+
+    run_forks = packing.run_forks
+    monkeypatch.setattr(packing, "run_forks", counted)
+    trainer = _trainer("ppo", "Qwen3-Next", tmp_path, packing="prefix", num_generations=2, num_iterations=2)
+    with torch.no_grad():  # a new head values every state at 0: the comparison would be weak (values of order 0.1)
+        trainer.unwrapped_critic.score.weight.normal_(std=0.05, generator=torch.Generator().manual_seed(0))
+    inputs = trainer._generate_and_score_completions([{"target": 2}] * 4)
+    # forked: the old log-probs (through the policy-and-critic module), the reference's, the critic's values
+    assert outputs.count("policy") == 2 and outputs.count("values") == 1, outputs
+    assert_old_logps_are_the_rows_own(trainer, inputs)
+    critic, sampled = trainer.unwrapped_critic, (inputs["completion_mask"] * inputs["tool_mask"]).bool()
+    assert inputs["old_values"][sampled].abs().sum() > 0
+    for b in range(len(sampled)):
+        prompt = inputs["prompt_ids"][b][inputs["prompt_mask"][b].bool()]
+        completion = inputs["completion_ids"][b][inputs["completion_mask"][b].bool()]
+        row = torch.cat([prompt, completion])[None]
+        with torch.no_grad():
+            own = token_values(critic, row, torch.ones_like(row), len(completion))[0]
+        kept = sampled[b, :len(completion)]
+        torch.testing.assert_close(inputs["old_values"][b, :len(completion)][kept], own[kept], atol=1e-4, rtol=0)
+    outputs.clear()
+    trainer.train()
+    assert trainer.state.global_step == 1 and "both" in outputs

@@ -12,7 +12,14 @@ import torch
 from trl_multiturn.model_families import build_model, family
 from trl_multiturn.trainers.logprobs import sequence_logps
 from trl_multiturn.trainers.model_matrix import ATOL, TEMPERATURE, _alone, _batch, _grads_differ, _loss_grads
-from trl_multiturn.trainers.packing_states import PAD_SHARE, forked_forwards, forked_logps_and_entropies, forks_states
+from trl_multiturn.trainers.packing_states import (
+    PAD_SHARE,
+    ForkPlan,
+    forked_forwards,
+    forked_logps_and_entropies,
+    forks_states,
+    plan_forks,
+)
 from trl_multiturn.trainers.value_model import PolicyAndValueModel, create_value_model
 
 
@@ -81,7 +88,7 @@ def test_siblings_of_unequal_lengths_are_batched_within_the_padding_share_and_st
                                               pad_token_id=model.config.pad_token_id)
         hook.remove()
         own_logps, _ = _alone(model, rows, "cpu")
-    assert [tuple(shape) for shape in shapes] == [(n, q) for n, q, _ in forked_forwards(ids, mask, keep)]
+    assert [tuple(shape) for shape in shapes] == [(n, q) for n, q, _ in forked_forwards(plan_forks(ids, mask, keep))]
     assert sum(n * q for n, q in shapes) <= (1 + PAD_SHARE) * tree_tokens + 1  # the one-token reply: two wide
     assert max(n for n, _ in shapes) > 1  # siblings still share forwards where the share leaves room
     real = mask[:, -keep:].bool()
@@ -89,15 +96,18 @@ def test_siblings_of_unequal_lengths_are_batched_within_the_padding_share_and_st
 
 
 def test_which_models_fork_their_states():
-    """A hybrid model forks (through PEFT too, the matrix's LoRA column); an attention-only one does not need to,
-    and PPO's policy-and-critic module does not (its critic reads tree-mask packs, which refuse these layers)."""
+    """A hybrid model forks (through PEFT too, the matrix's LoRA column); an attention-only one does not need to;
+    PPO's policy-and-critic module forks where both its models do (a critic built from a Qwen3-Next policy), not
+    beside an attention-only critic."""
     from peft import LoraConfig, get_peft_model
 
     policy = build_model(family("Qwen3-Next"))
     assert forks_states(policy)
     assert forks_states(get_peft_model(build_model(family("LFM2")), LoraConfig(r=2, target_modules="all-linear")))
-    assert not forks_states(build_model(family("Qwen3")))
-    assert not forks_states(PolicyAndValueModel(policy, create_value_model(policy)))
+    attention = build_model(family("Qwen3"))
+    assert not forks_states(attention)
+    assert forks_states(PolicyAndValueModel(policy, create_value_model(policy)))
+    assert not forks_states(PolicyAndValueModel(policy, create_value_model(attention)))
 
 
 @pytest.mark.parametrize("name", ["Nemotron-H", "LFM2"])
@@ -126,7 +136,7 @@ def test_auto_forks_where_the_forked_forwards_cost_less_than_the_padded_rows():
     prompt go through the forked states (fewer tokens reach the model than the rows hold); rows that share nothing,
     and rows that share only their first tokens (forking would add forwards and save almost no tokens, as a
     step-wise `window:2` episode's rows do), are the padded rows, to the bit."""
-    from trl_multiturn.trainers.packing import forks_rows, packed_logps_and_entropies
+    from trl_multiturn.trainers.packing import choose_plan, packed_logps_and_entropies
 
     model = build_model(family("LFM2"))
     forwarded = []
@@ -142,7 +152,7 @@ def test_auto_forks_where_the_forked_forwards_cost_less_than_the_padded_rows():
                         ([(tokens(n), tokens(1)) for n in (9, 12)], False),
                         ([(opening, tokens(n)) for n in (20, 24, 28, 32)], False)):
         ids, mask, keep = _batch(rows, "cpu")
-        assert forks_rows(model, ids, mask, keep, "auto") == forks
+        assert isinstance(choose_plan((model,), ids, mask, keep, packing="auto"), ForkPlan) == forks
         forwarded.clear()
         with torch.no_grad():
             logps, _ = packed_logps_and_entropies(model, ids, mask, keep, temperature=TEMPERATURE, packing="auto")

@@ -1,6 +1,7 @@
 """PPO through prefix-tree packing (trl_multiturn/trainers/packing.py): the loss's one forward of policy and critic
 and the critic's value passes (the rows', and step-wise the steps `steps_per_batch` leaves out) give, packed, the
-log-probs, entropies, values, losses and gradients of the padded rows, in fp32."""
+log-probs, entropies, values, losses and gradients of the padded rows, in fp32; a hybrid policy and critic
+(Qwen3.5-shaped) give them by forked layer states (trl_multiturn/trainers/packing_states.py)."""
 
 import random
 
@@ -14,9 +15,12 @@ from transformers import AutoModelForTokenClassification
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
 from trl_multiturn.trainers import forwards, ppo
-from trl_multiturn.trainers.packing import choose_plan, plan_packs
+from trl_multiturn.model_families import build_critic, build_model, family
+from trl_multiturn.trainers.model_matrix import ATOL as MATRIX_ATOL
+from trl_multiturn.trainers.packing import PackPlan, check_model_packing, choose_plan, packed_values, plan_packs
+from trl_multiturn.trainers.packing_states import ForkPlan
 from trl_multiturn.trainers.ppo import policy_and_values
-from trl_multiturn.trainers.value_model import PolicyAndValueModel, create_value_model
+from trl_multiturn.trainers.value_model import PolicyAndValueModel, create_value_model, token_values
 
 
 def policy_and_critic(path, critic_attn="sdpa"):
@@ -50,13 +54,15 @@ def test_the_loss_forward_of_policy_and_critic_packed_equals_padded(tiny_chatml_
         assert plan.forwarded_tokens < plan.padded_tokens
 
 
-def assert_policy_and_values_exact(model, rows):
-    """Packed and padded `policy_and_values` of a `PolicyAndValueModel` agree on `rows` (log-probs, entropies,
-    values, and the gradients of both models after one backward of a loss over them); returns the plan."""
+def assert_policy_and_values_exact(model, rows, choose=plan_packs, atol=ATOL, grad_rtol=1e-4):
+    """Packed (by `choose(ids, mask, keep)`'s plan) and padded `policy_and_values` of a `PolicyAndValueModel` agree on
+    `rows` (log-probs, entropies, values, and the gradients of both models after one backward of a loss over them:
+    within `atol` times each gradient's scale, and `grad_rtol`); returns the plan."""
     ids, mask, keep = batch(rows)
-    plan = plan_packs(ids, mask, keep)
+    plan = choose(ids, mask, keep)
     scored = mask[:, -keep:].bool()
-    assert plan.valid.equal(scored)  # the packed outputs cover exactly the completion tokens
+    if isinstance(plan, PackPlan):
+        assert plan.valid.equal(scored)  # the packed outputs cover exactly the completion tokens
     results = []
     for packed in (False, True):
         model.zero_grad()
@@ -67,11 +73,12 @@ def assert_policy_and_values_exact(model, rows):
         results.append(([t.detach() for t in (logps, entropies, values)],
                         [p.grad.clone() for p in model.parameters() if p.grad is not None]))
     (padded, padded_grads), (packed, packed_grads) = results
+    assert padded[2].abs().sum() > 0  # the critic's values are not all 0: the comparison has something to compare
     for a, b in zip(packed, padded, strict=True):
-        torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+        torch.testing.assert_close(a, b, atol=atol, rtol=0)
     assert len(packed_grads) == len(padded_grads) == sum(1 for _ in model.parameters())  # policy and critic
     for a, b in zip(packed_grads, padded_grads, strict=True):
-        torch.testing.assert_close(a, b, atol=ATOL * max(1.0, b.abs().max().item()), rtol=1e-4)
+        torch.testing.assert_close(a, b, atol=atol * max(1.0, b.abs().max().item()), rtol=grad_rtol)
     return plan
 
 
@@ -94,6 +101,51 @@ def test_a_critic_the_packed_mask_cannot_reach_is_refused_by_name_or_padded(tiny
     # a critic built from a policy object takes its attention implementation: the two pack together
     critic = create_value_model(eager.policy)
     assert choose_plan((eager.policy, critic), ids, mask, keep, packing="prefix") is not None
+
+
+@pytest.fixture(scope="module")
+def hybrid_policy_and_critic():
+    """A Qwen3.5 policy and the critic a user passes as `value_model=` (transformers has no token-classification
+    class for Qwen3.5: `GenericForTokenClassification` over its model)."""
+    policy = build_model(family("Qwen3.5")).train()
+    return PolicyAndValueModel(policy, build_critic(policy))
+
+
+@pytest.mark.parametrize("shape", ["a group's shared prompt", "step-wise full history", "failed and truncated rows"])
+def test_a_hybrid_policy_and_critic_fork_their_layer_states_exactly(hybrid_policy_and_critic, shape):
+    """Qwen3.5-shaped (Gated DeltaNet) policy and critic: "prefix" plans the loss's rows as forked forwards, each model
+    continued from its own layer states, and the log-probs, entropies and values equal the padded forward's (fp32, max
+    abs 1e-4), the gradients of both models too (1e-4 of each gradient's scale, relative 1e-3: the tolerance of the
+    forked GRPO forwards, `model_matrix._grads_differ`; the Gated DeltaNet's chunked scan sums in float32 in another
+    order from a forked state, the policy's gradients alone then 2e-4 off relative, as in GRPO's forked forwards);
+    the critic's value pass alone equals its padded values."""
+    model = hybrid_policy_and_critic
+    plan = assert_policy_and_values_exact(
+        model, ROWS[shape](), lambda ids, mask, keep: choose_plan((model.policy, model.critic), ids, mask, keep,
+                                                                  packing="prefix"), atol=MATRIX_ATOL, grad_rtol=1e-3)
+    assert isinstance(plan, ForkPlan)
+    ids, mask, keep = batch(ROWS[shape]())
+    with torch.no_grad():
+        padded = token_values(model.critic, ids, mask, keep).masked_fill(~mask[:, -keep:].bool(), 0)
+        torch.testing.assert_close(packed_values(model, plan), padded, atol=MATRIX_ATOL, rtol=0)
+
+
+def test_a_critic_that_does_not_fork_beside_a_policy_that_does_is_refused_by_name_or_padded(hybrid_policy_and_critic):
+    """One plan serves policy and critic: a Qwen3.5 policy (forked layer states) beside an attention-only critic
+    (tree-mask packs), or the reverse, is refused by "prefix" naming both models and the fix, at the trainer's start
+    and per batch, and padded by "auto"."""
+    ids, mask, keep = batch(grouped(random.Random(4)))
+    hybrid = hybrid_policy_and_critic.policy
+    attention = build_model(family("Qwen3"))
+    for policy, critic in ((hybrid, create_value_model(attention)), (attention, hybrid_policy_and_critic.critic)):
+        refusal = (r"^packing='prefix': .*\(qwen3_5_text\) shares prefixes by forking its layer states and "
+                   r".*\(qwen3\) does not.*pass `value_model=` a critic with the policy's kind of layers.*"
+                   r"use packing='padded'$")
+        with pytest.raises(ValueError, match=refusal):
+            choose_plan((policy, critic), ids, mask, keep, packing="prefix")
+        with pytest.raises(ValueError, match=refusal):
+            check_model_packing(PolicyAndValueModel(policy, critic), "prefix")
+        assert choose_plan((policy, critic), ids, mask, keep, packing="auto") is None
 
 
 def make_trainer(path, tmp_path, packing, **overrides):

@@ -18,6 +18,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad, use_adapter
 
 from .logprobs import sequence_logps
+from .packing_states import ForkPlan
 from .packing import (
     PackPlan,
     RowsPlanner,
@@ -151,14 +152,17 @@ class Forwards:
 
     # -- PPO's critic (the model is a `value_model.PolicyAndValueModel`) ---------------------------------------------
 
-    def plan(self, input_ids, attention_mask, length: int, batch_size: int | None) -> PackPlan | None:
+    def plan(self, input_ids, attention_mask, length: int, batch_size: int | None) -> PackPlan | ForkPlan | None:
         """The prefix-tree plan by which the critic (and, in PPO's loss, the policy beside it) runs these rows, or
-        None for the padded rows: as `packing` chooses (`packing.choose_plan`, over the policy and the critic)."""
+        None for the padded rows: as `packing` chooses (`packing.choose_plan`, over the policy and the critic): a
+        `PackPlan` of tree-mask packs, or where both models fork their layer states a `ForkPlan` of forked forwards
+        (`packing_states`)."""
         model = self.accelerator.unwrap_model(self.model())
         return choose_plan((model.policy, model.critic), input_ids, attention_mask, length, batch_size,
                            packing=self.args.packing, planner=self.planner, agree=self.agree)
 
-    def values(self, input_ids, attention_mask, length: int, batch_size: int, plan: PackPlan | None) -> torch.Tensor:
+    def values(self, input_ids, attention_mask, length: int, batch_size: int,
+               plan: PackPlan | ForkPlan | None) -> torch.Tensor:
         """(rows, length) the critic's V(s_t) of the last `length` tokens, from the head at t - 1 (before token t):
         by `plan` (each shared prefix once, 0 at padding), or `batch_size` padded rows per forward."""
         model = self.model()

@@ -26,7 +26,7 @@ import torch
 from ..model_families import FAMILIES, Family, build_model, build_tokenizer
 from ..rollout.chat_tokens import ChatTemplateError, ChatTokenBuilder
 from .logprobs import sequence_logps
-from .packing import choose_plan, forks_rows, packed_logps_and_entropies, packed_values
+from .packing import choose_plan, packed_logps_and_entropies, packed_values
 from .value_model import PolicyAndValueModel, create_value_model, token_values
 
 ATOL = 1e-4
@@ -41,7 +41,8 @@ COLUMNS = {
     "prefix": "packing='prefix' on the same rows (a shared prompt forwarded once), gradients included",
     "step-wise": "packing='prefix' on a step-wise episode's rows (each row extends the one before it)",
     "LoRA": "packing='prefix' through a PEFT LoRA adapter on every linear layer",
-    "PPO critic": "a critic built from the policy (token classification), its packed values and their gradients",
+    "PPO critic": "a critic built from the policy (token classification), its values by packing='prefix' (tree-mask "
+                  "packs, or forked layer states for a hybrid model) and their gradients",
 }
 """The matrix's paths, in table order, with what each cell checks (the legend of docs/models.md)."""
 
@@ -177,8 +178,7 @@ def _forward_cell(model, rows, packing: str, atol: float) -> Cell:
     error = max((logps - ref_logps)[real].abs().max().item(), (entropies - ref_entropies)[real].abs().max().item())
     if error > atol:
         return Cell("WRONG", f"max abs error {error:.1e} against the rows alone")
-    packed = (forks_rows(model, ids, mask, keep, packing)
-              or choose_plan((model,), ids, mask, keep, packing=packing) is not None)
+    packed = choose_plan((model,), ids, mask, keep, packing=packing) is not None
     if not packed:
         return Cell("exact", "padded" if packing == "auto" else "", error)
     grads = _loss_grads(model, logps, entropies)
@@ -222,14 +222,15 @@ def _critic_cell(policy, atol: float) -> Cell:
             row = torch.tensor([prompt + completion], device=device)
             alone[b, :len(completion)] = token_values(critic, row, torch.ones_like(row), len(completion))[0]
     values = packed_values(model, plan)
-    error = (values - alone).masked_fill(~plan.valid.to(device), 0).abs().max().item()
+    real = mask[:, -keep:].bool()
+    error = (values - alone).masked_fill(~real, 0).abs().max().item()
     if error > atol:
         return Cell("WRONG", f"values off the rows alone by {error:.1e}")
     grads = []
     for packed in (True, False):
         critic.zero_grad()
         out = packed_values(model, plan) if packed else token_values(critic, ids, mask, keep)
-        out.masked_fill(~plan.valid.to(device), 0).sum().backward()
+        out.masked_fill(~real, 0).sum().backward()
         grads.append([p.grad.detach().clone() for p in critic.parameters() if p.grad is not None])
     if _grads_differ(*grads, atol):
         return Cell("WRONG", "the critic's gradients differ packed and padded")

@@ -33,6 +33,11 @@ through the whole model, whose outputs no row reads: `packing.with_filler_forwar
 zero gradient, so DDP's and FSDP's collectives meet (tests/trainers/test_distributed.py: two processes, exact
 against one).
 
+PPO (`value_model.PolicyAndValueModel`, where its policy and its critic both fork): the critic's values are read as
+the entropies are, one per position (V(s_t) is the head at the position before token t), and a forward of both
+models (`run_forks(..., output="both")`, the loss's) keeps two caches per forward, each model continued from its own
+layer states.
+
 Log-probs: the logit at depth d - 1 predicts token d; at a node's last position the label is the first token of each
 child, one per branch (a node's last logits serve all its children). The result is laid out as
 `logprobs.sequence_logps` lays out the padded rows', (B, K), 0 at padding.
@@ -84,12 +89,16 @@ def forks_states(model) -> bool:
     """Whether `model` is a transformers language model (or a PEFT model over one) with layers that run over the
     sequence as a stream (`model_layers.streaming_layers`) and a cache that holds every such layer's state
     (`DynamicCache(config=...)` builds a linear-attention cache layer for each), so that `forked_logps_and_entropies`
-    continues its rows exactly from a shared prefix. Not PPO's policy-and-critic module: its critic's values are
-    read from tree-mask packs (`packing.packed_values`), which such layers cannot take, so its rows stay padded."""
+    continues its rows exactly from a shared prefix. PPO's policy-and-critic module (`value_model.PolicyAndValueModel`)
+    forks where its policy and its critic both do (`run_forks` then continues each from its own states)."""
     from transformers import DynamicCache, PreTrainedModel
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
+    from .value_model import PolicyAndValueModel
+
     model = unwrap(model)
+    if isinstance(model, PolicyAndValueModel):
+        return forks_states(model.policy) and forks_states(model.critic)
     base = model.get_base_model() if type(model).__module__.startswith("peft.") else model
     if not isinstance(base, PreTrainedModel) or streaming_layers(model) is None:
         return False
@@ -271,25 +280,55 @@ def forked_logps_and_entropies(model, input_ids: torch.Tensor, attention_mask: t
     logits_to_keep, temperature=..., compute_entropy=...)` returns, each shared prefix of the rows forwarded once and
     each branch continued from the prefix's layer states (the module docstring): `run_forks` of `plan_forks`."""
     plan = plan_forks(input_ids, attention_mask, logits_to_keep, batch_size, pad_token_id=pad_token_id)
-    return run_forks(model, plan, compute_entropy, temperature=temperature)
+    return run_forks(model, plan, compute_entropy, temperature=temperature)[:2]
 
 
-def run_forks(model, plan: ForkPlan, compute_entropy: bool = False, *, temperature: float):
-    """(logps (B, K), entropies (B, K) or None) of `plan`'s rows (`forked_logps_and_entropies`), its forwards run in
-    order, each forward's layer states kept until the last forward continued from them has run."""
+OUTPUTS = ("policy", "values", "both")
+"""`run_forks`' outputs: the policy's log-probs (and entropies), the critic's values of a
+`value_model.PolicyAndValueModel`, or both from one forward of each (PPO's loss)."""
+
+
+def run_forks(model, plan: ForkPlan, compute_entropy: bool = False, *, temperature: float | None = None,
+              output: str = "policy"):
+    """(logps (B, K) or None, entropies (B, K) or None, values (B, K) or None) of `plan`'s rows, its forwards run in
+    order, each forward's layer states kept until the last forward continued from them has run.
+
+    `output` (`OUTPUTS`): "policy" the log-probs (`forked_logps_and_entropies`); for a
+    `value_model.PolicyAndValueModel`, "values" its critic's V(s_t), the head at the position before token t (as
+    `packing.packed_values` reads them, 0 at padding), and "both" its policy's log-probs and entropies and its
+    critic's values from one forward of each (`model(..., output="both")`): each model continued from its own layer
+    states (two caches per forward, forked alike). A value is read at the position an entropy is: one per position,
+    whichever child follows it. `temperature` scales the logits (needed where log-probs are scored)."""
+    if output not in OUTPUTS:
+        raise ValueError(f"output={output!r}: choose one of {OUTPUTS}")
+    with_logps, with_values = output != "values", output != "policy"
+    if with_logps and temperature is None:
+        raise ValueError(f"output={output!r} scores log-probs: give the sampling temperature")
     B, W, K = len(plan.rows), plan.width, plan.logits_to_keep
     device = next(model.parameters()).device
     cache_class = _cache_class()
+    configs = [text_config(part) for part in ((model,) if with_logps else ()) + (
+        (unwrap(model).critic,) if with_values else ())]  # one cache per model run, in `call`'s order
     checkpointed = checkpoints_layers(model)
-    logps_out, entropies_out = [], []
-    sizes = [0, 0]  # flat lengths of the log-prob and entropy outputs so far
-    states: dict[int, tuple] = {}  # forward -> (its cache, its rows' mask, forwards still to continue from it)
+    logps_out, entropies_out, values_out = [], [], []
+    sizes = [0, 0]  # flat lengths of the log-prob and the per-position (entropy, value) outputs so far
+    states: dict[int, tuple] = {}  # forward -> (its caches, its rows' mask, forwards still to continue from it)
 
-    def run(nodes: list[_Node], cache, parents: torch.Tensor | None, past_mask: torch.Tensor):
-        """Forward `nodes`, continued from rows `parents` of `cache` (None: the roots, left-padded), whose tokens
-        and padding so far are `past_mask`'s rows; its cache (None without branches) and mask."""
+    def call(inputs: dict, caches):
+        """(logits or None, values or None) of one forward, each model from its cache in `caches` (None: none)."""
+        caches = caches or (None,) * len(configs)
+        if output == "policy":
+            return model(**inputs, cache=caches[0]).logits, None
+        if output == "values":
+            return None, model(**inputs, output="values", critic_cache=caches[0])
+        out, values = model(**inputs, output="both", cache=caches[0], critic_cache=caches[1])
+        return out.logits, values
+
+    def run(nodes: list[_Node], caches, parents: torch.Tensor | None, past_mask: torch.Tensor):
+        """Forward `nodes`, continued from rows `parents` of `caches` (None: the roots, left-padded), whose tokens
+        and padding so far are `past_mask`'s rows; its caches (None without branches) and mask."""
         width = max(len(node.tokens) for node in nodes + [_PAIR])  # one token from a cache: `_branches`
-        cols = [width - len(node.tokens) if cache is None else 0 for node in nodes]  # where each node's tokens start
+        cols = [width - len(node.tokens) if caches is None else 0 for node in nodes]  # where each node's tokens start
         first = min(col + min(node.need_from, len(node.tokens) - 1) for col, node in zip(cols, nodes, strict=True))
         keep = width - first
         ids = torch.full((len(nodes), width), plan.pad_token_id, dtype=torch.long)
@@ -303,62 +342,67 @@ def run_forks(model, plan: ForkPlan, compute_entropy: bool = False, *, temperatu
         has_children = any(node.branches for node in nodes)
         inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "position_ids": positions.to(device),
                   "use_cache": has_children, "logits_to_keep": keep}
+        index = parents.to(device) if parents is not None else None
+
+        def own_caches(parent):
+            if parent is not None:
+                return tuple(_fork(cache, index) for cache in parent)
+            return tuple(cache_class(config=config) for config in configs) if has_children else None
+
         if checkpointed:
-            caches = []  # the cache of the first run; a recomputation in the backward fills a fork of its own
+            runs = []  # the caches of the first run; a recomputation in the backward fills forks of its own
 
             def forward(parent):
                 with _layers_unchecked(model):
-                    own = _fork(parent, index) if parent is not None else (
-                        cache_class(config=text_config(model)) if has_children else None)
-                    caches.append(own)
-                    return model(**inputs, cache=own).logits
+                    own = own_caches(parent)
+                    runs.append(own)
+                    return call(inputs, own)
 
-            index = parents.to(device) if parents is not None else None
-            logits = torch.utils.checkpoint.checkpoint(forward, cache, use_reentrant=False)
-            cache = caches[0]
+            logits, values = torch.utils.checkpoint.checkpoint(forward, caches, use_reentrant=False)
+            caches = runs[0]
         else:
-            if cache is not None:
-                cache = _fork(cache, parents.to(device))
-            elif has_children:
-                cache = cache_class(config=text_config(model))
-            logits = model(**inputs, cache=cache).logits  # (n, keep, V): columns first ... width - 1
-        labels = torch.zeros(len(nodes), keep, dtype=torch.long)
-        edges, edge_labels = [], []
-        for i, (col, node) in enumerate(zip(cols, nodes, strict=True)):
-            for p in range(max(first - col, 0), len(node.tokens) - 1):
-                labels[i, col + p - first] = node.tokens[p + 1]
-            for token in dict.fromkeys(child.tokens[0] for child in node.branches):
-                edges.append(i * keep + col + len(node.tokens) - 1 - first)
-                edge_labels.append(token)
-        lp, ent = token_logps_and_entropies(logits, labels.to(device), temperature, compute_entropy)
-        flat_logits = logits.reshape(-1, logits.shape[-1])
-        edge_lp, _ = token_logps_and_entropies(flat_logits[torch.tensor(edges, dtype=torch.long, device=device)],
-                                               torch.tensor(edge_labels, dtype=torch.long, device=device),
-                                               temperature)
+            caches = own_caches(caches)
+            logits, values = call(inputs, caches)  # logits (n, keep, V): columns first ... width - 1
         for i, (col, node) in enumerate(zip(cols, nodes, strict=True)):
             node.logp_base = (sizes[0] + i * keep + col - first, sizes[1] + i * keep + col - first)
-        for e, (position, token) in enumerate(zip(edges, edge_labels, strict=True)):
-            nodes[position // keep].edge_base[token] = sizes[0] + lp.numel() + e
-        logps_out.extend([lp.reshape(-1), edge_lp])
-        sizes[0] += lp.numel() + edge_lp.numel()
-        if compute_entropy:
-            entropies_out.append(ent.reshape(-1))
-        sizes[1] += ent.numel() if compute_entropy else lp.numel()
-        return cache, mask
+        if logits is not None:
+            labels = torch.zeros(len(nodes), keep, dtype=torch.long)
+            edges, edge_labels = [], []
+            for i, (col, node) in enumerate(zip(cols, nodes, strict=True)):
+                for p in range(max(first - col, 0), len(node.tokens) - 1):
+                    labels[i, col + p - first] = node.tokens[p + 1]
+                for token in dict.fromkeys(child.tokens[0] for child in node.branches):
+                    edges.append(i * keep + col + len(node.tokens) - 1 - first)
+                    edge_labels.append(token)
+            lp, ent = token_logps_and_entropies(logits, labels.to(device), temperature, compute_entropy)
+            flat_logits = logits.reshape(-1, logits.shape[-1])
+            edge_lp, _ = token_logps_and_entropies(flat_logits[torch.tensor(edges, dtype=torch.long, device=device)],
+                                                   torch.tensor(edge_labels, dtype=torch.long, device=device),
+                                                   temperature)
+            for e, (position, token) in enumerate(zip(edges, edge_labels, strict=True)):
+                nodes[position // keep].edge_base[token] = sizes[0] + lp.numel() + e
+            logps_out.extend([lp.reshape(-1), edge_lp])
+            sizes[0] += lp.numel() + edge_lp.numel()
+            if compute_entropy:
+                entropies_out.append(ent.reshape(-1))
+        if values is not None:
+            values_out.append(values[:, first:].reshape(-1))
+        sizes[1] += len(nodes) * keep
+        return caches, mask
 
     for at, forward in enumerate(plan.forwards):
         if forward.parent is None:
-            cache, past_mask = None, torch.zeros(len(forward.nodes), 0, dtype=torch.long)
+            caches, past_mask = None, torch.zeros(len(forward.nodes), 0, dtype=torch.long)
         else:
-            cache, past_mask, left = states.pop(forward.parent)
+            caches, past_mask, left = states.pop(forward.parent)
             if left > 1:
-                states[forward.parent] = (cache, past_mask, left - 1)
-        cache, mask = run(forward.nodes, cache, forward.parents, past_mask)
+                states[forward.parent] = (caches, past_mask, left - 1)
+        caches, mask = run(forward.nodes, caches, forward.parents, past_mask)
         if forward.children:
-            states[at] = (cache, mask, forward.children)
+            states[at] = (caches, mask, forward.children)
 
     index_lp = torch.zeros(B, K, dtype=torch.long)
-    index_ent = torch.zeros(B, K, dtype=torch.long)
+    index_position = torch.zeros(B, K, dtype=torch.long)
     valid = torch.zeros(B, K, dtype=torch.bool)
     for b, path in enumerate(plan.paths):
         n = len(plan.rows[b])
@@ -370,15 +414,17 @@ def run_forks(model, plan: ForkPlan, compute_entropy: bool = False, *, temperatu
             if 1 <= depth < n:
                 k, p = located[depth - 1]
                 node = path[k]
-                index_lp[b, j] = (node.edge_base[plan.rows[b][depth]] if p == len(node.tokens) - 1
-                                  else node.logp_base[0] + p)
-                index_ent[b, j] = node.logp_base[1] + p
+                if with_logps:
+                    index_lp[b, j] = (node.edge_base[plan.rows[b][depth]] if p == len(node.tokens) - 1
+                                      else node.logp_base[0] + p)
+                index_position[b, j] = node.logp_base[1] + p
                 valid[b, j] = True
     valid = valid.to(device)
-    logps = torch.cat(logps_out)[index_lp.to(device)].masked_fill(~valid, 0)
-    entropies = (torch.cat(entropies_out)[index_ent.to(device)].masked_fill(~valid, 0) if compute_entropy
-                 else None)
-    return logps, entropies
+
+    def gather(out: list[torch.Tensor], index: torch.Tensor) -> torch.Tensor | None:
+        return torch.cat(out)[index.to(device)].masked_fill(~valid, 0) if out else None
+
+    return gather(logps_out, index_lp), gather(entropies_out, index_position), gather(values_out, index_position)
 
 
 def _tree(rows: list[list[int]]) -> list[_Node]:
@@ -390,14 +436,12 @@ def _tree(rows: list[list[int]]) -> list[_Node]:
     return _branches(tree)
 
 
-def forked_forwards(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                    batch_size: int | None = None) -> list[tuple[int, int, int]]:
-    """The forwards `forked_logps_and_entropies` runs on these rows (`plan_forks`), without a model: per forward, in
-    the order they run, (n, q, kv): its batch of n nodes, each padded to q tokens, and the keys its attention reads
-    (the forked cache's columns and its own q)."""
-    forwards = plan_forks(input_ids, attention_mask, logits_to_keep, batch_size).forwards
+def forked_forwards(plan: ForkPlan) -> list[tuple[int, int, int]]:
+    """The forwards `run_forks` runs for `plan` (`plan_forks`), without a model: per forward, in the order they run,
+    (n, q, kv): its batch of n nodes, each padded to q tokens, and the keys its attention reads (the forked cache's
+    columns and its own q)."""
     shapes: list[tuple[int, int, int]] = []
-    for forward in forwards:
+    for forward in plan.forwards:
         width = max(len(node.tokens) for node in forward.nodes + [_PAIR])
         past = 0 if forward.parent is None else shapes[forward.parent][2]
         shapes.append((len(forward.nodes), width, past + width))

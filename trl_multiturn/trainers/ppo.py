@@ -67,6 +67,7 @@ from .grpo import MultiTurnGRPOConfig, MultiTurnGRPOTrainer
 from .logprobs import token_logps_and_entropies
 from .multiturn import trainer_prologue
 from .packing import PackPlan, check_model_packing, packed_policy_and_values
+from .packing_states import ForkPlan
 from .ppo_credit import CriticCredit
 from .value_model import PolicyAndValueModel, create_value_model, load_value_model_weights, save_value_model
 
@@ -238,11 +239,11 @@ def masked_mean(values, mask):
 
 
 def policy_and_values(model, input_ids, attention_mask, logits_to_keep: int, *, temperature: float,
-                      plan: PackPlan | None = None):
+                      plan: PackPlan | ForkPlan | None = None):
     """(logps, entropies, values), each (B, K = logits_to_keep): PPO's loss forward of a `PolicyAndValueModel`, one
-    forward of the policy and one of the critic, by `plan` (`packing.packed_policy_and_values`) or over the padded
-    rows: the policy's logits at the last K + 1 positions, the critic's head at the K positions before each kept
-    token (V(s_t) never sees token t)."""
+    forward of the policy and one of the critic, by `plan` (`packing.packed_policy_and_values`: tree-mask packs, or
+    both models continued from their forked layer states) or over the padded rows: the policy's logits at the last
+    K + 1 positions, the critic's head at the K positions before each kept token (V(s_t) never sees token t)."""
     if plan is not None:
         return packed_policy_and_values(model, plan, temperature=temperature)
     policy_out, values = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1,
@@ -343,7 +344,7 @@ class MultiTurnPPOTrainer(MultiTurnGRPOTrainer):
             critic.to(self.args.device)
         # From here on the trainer's model is policy and critic; transformers prepares, optimizes and saves it.
         self.model = self.model_wrapped = PolicyAndValueModel(self.model, critic)
-        # the policy alone may fork its layer states (packing_states); beside the critic its rows take tree-mask packs
+        # policy and critic take one plan: tree-mask packs, or forked layer states where both fork (packing_states)
         check_model_packing(self.model, self.args.packing)
 
     def _reward_reference(self, model: str | nn.Module) -> nn.Module:

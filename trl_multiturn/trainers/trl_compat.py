@@ -220,6 +220,9 @@ TOUCH_POINTS: tuple[TouchPoint, ...] = (
     TouchPoint("transformers.cache_utils", "LinearAttentionCacheLayerMixin", None,
                "read: which of a hybrid model's cache layers hold a convolution or recurrent state, so its rows "
                "fork those states (packing_states.forks_states)", shared=True),
+    TouchPoint("transformers.modeling_layers", "GenericForTokenClassification", None,
+               "subclassed: a tiny critic for a family transformers gives no token-classification class "
+               "(model_families.build_critic)", shared=True),
     *(TouchPoint("transformers.generation.logits_process", name, None,
                  "built: the sampling of the episode-history cache (rollout/generation.py), as generate does",
                  shared=True)

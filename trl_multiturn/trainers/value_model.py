@@ -146,7 +146,9 @@ class PolicyAndValueModel(nn.Module):
         forward(..., output="both")    -> (policy output, values) from one call: the PPO loss's
 
     The critic takes `input_ids`, `attention_mask` and, where given, `position_ids`: a packed forward's
-    (`packing.model_inputs`: a prefix tree's position ids and 4-D mask) reaches both models alike.
+    (`packing.model_inputs`: a prefix tree's position ids and 4-D mask) reaches both models alike. A forward
+    continued from layer states (`packing_states.run_forks`) gives each model its own: `cache` the policy's,
+    `critic_cache` the critic's (with `use_cache`).
     """
 
     def __init__(self, policy: nn.Module, critic: nn.Module):
@@ -154,11 +156,13 @@ class PolicyAndValueModel(nn.Module):
         self.policy = policy
         self.critic = critic
 
-    def forward(self, *args, output: str = "policy", **kwargs):
+    def forward(self, *args, output: str = "policy", critic_cache=None, **kwargs):
         if output == "policy":
             return self.policy(*args, **kwargs)
         values = self.critic(**{name: kwargs[name] for name in ("input_ids", "attention_mask", "position_ids",
-                                                                TREE_LAYOUT) if name in kwargs}).logits[..., 0]
+                                                                TREE_LAYOUT) if name in kwargs},
+                             **({} if critic_cache is None else {"cache": critic_cache,
+                                                                 "use_cache": kwargs.get("use_cache")})).logits[..., 0]
         if output == "values":
             return values.float()
         return self.policy(*args, **kwargs), values.float()
