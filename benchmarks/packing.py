@@ -34,8 +34,9 @@ against the padded rows' critic forward), then the loss's forward of policy and 
 forward of each) and its backward (the clipped surrogate plus the clipped value loss); the critic is a
 token-classification model of the same layers (its own copy), as `MultiTurnPPOTrainer` builds it, and one plan serves
 all three forwards (`--family Qwen3.5 --trainer ppo`: a critic of the family's layers, `model_families.build_critic`,
-and the policy and critic fork their layer states, the old log-probs' forward planned on its own). Each path of each shape runs in a fresh process, and its memory is that process's peak resident
-set size (`getrusage` max RSS) above its RSS just before the step: torch's CPU tensors are outside `tracemalloc`.
+and the policy and critic fork their layer states, the old log-probs' forward planned on its own). Each path of each
+shape runs in a fresh process, and its memory is that process's peak resident set size (`getrusage` max RSS) above its
+RSS just before the step: torch's CPU tensors are outside `tracemalloc`.
 `--kernels` compares the packed path's two attention kernels on each shape (`tree_attention`: per segment, which
 SDPA models take, against the dense 4-D tree mask, which eager models take): each plans the rows with the cost model
 priced for that kernel (so the dense one may split a tree the per-segment one keeps whole), then times the decoder

@@ -85,7 +85,8 @@ def main() -> None:
                 if repeat:
                     times[path].append(seconds)
         ids, mask, keep = bench.padded_batch(rows)
-        forwards = {"padded": [(len(rows), ids.shape[1], ids.shape[1])], "forked": forked_forwards(plan_forks(ids, mask, keep))}
+        forked = forked_forwards(plan_forks(ids, mask, keep))
+        forwards = {"padded": [(len(rows), ids.shape[1], ids.shape[1])], "forked": forked}
         measured.append({"shape": name, "threads": args.threads, "rows": rows, "load": [load, os.getloadavg()[0]],
                          "forwards": forwards, **{path: min(t) for path, t in times.items()}})
         print(f"measured {name}: padded {min(times['padded']):.2f} s, forked {min(times['forked']):.2f} s "

@@ -3,10 +3,10 @@ transformers config class with its chat template as TRL ships it and a tokenizer
 template's special tokens: nothing from the Hub.
 
 `FAMILIES` is the one table of them; `build_model(family)` and `build_tokenizer(family)` make a family's model and
-tokenizer, `build_critic(model)` a PPO critic of its family; `scripts/model_matrix.py` runs the matrix over them and writes docs/models.md, `scripts/gpu_check.sh`
-runs its GPU column, and `tests/test_model_families.py` holds the library to it. A family is a shape (its layer
-types, attention and template), not a checkpoint: the sizes are the smallest that keep each layer type (2-4 layers,
-hidden size 64, a vocabulary of a few hundred tokens).
+tokenizer, `build_critic(model)` a PPO critic of its family; `scripts/model_matrix.py` runs the matrix over them and
+writes docs/models.md, `scripts/gpu_check.sh` runs its GPU column, and `tests/test_model_families.py` holds the library
+to it. A family is a shape (its layer types, attention and template), not a checkpoint: the sizes are the smallest that
+keep each layer type (2-4 layers, hidden size 64, a vocabulary of a few hundred tokens).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from toy_envs import CountingEnv
 from transformers import AutoModelForTokenClassification
 
 from trl_multiturn import MultiTurnPPOConfig, MultiTurnPPOTrainer
-from trl_multiturn.trainers import forwards, ppo
 from trl_multiturn.model_families import build_critic, build_model, family
+from trl_multiturn.trainers import forwards, ppo
 from trl_multiturn.trainers.model_matrix import ATOL as MATRIX_ATOL
 from trl_multiturn.trainers.packing import PackPlan, check_model_packing, choose_plan, packed_values, plan_packs
 from trl_multiturn.trainers.packing_states import ForkPlan

@@ -18,7 +18,6 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import pad, use_adapter
 
 from .logprobs import sequence_logps
-from .packing_states import ForkPlan
 from .packing import (
     PackPlan,
     RowsPlanner,
@@ -27,6 +26,7 @@ from .packing import (
     packed_values,
     with_filler_forwards,
 )
+from .packing_states import ForkPlan
 
 if TYPE_CHECKING:
     from ..rollout import Episode

@@ -542,7 +542,8 @@ def fork_cost(model, plan: ForkPlan, attention_mask: torch.Tensor, batch_size: i
     padded rows and by forked layer states, in tokens (`fork_work`'s work plus `FORWARD_TOKENS` per forward, its
     one-thread price where torch runs one)."""
     per_forward = FORWARD_TOKENS[0] if torch.get_num_threads() == 1 else FORWARD_TOKENS[1]
-    return tuple(work + per_forward * forwards for forwards, work in fork_work(model, plan, attention_mask, batch_size))
+    return tuple(work + per_forward * forwards
+                 for forwards, work in fork_work(model, plan, attention_mask, batch_size))
 
 
 def fork_work(model, plan: ForkPlan, attention_mask: torch.Tensor, batch_size: int | None = None
