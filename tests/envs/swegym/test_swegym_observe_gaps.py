@@ -362,10 +362,10 @@ def _at_base_and_gold(task: str, root):
 
 
 def _values(text: str, names: list[str], functions: dict, monkeypatch, wrap=lambda check, value: (check, value),
-            package: str = "rpn") -> dict:
+            package: str = "rpn", arguments: dict | None = None) -> dict:
     """What the tests `names` of `text` (observation form, importing `functions` from `package`) report per test,
     as the runner's records (count, digest, blind); `wrap(check, value)` gives the reporting builtins `__check__`
-    and `__value__` (the package may wrap them)."""
+    and `__value__` (the package may wrap them); `arguments` the values of a parametrize row."""
     observations = _Observations()
     check, value = wrap(observations.check, observations.value)
     namespace = {"__check__": check, "__value__": value, "__raised__": observations.raised, "__caught__": _caught}
@@ -376,7 +376,8 @@ def _values(text: str, names: list[str], functions: dict, monkeypatch, wrap=lamb
         observations.take()
         test = namespace[name]
         # the module's fixtures a test requests, called as pytest would (no fixture of theirs requested here)
-        namespace[name](**{p: namespace[p].__wrapped__() for p in inspect.signature(test).parameters})
+        namespace[name](**{p: (arguments or {})[p] if p in (arguments or {}) else namespace[p].__wrapped__()
+                           for p in inspect.signature(test).parameters})
         out[name] = observations.take()
     return out
 
@@ -439,19 +440,27 @@ def test_bound_by_a_fixture(division):
     assert evaluate(division) == 4.0
 
 
+@pytest.mark.parametrize("expression, want", [("3 4 -", -1), ("8 2 /", 4.0)])
+def test_a_parametrize_row(expression, want):
+    assert evaluate(expression) == want
+'''
+LOOP_TABLE = '''
+
 def test_a_loop_table():
     for expression, want in [("3 4 -", -1), ("8 2 /", 4.0)]:
         assert evaluate(expression) == want
 '''
+BOUND_OUTSIDE_THE_CHECKS += LOOP_TABLE
 BOUND = ["test_bound_by_an_assignment", "test_bound_by_a_fixture", "test_a_loop_table"]
 
 
 def test_a_special_case_of_inputs_bound_outside_the_check_is_caught_by_drafts_of_the_test(tmp_path, monkeypatch):
     """Drafts changed the constants of a check only, so where the issue's example is bound outside it (an
-    assignment, a fixture, a loop's table) the check had none, and the special case of the example resolved each
-    shape (1 of 1 gradings each in the wave 9 review; every seed here on main). A drafted test now also runs copies
-    of its whole body, each with one constant outside the checks changed, in the body or in a fixture of the
-    module the test requests: the special case is caught for every seed, and the gold patch equals itself."""
+    assignment, a fixture, a loop's table, a parametrize row) the check had none, and the special case of the
+    example resolved each shape (1 of 1 gradings each in the wave 9 review; every seed here on main). A drafted
+    test now also runs copies of its whole body, each with one constant outside the checks changed, in the body or
+    in a fixture of the module the test requests, or given a parametrize argument changed in every row: the
+    special case is caught for every seed and row, and the gold patch equals itself."""
     function, issue, _ = ISSUE_EXAMPLES["rpn"]
     with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
         def special_case(text):
@@ -459,11 +468,13 @@ def test_a_special_case_of_inputs_bound_outside_the_check_is_caught_by_drafts_of
 
         passed = []
         for seed in range(20):
-            text = observe(BOUND_OUTSIDE_THE_CHECKS, random.Random(seed), set(BOUND))
-            right = _values(text, BOUND, {"evaluate": gold.evaluate}, monkeypatch)
-            assert _values(text, BOUND, {"evaluate": gold.evaluate}, monkeypatch) == right
-            lie = _values(text, BOUND, {"evaluate": special_case}, monkeypatch)
-            passed += [name for name in BOUND if lie[name] == right[name]]
+            text = observe(BOUND_OUTSIDE_THE_CHECKS, random.Random(seed), {*BOUND, "test_a_parametrize_row"})
+            rows = [{"expression": e, "want": None} for e in issue]  # the parametrize rows, `want` dropped
+            for names, row in [(BOUND, None), *((["test_a_parametrize_row"], row) for row in rows)]:
+                right = _values(text, names, {"evaluate": gold.evaluate}, monkeypatch, arguments=row)
+                assert _values(text, names, {"evaluate": gold.evaluate}, monkeypatch, arguments=row) == right
+                lie = _values(text, names, {"evaluate": special_case}, monkeypatch, arguments=row)
+                passed += [(name, row) for name in names if lie[name] == right[name]]
     assert passed == []
 
 
@@ -501,7 +512,7 @@ def test_the_expected_column_of_a_loop_table_is_not_left_in_the_tests_frame(tmp_
     is None in the text."""
     with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
         for seed in range(3):
-            text = observe(BOUND_OUTSIDE_THE_CHECKS, random.Random(seed), set())  # no drafts: the frame alone
+            text = observe("from rpn import evaluate\n" + LOOP_TABLE, random.Random(seed), set())  # the frame alone
             assert "-1" not in text and "4.0" not in text
             right = _values(text, ["test_a_loop_table"], {"evaluate": gold.evaluate}, monkeypatch)
             lie = _values(text, ["test_a_loop_table"], {"evaluate": _from_the_frames(bug)}, monkeypatch)

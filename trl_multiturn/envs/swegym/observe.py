@@ -49,12 +49,15 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   right for the test's own inputs, or an answer by position (the first element) answers the original check but
   not these;
 - a FAIL_TO_PASS test as a whole has drafts too, for the inputs it binds outside its checks (`expression = "3 4 -"`
-  before `assert evaluate(expression) == -1`, a loop's table, a fixture of the module returning `"8 2 /"`): after
-  its body, `drafts` copies of the body (and one with a list reversed), each with one constant outside the checks
-  changed, in the body or in the body of a fixture the test requests (run again for that draft: `@pytest.fixture`
-  functions of the module or the test's class, no `params=`, no `yield`, whose own parameters the test requests
-  too); each copy is a function of the test's parameters, run after the original body (whose outcome its state
-  cannot change), and `__check__` reports what it returns or raises, its checks their values;
+  before `assert evaluate(expression) == -1`, a loop's table, a fixture of the module returning `"8 2 /"`, a
+  `parametrize` argument): after its body, `drafts` copies of the body (and one with a list reversed), each with
+  one constant outside the checks changed, in the body or in the body of a fixture the test requests (run again
+  for that draft: `@pytest.fixture` functions of the module or the test's class, no `params=`, no `yield`, whose
+  own parameters the test requests too), and `drafts` copies per parametrize argument of ints, floats or strs
+  that the body reads, given it changed (`{"3 4 -": "3 7 -", "8 2 /": "8 5 /"}[expression]`: every row's value
+  changed, so each test id has its drafts); each copy is a function of the test's parameters the body reads (not
+  a dropped column), run after the original body (whose outcome its state cannot change), and `__check__`
+  reports what it returns or raises, its checks their values;
 - `if C: raise AssertionError(...)` (`pytest.fail(...)`, `self.fail(...)`) with no `else`, a branch that only
   fails the test, is observed as `assert not C` is; an assert no lambda can hold (`:=`, `yield`, `await`) stays
   as written, and the calls in it report their values (`__value__`); any other `if` or `while` (a branch raising
@@ -273,6 +276,17 @@ def _changed(value, rng: random.Random):
     return value[:i] + rng.choice(sorted(pool - {value[i]})) + value[i + 1:]
 
 
+def _changes(value, count: int, rng: random.Random) -> list:
+    """Up to `count` different changes of `value` (`_changed`), fewer where a value has fewer (`7` has four)."""
+    out = []
+    for _ in range(20 * count):
+        if len(out) == count:
+            break
+        if (change := _changed(value, rng)) not in out:
+            out.append(change)
+    return out
+
+
 def _copy(node: ast.expr) -> ast.expr:
     return ast.parse(ast.unparse(node), mode="eval").body
 
@@ -285,15 +299,19 @@ def _sequences(node: ast.AST, walk=ast.walk) -> list[ast.List | ast.Tuple]:
 
 
 def _drafts(node: ast.AST, drafts: int, rng: random.Random, walk=ast.walk) -> list:
-    """Copies of `node` (an expression or a statement): `drafts` with one of its constants changed, and one with a
-    list or tuple of several elements reversed (none of either kind when it has none); `walk(node)` gives the
-    nodes a draft may change."""
-    out = []
-    for _ in range(drafts if _constants(node, walk) else 0):
+    """Copies of `node` (an expression or a statement): `drafts` different ones with one of its constants changed
+    (fewer where it has fewer), and one with a list or tuple of several elements reversed (none of either kind
+    when it has none); `walk(node)` gives the nodes a draft may change."""
+    out, seen = [], set()
+    for _ in range(20 * drafts if _constants(node, walk) else 0):  # different drafts, where there are enough
+        if len(out) == drafts:
+            break
         draft = copy.deepcopy(node)
         constant = rng.choice(_constants(draft, walk))
         constant.value = _changed(constant.value, rng)
-        out.append(draft)
+        if ast.dump(draft) not in seen:
+            seen.add(ast.dump(draft))
+            out.append(draft)
     if drafts and _sequences(node, walk):
         draft = copy.deepcopy(node)
         rng.choice(_sequences(draft, walk)).elts.reverse()
@@ -458,7 +476,9 @@ class _Observe(ast.NodeTransformer):
         self.names = self.names | {name for c in columns for name in c.data}
         node.body = [s for statement in node.body for s in _listed(self.visit(statement))]
         if test and isinstance(node, ast.FunctionDef):
-            node.body += self._test_drafts(node, original)
+            read = _loads(ast.Module(body=node.body, type_ignores=[]))
+            node.body += self._test_drafts(node, original, {n: c.column(n) for c in columns for n in c.names
+                                                            if read[n]})
         self.names = outer_names
         read = set(_loads(ast.Module(body=node.body, type_ignores=[])))
         for column in columns:
@@ -480,35 +500,52 @@ class _Observe(ast.NodeTransformer):
         read = _loads(ast.Module(body=body, type_ignores=[]))
         return _DeadData({n for n in self.names if not read[n]}).visit(ast.Module(body=body, type_ignores=[])).body
 
-    def _test_drafts(self, node: ast.FunctionDef, original: list[ast.stmt]) -> list[ast.stmt]:
+    def _test_drafts(self, node: ast.FunctionDef, original: list[ast.stmt],
+                     parametrized: dict[str, list]) -> list[ast.stmt]:
         """Drafts of the test `node` as a whole, for the inputs it binds outside its checks (`expression = "3 4 -"`
-        before `assert evaluate(expression) == -1`, a fixture of the module returning `"8 2 /"`): copies of its
-        body (`original`) run after it, each with one constant outside the checks changed (or a list reversed),
-        in the body or in the body of a fixture the test requests (run again for that draft, its value passed for
-        the fixture's); each copy is a function of the test's parameters, `__check__` reports what it returns or
-        raises, and its checks report their values as the test's do. None where the test's body has `yield` or
-        `await`, or takes `*args`."""
+        before `assert evaluate(expression) == -1`, a fixture of the module returning `"8 2 /"`, a `parametrize`
+        argument: `parametrized` the values of each one the body reads): copies of its body (`original`) run after
+        it, each with one constant outside the checks changed (or a list reversed), in the body or in the body of
+        a fixture the test requests (run again for that draft, its value passed for the fixture's), and, for each
+        parametrize argument of ints, floats or strs, `drafts` copies given that argument changed (every row's value
+        changed, by a table written in the text); each copy is a function of the test's parameters, `__check__`
+        reports what it returns or raises, and its checks report their values as the test's do. None where the
+        test's body has `yield` or `await`, or takes `*args`."""
         parameters = _parameters(node)
         if parameters is None or any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(node)):
             return []
+        body, every = self._plain(original), set(parameters)
+        used = _loads(ast.Module(body=body, type_ignores=[]))
+        parameters = [p for p in parameters if used[p]]  # not a dropped parametrize column: its values went
         fixtures = {}
         for parameter in parameters:
             fixture = self.fixtures.get((self.scope[-2] if len(self.scope) > 1 else "", parameter)) or \
                       self.fixtures.get(("", parameter))
-            if fixture is not None and set(_parameters(fixture)) <= set(parameters):
+            if fixture is not None and set(_parameters(fixture)) <= every:
                 fixtures[parameter] = _function(f"__{parameter}__", _parameters(fixture),
                                                 self._plain(_docstring_free(fixture.body)))
-        plain = ast.Module(body=[_function("__draft__", parameters, self._plain(original)), *fixtures.values()],
-                           type_ignores=[])
-        out = []
+        plain = ast.Module(body=[_function("__draft__", parameters, body), *fixtures.values()], type_ignores=[])
+        drafts = []  # (the copy of the body, the functions it needs, the arguments passed instead of the test's)
         for draft in _drafts(plain, self.drafts, self.rng, walk=_inputs):
             function, *defined = draft.body
             changed = {p: f for p, f, was in zip(fixtures, defined, fixtures.values()) if ast.dump(f) != ast.dump(was)}
-            arguments = [_call(f.name, *(ast.Name(id=a.arg, ctx=ast.Load()) for a in f.args.args)) if p in changed
-                         else ast.Name(id=p, ctx=ast.Load()) for p, f in ((p, changed.get(p)) for p in parameters)]
+            drafts.append((function, list(changed.values()), {p: _call(f.name, *(
+                ast.Name(id=a.arg, ctx=ast.Load()) for a in f.args.args)) for p, f in changed.items()}))
+        for parameter, values in parametrized.items():
+            if not all(type(v) in (int, float, str) for v in values):
+                continue
+            changes = {v: _changes(v, self.drafts, self.rng) for v in values}
+            for i in range(self.drafts):
+                table = {v: changes[v][i % len(changes[v])] for v in values}
+                changed = ast.Dict(keys=list(map(ast.Constant, table)), values=list(map(ast.Constant, table.values())))
+                drafts.append((copy.deepcopy(plain.body[0]), [], {parameter: ast.Subscript(
+                    value=changed, slice=ast.Name(id=parameter, ctx=ast.Load()), ctx=ast.Load())}))
+        out = []
+        for function, defined, replaced in drafts:
             run = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
-                             body=_call(function.name, *arguments))
-            out += [function, *changed.values(), ast.Expr(_call(CHECK, run))]
+                             body=_call(function.name, *(replaced.get(p, ast.Name(id=p, ctx=ast.Load()))
+                                                         for p in parameters)))
+            out += [function, *defined, ast.Expr(_call(CHECK, run))]
         return out
 
     def visit_For(self, node: ast.For):
@@ -671,6 +708,10 @@ class _Columns:
         if not all(len(row) == len(names) and all(_plain_constant(v) for v in row) for row in rows):
             return None  # ids pytest would make otherwise are not written out here: left as it is
         return cls(decorator, names, rows)
+
+    def column(self, name: str) -> list:
+        """The values of the argument `name`, a row each."""
+        return [ast.literal_eval(row[self.names.index(name)]) for row in self.rows]
 
     def drop(self, names: set[str]) -> None:
         if not names:
