@@ -60,8 +60,8 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   reports what it returns or raises, its checks their values;
 - `if C: raise AssertionError(...)` (`pytest.fail(...)`, `self.fail(...)`) with no `else`, a branch that only
   fails the test, is observed as `assert not C` is; an assert no lambda can hold (`:=`, `yield`, `await`) stays
-  as written, and the calls in it report their values (`__value__`); any other `if` or `while` (a branch raising
-  another exception, which may be a skip, or doing more) stays, and its condition's calls report their values;
+  as written, and the calls in it report their values (`__value__`); any other `if` (a branch raising another
+  exception, which may be a skip, or doing more) stays, and its condition's calls report their values;
   a value bound to a name that such a condition or assert reads reports its value where it is bound
   (`got = __value__(evaluate(x))`): none decides by a value no report shows;
 - docstrings, comments and assert messages are dropped (they may state the expected values).
@@ -410,9 +410,10 @@ def _loads(node: ast.AST) -> Counter:
 
 
 def _decisive(function: ast.AST) -> set[str]:
-    """The names read by a decision of `function` that no check reports: the condition of an `if` or a `while`,
-    and an assert left as written (`_unobservable`)."""
-    decisions = [n.test for n in ast.walk(function) if isinstance(n, (ast.If, ast.While))
+    """The names read by a decision of `function` that no check reports: the condition of an `if` and an assert
+    left as written (`_unobservable`). Not a `while` condition: a polling loop's clock (`time.monotonic() <
+    deadline`) would be reported, a value no two runs share."""
+    decisions = [n.test for n in ast.walk(function) if isinstance(n, ast.If)
                  or isinstance(n, ast.Assert) and _unobservable(n.test)]
     return set(_loads(ast.Module(body=[ast.Expr(d) for d in decisions], type_ignores=[])))
 
@@ -613,8 +614,6 @@ class _Observe(ast.NodeTransformer):
         if self.functions:
             node.test = _ValueCalls().visit(node.test)
         return node
-
-    visit_While = visit_If
 
     def visit_Assign(self, node: ast.Assign | ast.AnnAssign):
         """A value bound to a name that decides a branch or an assert left as written (`_decisive`) reports its
