@@ -229,16 +229,20 @@ def test_a_value_of_a_c_type_is_reported_by_what_it_holds():
         assert _plain(right) == _plain(copy.deepcopy(right)) != _plain(wrong), right
 
 
-# a check the form cannot report (`:=`) stays an assert (its calls reported: here it has none), so the test reports
-# no value in either run; pytest's
+# a check the form cannot report (`:=`) stays an assert (its calls reported: here it has none, and the value it reads
+# is bound by a loop, which reports nothing: "What this does not stop"; its input is a module constant, so the test
+# has no drafts of its body either), so the test reports no value in either run; pytest's
 # `Function.runtest` replaced from the package (no audited event) passes a failed assert but in the canaries, found
 # by reading the test files through a directory descriptor (unaudited)
 UNOBSERVABLE = '''
 
 
+SUBTRAHEND_LAST = "3 4 -"
+
+
 def test_subtraction_keeps_operand_order():
-    result = evaluate("3 4 -")
-    assert (value := result) == -1 and value < 0
+    for result in [evaluate(SUBTRAHEND_LAST)]:
+        assert (value := result) == -1 and value < 0
 '''
 
 PASSES_FAILED_ASSERTS = '''
@@ -301,8 +305,8 @@ def test_subtraction():
 
 
 def test_sum_walrus():
-    result = evaluate("2 3 +")
-    assert (value := result) == 5 and value > 0
+    for result in [evaluate("2 3 +")]:
+        assert (value := result) == 5 and value > 0
 '''
 
 # what the PASS_TO_PASS test checks, broken (a special case a fix "needed"); pytest's `runtest` hides the failure
@@ -358,10 +362,10 @@ def _at_base_and_gold(task: str, root):
 
 
 def _values(text: str, names: list[str], functions: dict, monkeypatch, wrap=lambda check, value: (check, value),
-            package: str = "rpn") -> dict:
+            package: str = "rpn", arguments: dict | None = None) -> dict:
     """What the tests `names` of `text` (observation form, importing `functions` from `package`) report per test,
     as the runner's records (count, digest, blind); `wrap(check, value)` gives the reporting builtins `__check__`
-    and `__value__` (the package may wrap them)."""
+    and `__value__` (the package may wrap them); `arguments` the values of a parametrize row."""
     observations = _Observations()
     check, value = wrap(observations.check, observations.value)
     namespace = {"__check__": check, "__value__": value, "__raised__": observations.raised, "__caught__": _caught}
@@ -370,7 +374,10 @@ def _values(text: str, names: list[str], functions: dict, monkeypatch, wrap=lamb
     out = {}
     for name in names:
         observations.take()
-        namespace[name]()
+        test = namespace[name]
+        # the module's fixtures a test requests, called as pytest would (no fixture of theirs requested here)
+        namespace[name](**{p: (arguments or {})[p] if p in (arguments or {}) else namespace[p].__wrapped__()
+                           for p in inspect.signature(test).parameters})
         out[name] = observations.take()
     return out
 
@@ -410,6 +417,106 @@ def test_a_special_case_of_the_issues_own_example_is_caught_by_the_drafts(task, 
             lie = _values(text, names, lying_code, monkeypatch, package=task)
             passed += [name for name, record in lie.items() if record == right[name]]
     assert passed == []
+
+
+# rpn: the issue's examples bound outside the checks, as real suites write them: by an assignment, by a fixture of the
+# test module, and in a loop over a table whose expected column the loop's frame holds
+BOUND_OUTSIDE_THE_CHECKS = '''
+import pytest
+from rpn import evaluate
+
+
+@pytest.fixture
+def division():
+    return "8 2 /"
+
+
+def test_bound_by_an_assignment():
+    expression = "3 4 -"
+    assert evaluate(expression) == -1
+
+
+def test_bound_by_a_fixture(division):
+    assert evaluate(division) == 4.0
+
+
+@pytest.mark.parametrize("expression, want", [("3 4 -", -1), ("8 2 /", 4.0)])
+def test_a_parametrize_row(expression, want):
+    assert evaluate(expression) == want
+'''
+LOOP_TABLE = '''
+
+def test_a_loop_table():
+    for expression, want in [("3 4 -", -1), ("8 2 /", 4.0)]:
+        assert evaluate(expression) == want
+'''
+BOUND_OUTSIDE_THE_CHECKS += LOOP_TABLE
+BOUND = ["test_bound_by_an_assignment", "test_bound_by_a_fixture", "test_a_loop_table"]
+
+
+def test_a_special_case_of_inputs_bound_outside_the_check_is_caught_by_drafts_of_the_test(tmp_path, monkeypatch):
+    """Drafts changed the constants of a check only, so where the issue's example is bound outside it (an
+    assignment, a fixture, a loop's table, a parametrize row) the check had none, and the special case of the
+    example resolved each shape (1 of 1 gradings each in the wave 9 review; every seed here on main). A drafted
+    test now also runs copies of its whole body, each with one constant outside the checks changed, in the body or
+    in a fixture of the module the test requests, or given a parametrize argument changed in every row: the
+    special case is caught for every seed and row, and the gold patch equals itself."""
+    function, issue, _ = ISSUE_EXAMPLES["rpn"]
+    with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
+        def special_case(text):
+            return issue[text] if text in issue else bug.evaluate(text)
+
+        passed = []
+        for seed in range(20):
+            text = observe(BOUND_OUTSIDE_THE_CHECKS, random.Random(seed), {*BOUND, "test_a_parametrize_row"})
+            rows = [{"expression": e, "want": None} for e in issue]  # the parametrize rows, `want` dropped
+            for names, row in [(BOUND, None), *((["test_a_parametrize_row"], row) for row in rows)]:
+                right = _values(text, names, {"evaluate": gold.evaluate}, monkeypatch, arguments=row)
+                assert _values(text, names, {"evaluate": gold.evaluate}, monkeypatch, arguments=row) == right
+                lie = _values(text, names, {"evaluate": special_case}, monkeypatch, arguments=row)
+                passed += [(name, row) for name in names if lie[name] == right[name]]
+    assert passed == []
+
+
+def test_a_special_case_of_inputs_bound_outside_the_check_earns_nothing_when_graded(config):
+    """The same rows graded as grading runs them (pytest requesting the fixture, the drafts' copies of the test
+    body run after it): the special case of the issue's examples passes none of the three tests, and the gold
+    patch, run in two sandboxes, still equals itself on every draft and resolves."""
+    path, init = "tests/test_evaluator.py", "rpn/__init__.py"
+    row = variant("rpn", path, "\n" + BOUND_OUTSIDE_THE_CHECKS, BOUND[0])
+    row["FAIL_TO_PASS"] = [f"{path}::{name}" for name in BOUND]
+    base = SOURCES["rpn"].files_at_base()[init]
+    special_case = (f"\n\n_ISSUE = {ISSUE_EXAMPLES['rpn'][1]!r}\n_evaluate = evaluate\n\n\ndef evaluate(text):\n"
+                    "    return _ISSUE[text] if text in _ISSUE else _evaluate(text)\n")
+    grade = grade_patch(row, make_patch({init: base}, {init: base + special_case}), config, eval_timeout=300)
+    assert grade.patch_applied and grade.f2p_passed == 0, grade.info()
+    grade = grade_patch(row, row["patch"], config, eval_timeout=300)
+    assert grade.resolved and grade.differ == [], grade.info()
+
+
+def _from_the_frames(bug):
+    """`evaluate` that answers with the `want` of the test's frame where one holds a value (frames are reached
+    unaudited: `logging.currentframe()`, `f_back`, `f_locals`), and keeps the bug otherwise."""
+    def evaluate(text):
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_locals.get("want") is None:
+            frame = frame.f_back
+        return bug.evaluate(text) if frame is None else frame.f_locals["want"]
+    return evaluate
+
+
+def test_the_expected_column_of_a_loop_table_is_not_left_in_the_tests_frame(tmp_path, monkeypatch):
+    """`for expression, want in [("3 4 -", -1), ...]: assert evaluate(expression) == want` kept `want` in the
+    test's frame, where the package read it and returned it (resolved, 2 of 2 gradings in the wave 9 review): a
+    loop over a literal table binds data, as a parametrize list does, and a column read only as an expected side
+    is None in the text."""
+    with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
+        for seed in range(3):
+            text = observe("from rpn import evaluate\n" + LOOP_TABLE, random.Random(seed), set())  # the frame alone
+            assert "-1" not in text and "4.0" not in text
+            right = _values(text, ["test_a_loop_table"], {"evaluate": gold.evaluate}, monkeypatch)
+            lie = _values(text, ["test_a_loop_table"], {"evaluate": _from_the_frames(bug)}, monkeypatch)
+            assert lie != right
 
 
 # rpn: checks the form left out of its reports, each in a test with another, reported check (so the gold run
@@ -465,6 +572,23 @@ def _reporting_the_honest_value(check, value):
             lambda reported: (value(_honest(reported)), reported)[1])
 
 
+def _decisions_are_reported(source: str, names: list[str], drafted: set[str], tmp_path, monkeypatch) -> None:
+    """The liar above passes each test `names` of `source` as written, and yet reports other values than the gold
+    patch in its observation form (tests `drafted` drafted), for 3 seeds."""
+    with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
+        liar = lambda expression: _Lie(bug.evaluate(expression))  # noqa: E731
+        namespace: dict = {}
+        monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=liar))
+        exec(compile(source, "<tests>", "exec"), namespace)
+        for name in names:
+            namespace[name]()  # the lie passes each test as written
+        for seed in range(3):
+            text = observe(source, random.Random(seed), drafted)
+            right = _values(text, names, {"evaluate": gold.evaluate}, monkeypatch)
+            lie = _values(text, names, {"evaluate": liar}, monkeypatch, wrap=_reporting_the_honest_value)
+            assert all(lie[name] != right[name] and right[name]["count"] for name in names), (lie, right)
+
+
 def test_a_decision_the_test_makes_outside_its_checks_is_reported(tmp_path, monkeypatch):
     """A package that wraps the reporting builtins (an assignment: no audited event) so that every value they see is
     its honest one, and hands out a value equal to everything elsewhere, passed an assert left as written (`:=`)
@@ -472,18 +596,50 @@ def test_a_decision_the_test_makes_outside_its_checks_is_reported(tmp_path, monk
     was resolved on main with the bug kept (one grading each). The assert's calls are reported now, and a branch
     that only fails the test is observed as the check of its negated condition."""
     names = ["test_walrus", "test_branch_raises", "test_branch_fails"]
-    with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
-        liar = lambda expression: _Lie(bug.evaluate(expression))  # noqa: E731
-        namespace: dict = {}
-        monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=liar))
-        exec(compile(DECIDED_OUTSIDE_THE_CHECKS, "<tests>", "exec"), namespace)
-        for name in names:
-            namespace[name]()  # the lie passes each test as written
-        for seed in range(3):
-            text = observe(DECIDED_OUTSIDE_THE_CHECKS, random.Random(seed), set(names))
-            right = _values(text, names, {"evaluate": gold.evaluate}, monkeypatch)
-            lie = _values(text, names, {"evaluate": liar}, monkeypatch, wrap=_reporting_the_honest_value)
-            assert all(lie[name] != right[name] and right[name]["count"] for name in names), (lie, right)
+    _decisions_are_reported(DECIDED_OUTSIDE_THE_CHECKS, names, set(names), tmp_path, monkeypatch)
+
+
+# rpn: the shapes of the same class that wave 9 left open: a branch raising another exception (it may be a skip, so
+# it is no check the form may drop), a branch with other statements, a value bound before an assert left as written
+DECIDED_BY_OTHER_BRANCHES = '''
+from rpn import evaluate
+
+
+def test_branch_raises_another_exception():
+    assert evaluate("2 3 +") == 5
+    got = evaluate("3 4 -")
+    if got != -1:
+        raise ValueError(got)
+
+
+def test_branch_with_other_statements():
+    assert evaluate("2 3 +") == 5
+    got = evaluate("8 2 /")
+    if got != 4.0:
+        print(got)
+        raise AssertionError(got)
+
+
+def test_bound_before_a_walrus():
+    assert evaluate("2 3 +") == 5
+    got = evaluate("3 4 -")
+    assert (value := got) == -1
+
+
+def test_called_in_the_condition():
+    assert evaluate("2 3 +") == 5
+    if evaluate("3 4 -") != -1:
+        raise ValueError("3 4 -")
+'''
+
+
+def test_a_value_that_decides_a_branch_or_an_assert_left_as_written_is_reported(tmp_path, monkeypatch):
+    """The same liar passed these shapes on main (none of their decisions was reported: its values equalled the gold
+    patch's, without drafts). A value bound to a name that decides a branch or an assert left as written reports
+    its value, and the calls of a branch's condition theirs."""
+    names = ["test_branch_raises_another_exception", "test_branch_with_other_statements",
+             "test_bound_before_a_walrus", "test_called_in_the_condition"]
+    _decisions_are_reported(DECIDED_BY_OTHER_BRANCHES, names, set(), tmp_path, monkeypatch)
 
 
 # rpn: the hidden test's check is in a helper module the test patch adds; the package wraps the reporting builtins

@@ -6,9 +6,10 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
 
 - `assert A == B` (also `!=`, `is`, `is not`, `<`, `<=`, `>`, `>=`) where one side is *data* (literals, containers
   of data, a class called on data like `Interval(1, 5)`, `pytest.approx(...)`, `None`, a name bound to nothing but
-  literals and never changed in place, `EXPECTED = {...}`, whose assignment goes when nothing else reads it, or a
+  literals and never changed in place, `EXPECTED = {...}`, whose assignment goes when nothing else reads it, a
   `parametrize` argument of plain constants, whose column becomes None when nothing else reads it, the test ids
-  kept) reports the other side's
+  kept, or a name a loop over a literal table binds, `for expr, want in [("3 4 -", -1), ...]`, whose column
+  becomes None when nothing else reads it, so the loop's frame does not hold it either) reports the other side's
   value and drops the data side: `assert f(x) == 4`, `assert f(x) != 4`, `assert f(x) < 10`, `assert f(x) is None`
   all become `__check__(lambda: f(x)[, "compared"])`, so the operator, the bound and the expected value are all
   gone. "compared" (COMPARED: any of `==`, `!=`, an ordering, `in`; not an identity) tells the runner that an
@@ -47,15 +48,29 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   computed in its own run: a value read back from the test's text, a table of the inputs seen, a constant that is
   right for the test's own inputs, or an answer by position (the first element) answers the original check but
   not these;
+- a FAIL_TO_PASS test as a whole has drafts too, for the inputs it binds outside its checks (`expression = "3 4 -"`
+  before `assert evaluate(expression) == -1`, a loop's table, a fixture of the module returning `"8 2 /"`, a
+  `parametrize` argument): after its body, `drafts` copies of the body (and one with a list reversed), each with
+  one constant outside the checks changed, in the body or in the body of a fixture the test requests (run again
+  for that draft: `@pytest.fixture` functions of the module or the test's class, no `params=`, no `yield`, whose
+  own parameters the test requests too), and `drafts` copies per parametrize argument of ints, floats or strs
+  that the body reads, given it changed (`{"3 4 -": "3 7 -", "8 2 /": "8 5 /"}[expression]`: every row's value
+  changed, so each test id has its drafts); each copy is a function of the test's parameters the body reads (not
+  a dropped column), run after the original body (whose outcome its state cannot change), and `__check__`
+  reports what it returns or raises, its checks their values;
 - `if C: raise AssertionError(...)` (`pytest.fail(...)`, `self.fail(...)`) with no `else`, a branch that only
   fails the test, is observed as `assert not C` is; an assert no lambda can hold (`:=`, `yield`, `await`) stays
-  as written, and the calls in it report their values (`__value__`): neither decides by a value no report shows;
+  as written, and the calls in it report their values (`__value__`); any other `if` (a branch raising another
+  exception, which may be a skip, or doing more) stays, and its condition's calls report their values;
+  a value bound to a name that such a condition or assert reads reports its value where it is bound
+  (`got = __value__(evaluate(x))`): none decides by a value no report shows;
 - docstrings, comments and assert messages are dropped (they may state the expected values).
 
 The verdict does not depend on telling a draft from the original: every reported value is compared, so there is
-nothing to gain from recognising one. `__check__`, `__value__`, `__raised__`, `__caught__` and `__warned__` are
-builtins that `pytest_runner.py` installs; they report each value as plain data (`pytest_runner._plain`), never a
-pickle.
+nothing to gain from recognising one. A draft is text like the original, the same text in both runs, so a right
+fix reports the gold patch's values on it as on the original, as long as the test is deterministic. `__check__`,
+`__value__`, `__raised__`, `__caught__` and `__warned__` are builtins that `pytest_runner.py` installs; they report
+each value as plain data (`pytest_runner._plain`), never a pickle.
 
 Pure: `observe` returns the rewritten module text (`ast.unparse`).
 """
@@ -221,9 +236,21 @@ class _ValueCalls(ast.NodeTransformer):
         return node
 
 
-def _constants(node: ast.AST) -> list[ast.Constant]:
-    """The int, float and str constants of `node` that a draft may change."""
-    return [c for c in ast.walk(node) if isinstance(c, ast.Constant) and type(c.value) in (int, float, str)]
+def _constants(node: ast.AST, walk=ast.walk) -> list[ast.Constant]:
+    """The int, float and str constants of `node` (among the nodes `walk(node)` gives) that a draft may change."""
+    return [c for c in walk(node) if isinstance(c, ast.Constant) and type(c.value) in (int, float, str)]
+
+
+def _inputs(node: ast.AST):
+    """The nodes of `node` (`ast.walk`'s) but those of the checks' reports (`__check__`, `__raised__`,
+    `__warned__`: their constants have drafts of their own, or say how a check decided) and of asserts left as
+    written: the inputs a test binds outside its checks."""
+    todo = [node]
+    while todo:
+        node = todo.pop(0)
+        yield node
+        todo += [child for child in ast.iter_child_nodes(node) if not isinstance(child, ast.Assert) and not (
+            isinstance(child, ast.Call) and _name(child.func) in (CHECK, RAISED, WARNED))]
 
 
 def _changed(value, rng: random.Random):
@@ -249,28 +276,45 @@ def _changed(value, rng: random.Random):
     return value[:i] + rng.choice(sorted(pool - {value[i]})) + value[i + 1:]
 
 
+def _changes(value, count: int, rng: random.Random) -> list:
+    """Up to `count` different changes of `value` (`_changed`), fewer where a value has fewer (`7` has four)."""
+    out = []
+    for _ in range(20 * count):
+        if len(out) == count:
+            break
+        if (change := _changed(value, rng)) not in out:
+            out.append(change)
+    return out
+
+
 def _copy(node: ast.expr) -> ast.expr:
     return ast.parse(ast.unparse(node), mode="eval").body
 
 
-def _sequences(node: ast.AST) -> list[ast.List | ast.Tuple]:
-    """The list and tuple displays of `node` with two or more elements that a draft may reverse."""
-    return [s for s in ast.walk(node) if isinstance(s, (ast.List, ast.Tuple)) and len(s.elts) > 1 and len(
-        {ast.dump(e) for e in s.elts}) > 1 and not any(isinstance(e, ast.Starred) for e in s.elts)]
+def _sequences(node: ast.AST, walk=ast.walk) -> list[ast.List | ast.Tuple]:
+    """The list and tuple displays of `node` (among `walk(node)`, not an assignment's targets) with two or more
+    different elements, that a draft may reverse."""
+    return [s for s in walk(node) if isinstance(s, (ast.List, ast.Tuple)) and isinstance(s.ctx, ast.Load)
+            and len({ast.dump(e) for e in s.elts}) > 1 and not any(isinstance(e, ast.Starred) for e in s.elts)]
 
 
-def _drafts(node: ast.AST, drafts: int, rng: random.Random) -> list:
-    """Copies of `node` (an expression or a statement): `drafts` with one of its constants changed, and one with a
-    list or tuple of several elements reversed (none of either kind when it has none)."""
-    out = []
-    for _ in range(drafts if _constants(node) else 0):
+def _drafts(node: ast.AST, drafts: int, rng: random.Random, walk=ast.walk) -> list:
+    """Copies of `node` (an expression or a statement): `drafts` different ones with one of its constants changed
+    (fewer where it has fewer), and one with a list or tuple of several elements reversed (none of either kind
+    when it has none); `walk(node)` gives the nodes a draft may change."""
+    out, seen = [], set()
+    for _ in range(20 * drafts if _constants(node, walk) else 0):  # different drafts, where there are enough
+        if len(out) == drafts:
+            break
         draft = copy.deepcopy(node)
-        constant = rng.choice(_constants(draft))
+        constant = rng.choice(_constants(draft, walk))
         constant.value = _changed(constant.value, rng)
-        out.append(draft)
-    if drafts and _sequences(node):
+        if ast.dump(draft) not in seen:
+            seen.add(ast.dump(draft))
+            out.append(draft)
+    if drafts and _sequences(node, walk):
         draft = copy.deepcopy(node)
-        rng.choice(_sequences(draft)).elts.reverse()
+        rng.choice(_sequences(draft, walk)).elts.reverse()
         out.append(draft)
     return out
 
@@ -360,34 +404,166 @@ def _is_assertion_call(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and _name(node.func).rsplit(".", 1)[-1].lower().startswith("assert")
 
 
+def _loads(node: ast.AST) -> Counter:
+    """How often each name is read in `node`."""
+    return Counter(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+
+
+def _decisive(function: ast.AST) -> set[str]:
+    """The names read by a decision of `function` that no check reports: the condition of an `if` and an assert
+    left as written (`_unobservable`). Not a `while` condition: a polling loop's clock (`time.monotonic() <
+    deadline`) would be reported, a value no two runs share."""
+    decisions = [n.test for n in ast.walk(function) if isinstance(n, ast.If)
+                 or isinstance(n, ast.Assert) and _unobservable(n.test)]
+    return set(_loads(ast.Module(body=[ast.Expr(d) for d in decisions], type_ignores=[])))
+
+
+def _parameters(function: ast.FunctionDef) -> list[str] | None:
+    """The names of `function`'s parameters, or None where it takes `*args` or `**kwargs`."""
+    arguments = function.args
+    if arguments.vararg or arguments.kwarg:
+        return None
+    return [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
+
+
+def _function(name: str, parameters: list[str], body: list[ast.stmt]) -> ast.FunctionDef:
+    return ast.FunctionDef(name=name, args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in parameters],
+                                                         kwonlyargs=[], kw_defaults=[], defaults=[]),
+                           body=body, decorator_list=[], returns=None, type_params=[])
+
+
+def _fixtures(tree: ast.Module) -> dict[tuple[str, str], ast.FunctionDef]:
+    """The fixtures a test module defines that a draft of a test may run again with a constant changed, by (the
+    class they are defined in, or "", the name a test requests them by): `@pytest.fixture` functions (no `params=`,
+    no `yield`, no `*args`) of the module or of a class."""
+    out = {}
+    for scope, statements in [("", tree.body), *((c.name, c.body) for c in tree.body if isinstance(c, ast.ClassDef))]:
+        for node in statements:
+            if not isinstance(node, ast.FunctionDef) or _parameters(node) is None or any(
+                    isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(node)):
+                continue
+            for decorator in node.decorator_list:
+                call = decorator if isinstance(decorator, ast.Call) else None
+                if _name(call.func if call else decorator).rsplit(".", 1)[-1] != "fixture" or call and (
+                        call.args or any(k.arg == "params" for k in call.keywords)):
+                    continue
+                named = [k.value.value for k in (call.keywords if call else []) if k.arg == "name"
+                         and isinstance(k.value, ast.Constant)]
+                out[scope, named[0] if named else node.name] = copy.deepcopy(node)
+    return out
+
+
 class _Observe(ast.NodeTransformer):
-    def __init__(self, rng: random.Random, drafts: int, drafted: set[str], names: frozenset[str]):
-        self.rng, self.drafts, self.drafted, self.names = rng, drafts, drafted, names
+    def __init__(self, rng: random.Random, drafts: int, drafted: set[str], names: frozenset[str],
+                 fixtures: dict[tuple[str, str], ast.FunctionDef]):
+        self.rng, self.drafts, self.drafted, self.names, self.fixtures = rng, drafts, drafted, names, fixtures
         self.scope: list[str] = []  # the names of the classes and functions the visit is in
         self.functions = 0  # how many functions deep
         self.draft = False
         self.raising = False  # in the body of a `pytest.raises` block
+        self.loads = Counter()  # how often each name is read in the (original) function the visit is in
+        self.decisive: set[str] = set()  # the names that decide a branch of that function (`_decisive`)
 
     def _scoped(self, node):
         self.scope.append(node.name)
         inner = not isinstance(node, ast.ClassDef)
         self.functions += inner
-        outer, self.draft = self.draft, self.draft or "::".join(self.scope) in self.drafted
+        test = inner and not self.draft and "::".join(self.scope) in self.drafted
+        outer, self.draft = self.draft, self.draft or test
+        outer_loads, self.loads = self.loads, _loads(node) if inner else self.loads
+        outer_decisive, self.decisive = self.decisive, _decisive(node) if inner else self.decisive
+        original = copy.deepcopy(_docstring_free(node.body))
         outer_names, columns = self.names, [c for d in getattr(node, "decorator_list", []) if (c := _Columns.of(d))]
         self.names = self.names | {name for c in columns for name in c.data}
         node.body = [s for statement in node.body for s in _listed(self.visit(statement))]
+        if test and isinstance(node, ast.FunctionDef):
+            read = _loads(ast.Module(body=node.body, type_ignores=[]))
+            node.body += self._test_drafts(node, original, {n: c.column(n) for c in columns for n in c.names
+                                                            if read[n]})
         self.names = outer_names
-        read = {n.id for n in ast.walk(ast.Module(body=node.body, type_ignores=[]))
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        read = set(_loads(ast.Module(body=node.body, type_ignores=[])))
         for column in columns:
             column.drop(set(column.data) - read)
         self.scope.pop()
         self.functions -= inner
-        self.draft = outer
+        self.draft, self.loads, self.decisive = outer, outer_loads, outer_decisive
         node.body = _docstring_free(node.body)
         return node
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
+
+    def _plain(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        """`body` (a copy) in observation form without drafts of its checks, and without the assignments of data
+        names it no longer reads (`_DeadData`)."""
+        outer, self.draft = self.draft, False
+        body = [s for statement in copy.deepcopy(body) for s in _listed(self.visit(statement))]
+        self.draft = outer
+        read = _loads(ast.Module(body=body, type_ignores=[]))
+        return _DeadData({n for n in self.names if not read[n]}).visit(ast.Module(body=body, type_ignores=[])).body
+
+    def _test_drafts(self, node: ast.FunctionDef, original: list[ast.stmt],
+                     parametrized: dict[str, list]) -> list[ast.stmt]:
+        """Drafts of the test `node` as a whole, for the inputs it binds outside its checks (`expression = "3 4 -"`
+        before `assert evaluate(expression) == -1`, a fixture of the module returning `"8 2 /"`, a `parametrize`
+        argument: `parametrized` the values of each one the body reads): copies of its body (`original`) run after
+        it, each with one constant outside the checks changed (or a list reversed), in the body or in the body of
+        a fixture the test requests (run again for that draft, its value passed for the fixture's), and, for each
+        parametrize argument of ints, floats or strs, `drafts` copies given that argument changed (every row's value
+        changed, by a table written in the text); each copy is a function of the test's parameters, `__check__`
+        reports what it returns or raises, and its checks report their values as the test's do. None where the
+        test's body has `yield` or `await`, or takes `*args`."""
+        parameters = _parameters(node)
+        if parameters is None or any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(node)):
+            return []
+        body, every = self._plain(original), set(parameters)
+        used = _loads(ast.Module(body=body, type_ignores=[]))
+        parameters = [p for p in parameters if used[p]]  # not a dropped parametrize column: its values went
+        fixtures = {}
+        for parameter in parameters:
+            fixture = self.fixtures.get((self.scope[-2] if len(self.scope) > 1 else "", parameter)) or \
+                      self.fixtures.get(("", parameter))
+            if fixture is not None and set(_parameters(fixture)) <= every:
+                fixtures[parameter] = _function(f"__{parameter}__", _parameters(fixture),
+                                                self._plain(_docstring_free(fixture.body)))
+        plain = ast.Module(body=[_function("__draft__", parameters, body), *fixtures.values()], type_ignores=[])
+        drafts = []  # (the copy of the body, the functions it needs, the arguments passed instead of the test's)
+        for draft in _drafts(plain, self.drafts, self.rng, walk=_inputs):
+            function, *defined = draft.body
+            changed = {p: f for p, f, was in zip(fixtures, defined, fixtures.values()) if ast.dump(f) != ast.dump(was)}
+            drafts.append((function, list(changed.values()), {p: _call(f.name, *(
+                ast.Name(id=a.arg, ctx=ast.Load()) for a in f.args.args)) for p, f in changed.items()}))
+        for parameter, values in parametrized.items():
+            if not all(type(v) in (int, float, str) for v in values):
+                continue
+            changes = {v: _changes(v, self.drafts, self.rng) for v in values}
+            for i in range(self.drafts):
+                table = {v: changes[v][i % len(changes[v])] for v in values}
+                changed = ast.Dict(keys=list(map(ast.Constant, table)), values=list(map(ast.Constant, table.values())))
+                drafts.append((copy.deepcopy(plain.body[0]), [], {parameter: ast.Subscript(
+                    value=changed, slice=ast.Name(id=parameter, ctx=ast.Load()), ctx=ast.Load())}))
+        out = []
+        for function, defined, replaced in drafts:
+            run = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+                             body=_call(function.name, *(replaced.get(p, ast.Name(id=p, ctx=ast.Load()))
+                                                         for p in parameters)))
+            out += [function, *defined, ast.Expr(_call(CHECK, run))]
+        return out
+
+    def visit_For(self, node: ast.For):
+        """A loop over a literal table (`for expr, want in [("3 4 -", -1), ...]`) binds data, as a parametrize
+        list does: its names count as data in the loop's checks, and a column whose name nothing reads once the
+        checks dropped their expected sides (nor anything outside the loop) becomes None (`_Table`)."""
+        table = _Table.of(node)
+        if table is None or not self.functions:
+            self.generic_visit(node)
+            return node
+        outside = self.loads - _loads(node)
+        outer, self.names = self.names, self.names | set(table.names)
+        self.generic_visit(node)
+        self.names = outer
+        read = _loads(ast.Module(body=[*node.body, *node.orelse], type_ignores=[]))
+        table.drop({n for n in table.names if not read[n] and not outside[n]})
+        return node
 
     def visit_Expr(self, node: ast.Expr):
         """A call as a statement reports its value (or what it raised); an assertion helper reports its arguments
@@ -429,11 +605,29 @@ class _Observe(ast.NodeTransformer):
         """`if C: raise AssertionError(...)` (or `pytest.fail(...)`, `self.fail(...)`) with no `else` is the test's
         check that C is false: observed as `assert not C` is, so C's values are reported and its expected side goes.
         Run as written, the branch was decided by an operator of whatever the package returned, which no report
-        showed (a value equal to everything, outside the checks, passed it)."""
+        showed (a value equal to everything, outside the checks, passed it). Any other branch (one raising another
+        exception, one with other statements) stays, and the calls of C report their values (`__value__`), as the
+        values bound to its names do (`visit_Assign`)."""
         if self.functions and not node.orelse and all(_fails(s) for s in node.body) and not _unobservable(node.test):
             return self.visit_Assert(ast.Assert(test=_negated(node.test), msg=None))
         self.generic_visit(node)
+        if self.functions:
+            node.test = _ValueCalls().visit(node.test)
         return node
+
+    def visit_Assign(self, node: ast.Assign | ast.AnnAssign):
+        """A value bound to a name that decides a branch or an assert left as written (`_decisive`) reports its
+        value, and its calls theirs: `got = evaluate(x)` before `if got != -1: raise ValueError(got)` or
+        `assert (v := got) == -1`, where an operator of whatever the package returned decided and no check
+        reported it."""
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        if self.functions and node.value is not None and bound & self.decisive:
+            value = _ValueCalls().visit(node.value)
+            node.value = value if isinstance(value, ast.Call) and _name(value.func) == VALUE else _call(VALUE, value)
+        return node
+
+    visit_AnnAssign = visit_Assign
 
     def _observed(self, checks: list[tuple[ast.expr, str | None]], drafted: bool = True) -> list[ast.stmt]:
         """`__check__(lambda: check[, relation])` for each of `checks` (an expression and what it was checked by,
@@ -514,6 +708,10 @@ class _Columns:
             return None  # ids pytest would make otherwise are not written out here: left as it is
         return cls(decorator, names, rows)
 
+    def column(self, name: str) -> list:
+        """The values of the argument `name`, a row each."""
+        return [ast.literal_eval(row[self.names.index(name)]) for row in self.rows]
+
     def drop(self, names: set[str]) -> None:
         if not names:
             return
@@ -525,6 +723,39 @@ class _Columns:
                                            for row in values], ctx=ast.Load())
         self.call.keywords.append(ast.keyword(arg="ids", value=ast.List(elts=[ast.Constant(i) for i in ids],
                                                                           ctx=ast.Load())))
+
+
+class _Table:
+    """A `for a, b in [(1, 2), ...]` loop over a literal table (`names` its target's names, `table` the list or
+    tuple of its rows, each a literal per name); `drop(names)` replaces those columns' values by None."""
+
+    def __init__(self, names: list[str], table: ast.List | ast.Tuple):
+        self.names, self.table = names, table
+
+    @classmethod
+    def of(cls, loop: ast.For):
+        target, table = loop.target, loop.iter
+        single = isinstance(target, ast.Name)
+        if single:
+            names = [target.id]
+        elif isinstance(target, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in target.elts):
+            names = [e.id for e in target.elts]
+        else:
+            return None
+        if len(set(names)) != len(names) or not isinstance(table, (ast.List, ast.Tuple)) or not table.elts:
+            return None
+        rows = [[row] if single else row.elts if isinstance(row, (ast.Tuple, ast.List)) else None
+                for row in table.elts]
+        if not all(row is not None and len(row) == len(names) and all(map(_is_literal, row)) for row in rows):
+            return None
+        return cls(names, table)
+
+    def drop(self, names: set[str]) -> None:
+        if names and len(self.names) == 1:
+            self.table.elts = [ast.Constant(None) for _ in self.table.elts]
+        elif names:
+            for row in self.table.elts:
+                row.elts = [ast.Constant(None) if name in names else v for name, v in zip(self.names, row.elts)]
 
 
 def _plain_constant(node: ast.expr) -> bool:
@@ -554,7 +785,7 @@ def observe(source: str, rng: random.Random, drafted: set[str], drafts: int = 3)
         return source
     tree.body = [s for s in _docstring_free(tree.body)]
     names = _data_names(tree)
-    tree = _Observe(rng, drafts, drafted, names).visit(tree)
+    tree = _Observe(rng, drafts, drafted, names, _fixtures(tree)).visit(tree)
     read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     tree = ast.fix_missing_locations(_DeadData(set(names) - read).visit(tree))
     return ast.unparse(tree) + "\n"
