@@ -30,6 +30,7 @@ import psutil
 
 from .base import (
     CHANNEL_FD,
+    OOM_SCORE_ADJ,
     TIMEOUT_EXIT_CODE,
     CommandResult,
     Sandbox,
@@ -171,7 +172,7 @@ class DockerSandbox(Sandbox):
             f"cd {shlex.quote(cfg.docker_workdir)} && {command}"
         )
         outer = (  # the command's processes, not PID 1, are the ones the OOM killer picks in the container
-            f"exec {f'{CHANNEL_FD}>&2 ' if channel else ''}2>&1; echo 1000 > /proc/self/oom_score_adj; "
+            f"exec {f'{CHANNEL_FD}>&2 ' if channel else ''}2>&1; echo {OOM_SCORE_ADJ} > /proc/self/oom_score_adj; "
             f"mkdir -p {shlex.quote(self.scratch_dir)}; out=$(mktemp {OUTPUT_DIR}/out.XXXXXXXXXX) || exit 1; "
             f'timeout -k 5 {timeout:g} /bin/bash -c {shlex.quote(inner)} </dev/null >"$out" 2>&1; code=$?; '
             f'kill -9 -1 2>/dev/null; head -c {cfg.max_output_bytes} -- "$out"; rm -f -- "$out"; '
