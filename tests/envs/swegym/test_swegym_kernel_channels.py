@@ -17,7 +17,8 @@ from docker_engine import docker_client
 from kernel_probe import command, evict_on_host, matching, readers
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
-from trl_multiturn.envs.swegym.sandbox.procview import EMPTIED, EMPTIED_DIRS, SYS_SHOWN, meminfo_text
+from trl_multiturn.envs.swegym.sandbox.containment import MAX_PTYS
+from trl_multiturn.envs.swegym.sandbox.procview import EMPTIED, EMPTIED_DIRS, PTY_DIRS, SYS_SHOWN, meminfo_text
 from trl_multiturn.envs.swegym.sandbox.residency import container_root
 
 ROW = next(row for row in task_rows() if row["repo"].endswith("/roman"))
@@ -219,19 +220,34 @@ def test_memory_statistics_carry_nothing(pair, config):
 
 
 def test_machine_memory_statistics_are_hidden_by_every_route(pair, config):
-    """Each hidden /proc file and folder (`procview.EMPTIED`, `EMPTIED_DIRS`) reads empty or is refused by its path,
-    through /proc/self/.., through /proc/thread-self/.. and by `openat` on a /proc descriptor (the hiding is a
-    mount, not a name; /proc/cpuinfo, not hidden, reads by all four); no file of the machine's memory statistics
-    under /sys reads (per-node meminfo and vmstat, /sys/kernel/mm, the slab caches); /sys shows nothing beside
-    `procview.SYS_SHOWN`, and the memory cgroup it shows is the container's own (its limit is the sandbox's).
-    Before, in Docker: vmstat, zoneinfo, buddyinfo, pressure and the node files read the machine's numbers;
-    locally: the dentry, inode and file counts."""
-    out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *EMPTIED, *EMPTIED_DIRS)
+    """Each hidden /proc file and folder (`procview.EMPTIED`, `EMPTIED_DIRS`, `PTY_DIRS`) reads empty or is refused by
+    its path, through /proc/self/.., through /proc/thread-self/.. and by `openat` on a /proc descriptor (the hiding
+    is a mount, not a name; /proc/cpuinfo, not hidden, reads by all four); no file of the machine's memory
+    statistics under /sys reads (per-node meminfo and vmstat, /sys/kernel/mm, the slab caches); /sys shows nothing
+    beside `procview.SYS_SHOWN`, and the memory cgroup it shows is the container's own (its limit is the sandbox's).
+    Before, in Docker: vmstat, zoneinfo, buddyinfo, pressure and the node files read the machine's numbers; locally:
+    the dentry, inode and file counts; on both, the machine's pty count (`kernel/pty/nr`)."""
+    hidden = (*EMPTIED, *EMPTIED_DIRS, *PTY_DIRS)
+    out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *hidden)
     proc = [line.split() for line in out.splitlines() if line.startswith("proc ")]
-    assert len(proc) == 4 * (1 + len(EMPTIED + EMPTIED_DIRS))
+    assert len(proc) == 4 * (1 + len(hidden))
     assert all(line[3] not in ("0", "refused") for line in proc[:4]), out
     assert [line for line in proc[4:] if line[3] not in ("0", "refused")] == [], out
     assert [line for line in out.splitlines() if line.startswith(("sys_readable", "sys_visible"))] == [], out
     if config.sandbox == "docker":  # the local sandbox has no /sys
         limits = [line.split()[1] for line in out.splitlines() if line.startswith("cgroup_limit")]
         assert limits == [str(config.memory_mb << 20)], out
+
+
+def test_a_sandbox_holds_no_more_ptys_than_its_own_cap(pair, config):
+    """A local sandbox opens ptys until refused: it gets `containment.MAX_PTYS` (its own devpts instance), never the
+    machine's pool, so concurrent sandboxes can still open theirs (before: 3,071, the machine's whole pool)."""
+    if config.sandbox == "docker":
+        pytest.skip("open in Docker: the engine mounts the container's devpts without a `max` (SWE-Gym README)")
+    script = ("import os\nfds = []\ntry:\n    while len(fds) < 10000:\n"
+              "        fds.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))\nexcept OSError as e:\n"
+              "    print(len(fds), e.strerror)\n")
+    first, second = pair
+    first.write_scratch("ptys.py", script)
+    assert first.run(f"python {first.scratch_dir}/ptys.py").output == f"{MAX_PTYS} No space left on device\n"
+    assert second.run("python -c 'import pty; pty.openpty(); print(1)'").output == "1\n"

@@ -57,6 +57,7 @@ def bwrap_argv(
     shm_bytes: int,
     proc_views: dict[str, str],
     root: str,
+    pts: str | None = None,
 ) -> list[str]:
     """The argv prefix (a command and its arguments follow) that runs a command in the sandbox.
 
@@ -66,7 +67,8 @@ def bwrap_argv(
     visible folder is covered by an empty read-only tmpfs; each of `proc_views` ({file under /proc: host file}) is
     bound read-only over the machine's own (`procview.py`). `root` (where bubblewrap finds the sandbox's private
     copy of its root, `rootfs.py`) gives /usr, /etc and the top-level library folders in place of the host's; the
-    `python_dirs` sources lie in it too.
+    `python_dirs` sources lie in it too. `pts`, if given, is a devpts instance bound at /dev/pts in place of the one
+    bubblewrap makes (which has no `max`: `containment.MAX_PTYS`).
     """
     bwrap = find_program("bwrap", "bubblewrap, for isolation='bwrap'", ", or set isolation='none' to run commands "
                          "without isolation (see the SWE-Gym README for what that leaves open)")
@@ -85,6 +87,8 @@ def bwrap_argv(
         argv += ["--ro-bind", source, target]
     argv += ["--dev", "/dev", "--perms", "1777", "--size", str(shm_bytes), "--tmpfs", "/dev/shm",
              "--bind", tmp, "/tmp", "--bind", checkout, workdir]
+    if pts is not None:  # /dev/ptmx is bubblewrap's link to pts/ptmx: this instance's
+        argv += ["--dev-bind", pts, "/dev/pts"]
     same = [Path("/usr"), Path("/etc")]  # host folders seen at their own paths
     mounted = [*same, Path("/tmp"), Path(workdir)]
     made: set[Path] = set()  # parent folders made world-readable (bwrap would make them 0700)

@@ -51,6 +51,7 @@ from .base import (
 from .bwrap import bwrap_argv
 from .containment import (
     MOUNT_POINT,
+    PTYS_FOLDER,
     ROOT_COPY,
     MemoryCgroup,
     OomWatch,
@@ -193,6 +194,7 @@ class LocalSandbox(Sandbox):
                     hidden=hidden, root=str(root_copy),
                     env=self._env(python, home="/tmp"), shm_bytes=self.config.max_file_mb * 1024 * 1024,
                     proc_views={target: str(inside / "proc" / source.name) for target, source in views.items()},
+                    pts=str(PTYS_FOLDER) if self._space is not None else None,
                 )
                 self._probe()
             else:
