@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from docker_engine import docker_client
 from kernel_probe import command, evict_on_host, matching, readers
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
+from trl_multiturn.envs.swegym.sandbox.base import SandboxError
 from trl_multiturn.envs.swegym.sandbox.containment import MAX_PTYS
 from trl_multiturn.envs.swegym.sandbox.procview import EMPTIED, EMPTIED_DIRS, PTY_DIRS, SYS_SHOWN, meminfo_text
-from trl_multiturn.envs.swegym.sandbox.residency import container_root
+from trl_multiturn.envs.swegym.sandbox.residency import ContainerRoot, make_resident
 
 ROW = next(row for row in task_rows() if row["repo"].endswith("/roman"))
 CHANCE = 14  # the most bits of 16 a reader may recover
@@ -139,8 +143,42 @@ def test_page_cache_residency_set_by_reading_carries_nothing(config, salt_and_bi
 def test_only_the_containers_own_process_is_read_through():
     """The Docker sandbox reads a container's files through `/proc/<PID 1>/root` only where that process is the
     container's (its cgroup names it): never a process of this machine that a remote engine's PID happens to name."""
-    assert container_root(os.getpid(), "0" * 64) is None
-    assert container_root(0, "0" * 64) is None
+    assert ContainerRoot.open(os.getpid(), "0" * 64) is None
+    assert ContainerRoot.open(0, "0" * 64) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a process with a root of its own needs chroot (root)")
+def test_the_residency_walk_reads_only_through_the_roots_descriptor(tmp_path):
+    """The walk opens the container's root once, as a descriptor, and every folder and file relative to it without
+    following a link: it reads exactly that root's regular files (not a link's target outside it), even after the
+    process has ended, when `/proc/<pid>/root` by path names nothing or, its number reused, another process's root;
+    and a process ended under the walk is a SandboxError (before: each file reopened by path below
+    `/proc/<pid>/root`). A chrooted child of this test stands for the container's PID 1, its cgroup for the id."""
+    tree = tmp_path / "root"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "top").write_bytes(b"x" * 10)
+    (tree / "a" / "b" / "deep").write_bytes(b"y" * 100_000)
+    (tmp_path / "outside").write_bytes(b"z" * 7)
+    (tree / "a" / "out").symlink_to(tmp_path / "outside")
+    (tree / "a" / "up").symlink_to(tmp_path)
+    script = "import os, sys, time\nos.chroot(sys.argv[1])\nprint(1, flush=True)\ntime.sleep(300)"
+    child = subprocess.Popen([sys.executable, "-c", script, str(tree)], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"1\n"
+        root = ContainerRoot.open(child.pid, Path(f"/proc/{child.pid}/cgroup").read_text())
+        assert root is not None
+        with root:
+            assert make_resident(root.fd) == 100_010
+            root.check_running()
+            child.kill()
+            child.wait()
+            assert not Path(f"/proc/{child.pid}/root").exists()
+            assert make_resident(root.fd) == 100_010  # still the container's root, through the descriptor
+            with pytest.raises(SandboxError, match="container is gone"):
+                root.check_running()
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_file_locks_on_shared_files_carry_nothing(pair, salt_and_bits):

@@ -43,7 +43,7 @@ from .base import (
 )
 from .containment import MemoryCgroup, OomWatch, warn_once
 from .procview import MEMINFO, SHARED, masked_paths, write_views
-from .residency import container_root, make_resident
+from .residency import ContainerRoot, make_resident
 from .seccomp import docker_profile
 
 # Storage drivers that make each container's files inodes of its own (a snapshot per container: the page cache,
@@ -227,21 +227,26 @@ class DockerSandbox(Sandbox):
     def _make_resident(self) -> None:
         """Every page of the container's files resident before its first command (`residency.py`): what other
         containers of the image read leaves nothing this one's reads could time. A gap where this machine cannot
-        read the container's root (a remote engine, not root); a walk that fails (the container stopped under it)
-        is `SandboxError`."""
+        read the container's root (a remote engine, not root); a container that is not running, or a walk that
+        fails or outlives the container's PID 1, is `SandboxError`."""
         self.container.reload()
-        root = container_root(self.container.attrs["State"].get("Pid", 0), self.container.id)
+        state = self.container.attrs["State"]
+        if not state.get("Running"):
+            raise SandboxError(f"the container stopped as it started (it is {self.container.status})")
+        root = ContainerRoot.open(state.get("Pid", 0), self.container.id)
         if root is None:
             self._report_gaps(["this process cannot read the container's files from the host (a remote engine, or "
                                "not root), so they cannot be made resident before it starts: the cache of the "
                                "image's blocks below the page cache carries state from one grading to the next"])
-        else:
+            return
+        with root:
             try:
-                make_resident(root)
-            except OSError as e:  # its root gone under the walk (its PID 1 ended): an infrastructure failure
+                make_resident(root.fd)
+            except OSError as e:  # an infrastructure failure
                 self.container.reload()
                 raise SandboxError(f"the container's files could not be read to make them resident ({e}); the "
                                    f"container is {self.container.status}") from e
+            root.check_running()
 
     def _start_container(self, options: dict[str, Any]):
         """Create and start a container; an engine error (HTTP 5xx, the engine unreachable) is tried again after a
