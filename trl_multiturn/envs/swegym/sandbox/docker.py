@@ -65,6 +65,23 @@ def engine_gaps(info: dict) -> list[str]:
     return gaps
 
 
+def check_engine_space(info: dict, disk_mb: int) -> None:
+    """SandboxError (an infrastructure failure, never a 0) where the engine's file system (its `docker info`'s
+    `DockerRootDir`, where this machine has that folder: the engine runs here) has less free space than one
+    container's quota, `disk_mb` MiB: a container started then could fail to write what its quota allows, and its
+    test run would fail for the machine's lack, not the patch's. The quota bounds each container, not their sum:
+    what bounds the total is the engine's file system itself (the SWE-Gym README, 'Containment')."""
+    try:
+        stats = os.statvfs(info["DockerRootDir"])
+    except (KeyError, TypeError, OSError):  # a remote engine's folder, not this machine's: nothing to check here
+        return
+    free_mb = stats.f_bavail * stats.f_frsize >> 20
+    if free_mb < disk_mb:
+        raise SandboxError(f"the Docker engine's file system ({info['DockerRootDir']}) has {free_mb} MiB free, less "
+                           f"than a container's disk quota (disk_mb={disk_mb}): free space there (removed "
+                           "containers' space returns as the file system reclaims it) or lower disk_mb")
+
+
 def docker_image_name(instance_id: str, config: SandboxConfig | None = None) -> str:
     """The image SWE-Gym publishes for `instance_id`: `xingyaoww/sweb.eval.x86_64.<id>:latest`, lower-cased,
     with `__` spelt `_s_` (Docker Hub forbids double underscores), as OpenHands and the SWE-Gym release name them.
@@ -217,6 +234,7 @@ class DockerSandbox(Sandbox):
         self.close()
         exit_on_sigterm()
         self.check_engine()
+        check_engine_space(self._engine_info(), self.config.disk_mb)
         source = shipped_source(task)
         if source is not None and not task.get("image_name"):
             ensure_task_image(self.client, source)
