@@ -255,8 +255,8 @@ class _Grading:
     def restore_protected(self, untracked_before: set[str], test_files: set[str]) -> list[str]:
         """Put back every protected file the patch changed and remove every protected file it added."""
         changed, untracked, tracked = self._paths(
-            f"git diff --name-only --no-ext-diff --no-textconv --no-renames -z {self.base}", "git ls-files --others -z",
-            f"git ls-tree -r -z --name-only {self.base}",
+            f"git diff --name-only --no-ext-diff --no-textconv --no-renames -z {self.base}",
+            "git ls-files --others -z", f"git ls-tree -r -z --name-only {self.base}",
         )
         added, tracked = [p for p in untracked if p not in untracked_before], set(tracked)
         restore = [p for p in changed if protected_reason(p, test_files) and p in tracked]

@@ -35,7 +35,8 @@ ROOT_COPY = MOUNT_POINT / "root"  # where a PrivateSpace holds its copy of the s
 PTYS_FOLDER = MOUNT_POINT / "pts"  # where a PrivateSpace holds its devpts instance
 # The pseudo-terminals one local sandbox may hold at once (its devpts instance's `max`): tests that drive a program
 # through a pty (`pty`, `pexpect`) use one or two each. Without a cap of its own a sandbox could take the machine's
-# whole pool (`/proc/sys/kernel/pty/max` less the host's reserve: 3,071 here), and no concurrent sandbox could open one.
+# whole pool (`/proc/sys/kernel/pty/max` less the host's reserve: 3,071 here), and no concurrent sandbox could open
+# one.
 MAX_PTYS = 64
 # In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB; a devpts instance of $3 ptys at
 # most at $0/pts (the sandbox's /dev/pts); a copy of the root $2 (if not empty) on a tmpfs of its own at $0/root,
