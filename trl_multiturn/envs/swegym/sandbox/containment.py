@@ -38,11 +38,14 @@ PTYS_FOLDER = MOUNT_POINT / "pts"  # where a PrivateSpace holds its devpts insta
 # whole pool (`/proc/sys/kernel/pty/max` less the host's reserve: 3,071 here), and no concurrent sandbox could open
 # one.
 MAX_PTYS = 64
-# In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB; a devpts instance of $3 ptys at
-# most at $0/pts (the sandbox's /dev/pts); a copy of the root $2 (if not empty) on a tmpfs of its own at $0/root,
+# A devpts instance of a sandbox's own (both backends mount one at /dev/pts): at most MAX_PTYS ptys, /dev/ptmx open
+# to every user (bubblewrap and the engine link /dev/ptmx to pts/ptmx), each pty its opener's, as the kernel's default
+DEVPTS_OPTIONS = f"newinstance,max={MAX_PTYS},ptmxmode=0666,mode=0620"
+# In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB; a devpts instance with the options
+# $3 at $0/pts (the sandbox's /dev/pts); a copy of the root $2 (if not empty) on a tmpfs of its own at $0/root,
 # read-only once copied; then it prints its pid and waits for a line.
 _HOLDER = ('mount -t tmpfs -o "size=$1m,mode=0711,nosuid,nodev" trl-multiturn-sandbox "$0" && mkdir "$0/pts" && '
-           'mount -t devpts -o "newinstance,max=$3,ptmxmode=0666,mode=0620" trl-multiturn-pts "$0/pts" && '
+           'mount -t devpts -o "$3" trl-multiturn-pts "$0/pts" && '
            'if [ -n "$2" ]; then mkdir "$0/root" && '
            'mount -t tmpfs -o mode=0755,nosuid,nodev trl-multiturn-root "$0/root" && cp -a "$2/." "$0/root/" && '
            'mount -o remount,ro "$0/root" || exit 1; fi && echo $$ && read _')
@@ -65,7 +68,7 @@ class PrivateSpace:
     def __init__(self, megabytes: int, sandbox_root: Path | None = None):
         holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _HOLDER, str(MOUNT_POINT),
-             str(megabytes), str(sandbox_root or ""), str(MAX_PTYS)],
+             str(megabytes), str(sandbox_root or ""), DEVPTS_OPTIONS],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         fds: list[int] = []

@@ -41,7 +41,7 @@ from .base import (
     out_of_memory_note,
     timeout_note,
 )
-from .containment import MemoryCgroup, OomWatch, warn_once
+from .containment import DEVPTS_OPTIONS, MemoryCgroup, OomWatch, warn_once
 from .procview import MEMINFO, SHARED, masked_paths, write_views
 from .residency import ContainerRoot, make_resident
 from .seccomp import docker_profile
@@ -165,6 +165,10 @@ class DockerSandbox(Sandbox):
             "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
             # runc lets only the files lxcfs emulates be bound over /proc: the other views are masked (`_create`)
             "volumes": {str(views[MEMINFO]): {"bind": MEMINFO, "mode": "ro"}},
+            # a devpts instance of its own with a cap (the engine's has none): an anonymous volume the engine mounts,
+            # removed with the container
+            "mounts": [{"Target": "/dev/pts", "Type": "volume", "VolumeOptions": {"DriverConfig": {
+                "Name": "local", "Options": {"type": "devpts", "device": "devpts", "o": DEVPTS_OPTIONS}}}}],
             "labels": {"trl_multiturn.swegym": task["instance_id"], "trl_multiturn.driver": str(os.getpid())},
         }
 
@@ -449,6 +453,6 @@ def _alive(pid: int) -> bool:
 
 def _remove_quietly(container) -> None:
     try:
-        container.remove(force=True)
+        container.remove(force=True, v=True)  # with its anonymous volumes (its /dev/pts)
     except Exception:
         pass  # already gone; nothing else to release
