@@ -4,7 +4,8 @@ A pure function of the sandbox's layout, so what a command can see is readable i
 its own user, network, PID, IPC, UTS, cgroup and mount namespaces; /usr and /etc read-only (the sandbox's private
 copy of a minimal root, `rootfs.py`, whose pages no other sandbox reads); the task Python read-only (from the same
 copy) with every site-packages folder of the trainer masked; the checkout at `workdir`; a /tmp of its own; a
-fresh /proc and /dev with a private /dev/shm; everything else read-only. bubblewrap runs unprivileged, as the
+fresh /proc and /dev with a private /dev/shm and, as root, a /dev/pts of at most `containment.MAX_PTYS` ptys;
+everything else read-only. bubblewrap runs unprivileged, as the
 sandbox's uid (as root, the caller switches to it first), and makes a user namespace that maps that uid to itself,
 where the command has no capability; the seccomp filter keeps it from making another (not `--disable-userns`:
 the nested user namespace that option makes clears the init's parent-death signal, and a killed driver would leave
