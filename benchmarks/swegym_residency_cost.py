@@ -24,11 +24,12 @@ def main() -> None:
     walls, cpus = [], []
     make_resident = docker.make_resident
 
-    def timed(root: str) -> None:
+    def timed(root: int) -> int:
         wall, cpu = time.perf_counter(), time.process_time()
-        make_resident(root)
+        read = make_resident(root)
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
+        return read
 
     docker.make_resident = timed
     for _ in range(args.starts):

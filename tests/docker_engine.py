@@ -123,7 +123,7 @@ def sandbox_containers(client: docker.DockerClient) -> list:
 def remove_sandbox_containers(client: docker.DockerClient) -> None:
     for container in sandbox_containers(client):
         try:
-            container.remove(force=True)
+            container.remove(force=True, v=True)
         except docker.errors.NotFound:
             pass  # removed meanwhile
         except docker.errors.APIError as e:

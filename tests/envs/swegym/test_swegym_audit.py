@@ -1,10 +1,15 @@
 """The runner's audit hook (trl_multiturn/envs/swegym/pytest_runner.py): every way the patch's added lines look into
 the test process is recorded, and the standard library's own bookkeeping, or introspection the base code already
-did, is not. The runner alone, in a folder of its own (in grading it runs in a sandbox: test_swegym_attacks.py)."""
+did, is not. The runner alone, in a folder of its own (in grading it runs in a sandbox: test_swegym_attacks.py);
+and the lines grading hands it as the patch's, whatever the patch says of them to git."""
 
 from __future__ import annotations
 
 from test_swegym_integrity import run_runner
+
+from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
+from trl_multiturn.envs.swegym.grading import _Grading
+from trl_multiturn.envs.swegym.patches import patch_paths
 
 # Introspection the repository already had before the patch: never recorded, even when added lines call it.
 BASE = '''import inspect
@@ -118,3 +123,24 @@ def test_a_module_reached_through_a_link_or_written_while_the_tests_run_counts_a
                         known=["pkg/__init__.py", "pkg/core.py", "pkg/writer.py"])
     assert {(r["audit"], r["where"]) for r in report.audits} == {("sys._getframe", "pkg/core.py:5"),
                                                                 ("gc.get_objects", "pkg/gen.py:5")}
+
+
+def test_a_patchs_gitattributes_hides_none_of_its_added_lines_from_the_audit(swegym_cache_dir):
+    """A patch that adds `.gitattributes` marking Python files binary (`-diff`), or re-encoding them, beside its
+    code: grading's `git diff` still shows every added line, so the audit's scope is the same as without it (before:
+    "Binary files differ", no hunk, no added line audited)."""
+    row = next(row for row in task_rows() if row["repo"].endswith("/rpn"))
+    attributes = "[attr]opaque -diff -text\n*.py -diff\n*.py opaque\n"
+    lines = "".join(f"+{line}\n" for line in attributes.splitlines())
+    patch = (f"diff --git a/.gitattributes b/.gitattributes\nnew file mode 100644\n--- /dev/null\n"
+             f"+++ b/.gitattributes\n@@ -0,0 +1,{len(attributes.splitlines())} @@\n{lines}{row['patch']}")
+    with make_sandbox(SandboxConfig(repo_cache_dir=swegym_cache_dir)) as sandbox:
+        sandbox.start(row)
+        steps = _Grading(sandbox, row)
+        untracked = steps.isolate_git()
+        assert steps.apply_patch(patch)[0]
+        scope = steps.audit_scope(untracked)["added"]
+        assert sandbox.run("rm .gitattributes").exit_code == 0
+        assert steps.audit_scope(untracked)["added"] == scope  # the same lines without the file
+    python = {path for path in patch_paths(row["patch"]) if path.endswith(".py")}
+    assert python and set(scope) == python and all(scope.values())

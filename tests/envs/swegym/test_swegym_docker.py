@@ -3,6 +3,7 @@ in its container, the limits and the clean-up of containers, and the images buil
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -126,6 +127,22 @@ def test_a_container_root_is_no_root_of_the_host(client):
         pid = sandbox.container.attrs["State"]["Pid"]
         status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines())
         assert all(int(uid) >= 65536 for uid in status["Uid"].split()), status["Uid"]
+
+
+def test_a_container_is_not_started_where_the_engine_cannot_hold_its_quota(client):
+    """The engine's file system holds less than one container's `disk_mb`: `start` refuses (SandboxError, an
+    infrastructure failure) before it makes a container; with room, the check passes."""
+    from trl_multiturn.envs.swegym.sandbox import SandboxError
+    from trl_multiturn.envs.swegym.sandbox.docker import check_engine_space
+
+    info = client.info()
+    stats = os.statvfs(info["DockerRootDir"])
+    free_mb = stats.f_bavail * stats.f_frsize >> 20
+    check_engine_space(info, free_mb // 2)
+    with DockerSandbox(SWEGymConfig(sandbox="docker", disk_mb=2 * free_mb), client=client) as sandbox:
+        with pytest.raises(SandboxError, match=r"MiB free, less than a container's disk quota \(disk_mb="):
+            sandbox.start(ROWS["roman"])
+        assert sandbox.container is None
 
 
 class _DefaultEngine:

@@ -259,7 +259,7 @@ def _mounts(*under: Path) -> list[str]:
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_driver_killed_mid_grading_leaves_nothing(config, tmp_path, sig):
     """Local: no mount (the sandbox's tmpfs never was a host mount), no folder, no process; Docker: no container
-    (its PID 1 ends with the driver's attached stdin, and the engine removes it)."""
+    (its PID 1 ends with the driver's attached stdin, and the engine removes it) and no volume (its /dev/pts)."""
     patch = tmp_path / "hang.diff"
     patch.write_text(_hanging_patch())
     tmp = tmp_path / "tmp"  # the driver's temporary folder: what it leaves there is its own
@@ -273,7 +273,10 @@ def test_a_driver_killed_mid_grading_leaves_nothing(config, tmp_path, sig):
             _wait_for(lambda: _eval_bwrap(root), "the driver's test run")
             assert _mounts(tmp, MOUNT_POINT) == []  # during the grading too: the tmpfs is in no host mount table
         else:
-            _wait_for(lambda: _eval_container(docker_client(), driver.pid), "the driver's test run")
+            container = _wait_for(lambda: _eval_container(docker_client(), driver.pid), "the driver's test run")
+            container.reload()
+            volumes = [m["Name"] for m in container.attrs["Mounts"] if m["Type"] == "volume"]
+            assert len(volumes) == 1  # its /dev/pts, a devpts instance of its own
         left = root.children(recursive=True)
         assert left or config.sandbox == "docker"  # bubblewrap, its init, bash, pytest... (Docker: none of ours)
         driver.send_signal(sig)
@@ -287,6 +290,7 @@ def test_a_driver_killed_mid_grading_leaves_nothing(config, tmp_path, sig):
     assert _mounts(tmp, MOUNT_POINT) == [] and [p.name for p in tmp.iterdir()] in ([], ["trl_multiturn_sandbox_uids"])
     if config.sandbox == "docker":
         _wait_for(lambda: not _containers(docker_client(), driver.pid), "the driver's containers removed")
+        assert docker_client().volumes.list(filters={"name": volumes[0]}) == []  # removed with its container
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or _memory_hierarchy() is None, reason="needs root and a memory cgroup")

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from docker_engine import docker_client
 from kernel_probe import command, evict_on_host, matching, readers
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
-from trl_multiturn.envs.swegym.sandbox.procview import EMPTIED, EMPTIED_DIRS, SYS_SHOWN, meminfo_text
-from trl_multiturn.envs.swegym.sandbox.residency import container_root
+from trl_multiturn.envs.swegym.sandbox.base import SandboxError
+from trl_multiturn.envs.swegym.sandbox.containment import MAX_PTYS
+from trl_multiturn.envs.swegym.sandbox.procview import EMPTIED, EMPTIED_DIRS, PTY_DIRS, SYS_SHOWN, meminfo_text
+from trl_multiturn.envs.swegym.sandbox.residency import ContainerRoot, make_resident
 
 ROW = next(row for row in task_rows() if row["repo"].endswith("/roman"))
 CHANCE = 14  # the most bits of 16 a reader may recover
@@ -138,8 +143,42 @@ def test_page_cache_residency_set_by_reading_carries_nothing(config, salt_and_bi
 def test_only_the_containers_own_process_is_read_through():
     """The Docker sandbox reads a container's files through `/proc/<PID 1>/root` only where that process is the
     container's (its cgroup names it): never a process of this machine that a remote engine's PID happens to name."""
-    assert container_root(os.getpid(), "0" * 64) is None
-    assert container_root(0, "0" * 64) is None
+    assert ContainerRoot.open(os.getpid(), "0" * 64) is None
+    assert ContainerRoot.open(0, "0" * 64) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a process with a root of its own needs chroot (root)")
+def test_the_residency_walk_reads_only_through_the_roots_descriptor(tmp_path):
+    """The walk opens the container's root once, as a descriptor, and every folder and file relative to it without
+    following a link: it reads exactly that root's regular files (not a link's target outside it), even after the
+    process has ended, when `/proc/<pid>/root` by path names nothing or, its number reused, another process's root;
+    and a process ended under the walk is a SandboxError (before: each file reopened by path below
+    `/proc/<pid>/root`). A chrooted child of this test stands for the container's PID 1, its cgroup for the id."""
+    tree = tmp_path / "root"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "top").write_bytes(b"x" * 10)
+    (tree / "a" / "b" / "deep").write_bytes(b"y" * 100_000)
+    (tmp_path / "outside").write_bytes(b"z" * 7)
+    (tree / "a" / "out").symlink_to(tmp_path / "outside")
+    (tree / "a" / "up").symlink_to(tmp_path)
+    script = "import os, sys, time\nos.chroot(sys.argv[1])\nprint(1, flush=True)\ntime.sleep(300)"
+    child = subprocess.Popen([sys.executable, "-c", script, str(tree)], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"1\n"
+        root = ContainerRoot.open(child.pid, Path(f"/proc/{child.pid}/cgroup").read_text())
+        assert root is not None
+        with root:
+            assert make_resident(root.fd) == 100_010
+            root.check_running()
+            child.kill()
+            child.wait()
+            assert not Path(f"/proc/{child.pid}/root").exists()
+            assert make_resident(root.fd) == 100_010  # still the container's root, through the descriptor
+            with pytest.raises(SandboxError, match="container is gone"):
+                root.check_running()
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_file_locks_on_shared_files_carry_nothing(pair, salt_and_bits):
@@ -219,19 +258,33 @@ def test_memory_statistics_carry_nothing(pair, config):
 
 
 def test_machine_memory_statistics_are_hidden_by_every_route(pair, config):
-    """Each hidden /proc file and folder (`procview.EMPTIED`, `EMPTIED_DIRS`) reads empty or is refused by its path,
-    through /proc/self/.., through /proc/thread-self/.. and by `openat` on a /proc descriptor (the hiding is a
-    mount, not a name; /proc/cpuinfo, not hidden, reads by all four); no file of the machine's memory statistics
-    under /sys reads (per-node meminfo and vmstat, /sys/kernel/mm, the slab caches); /sys shows nothing beside
-    `procview.SYS_SHOWN`, and the memory cgroup it shows is the container's own (its limit is the sandbox's).
-    Before, in Docker: vmstat, zoneinfo, buddyinfo, pressure and the node files read the machine's numbers;
-    locally: the dentry, inode and file counts."""
-    out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *EMPTIED, *EMPTIED_DIRS)
+    """Each hidden /proc file and folder (`procview.EMPTIED`, `EMPTIED_DIRS`, `PTY_DIRS`) reads empty or is refused by
+    its path, through /proc/self/.., through /proc/thread-self/.. and by `openat` on a /proc descriptor (the hiding
+    is a mount, not a name; /proc/cpuinfo, not hidden, reads by all four); no file of the machine's memory
+    statistics under /sys reads (per-node meminfo and vmstat, /sys/kernel/mm, the slab caches); /sys shows nothing
+    beside `procview.SYS_SHOWN`, and the memory cgroup it shows is the container's own (its limit is the sandbox's).
+    Before, in Docker: vmstat, zoneinfo, buddyinfo, pressure and the node files read the machine's numbers; locally:
+    the dentry, inode and file counts; on both, the machine's pty count (`kernel/pty/nr`)."""
+    hidden = (*EMPTIED, *EMPTIED_DIRS, *PTY_DIRS)
+    out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *hidden)
     proc = [line.split() for line in out.splitlines() if line.startswith("proc ")]
-    assert len(proc) == 4 * (1 + len(EMPTIED + EMPTIED_DIRS))
+    assert len(proc) == 4 * (1 + len(hidden))
     assert all(line[3] not in ("0", "refused") for line in proc[:4]), out
     assert [line for line in proc[4:] if line[3] not in ("0", "refused")] == [], out
     assert [line for line in out.splitlines() if line.startswith(("sys_readable", "sys_visible"))] == [], out
     if config.sandbox == "docker":  # the local sandbox has no /sys
         limits = [line.split()[1] for line in out.splitlines() if line.startswith("cgroup_limit")]
         assert limits == [str(config.memory_mb << 20)], out
+
+
+def test_a_sandbox_holds_no_more_ptys_than_its_own_cap(pair):
+    """A sandbox opens ptys until refused: it gets `containment.MAX_PTYS` (its own devpts instance), never the
+    machine's pool, so concurrent sandboxes can still open theirs (before: 3,071 locally, the machine's whole pool;
+    Docker's devpts had no cap either)."""
+    script = ("import os\nfds = []\ntry:\n    while len(fds) < 10000:\n"
+              "        fds.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))\nexcept OSError as e:\n"
+              "    print(len(fds), e.strerror)\n")
+    first, second = pair
+    first.write_scratch("ptys.py", script)
+    assert first.run(f"python {first.scratch_dir}/ptys.py").output == f"{MAX_PTYS} No space left on device\n"
+    assert second.run("python -c 'import pty; pty.openpty(); print(1)'").output == "1\n"

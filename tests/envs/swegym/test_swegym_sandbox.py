@@ -14,6 +14,7 @@ from docker_engine import docker_client
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
 from trl_multiturn.envs.swegym.sandbox import CHANNEL_FD
+from trl_multiturn.envs.swegym.sandbox.base import OOM_SCORE_ADJ
 from trl_multiturn.envs.swegym.sandbox.bwrap import bwrap_argv
 from trl_multiturn.envs.swegym.sandbox.rootfs import copy_root, ensure_root
 
@@ -92,8 +93,11 @@ def test_no_network_not_even_the_hosts_loopback(sandbox):
 
 
 def test_no_capabilities_and_no_host_files(sandbox, config):
-    status = sandbox.run("grep -E '^Cap(Eff|Prm|Amb)' /proc/self/status; touch own && chown 12345 own; echo $?")
+    status = sandbox.run("grep -E '^Cap(Eff|Prm|Amb)' /proc/self/status; cat /proc/self/oom_score_adj; "
+                         "touch own && chown 12345 own; echo $?")
     assert [line.split()[1] for line in status.output.splitlines()[:3]] == ["0000000000000000"] * 3
+    # a machine-level OOM kills the sandbox's processes before the trainer (before: 0 locally, the trainer's own)
+    assert status.output.splitlines()[3] == str(OOM_SCORE_ADJ)
     # refused: EPERM without CAP_CHOWN; EINVAL in the local sandbox's user namespace, where uid 12345 has no mapping
     assert "changing ownership of 'own'" in status.output and status.output.splitlines()[-1] == "1"
     probe = sandbox.run("ls /proc | grep -cE '^[0-9]+$'; ls /root /work /home 2>&1 | head -5")

@@ -3,7 +3,8 @@
 `grade_patch(task, patch, config)`:
 1. starts a fresh sandbox at the task's base commit (a clean copy: nothing the agent did is there) and moves
    its `.git` into the scratch folder, where grading's own git commands use it: nothing the patch writes can
-   reach the git configuration, hooks or index that grading relies on;
+   reach the git configuration, hooks or index that grading relies on, and grading's git reads no attributes of the
+   work tree (`NEUTRAL_ATTRIBUTES`), no system or global configuration and no hooks;
 2. applies the patch with swebench's `GIT_APPLY_CMDS` in turn (git apply, 3-way, --reject, patch --fuzz=5),
    resetting the tree between attempts; if none works the log gets swebench's APPLY_PATCH_FAIL marker;
 3. restores every file the patch may not touch (`integrity.protected_reason`: tests, pytest configuration,
@@ -195,13 +196,24 @@ def make_spec(task: dict, script: str, config: SandboxConfig, f2p: list[str], p2
     )
 
 
+# Every attribute git acts on when it diffs, applies or checks out, made unspecified for every path in the git folder's
+# own `info/attributes`, which outranks every `.gitattributes` of the work tree: a patch's `.gitattributes` (`*.py
+# -diff`, `binary`, a macro, `working-tree-encoding`, `eol`, `ident`) changes nothing grading's git prints or writes.
+NEUTRAL_ATTRIBUTES = "* !text !eol !crlf !ident !filter !diff !merge !working-tree-encoding !whitespace\n"
+
+
 class _Grading:
-    """The steps of grading inside one sandbox; every git command uses the git folder kept in scratch."""
+    """The steps of grading inside one sandbox; every git command uses the git folder kept in scratch, and reads no
+    configuration, attributes or hooks but that folder's (`git` is a shell function that says so)."""
 
     def __init__(self, sandbox: Sandbox, task: dict):
         self.sandbox, self.task = sandbox, task
         scratch = shlex.quote(sandbox.scratch_dir)
-        self.git_env = f"export GIT_DIR={scratch}/git GIT_WORK_TREE=.; "
+        self.git_env = (
+            f"export GIT_DIR={scratch}/git GIT_WORK_TREE=. GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null "
+            "GIT_ATTR_NOSYSTEM=1; unset GIT_EXTERNAL_DIFF GIT_CONFIG_PARAMETERS GIT_CONFIG_COUNT; "
+            'git() { command git -c core.attributesFile=/dev/null -c core.hooksPath=/dev/null "$@"; }; '
+        )
         self.base = shlex.quote(task["base_commit"])
 
     def run(self, command: str, **kwargs):
@@ -219,7 +231,10 @@ class _Grading:
     def isolate_git(self) -> set[str]:
         """Move `.git` out of the checkout; returns the untracked files the clean checkout already has."""
         scratch = shlex.quote(self.sandbox.scratch_dir)
-        return set(self._paths(f"rm -rf {scratch}/git && mv .git {scratch}/git && git ls-files --others -z")[0])
+        return set(self._paths(
+            f"rm -rf {scratch}/git && mv .git {scratch}/git && mkdir -p {scratch}/git/info && "
+            f"printf %s {shlex.quote(NEUTRAL_ATTRIBUTES)} > {scratch}/git/info/attributes && git ls-files --others -z"
+        )[0])
 
     def apply_patch(self, patch: str) -> tuple[bool, str]:
         """Apply `patch` as swebench's run_instance does; returns (applied, log text)."""
@@ -241,8 +256,8 @@ class _Grading:
     def restore_protected(self, untracked_before: set[str], test_files: set[str]) -> list[str]:
         """Put back every protected file the patch changed and remove every protected file it added."""
         changed, untracked, tracked = self._paths(
-            f"git diff --name-only --no-renames -z {self.base}", "git ls-files --others -z",
-            f"git ls-tree -r -z --name-only {self.base}",
+            f"git diff --name-only --no-ext-diff --no-textconv --no-renames -z {self.base}",
+            "git ls-files --others -z", f"git ls-tree -r -z --name-only {self.base}",
         )
         added, tracked = [p for p in untracked if p not in untracked_before], set(tracked)
         restore = [p for p in changed if protected_reason(p, test_files) and p in tracked]
@@ -262,7 +277,7 @@ class _Grading:
         checkout and of the test patch (any other Python file of the repository counts as added: one the patch
         made, or one its code writes while the tests run)."""
         diff, tracked = self._paths(
-            f"git diff -U0 --no-color --no-ext-diff --no-textconv --no-renames {self.base} "
+            f"git diff -U0 --text --no-color --no-ext-diff --no-textconv --no-renames {self.base} "
             "| grep -aE '^(\\+\\+\\+ |@@ )' || true", f"git ls-tree -r -z --name-only {self.base}")
         added: dict[str, list[list[int]]] = {}
         path = None

@@ -19,6 +19,9 @@ SANDBOXES = ("local", "docker")
 CHANNEL_FD = 3
 ISOLATIONS = ("bwrap", "none")
 ENGINE_GAPS = ("warn", "refuse")
+# Every sandbox command's `/proc/self/oom_score_adj` (both backends): the OOM killer picks the sandbox's processes
+# first (a container's before its PID 1; the machine's before the trainer). Raising it needs no privilege.
+OOM_SCORE_ADJ = 1000
 
 
 @dataclass

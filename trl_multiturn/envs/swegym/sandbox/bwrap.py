@@ -4,7 +4,8 @@ A pure function of the sandbox's layout, so what a command can see is readable i
 its own user, network, PID, IPC, UTS, cgroup and mount namespaces; /usr and /etc read-only (the sandbox's private
 copy of a minimal root, `rootfs.py`, whose pages no other sandbox reads); the task Python read-only (from the same
 copy) with every site-packages folder of the trainer masked; the checkout at `workdir`; a /tmp of its own; a
-fresh /proc and /dev with a private /dev/shm; everything else read-only. bubblewrap runs unprivileged, as the
+fresh /proc and /dev with a private /dev/shm and, as root, a /dev/pts of at most `containment.MAX_PTYS` ptys;
+everything else read-only. bubblewrap runs unprivileged, as the
 sandbox's uid (as root, the caller switches to it first), and makes a user namespace that maps that uid to itself,
 where the command has no capability; the seccomp filter keeps it from making another (not `--disable-userns`:
 the nested user namespace that option makes clears the init's parent-death signal, and a killed driver would leave
@@ -57,6 +58,7 @@ def bwrap_argv(
     shm_bytes: int,
     proc_views: dict[str, str],
     root: str,
+    pts: str | None = None,
 ) -> list[str]:
     """The argv prefix (a command and its arguments follow) that runs a command in the sandbox.
 
@@ -66,7 +68,8 @@ def bwrap_argv(
     visible folder is covered by an empty read-only tmpfs; each of `proc_views` ({file under /proc: host file}) is
     bound read-only over the machine's own (`procview.py`). `root` (where bubblewrap finds the sandbox's private
     copy of its root, `rootfs.py`) gives /usr, /etc and the top-level library folders in place of the host's; the
-    `python_dirs` sources lie in it too.
+    `python_dirs` sources lie in it too. `pts`, if given, is a devpts instance bound at /dev/pts in place of the one
+    bubblewrap makes (which has no `max`: `containment.MAX_PTYS`).
     """
     bwrap = find_program("bwrap", "bubblewrap, for isolation='bwrap'", ", or set isolation='none' to run commands "
                          "without isolation (see the SWE-Gym README for what that leaves open)")
@@ -85,6 +88,8 @@ def bwrap_argv(
         argv += ["--ro-bind", source, target]
     argv += ["--dev", "/dev", "--perms", "1777", "--size", str(shm_bytes), "--tmpfs", "/dev/shm",
              "--bind", tmp, "/tmp", "--bind", checkout, workdir]
+    if pts is not None:  # /dev/ptmx is bubblewrap's link to pts/ptmx: this instance's
+        argv += ["--dev-bind", pts, "/dev/pts"]
     same = [Path("/usr"), Path("/etc")]  # host folders seen at their own paths
     mounted = [*same, Path("/tmp"), Path(workdir)]
     made: set[Path] = set()  # parent folders made world-readable (bwrap would make them 0700)

@@ -32,9 +32,20 @@ def warn_once(key: str, message: str) -> None:
 # binds from below it), so not under TMPDIR, which may be private.
 MOUNT_POINT = Path("/run/trl_multiturn_sandbox")
 ROOT_COPY = MOUNT_POINT / "root"  # where a PrivateSpace holds its copy of the sandbox root
-# In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB; a copy of the root $2 (if not
-# empty) on a tmpfs of its own at $0/root, read-only once copied; then it prints its pid and waits for a line.
-_HOLDER = ('mount -t tmpfs -o "size=$1m,mode=0711,nosuid,nodev" trl-multiturn-sandbox "$0" && '
+PTYS_FOLDER = MOUNT_POINT / "pts"  # where a PrivateSpace holds its devpts instance
+# The pseudo-terminals one local sandbox may hold at once (its devpts instance's `max`): tests that drive a program
+# through a pty (`pty`, `pexpect`) use one or two each. Without a cap of its own a sandbox could take the machine's
+# whole pool (`/proc/sys/kernel/pty/max` less the host's reserve: 3,071 here), and no concurrent sandbox could open
+# one.
+MAX_PTYS = 64
+# A devpts instance of a sandbox's own (both backends mount one at /dev/pts): at most MAX_PTYS ptys, /dev/ptmx open
+# to every user (bubblewrap and the engine link /dev/ptmx to pts/ptmx), each pty its opener's, as the kernel's default
+DEVPTS_OPTIONS = f"newinstance,max={MAX_PTYS},ptmxmode=0666,mode=0620"
+# In a mount namespace of its own: the quota tmpfs on MOUNT_POINT ($0) of $1 MiB; a devpts instance with the options
+# $3 at $0/pts (the sandbox's /dev/pts); a copy of the root $2 (if not empty) on a tmpfs of its own at $0/root,
+# read-only once copied; then it prints its pid and waits for a line.
+_HOLDER = ('mount -t tmpfs -o "size=$1m,mode=0711,nosuid,nodev" trl-multiturn-sandbox "$0" && mkdir "$0/pts" && '
+           'mount -t devpts -o "$3" trl-multiturn-pts "$0/pts" && '
            'if [ -n "$2" ]; then mkdir "$0/root" && '
            'mount -t tmpfs -o mode=0755,nosuid,nodev trl-multiturn-root "$0/root" && cp -a "$2/." "$0/root/" && '
            'mount -o remount,ro "$0/root" || exit 1; fi && echo $$ && read _')
@@ -48,15 +59,16 @@ class PrivateSpace:
     namespace by descriptor (`mnt_fd`) and reaches the tmpfs through `root` (/proc/self/fd/N), so when it ends,
     however it ends (SIGKILL included), the kernel drops the namespace and the tmpfs with its files. Commands and
     git run in that mount namespace (through nsenter, `enter_argv()`); `MOUNT_POINT`, the same empty folder for
-    every sandbox, is where they see the tmpfs. `sandbox_root` (`rootfs.ensure_root`), if given, is copied to a tmpfs
-    of its own at `ROOT_COPY`, outside the quota (its pages count against this process's memory, not the sandbox's),
-    and made read-only; it goes with the namespace like the rest.
+    every sandbox, is where they see the tmpfs; `PTYS_FOLDER`, a devpts instance of its own that holds `MAX_PTYS`
+    at most, is the sandbox's /dev/pts (bubblewrap's own has no cap). `sandbox_root` (`rootfs.ensure_root`), if
+    given, is copied to a tmpfs of its own at `ROOT_COPY`, outside the quota (its pages count against this process's
+    memory, not the sandbox's), and made read-only; it goes with the namespace like the rest.
     """
 
     def __init__(self, megabytes: int, sandbox_root: Path | None = None):
         holder = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", _HOLDER, str(MOUNT_POINT),
-             str(megabytes), str(sandbox_root or "")],
+             str(megabytes), str(sandbox_root or ""), DEVPTS_OPTIONS],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         fds: list[int] = []

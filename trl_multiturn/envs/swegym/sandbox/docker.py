@@ -30,6 +30,7 @@ import psutil
 
 from .base import (
     CHANNEL_FD,
+    OOM_SCORE_ADJ,
     TIMEOUT_EXIT_CODE,
     CommandResult,
     Sandbox,
@@ -40,9 +41,9 @@ from .base import (
     out_of_memory_note,
     timeout_note,
 )
-from .containment import MemoryCgroup, OomWatch, warn_once
+from .containment import DEVPTS_OPTIONS, MemoryCgroup, OomWatch, warn_once
 from .procview import MEMINFO, SHARED, masked_paths, write_views
-from .residency import container_root, make_resident
+from .residency import ContainerRoot, make_resident
 from .seccomp import docker_profile
 
 # Storage drivers that make each container's files inodes of its own (a snapshot per container: the page cache,
@@ -62,6 +63,23 @@ def engine_gaps(info: dict) -> list[str]:
     if not any("name=userns" in option for option in info.get("SecurityOptions") or []):
         gaps.append("the engine runs without --userns-remap: a container's root is the host's uid 0")
     return gaps
+
+
+def check_engine_space(info: dict, disk_mb: int) -> None:
+    """SandboxError (an infrastructure failure, never a 0) where the engine's file system (its `docker info`'s
+    `DockerRootDir`, where this machine has that folder: the engine runs here) has less free space than one
+    container's quota, `disk_mb` MiB: a container started then could fail to write what its quota allows, and its
+    test run would fail for the machine's lack, not the patch's. The quota bounds each container, not their sum:
+    what bounds the total is the engine's file system itself (the SWE-Gym README, 'Containment')."""
+    try:
+        stats = os.statvfs(info["DockerRootDir"])
+    except (KeyError, TypeError, OSError):  # a remote engine's folder, not this machine's: nothing to check here
+        return
+    free_mb = stats.f_bavail * stats.f_frsize >> 20
+    if free_mb < disk_mb:
+        raise SandboxError(f"the Docker engine's file system ({info['DockerRootDir']}) has {free_mb} MiB free, less "
+                           f"than a container's disk quota (disk_mb={disk_mb}): free space there (removed "
+                           "containers' space returns as the file system reclaims it) or lower disk_mb")
 
 
 def docker_image_name(instance_id: str, config: SandboxConfig | None = None) -> str:
@@ -147,6 +165,10 @@ class DockerSandbox(Sandbox):
             "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
             # runc lets only the files lxcfs emulates be bound over /proc: the other views are masked (`_create`)
             "volumes": {str(views[MEMINFO]): {"bind": MEMINFO, "mode": "ro"}},
+            # a devpts instance of its own with a cap (the engine's has none): an anonymous volume the engine mounts,
+            # removed with the container
+            "mounts": [{"Target": "/dev/pts", "Type": "volume", "VolumeOptions": {"DriverConfig": {
+                "Name": "local", "Options": {"type": "devpts", "device": "devpts", "o": DEVPTS_OPTIONS}}}}],
             "labels": {"trl_multiturn.swegym": task["instance_id"], "trl_multiturn.driver": str(os.getpid())},
         }
 
@@ -171,7 +193,7 @@ class DockerSandbox(Sandbox):
             f"cd {shlex.quote(cfg.docker_workdir)} && {command}"
         )
         outer = (  # the command's processes, not PID 1, are the ones the OOM killer picks in the container
-            f"exec {f'{CHANNEL_FD}>&2 ' if channel else ''}2>&1; echo 1000 > /proc/self/oom_score_adj; "
+            f"exec {f'{CHANNEL_FD}>&2 ' if channel else ''}2>&1; echo {OOM_SCORE_ADJ} > /proc/self/oom_score_adj; "
             f"mkdir -p {shlex.quote(self.scratch_dir)}; out=$(mktemp {OUTPUT_DIR}/out.XXXXXXXXXX) || exit 1; "
             f'timeout -k 5 {timeout:g} /bin/bash -c {shlex.quote(inner)} </dev/null >"$out" 2>&1; code=$?; '
             f'kill -9 -1 2>/dev/null; head -c {cfg.max_output_bytes} -- "$out"; rm -f -- "$out"; '
@@ -216,6 +238,7 @@ class DockerSandbox(Sandbox):
         self.close()
         exit_on_sigterm()
         self.check_engine()
+        check_engine_space(self._engine_info(), self.config.disk_mb)
         source = shipped_source(task)
         if source is not None and not task.get("image_name"):
             ensure_task_image(self.client, source)
@@ -226,21 +249,26 @@ class DockerSandbox(Sandbox):
     def _make_resident(self) -> None:
         """Every page of the container's files resident before its first command (`residency.py`): what other
         containers of the image read leaves nothing this one's reads could time. A gap where this machine cannot
-        read the container's root (a remote engine, not root); a walk that fails (the container stopped under it)
-        is `SandboxError`."""
+        read the container's root (a remote engine, not root); a container that is not running, or a walk that
+        fails or outlives the container's PID 1, is `SandboxError`."""
         self.container.reload()
-        root = container_root(self.container.attrs["State"].get("Pid", 0), self.container.id)
+        state = self.container.attrs["State"]
+        if not state.get("Running"):
+            raise SandboxError(f"the container stopped as it started (it is {self.container.status})")
+        root = ContainerRoot.open(state.get("Pid", 0), self.container.id)
         if root is None:
             self._report_gaps(["this process cannot read the container's files from the host (a remote engine, or "
                                "not root), so they cannot be made resident before it starts: the cache of the "
                                "image's blocks below the page cache carries state from one grading to the next"])
-        else:
+            return
+        with root:
             try:
-                make_resident(root)
-            except OSError as e:  # its root gone under the walk (its PID 1 ended): an infrastructure failure
+                make_resident(root.fd)
+            except OSError as e:  # an infrastructure failure
                 self.container.reload()
                 raise SandboxError(f"the container's files could not be read to make them resident ({e}); the "
                                    f"container is {self.container.status}") from e
+            root.check_running()
 
     def _start_container(self, options: dict[str, Any]):
         """Create and start a container; an engine error (HTTP 5xx, the engine unreachable) is tried again after a
@@ -425,6 +453,6 @@ def _alive(pid: int) -> bool:
 
 def _remove_quietly(container) -> None:
     try:
-        container.remove(force=True)
+        container.remove(force=True, v=True)  # with its anonymous volumes (its /dev/pts)
     except Exception:
         pass  # already gone; nothing else to release

@@ -37,6 +37,7 @@ from ..tasks import default_cache_dir, shipped_repo
 from ..tasks.source import git_env
 from .base import (
     CHANNEL_FD,
+    OOM_SCORE_ADJ,
     TIMEOUT_EXIT_CODE,
     CommandResult,
     Sandbox,
@@ -50,6 +51,7 @@ from .base import (
 from .bwrap import bwrap_argv
 from .containment import (
     MOUNT_POINT,
+    PTYS_FOLDER,
     ROOT_COPY,
     MemoryCgroup,
     OomWatch,
@@ -192,6 +194,7 @@ class LocalSandbox(Sandbox):
                     hidden=hidden, root=str(root_copy),
                     env=self._env(python, home="/tmp"), shm_bytes=self.config.max_file_mb * 1024 * 1024,
                     proc_views={target: str(inside / "proc" / source.name) for target, source in views.items()},
+                    pts=str(PTYS_FOLDER) if self._space is not None else None,
                 )
                 self._probe()
             else:
@@ -292,6 +295,8 @@ class LocalSandbox(Sandbox):
         def limit() -> None:  # runs in the child, after fork and setsid, before exec
             if cgroup is not None:
                 cgroup.enter()
+            with open("/proc/self/oom_score_adj", "w") as adj:  # inherited by all it runs: killed before the trainer
+                adj.write(str(OOM_SCORE_ADJ))
             resource.setrlimit(resource.RLIMIT_CPU, (cfg.cpu_seconds, cfg.cpu_seconds + 1))
             resource.setrlimit(resource.RLIMIT_AS, (cfg.memory_mb * mib, cfg.memory_mb * mib))
             resource.setrlimit(resource.RLIMIT_FSIZE, (cfg.max_file_mb * mib, cfg.max_file_mb * mib))

@@ -3,7 +3,8 @@
 /proc/meminfo, /proc/vmstat and their kin are the machine's, not the sandbox's: one sandbox that allocates or
 frees memory (or fills the page cache, or makes dentries) moves them for every other, a channel between concurrent
 sandboxes (issue 60). `/proc/meminfo` says the sandbox's own memory limit, all of it free; the files of `EMPTIED`
-and the folders of `EMPTIED_DIRS` are empty; the `sysinfo` call, which reports the same, is refused (`seccomp.py`).
+and the folders of `EMPTIED_DIRS` and `PTY_DIRS` (the machine's pty count) are empty; the `sysinfo` call, which
+reports the same, is refused (`seccomp.py`).
 
 Both backends hide them by mounts, not by names: a view is mounted over the machine's file (locally bubblewrap binds
 this module's files; Docker binds the meminfo view and masks the rest through the engine's masked paths, a
@@ -31,6 +32,9 @@ EMPTIED = ("/proc/vmstat", "/proc/zoneinfo", "/proc/buddyinfo", "/proc/pagetypei
            "/proc/swaps", "/proc/locks", "/proc/sys/fs/dentry-state", "/proc/sys/fs/inode-nr",
            "/proc/sys/fs/inode-state", "/proc/sys/fs/file-nr", "/proc/sys/fs/aio-nr")
 EMPTIED_DIRS = ("/proc/pressure",)  # reclaim and stall times (memory, io, cpu, irq: whatever this kernel has)
+# Pseudo-terminals: the machine's count of open ptys (`nr`) beside its limits, moved by every sandbox that opens one
+# (each has a devpts instance of its own, the count is the kernel's); seen as an empty folder like `EMPTIED_DIRS`.
+PTY_DIRS = ("/proc/sys/kernel/pty",)
 MEMINFO = "/proc/meminfo"
 # What Docker shows of /sys (the local sandbox shows none); everything beside these is masked
 SYS_SHOWN = ("/sys/fs/cgroup", "/sys/devices/system/cpu")
@@ -63,7 +67,7 @@ def write_views(folder: Path, megabytes: int) -> dict[str, Path]:
     (folder / "empty.d").mkdir(mode=0o555, exist_ok=True)
     views = {MEMINFO: folder / f"meminfo-{megabytes}"}
     views.update({path: folder / "empty" for path in EMPTIED if Path(path).exists()})
-    views.update({path: folder / "empty.d" for path in EMPTIED_DIRS if Path(path).is_dir()})
+    views.update({path: folder / "empty.d" for path in (*EMPTIED_DIRS, *PTY_DIRS) if Path(path).is_dir()})
     return views
 
 
@@ -82,6 +86,6 @@ def sys_hidden(top: str = "/sys", shown: tuple[str, ...] = SYS_SHOWN) -> list[st
 
 
 def masked_paths() -> list[str]:
-    """What the Docker sandbox masks beside the engine's own masked paths: `EMPTIED`, `EMPTIED_DIRS` and /sys
-    beside `SYS_SHOWN` (the meminfo view is bound instead)."""
-    return [*EMPTIED, *EMPTIED_DIRS, *sys_hidden()]
+    """What the Docker sandbox masks beside the engine's own masked paths: `EMPTIED`, `EMPTIED_DIRS`, `PTY_DIRS` and
+    /sys beside `SYS_SHOWN` (the meminfo view is bound instead)."""
+    return [*EMPTIED, *EMPTIED_DIRS, *PTY_DIRS, *sys_hidden()]
