@@ -11,7 +11,8 @@ the rest masked beside the engine's own masked paths, /sys masked but for the co
 process the kernel kills for the container's own memory limit is the command's doing (`CommandResult.out_of_memory`);
 the machine running out is `SandboxError`. A container that does not start, or that stops under a command (killed
 from outside, its engine gone), raises `SandboxError`: an infrastructure failure, never a result; a start is tried
-`START_ATTEMPTS` times when the engine's error may pass. SWE-Gym's images are named after the instance id; the
+`START_ATTEMPTS` times when the engine's error may pass. Containers a driver killed between their create and their
+start left are removed before the next sandbox's create (`orphans.py`). SWE-Gym's images are named after the instance id; the
 shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import posixpath
 import shlex
 import tarfile
@@ -41,6 +41,7 @@ from .base import (
     timeout_note,
 )
 from .containment import MemoryCgroup, OomWatch, warn_once
+from .orphans import DRIVER_LABEL, driver_identity, reap
 from .procview import MEMINFO, SHARED, masked_paths, write_views
 from .residency import container_root, make_resident
 from .seccomp import docker_profile
@@ -147,7 +148,7 @@ class DockerSandbox(Sandbox):
             "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
             # runc lets only the files lxcfs emulates be bound over /proc: the other views are masked (`_create`)
             "volumes": {str(views[MEMINFO]): {"bind": MEMINFO, "mode": "ro"}},
-            "labels": {"trl_multiturn.swegym": task["instance_id"], "trl_multiturn.driver": str(os.getpid())},
+            "labels": {"trl_multiturn.swegym": task["instance_id"], DRIVER_LABEL: driver_identity()},
         }
 
     def exec_command(self, command: str, timeout: float | None = None, channel: bool = False) -> list[str]:
@@ -249,6 +250,7 @@ class DockerSandbox(Sandbox):
         import requests
 
         options = {k: v for k, v in options.items() if k != "detach"}
+        reap(self.client.api)  # what drivers killed between a create and a start left (`orphans.py`)
         for attempt in range(1, START_ATTEMPTS + 1):
             container = None
             try:
@@ -272,7 +274,8 @@ class DockerSandbox(Sandbox):
         """`client.containers.create(**options)`, masking besides the engine's own masked paths those of
         `procview.masked_paths` (the SDK has no argument for the engine's `HostConfig.MaskedPaths`, which replace
         the engine's own when given, so these are learnt once per engine from a container created, never
-        started)."""
+        started, and labelled with its driver like the sandbox's own: `orphans.reap` removes it if the driver dies
+        before it does)."""
         from docker.models.containers import _create_container_args
 
         api = self.client.api
