@@ -12,8 +12,8 @@ process the kernel kills for the container's own memory limit is the command's d
 the machine running out is `SandboxError`. A container that does not start, or that stops under a command (killed
 from outside, its engine gone), raises `SandboxError`: an infrastructure failure, never a result; a start is tried
 `START_ATTEMPTS` times when the engine's error may pass. Containers a driver killed between their create and their
-start left are removed before the next sandbox's create (`orphans.py`). SWE-Gym's images are named after the instance id; the
-shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
+start left are removed before the next sandbox's create (`orphans.py`). SWE-Gym's images are named after the
+instance id; the shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
 """
 
 from __future__ import annotations
