@@ -17,7 +17,16 @@ from docker_engine import docker_client
 from kernel_probe import command, evict_on_host, matching, readers
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
-from trl_multiturn.envs.swegym.sandbox.procview import EMPTIED, EMPTIED_DIRS, SYS_SHOWN, meminfo_text
+from trl_multiturn.envs.swegym.sandbox.procview import (
+    EMPTIED,
+    EMPTIED_DIRS,
+    LOADAVG,
+    LOADAVG_TEXT,
+    STAT,
+    SYS_SHOWN,
+    meminfo_text,
+    stat_text,
+)
 from trl_multiturn.envs.swegym.sandbox.residency import container_root
 
 ROW = next(row for row in task_rows() if row["repo"].endswith("/roman"))
@@ -224,13 +233,20 @@ def test_machine_memory_statistics_are_hidden_by_every_route(pair, config):
     mount, not a name; /proc/cpuinfo, not hidden, reads by all four); no file of the machine's memory statistics
     under /sys reads (per-node meminfo and vmstat, /sys/kernel/mm, the slab caches); /sys shows nothing beside
     `procview.SYS_SHOWN`, and the memory cgroup it shows is the container's own (its limit is the sandbox's).
-    Before, in Docker: vmstat, zoneinfo, buddyinfo, pressure and the node files read the machine's numbers;
-    locally: the dentry, inode and file counts."""
-    out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *EMPTIED, *EMPTIED_DIRS)
+    The machine's activity counters likewise: /proc/stat and /proc/loadavg read as their fixed views by every route
+    (nothing counted, nothing running), the disk, interrupt and scheduler counters empty. Before, in Docker: vmstat,
+    zoneinfo, buddyinfo, pressure and the node files read the machine's numbers; locally: the dentry, inode and
+    file counts; on both, /proc/stat's fork count carried 47 of 48 bits between concurrent sandboxes (the SWE-Gym
+    README, "CPU and disk activity counters")."""
+    fixed = {STAT: stat_text(open(STAT).read()), LOADAVG: LOADAVG_TEXT}
+    out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *EMPTIED, *EMPTIED_DIRS, *fixed)
     proc = [line.split() for line in out.splitlines() if line.startswith("proc ")]
-    assert len(proc) == 4 * (1 + len(EMPTIED + EMPTIED_DIRS))
+    hidden = 4 * (1 + len(EMPTIED + EMPTIED_DIRS))
+    assert len(proc) == hidden + 4 * len(fixed)
     assert all(line[3] not in ("0", "refused") for line in proc[:4]), out
-    assert [line for line in proc[4:] if line[3] not in ("0", "refused")] == [], out
+    assert [line for line in proc[4:hidden] if line[3] not in ("0", "refused")] == [], out
+    assert [(path, int(size)) for _, _, path, size in proc[hidden:]] == [
+        (path, len(text)) for path, text in fixed.items() for _ in range(4)], out
     assert [line for line in out.splitlines() if line.startswith(("sys_readable", "sys_visible"))] == [], out
     if config.sandbox == "docker":  # the local sandbox has no /sys
         limits = [line.split()[1] for line in out.splitlines() if line.startswith("cgroup_limit")]
