@@ -1,14 +1,16 @@
 """How many of 16 bits the machine's CPU and disk activity counters carry between two concurrent SWE-Gym sandboxes.
 
-    python benchmarks/swegym_activity_channel.py [--sandbox local|docker] [--trials 3] [--slot 0.5]
+    python benchmarks/swegym_activity_channel.py [--sandbox local|docker] [--trials 3] [--slot 0.5] [--kinds ...]
 
-Each trial: two sandboxes of `roman` run at once the attacker's probe of `tests/envs/swegym/kernel_probe.py`; by
-the clock they share, the first is busy (two spinning processes, 1 MiB writes with fsync, or forks) in the slots of
-its 1 bits and idle in the others, while the second reads every activity counter it can (/proc/stat, /proc/loadavg,
-/proc/uptime, /proc/diskstats, /sys/block/*/stat, /proc/interrupts, /proc/softirqs, /proc/schedstat) and decodes
-each slot's movement. Prints, per activity and counter, the bits recovered in each trial (8 of 16 is chance; a
-counter that cannot be read or never moved recovers none) and the one-sided binomial p-value of all its trials'
-bits together against chance.
+`--kinds` picks among cpu, disk and fork (all by default). Each trial: two sandboxes of `roman` run at once the
+attacker's probe of `tests/envs/swegym/kernel_probe.py`; by the clock they share, the first is busy (two spinning
+processes, 1 MiB writes with fsync, or forks) in the slots of its 1 bits and idle in the others, while the second reads
+every activity counter it can (/proc/stat, /proc/loadavg, /proc/uptime, /proc/diskstats, /sys/block/*/stat,
+/proc/interrupts, /proc/softirqs, /proc/schedstat, the per-CPU idle times under /sys), and how much fixed work it gets
+done itself, and decodes each slot's movement. Prints, per activity and counter, the bits recovered in each trial (8 of
+16 is chance; far fewer than 8 carries bits too, the activity moving the counter the other way; '-' where the counter
+could not be read or never moved) and the two-sided binomial p-value of the bits of its other trials together against
+chance.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def trial(pair: list, kind: str, slot: float, rng: random.Random) -> dict[str, i
     sender.start()
     found = readers(pair[1].run(command("read", "activity", start, slot), timeout=300).output)
     sender.join()
-    return {name: matching(bits, read) for name, read in found.items()}
+    return {name: None if read == "?" * 16 else matching(bits, read) for name, read in found.items()}
 
 
 def main() -> None:
@@ -47,6 +49,7 @@ def main() -> None:
     parser.add_argument("--sandbox", default="local", choices=["local", "docker"])
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--slot", type=float, default=0.5)
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     args = parser.parse_args()
     config = SandboxConfig(sandbox=args.sandbox, command_timeout=300, max_processes=64)
     row = next(r for r in task_rows() if r["repo"].endswith("/roman"))
@@ -55,13 +58,15 @@ def main() -> None:
     try:
         for sandbox in pair:
             sandbox.start(row)
-        for kind in KINDS:
+        for kind in args.kinds:
             results = [trial(pair, kind, args.slot, rng) for _ in range(args.trials)]
             for name in results[0]:
                 counts = [r[name] for r in results]
-                p_value = binomtest(sum(counts), 16 * len(counts), 0.5, alternative="greater").pvalue
-                print(f"{args.sandbox} {kind} {name}: {counts} of 16, {sum(counts)} of {16 * len(counts)} bits: "
-                      f"binomial p = {p_value:.3g}", flush=True)
+                read = [count for count in counts if count is not None]
+                p_value = f"{binomtest(sum(read), 16 * len(read), 0.5).pvalue:.3g}" if read else "-"
+                shown = ", ".join("-" if count is None else str(count) for count in counts)
+                print(f"{args.sandbox} {kind} {name}: [{shown}] of 16, {sum(read)} of {16 * len(read)} bits: "
+                      f"binomial p = {p_value}", flush=True)
     finally:
         for sandbox in pair:
             sandbox.close()

@@ -29,17 +29,19 @@ sandbox of the same task to read, one channel class at a time.
                                             moved in each slot, split at the median (more activity = 1): one line
                                             per counter (/proc/stat's CPU times, context switches, forks, interrupts
                                             and running processes, /proc/loadavg, /proc/uptime's idle time,
-                                            /proc/diskstats, /sys/block/*/stat, /proc/interrupts, /proc/softirqs,
+                                            /proc/diskstats, /sys/block/*/stat, the per-CPU idle times under
+                                            /sys/devices/system/cpu, /proc/interrupts, /proc/softirqs,
                                             /proc/schedstat), '?' x 16 where it cannot be read or never moved,
                                             and own_speed: how much fixed work the reader itself got done (plain
                                             timing, which no view hides)
     python - read machine SHOWN PATH...     how many bytes each /proc PATH (a file, or a folder's files) gives by
                                             each route to it (its path, /proc/self/.., /proc/thread-self/.., openat
                                             on a /proc descriptor; 'refused' if none), every file of the machine's
-                                            memory statistics under /sys that reads non-empty, every entry of /sys
-                                            (3 levels deep) beside the ':'-separated SHOWN folders that is not
-                                            empty (a folder with entries, a file with text), and the
-                                            memory limit of the cgroup /sys/fs/cgroup shows
+                                            memory statistics, the CPUs' idle times and the disks' counters under
+                                            /sys that reads non-empty, every entry of /sys (6 levels deep) beside
+                                            the ':'-separated SHOWN paths that is not empty (a folder with entries,
+                                            a file with text), and the memory limit of the cgroup /sys/fs/cgroup
+                                            shows
 
 The files (16 per reader) are picked by SALT among the shared read-only files both sandboxes see (regular files of
 at least 64 KiB under /usr/bin and /usr/lib/<arch>-linux-gnu, sorted), so a test picks fresh, cold files each run.
@@ -283,7 +285,8 @@ def machine(shown, paths):
         for route, got in routes.items():
             print("proc", route, path, "refused" if got is None else got)
     patterns = ["/sys/devices/system/node/node*/*", "/sys/bus/node/devices/*/*", "/sys/kernel/mm/*/*",
-                "/sys/kernel/mm/*/*/*", "/sys/kernel/slab/*/objects"]
+                "/sys/kernel/mm/*/*/*", "/sys/kernel/slab/*/objects", "/sys/devices/system/cpu/cpu*/cpuidle/*/*",
+                "/sys/block/*/stat"]
     for found in sorted({p for pattern in patterns for p in glob.glob(pattern)}):
         if os.path.isfile(found) and size(found):
             print("sys_readable", found)
@@ -291,7 +294,7 @@ def machine(shown, paths):
         if os.path.exists(limit):
             print("cgroup_limit", (open_lines(limit) or ["?"])[0])
     for root, dirs, names in os.walk("/sys"):
-        if root.count("/") >= 3:
+        if root.count("/") >= 6:
             dirs.clear()
         for entry in dirs + names:
             path = os.path.join(root, entry)
@@ -335,6 +338,8 @@ def counters():
     for name in ("interrupts", "softirqs"):
         rows = open_lines(f"/proc/{name}")[1:]
         found[name] = sum(sum(numbers(line.split(":", 1)[1])[:64]) for line in rows if ":" in line) if rows else None
+    idle = [open_lines(path) for path in glob.glob("/sys/devices/system/cpu/cpu*/cpuidle/state*/time")]
+    found["sys_cpuidle"] = -sum(int(t[0]) for t in idle if t) if any(idle) else None  # per-CPU idle times, in us
     sched = [line.split() for line in open_lines("/proc/schedstat") if line.startswith("cpu")]
     found["schedstat"] = sum(int(c[7]) for c in sched if len(c) > 7) if sched else None  # ns spent running
     return found
@@ -383,13 +388,15 @@ def read_activity(start, slot):
     for i in range(16):
         begin = start + i * slot
         wait_until(begin + 0.1 * slot)
-        before, instant = counters(), {"own_speed": 0}
+        before, instant, samples = counters(), dict.fromkeys(INSTANT, 0), 0
         while time.time() < begin + 0.9 * slot:
             now = counters()
             for name in INSTANT:
-                instant[name] = instant.get(name, 0) + (now[name] or 0)
+                instant[name] += now[name] or 0
+            samples += 1
             sum(range(20000))  # a fixed piece of work: fewer of them done in the slot = more activity elsewhere
-            instant["own_speed"] -= 1
+        instant = {name: total / samples for name, total in instant.items()}  # how many ran, on average
+        instant["own_speed"] = -samples
         after = {**counters(), "own_speed": 0}
         for name, value in after.items():
             moved = instant[name] if name in instant else (

@@ -231,13 +231,14 @@ def test_machine_memory_statistics_are_hidden_by_every_route(pair, config):
     """Each hidden /proc file and folder (`procview.EMPTIED`, `EMPTIED_DIRS`) reads empty or is refused by its path,
     through /proc/self/.., through /proc/thread-self/.. and by `openat` on a /proc descriptor (the hiding is a
     mount, not a name; /proc/cpuinfo, not hidden, reads by all four); no file of the machine's memory statistics
-    under /sys reads (per-node meminfo and vmstat, /sys/kernel/mm, the slab caches); /sys shows nothing beside
-    `procview.SYS_SHOWN`, and the memory cgroup it shows is the container's own (its limit is the sandbox's).
-    The machine's activity counters likewise: /proc/stat and /proc/loadavg read as their fixed views by every route
-    (nothing counted, nothing running), the disk, interrupt and scheduler counters empty. Before, in Docker: vmstat,
-    zoneinfo, buddyinfo, pressure and the node files read the machine's numbers; locally: the dentry, inode and
-    file counts; on both, /proc/stat's fork count carried 47 of 48 bits between concurrent sandboxes (the SWE-Gym
-    README, "CPU and disk activity counters")."""
+    under /sys reads (per-node meminfo and vmstat, /sys/kernel/mm, the slab caches), nor do the CPUs' idle times and
+    the disks' counters; /sys shows nothing beside `procview.SYS_SHOWN`, and the memory cgroup it shows is the
+    container's own (its limit is the sandbox's). The machine's activity counters likewise: /proc/stat and
+    /proc/loadavg read as their fixed views by every route (nothing counted, nothing running), the disk, interrupt
+    and scheduler counters empty. Before, in Docker: vmstat, zoneinfo, buddyinfo, pressure and the node files read
+    the machine's numbers; locally: the dentry, inode and file counts; and /proc/stat's fork count carried 48
+    of 48 bits between concurrent sandboxes locally, 45 in Docker (the SWE-Gym README, "CPU and disk activity
+    counters")."""
     fixed = {STAT: stat_text(open(STAT).read()), LOADAVG: LOADAVG_TEXT}
     out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *EMPTIED, *EMPTIED_DIRS, *fixed)
     proc = [line.split() for line in out.splitlines() if line.startswith("proc ")]

@@ -9,7 +9,8 @@ the SWE-Gym README's attack table, "CPU and disk activity counters"). `/proc/mem
 limit, all of it free; `/proc/stat` every CPU idle and nothing counted, with the machine's boot time (which `ps` and
 psutil add start times to) and a line per CPU (which the C library counts where /sys is hidden); `/proc/loadavg`
 nothing running; the files of `EMPTIED` and the folders of `EMPTIED_DIRS` are empty; the `sysinfo` call, which
-reports memory and load, is refused (`seccomp.py`). `/proc/uptime` stays the machine's: its first field must
+reports memory and load (the C library's `getloadavg`, Python's `os.getloadavg`, asks it), is refused
+(`seccomp.py`). `/proc/uptime` stays the machine's: its first field must
 advance (`ps` times processes by it), and its second, the machine's idle time, says no more than a sandbox's own
 timing of its work says of the others' CPU use, which only dedicated cores would hide.
 
@@ -19,8 +20,8 @@ the engine's masked paths, a `/dev/null` over each file and an empty read-only t
 the same file (`/proc/self/../vmstat`, `openat` on a /proc descriptor, `/proc/thread-self/..`) ends at the mount. No
 process in a
 sandbox can take a mount away (no capability; the mount calls refused by seccomp). `/sys` is an allow-list: the
-local sandbox has none, and Docker masks every entry of it but `SYS_SHOWN` (the container's own cgroup; the CPUs,
-which the C library counts), so the per-node meminfo/vmstat, `/sys/kernel/mm`, `/sys/kernel/slab` and any counter a
+local sandbox has none, and Docker masks every entry of it but `SYS_SHOWN` (the container's own cgroup; the lists
+of CPUs the C library counts), so the per-node meminfo/vmstat, `/sys/kernel/mm`, `/sys/kernel/slab` and any counter a
 later kernel adds there are hidden too. Why not Landlock: its rules attach to inodes that exist when the rule is
 made, so it cannot allow `/proc/<pid>` of a later process without allowing all of /proc (every `/proc/self` read
 would fail), and in Docker the wrapper that applies it would run from files the container's root may rewrite for the
@@ -44,8 +45,11 @@ EMPTIED = ("/proc/vmstat", "/proc/zoneinfo", "/proc/buddyinfo", "/proc/pagetypei
 EMPTIED_DIRS = ("/proc/pressure",)  # reclaim and stall times (memory, io, cpu, irq: whatever this kernel has)
 MEMINFO, STAT, LOADAVG = "/proc/meminfo", "/proc/stat", "/proc/loadavg"
 FIXED = (MEMINFO, STAT, LOADAVG)  # the files a view of fixed text replaces
-# What Docker shows of /sys (the local sandbox shows none); everything beside these is masked
-SYS_SHOWN = ("/sys/fs/cgroup", "/sys/devices/system/cpu")
+# What Docker shows of /sys (the local sandbox shows none); everything beside these is masked: the container's cgroup,
+# and the CPUs online, possible and present, which the C library counts (`os.cpu_count`), not the CPUs' own folders
+# (their idle times, frequencies and cache statistics move with every sandbox's load)
+SYS_SHOWN = ("/sys/fs/cgroup", "/sys/devices/system/cpu/online", "/sys/devices/system/cpu/possible",
+             "/sys/devices/system/cpu/present")
 # Where the Docker sandbox keeps the view files it binds (the engine must see them: it runs on this machine): files of
 # fixed text on a tmpfs, so always in memory (their page cache says nothing), shared by every container and kept.
 SHARED = Path("/dev/shm/trl_multiturn_proc_views")
