@@ -9,17 +9,18 @@ driver's identity, and before each sandbox is created `reap` removes every creat
 driver is gone.
 
 A driver's identity is `<boot id>/<PID namespace>/<pid>/<start time>`: the kernel's boot id
-(`/proc/sys/kernel/random/boot_id`: this boot of this machine, the same in every container on it), the driver's
-PID namespace (`/proc/self/ns/pid`, `pid:[inode]`: unique among the namespaces that exist), its pid there and its
-start time in clock ticks after boot (`/proc/<pid>/stat`, field 22), so that a pid reused by a later process is
-another driver. A reaper judges only the containers whose boot id and PID namespace are its own: its /proc then
-shows every process of that namespace, and a driver is gone when no process has that pid and start time, or that
-process is a zombie (it can start nothing). A container whose driver runs on another machine (a shared engine) or
-in another PID namespace (another container; the host, seen from a container) is never removed here, since its
-driver cannot be seen from here: the reapers there remove it. Nor is one an earlier boot left, whose machine cannot
-be told from another's: `docker container prune --filter label=trl_multiturn.driver` removes those (every
-container so labelled that is not running). A process whose /proc is not its own PID namespace's has no identity
-(''), and its containers are never reaped.
+(`/proc/sys/kernel/random/boot_id`: this boot of this machine, the same in every container on it), the driver's PID
+namespace (`/proc/self/ns/pid`, `pid:[inode]`: unique among the namespaces that exist; one reused after its namespace
+ended names a driver gone with it, so judging it from the new namespace removes nothing wrongly), its pid there and its
+start time in clock ticks after boot (`/proc/<pid>/stat`, field 22), so that a pid reused by a later process is another
+driver. A reaper judges only the containers whose boot id and PID namespace are its own: its /proc then shows every
+process of that namespace, and a driver is gone when no process has that pid and start time, or that process is a
+zombie (it can start nothing). A container whose driver runs on another machine (a shared engine) or in another PID
+namespace (another container; the host, seen from a container) is never removed here, since its driver cannot be seen
+from here: the reapers there remove it. Nor is one an earlier boot left, whose machine cannot be told from another's:
+`docker container prune --filter label=trl_multiturn.driver` removes those (every container so labelled that is not
+running). A process whose /proc is not its own PID namespace's has no identity (''), and its containers are never
+reaped.
 """
 
 from __future__ import annotations
