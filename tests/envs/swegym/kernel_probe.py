@@ -21,13 +21,27 @@ sandbox of the same task to read, one channel class at a time.
                                             and MemAvailable, sysinfo's free RAM (os.sysconf), in kB, /proc/vmstat's
                                             nr_free_pages, node 0's MemFree (/sys), the dentry count
                                             (/proc/sys/fs/dentry-state), one a line ('?': unreadable or empty)
+    python - write activity KIND BITS T0 SLOT  between two concurrent sandboxes, by the shared clock: in slot i
+                                            (SLOT seconds from T0 + i * SLOT) be busy if bit i is 1, idle if 0;
+                                            KIND cpu (two processes spin), disk (write and fsync 1 MiB at a time
+                                            in the working folder) or fork (start processes)
+    python - read activity T0 SLOT          meanwhile, how each machine-wide activity counter the sandbox can read
+                                            moved in each slot, split at the median (more activity = 1): one line
+                                            per counter (/proc/stat's CPU times, context switches, forks, interrupts
+                                            and running processes, /proc/loadavg, /proc/uptime's idle time,
+                                            /proc/diskstats, /sys/block/*/stat, the per-CPU idle times under
+                                            /sys/devices/system/cpu, /proc/interrupts, /proc/softirqs,
+                                            /proc/schedstat), '?' x 16 where it cannot be read or never moved,
+                                            and own_speed: how much fixed work the reader itself got done (plain
+                                            timing, which no view hides)
     python - read machine SHOWN PATH...     how many bytes each /proc PATH (a file, or a folder's files) gives by
                                             each route to it (its path, /proc/self/.., /proc/thread-self/.., openat
                                             on a /proc descriptor; 'refused' if none), every file of the machine's
-                                            memory statistics under /sys that reads non-empty, every entry of /sys
-                                            (3 levels deep) beside the ':'-separated SHOWN folders that is not
-                                            empty (a folder with entries, a file with text), and the
-                                            memory limit of the cgroup /sys/fs/cgroup shows
+                                            memory statistics, the CPUs' idle times and the disks' counters under
+                                            /sys that reads non-empty, every entry of /sys (6 levels deep) beside
+                                            the ':'-separated SHOWN paths that is not empty (a folder with entries,
+                                            a file with text), and the memory limit of the cgroup /sys/fs/cgroup
+                                            shows
 
 The files (16 per reader) are picked by SALT among the shared read-only files both sandboxes see (regular files of
 at least 64 KiB under /usr/bin and /usr/lib/<arch>-linux-gnu, sorted), so a test picks fresh, cold files each run.
@@ -271,7 +285,8 @@ def machine(shown, paths):
         for route, got in routes.items():
             print("proc", route, path, "refused" if got is None else got)
     patterns = ["/sys/devices/system/node/node*/*", "/sys/bus/node/devices/*/*", "/sys/kernel/mm/*/*",
-                "/sys/kernel/mm/*/*/*", "/sys/kernel/slab/*/objects"]
+                "/sys/kernel/mm/*/*/*", "/sys/kernel/slab/*/objects", "/sys/devices/system/cpu/cpu*/cpuidle/*/*",
+                "/sys/block/*/stat"]
     for found in sorted({p for pattern in patterns for p in glob.glob(pattern)}):
         if os.path.isfile(found) and size(found):
             print("sys_readable", found)
@@ -279,7 +294,7 @@ def machine(shown, paths):
         if os.path.exists(limit):
             print("cgroup_limit", (open_lines(limit) or ["?"])[0])
     for root, dirs, names in os.walk("/sys"):
-        if root.count("/") >= 3:
+        if root.count("/") >= 6:
             dirs.clear()
         for entry in dirs + names:
             path = os.path.join(root, entry)
@@ -293,7 +308,115 @@ def machine(shown, paths):
                 print("sys_visible", path)
 
 
+def numbers(text):
+    return [int(word) for word in text.split() if word.isdigit()]
+
+
+def stat_field(lines, key):
+    row = next((line.split() for line in lines if line.split()[:1] == [key]), None)
+    return int(row[1]) if row else None
+
+
+def counters():
+    """{counter: one number that grows with the machine's activity}; None where unreadable (an empty file too)."""
+    stat, found = open_lines("/proc/stat"), {}
+    cpu = next((numbers(line) for line in stat if line.startswith("cpu ")), None)
+    found["stat_busy"] = sum(cpu) - cpu[3] - cpu[4] if cpu else None  # all but idle and iowait
+    found["stat_idle"] = -sum(numbers(line)[3] for line in stat if line.startswith("cpu") and line[3:4].isdigit()
+                              ) if cpu else None  # the per-CPU idle times, less idle = more activity
+    for key in ("ctxt", "processes", "intr", "procs_running"):
+        found["stat_" + key] = stat_field(stat, key)
+    load = (open_lines("/proc/loadavg") or [""])[0].split()
+    found["loadavg"] = round(float(load[0]) * 100) if load else None
+    found["loadavg_running"] = int(load[3].split("/")[0]) if load else None
+    uptime = (open_lines("/proc/uptime") or [""])[0].split()
+    found["uptime_idle"] = -round(float(uptime[1]) * 100) if uptime else None
+    disks = [line.split() for line in open_lines("/proc/diskstats")]
+    found["diskstats"] = sum(int(d[5]) + int(d[9]) for d in disks if len(d) > 9) if disks else None  # sectors
+    blocks = [open_lines(path) for path in glob.glob("/sys/block/*/stat")]
+    found["sys_block"] = sum(int(b[0].split()[2]) + int(b[0].split()[6]) for b in blocks if b) if any(blocks) else None
+    for name in ("interrupts", "softirqs"):
+        rows = open_lines(f"/proc/{name}")[1:]
+        found[name] = sum(sum(numbers(line.split(":", 1)[1])[:64]) for line in rows if ":" in line) if rows else None
+    idle = [open_lines(path) for path in glob.glob("/sys/devices/system/cpu/cpu*/cpuidle/state*/time")]
+    found["sys_cpuidle"] = -sum(int(t[0]) for t in idle if t) if any(idle) else None  # per-CPU idle times, in us
+    sched = [line.split() for line in open_lines("/proc/schedstat") if line.startswith("cpu")]
+    found["schedstat"] = sum(int(c[7]) for c in sched if len(c) > 7) if sched else None  # ns spent running
+    return found
+
+
+INSTANT = ("stat_procs_running", "loadavg_running")  # how many run now: summed over samples, not differenced
+
+
+def wait_until(moment):
+    while (left := moment - time.time()) > 0:
+        time.sleep(min(left, 0.05))
+
+
+def write_activity(kind, bits, start, slot):
+    spinners = 2 if kind == "cpu" else 1
+    for worker in range(spinners - 1):
+        if os.fork() == 0:
+            break
+    else:
+        worker = spinners - 1
+    chunk = os.urandom(1 << 20)
+    for i, bit in enumerate(bits):
+        end = start + (i + 1) * slot
+        wait_until(start + i * slot)
+        while bit == "1" and time.time() < end:
+            if kind == "disk":
+                with open(f"activity-{os.getpid()}", "wb") as f:
+                    f.write(chunk)
+                    os.fsync(f.fileno())
+            elif kind == "fork":
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                os.waitpid(pid, 0)
+    if worker != spinners - 1:
+        os._exit(0)
+    if spinners > 1:
+        os.wait()
+    for leftover in glob.glob("activity-*"):
+        os.unlink(leftover)
+    print("written", flush=True)
+
+
+def read_activity(start, slot):
+    moves = {}
+    for i in range(16):
+        begin = start + i * slot
+        wait_until(begin + 0.1 * slot)
+        before, instant, samples = counters(), dict.fromkeys(INSTANT, 0), 0
+        while time.time() < begin + 0.9 * slot:
+            now = counters()
+            for name in INSTANT:
+                instant[name] += now[name] or 0
+            samples += 1
+            sum(range(20000))  # a fixed piece of work: fewer of them done in the slot = more activity elsewhere
+        instant = {name: total / samples for name, total in instant.items()}  # how many ran, on average
+        instant["own_speed"] = -samples
+        after = {**counters(), "own_speed": 0}
+        for name, value in after.items():
+            moved = instant[name] if name in instant else (
+                None if value is None or before[name] is None else value - before[name])
+            moves.setdefault(name, []).append(moved)
+    for name, values in moves.items():
+        if None in values or len(set(values)) == 1:
+            print(name, "?" * 16)
+            continue
+        middle = sorted(values)[7:9]  # about half the bits are 1: above the median = 1
+        print(name, "".join("1" if 2 * v > sum(middle) else "0" for v in values))
+
+
 action, channel = sys.argv[1:3]
+if channel == "activity":
+    if action == "write":
+        write_activity(sys.argv[3], sys.argv[4], float(sys.argv[5]), float(sys.argv[6]))
+    else:
+        read_activity(float(sys.argv[3]), float(sys.argv[4]))
+    sys.exit()
 if channel == "meminfo":
     meminfo()
     sys.exit()

@@ -47,6 +47,7 @@ from trl_multiturn.envs.swegym.sandbox.containment import (
     _memory_hierarchy,
     reporting_child,
 )
+from trl_multiturn.envs.swegym.sandbox.orphans import DRIVER_LABEL, driver_gone, driver_identity
 from trl_multiturn.envs.swegym.tasks import task_sources
 
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
@@ -91,12 +92,13 @@ def _eval_bwrap(root: psutil.Process) -> psutil.Process | None:
     return None
 
 
-def _containers(client, driver: int) -> list:
-    return client.containers.list(all=True, sparse=True, filters={"label": f"trl_multiturn.driver={driver}"})
+def _containers(client, driver: str) -> list:
+    """The containers of the driver whose identity (`orphans.driver_identity`) is `driver`."""
+    return client.containers.list(all=True, sparse=True, filters={"label": f"{DRIVER_LABEL}={driver}"})
 
 
-def _eval_container(client, driver: int):
-    """A sandbox container of the process `driver` whose test script is running."""
+def _eval_container(client, driver: str):
+    """A sandbox container of the driver `driver` whose test script is running."""
     for container in _containers(client, driver):
         try:
             # `ps -o pid,args`: the whole command line (docker top's default cuts it at 32 characters)
@@ -207,7 +209,7 @@ def test_grading_killed_from_outside_is_an_error(config):
     if config.sandbox == "local":
         victim = _wait_for(lambda: _eval_bwrap(psutil.Process()) or not thread.is_alive(), "the test run's bubblewrap")
     else:
-        victim = _wait_for(lambda: _eval_container(docker_client(), os.getpid()) or not thread.is_alive(),
+        victim = _wait_for(lambda: _eval_container(docker_client(), driver_identity()) or not thread.is_alive(),
                            "the test run's container")
     assert thread.is_alive(), outcome  # grading ended before its test run started: nothing was killed
     victim.kill()  # the machine's OOM killer, an operator
@@ -267,13 +269,13 @@ def test_a_driver_killed_mid_grading_leaves_nothing(config, tmp_path, sig):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3]), "TMPDIR": str(tmp)}
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, config.repo_cache_dir, str(patch), config.sandbox],
                               env=env)
-    root, sent = psutil.Process(driver.pid), False
+    root, sent, identity = psutil.Process(driver.pid), False, driver_identity(driver.pid)
     try:
         if config.sandbox == "local":
             _wait_for(lambda: _eval_bwrap(root), "the driver's test run")
             assert _mounts(tmp, MOUNT_POINT) == []  # during the grading too: the tmpfs is in no host mount table
         else:
-            container = _wait_for(lambda: _eval_container(docker_client(), driver.pid), "the driver's test run")
+            container = _wait_for(lambda: _eval_container(docker_client(), identity), "the driver's test run")
             container.reload()
             volumes = [m["Name"] for m in container.attrs["Mounts"] if m["Type"] == "volume"]
             assert len(volumes) == 1  # its /dev/pts, a devpts instance of its own
@@ -289,8 +291,76 @@ def test_a_driver_killed_mid_grading_leaves_nothing(config, tmp_path, sig):
     assert alive == []
     assert _mounts(tmp, MOUNT_POINT) == [] and [p.name for p in tmp.iterdir()] in ([], ["trl_multiturn_sandbox_uids"])
     if config.sandbox == "docker":
-        _wait_for(lambda: not _containers(docker_client(), driver.pid), "the driver's containers removed")
+        _wait_for(lambda: not _containers(docker_client(), identity), "the driver's containers removed")
         assert docker_client().volumes.list(filters={"name": volumes[0]}) == []  # removed with its container
+
+
+# A driver that stops where it has made a sandbox's container and not started it, then where it would remove the probe
+# container `_create` learns the engine's masked paths from (made again: the masks are learnt once per process),
+# printing each container's id as it gets there
+CREATED_NOT_STARTED = textwrap.dedent("""
+    import time
+    from trl_multiturn.envs.swegym import DockerSandbox, SWEGymConfig, task_rows
+    from trl_multiturn.envs.swegym.sandbox import docker as backend
+    row = next(r for r in task_rows() if r["repo"].endswith("/roman"))
+    sandbox = DockerSandbox(SWEGymConfig(sandbox="docker"))
+    options = {k: v for k, v in sandbox.container_options(row).items() if k != "detach"}
+    print(sandbox._create(options).id, flush=True)
+    backend._ENGINE_MASKS.clear()
+    def held(container, **kwargs):
+        print(container, flush=True)
+        time.sleep(3600)
+    sandbox.client.api.remove_container = held
+    sandbox._create(options)
+""")
+
+
+def test_a_driver_identity_names_one_process_of_this_namespace():
+    """A driver is gone once its process is (a zombie too: it can start nothing), or its pid names a later process;
+    never where it is of another PID namespace or another boot (another machine), whose processes cannot be seen."""
+    mine = driver_identity()
+    boot, namespace, pid, start = mine.split("/")
+    assert pid == str(os.getpid()) and not driver_gone(mine)
+    with subprocess.Popen(["sleep", "1000"]) as child:
+        theirs = driver_identity(child.pid)
+        assert not driver_gone(theirs)
+        child.kill()
+        _wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, "the child a zombie")
+        assert driver_gone(theirs)
+    assert driver_gone(theirs) and driver_gone(f"{boot}/{namespace}/{pid}/{int(start) + 1}")  # a pid reused
+    assert not any(driver_gone(other) for other in [f"{boot}/pid:[1]/{child.pid}/1", f"other-boot/{namespace}/"
+                                                    f"{child.pid}/1", "", "not/an/identity"])
+
+
+@pytest.mark.parametrize("config", ["docker"], indirect=True)  # the create-start window is the engine's
+def test_containers_a_killed_driver_made_and_never_started_are_removed(config):
+    """A driver SIGKILLed between a container's create and its start, or between the probe's create and its removal,
+    leaves them created (no PID 1 tied to it, as a started sandbox's is): the next sandbox start removes them. A live
+    driver's created container (this process's), and one of a driver in another PID namespace, are kept."""
+    client = docker_client()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    driver = subprocess.Popen([sys.executable, "-c", CREATED_NOT_STARTED], env=env, stdout=subprocess.PIPE, text=True)
+    identity = driver_identity(driver.pid)
+    try:
+        made, probe = driver.stdout.readline().strip(), driver.stdout.readline().strip()
+    finally:
+        driver.kill()
+        driver.wait()
+    live = docker_backend.DockerSandbox(config)
+    options = {k: v for k, v in live.container_options(ROWS["roman"]).items() if k != "detach"}
+    boot, namespace, pid, start = identity.split("/")
+    kept = [live._create(options),  # this process's: alive
+            live._create({**options, "labels": {DRIVER_LABEL: f"{boot}/pid:[1]/{pid}/{start}"}})]
+    try:
+        left = _containers(client, identity)
+        assert {c.id for c in left} == {made, probe} and {c.status for c in left} == {"created"}
+        with make_sandbox(config) as sandbox:
+            sandbox.start(ROWS["roman"])
+        assert _containers(client, identity) == []
+        assert [client.containers.get(c.id).status for c in kept] == ["created", "created"]
+    finally:
+        for container in kept:
+            container.remove(force=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or _memory_hierarchy() is None, reason="needs root and a memory cgroup")

@@ -22,7 +22,17 @@ from kernel_probe import command, evict_on_host, matching, readers
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
 from trl_multiturn.envs.swegym.sandbox.base import SandboxError
 from trl_multiturn.envs.swegym.sandbox.containment import MAX_PTYS
-from trl_multiturn.envs.swegym.sandbox.procview import EMPTIED, EMPTIED_DIRS, PTY_DIRS, SYS_SHOWN, meminfo_text
+from trl_multiturn.envs.swegym.sandbox.procview import (
+    EMPTIED,
+    EMPTIED_DIRS,
+    LOADAVG,
+    LOADAVG_TEXT,
+    PTY_DIRS,
+    STAT,
+    SYS_SHOWN,
+    meminfo_text,
+    stat_text,
+)
 from trl_multiturn.envs.swegym.sandbox.residency import ContainerRoot, make_resident
 
 ROW = next(row for row in task_rows() if row["repo"].endswith("/roman"))
@@ -259,18 +269,26 @@ def test_memory_statistics_carry_nothing(pair, config):
 
 def test_machine_memory_statistics_are_hidden_by_every_route(pair, config):
     """Each hidden /proc file and folder (`procview.EMPTIED`, `EMPTIED_DIRS`, `PTY_DIRS`) reads empty or is refused by
-    its path, through /proc/self/.., through /proc/thread-self/.. and by `openat` on a /proc descriptor (the hiding
-    is a mount, not a name; /proc/cpuinfo, not hidden, reads by all four); no file of the machine's memory
-    statistics under /sys reads (per-node meminfo and vmstat, /sys/kernel/mm, the slab caches); /sys shows nothing
-    beside `procview.SYS_SHOWN`, and the memory cgroup it shows is the container's own (its limit is the sandbox's).
-    Before, in Docker: vmstat, zoneinfo, buddyinfo, pressure and the node files read the machine's numbers; locally:
-    the dentry, inode and file counts; on both, the machine's pty count (`kernel/pty/nr`)."""
-    hidden = (*EMPTIED, *EMPTIED_DIRS, *PTY_DIRS)
-    out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *hidden)
+    its path, through /proc/self/.., through /proc/thread-self/.. and by `openat` on a /proc descriptor (the hiding is
+    a mount, not a name; /proc/cpuinfo, not hidden, reads by all four); no file of the machine's memory statistics
+    under /sys reads (per-node meminfo and vmstat, /sys/kernel/mm, the slab caches), nor do the CPUs' idle times and
+    the disks' counters; /sys shows nothing beside `procview.SYS_SHOWN`, and the memory cgroup it shows is the
+    container's own (its limit is the sandbox's). The machine's activity counters likewise: /proc/stat and
+    /proc/loadavg read as their fixed views by every route (nothing counted, nothing running), the disk, interrupt and
+    scheduler counters empty. Before, in Docker: vmstat, zoneinfo, buddyinfo, pressure and the node files read the
+    machine's numbers; locally: the dentry, inode and file counts; on both, the machine's pty count (`kernel/pty/nr`);
+    and /proc/stat's fork count carried 48 of 48 bits between concurrent sandboxes locally, 45 in Docker (the SWE-Gym
+    README, "CPU and disk activity counters")."""
+    fixed = {STAT: stat_text(open(STAT).read()), LOADAVG: LOADAVG_TEXT}
+    emptied = (*EMPTIED, *EMPTIED_DIRS, *PTY_DIRS)
+    out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *emptied, *fixed)
     proc = [line.split() for line in out.splitlines() if line.startswith("proc ")]
-    assert len(proc) == 4 * (1 + len(hidden))
+    hidden = 4 * (1 + len(emptied))
+    assert len(proc) == hidden + 4 * len(fixed)
     assert all(line[3] not in ("0", "refused") for line in proc[:4]), out
-    assert [line for line in proc[4:] if line[3] not in ("0", "refused")] == [], out
+    assert [line for line in proc[4:hidden] if line[3] not in ("0", "refused")] == [], out
+    assert [(path, int(size)) for _, _, path, size in proc[hidden:]] == [
+        (path, len(text)) for path, text in fixed.items() for _ in range(4)], out
     assert [line for line in out.splitlines() if line.startswith(("sys_readable", "sys_visible"))] == [], out
     if config.sandbox == "docker":  # the local sandbox has no /sys
         limits = [line.split()[1] for line in out.splitlines() if line.startswith("cgroup_limit")]

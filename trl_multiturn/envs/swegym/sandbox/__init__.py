@@ -3,7 +3,8 @@
     base.py     the interface, `SandboxConfig`, errors
     local.py    `LocalSandbox`: a temporary checkout; each command under bubblewrap (bwrap.py) with the task
                 Python (pyenv.py), never the trainer's
-    docker.py   `DockerSandbox`: a fresh container of the task's image; images.py builds the shipped tasks' images
+    docker.py   `DockerSandbox`: a fresh container of the task's image; images.py builds the shipped tasks' images;
+                orphans.py removes the containers a dead driver created and never started
 """
 
 from .base import (

@@ -1,18 +1,20 @@
 """`DockerSandbox`: the task's image in a fresh container per episode and per grading, through the Docker SDK.
 
-Containers run without network (`--network none`), without any capability, with `no-new-privileges`, a seccomp
-profile (the keyring, ptrace, bpf, mounts, namespaces, io_uring... denied), IPC, PID, UTS and cgroup namespaces
-of their own (IPC and cgroup stated explicitly, not left to the daemon's defaults; PID and UTS are private unless
-asked otherwise), a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, memory, pids and CPU
-limits, and a disk quota where the engine takes one (`engine_gaps`). The seccomp profile is the local sandbox's
-filter (`seccomp.docker_profile`), which also refuses page-cache residency calls, locks and watches on the image's
-shared files, and `sysinfo`; the machine's memory statistics are hidden (`procview.py`: /proc/meminfo a fixed view,
-the rest masked beside the engine's own masked paths, /sys masked but for the container's cgroup and the CPUs). A
-process the kernel kills for the container's own memory limit is the command's doing (`CommandResult.out_of_memory`);
-the machine running out is `SandboxError`. A container that does not start, or that stops under a command (killed
-from outside, its engine gone), raises `SandboxError`: an infrastructure failure, never a result; a start is tried
-`START_ATTEMPTS` times when the engine's error may pass. SWE-Gym's images are named after the instance id; the
-shipped tasks' images are built on this machine (`images.py`) and named after their recipe.
+Containers run without network (`--network none`), without any capability, with `no-new-privileges`, a seccomp profile
+(the keyring, ptrace, bpf, mounts, namespaces, io_uring... denied), IPC, PID, UTS and cgroup namespaces of their own
+(IPC and cgroup stated explicitly, not left to the daemon's defaults; PID and UTS are private unless asked otherwise),
+a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, memory, pids and CPU limits, and a disk quota
+where the engine takes one (`engine_gaps`). The seccomp profile is the local sandbox's filter
+(`seccomp.docker_profile`), which also refuses page-cache residency calls, locks and watches on the image's shared
+files, and `sysinfo`; the machine's memory statistics and activity counters are hidden (`procview.py`: /proc/meminfo,
+/proc/stat and /proc/loadavg fixed views, the rest masked beside the engine's own masked paths, /sys masked but for the
+container's cgroup and the CPUs). A process the kernel kills for the container's own memory limit is the command's
+doing (`CommandResult.out_of_memory`); the machine running out is `SandboxError`. A container that does not start, or
+that stops under a command (killed from outside, its engine gone), raises `SandboxError`: an infrastructure failure,
+never a result; a start is tried `START_ATTEMPTS` times when the engine's error may pass. Containers a driver killed
+between their create and their start left are removed before the next sandbox's create (`orphans.py`). SWE-Gym's images
+are named after the instance id; the shipped tasks' images are built on this machine (`images.py`) and named after
+their recipe.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from .base import (
     timeout_note,
 )
 from .containment import DEVPTS_OPTIONS, MemoryCgroup, OomWatch, warn_once
-from .procview import MEMINFO, SHARED, masked_paths, write_views
+from .orphans import DRIVER_LABEL, driver_identity, reap
+from .procview import FIXED, SHARED, masked_paths, write_views
 from .residency import ContainerRoot, make_resident
 from .seccomp import docker_profile
 
@@ -136,7 +139,7 @@ class DockerSandbox(Sandbox):
         return task_image(task, self.config)
 
     def container_options(self, task: dict) -> dict[str, Any]:
-        """Keyword arguments of `client.containers.run` for `task` (the fixed /proc/meminfo it binds is a file of
+        """Keyword arguments of `client.containers.run` for `task` (the fixed /proc views it binds are files of
         this machine's, `procview.SHARED`: the engine must run on this machine; `_create` adds the masked paths)."""
         cfg = self.config
         image = self.image_for(task)
@@ -164,12 +167,12 @@ class DockerSandbox(Sandbox):
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
             # runc lets only the files lxcfs emulates be bound over /proc: the other views are masked (`_create`)
-            "volumes": {str(views[MEMINFO]): {"bind": MEMINFO, "mode": "ro"}},
+            "volumes": {str(views[path]): {"bind": path, "mode": "ro"} for path in FIXED},
             # a devpts instance of its own with a cap (the engine's has none): an anonymous volume the engine mounts,
             # removed with the container
             "mounts": [{"Target": "/dev/pts", "Type": "volume", "VolumeOptions": {"DriverConfig": {
                 "Name": "local", "Options": {"type": "devpts", "device": "devpts", "o": DEVPTS_OPTIONS}}}}],
-            "labels": {"trl_multiturn.swegym": task["instance_id"], "trl_multiturn.driver": str(os.getpid())},
+            "labels": {"trl_multiturn.swegym": task["instance_id"], DRIVER_LABEL: driver_identity()},
         }
 
     def exec_command(self, command: str, timeout: float | None = None, channel: bool = False) -> list[str]:
@@ -277,6 +280,7 @@ class DockerSandbox(Sandbox):
         import requests
 
         options = {k: v for k, v in options.items() if k != "detach"}
+        reap(self.client.api)  # what drivers killed between a create and a start left (`orphans.py`)
         for attempt in range(1, START_ATTEMPTS + 1):
             container = None
             try:
@@ -300,7 +304,8 @@ class DockerSandbox(Sandbox):
         """`client.containers.create(**options)`, masking besides the engine's own masked paths those of
         `procview.masked_paths` (the SDK has no argument for the engine's `HostConfig.MaskedPaths`, which replace
         the engine's own when given, so these are learnt once per engine from a container created, never
-        started)."""
+        started, and labelled with its driver like the sandbox's own: `orphans.reap` removes it if the driver dies
+        before it does)."""
         from docker.models.containers import _create_container_args
 
         api = self.client.api

@@ -28,6 +28,7 @@ from pathlib import Path
 from ..tasks import shipped_repo, task_sources
 from ..tasks.source import TaskSource, git
 from .base import SandboxError
+from .orphans import DRIVER_LABEL, driver_identity
 from .pyenv import TEST_REQUIREMENTS
 
 SUITE = "bookworm"
@@ -146,7 +147,8 @@ def ensure_task_image(client, source: TaskSource, build_base: bool = False) -> s
             raise SandboxError(f"the Docker image {base} is missing: build it once with "
                                "`python -m trl_multiturn.envs.swegym.sandbox.images` (root, about two minutes)")
         ensure_base_image(client)
-    container = client.containers.create(base, command="true", labels={LABEL: "build"})
+    container = client.containers.create(base, command="true",
+                                         labels={LABEL: "build", DRIVER_LABEL: driver_identity()})
     try:
         if not container.put_archive("/", _repo_tar(source)):
             raise SandboxError(f"could not copy {source.repo} into {name}")
