@@ -363,11 +363,13 @@ class DockerSandbox(Sandbox):
         except docker.errors.DockerException as e:
             return f"gone ({e})"
         state = self.container.attrs.get("State", {})
+        # a container being removed (auto_remove after its PID 1 died) can still say Running, with Pid 0
+        running = state.get("Running") and state.get("Status") == "running"
         local = self.client.api.base_url.startswith("http+docker://")  # a Unix socket: the engine's processes are ours
-        if state.get("Running") and local and not _alive(state.get("Pid", 0)):
+        if running and local and not _alive(state.get("Pid", 0)):
             # the engine learns of its PID 1's death from an event that can come after the command returned
             return f"killed (its PID 1, {state.get('Pid')} on the host, is gone; the engine has not noticed yet)"
-        if state.get("Running"):
+        if running:
             return "running"
         return f"{state.get('Status')}, exit code {state.get('ExitCode')}, OOM-killed {state.get('OOMKilled')}"
 
