@@ -232,7 +232,7 @@ def test_engine_failing_under_a_command_is_an_error(config, monkeypatch):
     monkeypatch.setattr(env.sandbox.client.api, "exec_create", broken)
     with pytest.raises(SandboxError, match="could not run the command"):
         env.step("<bash>true</bash>")
-    env.sandbox.container.remove(force=True)  # the container vanishes under the episode
+    env.sandbox.container.remove(force=True, v=True)  # the container vanishes under the episode
     monkeypatch.undo()
     with pytest.raises(SandboxError):
         env.step("<bash>true</bash>")
@@ -354,13 +354,16 @@ def test_containers_a_killed_driver_made_and_never_started_are_removed(config):
     try:
         left = _containers(client, identity)
         assert {c.id for c in left} == {made, probe} and {c.status for c in left} == {"created"}
+        volumes = [m["Name"] for m in client.containers.get(made).attrs["Mounts"] if m["Type"] == "volume"]
+        assert len(volumes) == 1  # its /dev/pts, made with the container
         with make_sandbox(config) as sandbox:
             sandbox.start(ROWS["roman"])
         assert _containers(client, identity) == []
+        assert client.volumes.list(filters={"name": volumes[0]}) == []  # removed with it
         assert [client.containers.get(c.id).status for c in kept] == ["created", "created"]
     finally:
         for container in kept:
-            container.remove(force=True)
+            container.remove(force=True, v=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or _memory_hierarchy() is None, reason="needs root and a memory cgroup")

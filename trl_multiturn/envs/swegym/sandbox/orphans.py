@@ -80,7 +80,7 @@ def reap(api) -> list[str]:
         if not driver_gone((container.get("Labels") or {}).get(DRIVER_LABEL, "")):
             continue
         try:
-            api.remove_container(container["Id"], force=True)
+            api.remove_container(container["Id"], force=True, v=True)  # and its /dev/pts volume
             removed.append(container["Id"])
         except docker.errors.NotFound:
             pass  # another reaper removed it first
