@@ -326,8 +326,8 @@ def test_concurrent_sandboxes_run_on_cpus_of_their_own(pair):
     """Two sandboxes running at once hold disjoint CPUs (`sandbox_cpus`, one each here), and every process of each
     runs on its own CPUs only: a command asks for every CPU (sched_setaffinity) and still gets its own, a child it
     starts too, and asking for the other sandbox's CPU alone is refused (locally the kernel confines the affinity to
-    the sandbox's cpuset cgroup, in Docker to the container's cpuset). So a sandbox timing its own work learns
-    nothing of the other's CPU load (before: both ran on every CPU; the SWE-Gym README, "Dedicated cores")."""
+    the sandbox's cpuset cgroup, in Docker to the container's cpuset): the other's processes never take its CPU time
+    (before: both ran on every CPU; the SWE-Gym README, "Dedicated cores", measures what timing still carries)."""
     first, second = pair
     assert first.cpus is not None and second.cpus is not None
     assert len(first.cpus) == len(second.cpus) == 1 and not set(first.cpus) & set(second.cpus)

@@ -135,7 +135,8 @@ class SandboxConfig:
     # Parameters that control the sandbox's CPUs
     sandbox_cpus: int = config_field(
         1, "CPUs each running sandbox holds for itself: no other sandbox of the machine (in any process) runs on them "
-           "meanwhile, so a sandbox timing its own work learns nothing of another's CPU load. Locally its processes "
+           "meanwhile, so another sandbox's load never takes its CPU time (the timing channel between them, "
+           "narrowed: the SWE-Gym README, 'Dedicated cores'). Locally its processes "
            "run in a cpuset cgroup of them (as root; else with that CPU affinity, which they may widen: logged "
            "once), in Docker the container's cpuset. A sandbox waits for free ones at start (cpu_wait). 0: share "
            "the machine's CPUs (for more concurrent sandboxes than CPUs; the timing channel between them is then "

@@ -1,6 +1,6 @@
 """Dedicated CPUs: each running sandbox holds CPUs of its own that no other sandbox of the machine runs on meanwhile,
-so a sandbox timing its own work learns nothing of another's CPU load (issue 60; the SWE-Gym README, "Dedicated
-cores").
+so another sandbox's processes never take its CPU time (issue 60; the SWE-Gym README, "Dedicated cores", says what
+this narrows of the timing channel between concurrent sandboxes, and what still carries it).
 
 A sandbox takes `sandbox_cpus` CPUs (`SandboxConfig`) when it starts and gives them back when it closes. The claim is
 machine-wide, whichever process makes it (trainer ranks, Ray workers, several drivers): one `flock`ed file per CPU
@@ -13,8 +13,9 @@ The claim is kept by the kernel, not by the sandbox's good will: locally the san
 cgroup of those CPUs (`CpusetCgroup`), which nothing inside can write (no /sys, no capability, mounts refused), and
 the kernel confines `sched_setaffinity` to it (a process may narrow its CPUs, never leave them); Docker gives the
 container `cpuset_cpus`. Without a cpuset cgroup (not root) the local sandbox's commands start with that affinity,
-which they may widen: logged once. Not closed by this: the CPUs' shared caches (the last-level cache), memory
-bandwidth, the disk, and the trainer's own processes, which run on every CPU.
+which they may widen: logged once. Not closed by this (measured: the README): the machine's other processes (the
+trainer's, everything in no sandbox), which run on every CPU and which the scheduler moves onto a sandbox's CPU
+while another's is busy; the CPUs' shared last-level cache, memory bandwidth and the disk.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ nothing running; `/proc/uptime` a fixed time up and no idle time; the files of `
 (the C library's `getloadavg`, Python's `os.getloadavg`, asks it), is refused (`seccomp.py`).
 
 `/proc/uptime` is fixed since each sandbox runs on CPUs of its own (`cpus.py`): its second field, the machine's idle
-time summed over every CPU, moves with the other sandboxes' load, which a sandbox's own timing no longer shows. Its
+time summed over every CPU, moves with the other sandboxes' load, which their own CPUs keep off a sandbox's own
+timing (as far as they do: the SWE-Gym README, "Dedicated cores"). Its
 first field (CLOCK_BOOTTIME, which `clock_gettime` gives any process: nothing of the others) then stands still:
 `ps`'s ELAPSED and %CPU, which subtract a process's start from it, read as if the machine had been up 10^9 s (always
 positive, never advancing), and `uptime` and `top` say so; a start time (`ps`'s STARTED, psutil's `create_time`) adds
