@@ -5,9 +5,12 @@ meanwhile change nothing (the sandboxes' own pinning: `test_concurrent_sandboxes
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,33 @@ def test_claims_are_disjoint_and_released(tmp_path):
     assert again.cpus == leases[0].cpus  # a released CPU, the only one free
     del again
     assert CpuLease(1, 0.1, tmp_path).cpus == leases[0].cpus  # a lease lost without release() released it
+
+
+def test_a_freed_cpu_goes_to_the_claimant_already_waiting(tmp_path):
+    """Every CPU held; a claimant waits (holding the turnstile); one CPU is released and claimed at once by a later
+    claimant, as a driver that closes a sandbox and starts the next does: the later one gets nothing, the waiting
+    one gets the CPU (without the turnstile the later one took it, and the waiter could starve)."""
+    held = [CpuLease(1, 1, tmp_path) for _ in machine_cpus()]
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(lease=CpuLease(1, 120, tmp_path)))
+    waiter.start()
+    turnstile = os.open(tmp_path / "queue.lock", os.O_RDONLY | os.O_CREAT)
+    try:
+        deadline = time.monotonic() + 120  # tells "never" from "slow"
+        while True:  # until the waiter holds the turnstile
+            assert time.monotonic() < deadline and waiter.is_alive(), "the waiter never held the turnstile"
+            try:
+                fcntl.flock(turnstile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+            except BlockingIOError:
+                break
+        held[0].release()
+        with pytest.raises(SandboxError, match="came free"):
+            CpuLease(1, 0.1, tmp_path)
+    finally:
+        os.close(turnstile)
+        waiter.join()
+    assert got["lease"].cpus == held[0].cpus
 
 
 def test_a_killed_drivers_cpus_come_free(tmp_path):

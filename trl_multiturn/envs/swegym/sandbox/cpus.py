@@ -42,8 +42,10 @@ def machine_cpus() -> list[int]:
 
 class CpuLease:
     """An exclusive, machine-wide claim on `count` CPUs for the life of a sandbox: an flock on one file per CPU
-    under `folder`, which the kernel drops if this process dies. Waits up to `wait` seconds for them to come free
-    (polling, the start CPU drawn at random so that waiters spread), then raises SandboxError."""
+    under `folder`, which the kernel drops if this process dies. Waits up to `wait` seconds for them to come free,
+    then raises SandboxError. A claimant first holds the folder's turnstile (`queue.lock`) until it has its CPUs, so
+    a CPU that comes free goes to the claimant already waiting, never to one that comes later (a driver that closes
+    a sandbox and at once starts the next would otherwise take its CPU back before a waiter's next poll)."""
 
     def __init__(self, count: int, wait: float, folder: Path = LEASES):
         cpus = machine_cpus()
@@ -57,14 +59,13 @@ class CpuLease:
             pass
         self._fds: dict[int, int] = {}  # CPU -> its lock file's descriptor
         weakref.finalize(self, _close_all, self._fds)  # a lease lost without release() is released
-        deadline, pause = time.monotonic() + wait, 0.05
-        while not self._claim(cpus, count, folder):
-            if time.monotonic() >= deadline:
-                raise SandboxError(f"no {count} CPU(s) of {cpus} came free in {wait:g} s (cpu_wait): other sandboxes "
-                                   f"hold them (locks under {folder}); run fewer sandboxes at once, or set "
-                                   "sandbox_cpus=0 to share the CPUs")
-            time.sleep(min(pause, max(deadline - time.monotonic(), 0)) * random.uniform(0.5, 1.5))
-            pause = min(pause * 2, 1.0)
+        turnstile = os.open(folder / "queue.lock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o444)
+        try:
+            deadline = time.monotonic() + wait
+            _poll(lambda: _lock(turnstile), deadline, wait, count, cpus, folder)
+            _poll(lambda: self._claim(cpus, count, folder), deadline, wait, count, cpus, folder)
+        finally:
+            os.close(turnstile)  # the turnstile's lock goes with it
         self.cpus = tuple(sorted(self._fds))
 
     def _claim(self, cpus: list[int], count: int, folder: Path) -> bool:
@@ -72,9 +73,7 @@ class CpuLease:
         offset = random.randrange(len(cpus))
         for cpu in cpus[offset:] + cpus[:offset]:
             fd = os.open(folder / f"cpu{cpu}.lock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o444)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            if not _lock(fd):
                 os.close(fd)
                 continue
             self._fds[cpu] = fd
@@ -85,6 +84,28 @@ class CpuLease:
 
     def release(self) -> None:
         _close_all(self._fds)
+
+
+def _lock(fd: int) -> bool:
+    """An exclusive flock on `fd` without waiting: True if taken."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _poll(attempt, deadline: float, wait: float, count: int, cpus: list[int], folder: Path) -> None:
+    """Call `attempt()` until it returns True, pausing between tries (50 ms, doubling to 1 s, jittered); past
+    `deadline`, SandboxError."""
+    pause = 0.05
+    while not attempt():
+        if time.monotonic() >= deadline:
+            raise SandboxError(f"no {count} CPU(s) of {cpus} came free in {wait:g} s (cpu_wait): other sandboxes "
+                               f"hold them (locks under {folder}); run fewer sandboxes at once, or set "
+                               "sandbox_cpus=0 to share the CPUs")
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0)) * random.uniform(0.5, 1.5))
+        pause = min(pause * 2, 1.0)
 
 
 def _close_all(fds: dict[int, int]) -> None:
