@@ -1,6 +1,7 @@
 """How many of 16 bits the machine's CPU and disk activity counters carry between two concurrent SWE-Gym sandboxes.
 
     python benchmarks/swegym_activity_channel.py [--sandbox local|docker] [--trials 3] [--slot 0.5] [--kinds ...]
+        [--sandbox-cpus N]
 
 `--kinds` picks among cpu, disk and fork (all by default). Each trial: two sandboxes of `roman` run at once the
 attacker's probe of `tests/envs/swegym/kernel_probe.py`; by the clock they share, the first is busy (two spinning
@@ -10,7 +11,8 @@ every activity counter it can (/proc/stat, /proc/loadavg, /proc/uptime, /proc/di
 done itself, and decodes each slot's movement. Prints, per activity and counter, the bits recovered in each trial (8 of
 16 is chance; far fewer than 8 carries bits too, the activity moving the counter the other way; '-' where the counter
 could not be read or never moved) and the two-sided binomial p-value of the bits of its other trials together against
-chance.
+chance. `--sandbox-cpus` is `SandboxConfig.sandbox_cpus`: the CPUs each sandbox holds for itself (0: both share the
+machine's; the sender's two spinners share its one CPU otherwise), printed on each line.
 """
 
 from __future__ import annotations
@@ -50,8 +52,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--slot", type=float, default=0.5)
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--sandbox-cpus", type=int, default=SandboxConfig.sandbox_cpus)
     args = parser.parse_args()
-    config = SandboxConfig(sandbox=args.sandbox, command_timeout=300, max_processes=64)
+    config = SandboxConfig(sandbox=args.sandbox, command_timeout=300, max_processes=64,
+                           sandbox_cpus=args.sandbox_cpus)
     row = next(r for r in task_rows() if r["repo"].endswith("/roman"))
     rng = random.Random()
     pair = [make_sandbox(config), make_sandbox(config)]
@@ -65,7 +69,8 @@ def main() -> None:
                 read = [count for count in counts if count is not None]
                 p_value = f"{binomtest(sum(read), 16 * len(read), 0.5).pvalue:.3g}" if read else "-"
                 shown = ", ".join("-" if count is None else str(count) for count in counts)
-                print(f"{args.sandbox} {kind} {name}: [{shown}] of 16, {sum(read)} of {16 * len(read)} bits: "
+                print(f"{args.sandbox} sandbox_cpus={args.sandbox_cpus} {kind} {name}: [{shown}] of 16, "
+                      f"{sum(read)} of {16 * len(read)} bits: "
                       f"binomial p = {p_value}", flush=True)
     finally:
         for sandbox in pair:

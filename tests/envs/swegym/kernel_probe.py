@@ -32,8 +32,9 @@ sandbox of the same task to read, one channel class at a time.
                                             /proc/diskstats, /sys/block/*/stat, the per-CPU idle times under
                                             /sys/devices/system/cpu, /proc/interrupts, /proc/softirqs,
                                             /proc/schedstat), '?' x 16 where it cannot be read or never moved,
-                                            and own_speed: how much fixed work the reader itself got done (plain
-                                            timing, which no view hides)
+                                            own_speed: how much fixed work the reader itself got done (plain
+                                            timing, which no view hides), and own_wait: how long the reader
+                                            waited for its CPU (/proc/self/schedstat: other processes ran there)
     python - read machine SHOWN PATH...     how many bytes each /proc PATH (a file, or a folder's files) gives by
                                             each route to it (its path, /proc/self/.., /proc/thread-self/.., openat
                                             on a /proc descriptor; 'refused' if none), every file of the machine's
@@ -342,6 +343,8 @@ def counters():
     found["sys_cpuidle"] = -sum(int(t[0]) for t in idle if t) if any(idle) else None  # per-CPU idle times, in us
     sched = [line.split() for line in open_lines("/proc/schedstat") if line.startswith("cpu")]
     found["schedstat"] = sum(int(c[7]) for c in sched if len(c) > 7) if sched else None  # ns spent running
+    own = open_lines("/proc/self/schedstat")  # this process's own: ns it ran, ns it waited for a CPU, time slices
+    found["own_wait"] = int(own[0].split()[1]) if own else None
     return found
 
 

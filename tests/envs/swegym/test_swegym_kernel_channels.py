@@ -30,6 +30,8 @@ from trl_multiturn.envs.swegym.sandbox.procview import (
     PTY_DIRS,
     STAT,
     SYS_SHOWN,
+    UPTIME,
+    UPTIME_TEXT,
     meminfo_text,
     stat_text,
 )
@@ -277,11 +279,12 @@ def test_machine_memory_statistics_are_hidden_by_every_route(pair, config):
     the disks' counters; /sys shows nothing beside `procview.SYS_SHOWN`, and the memory cgroup it shows is the
     container's own (its limit is the sandbox's). The machine's activity counters likewise: /proc/stat and
     /proc/loadavg read as their fixed views by every route (nothing counted, nothing running), the disk, interrupt and
-    scheduler counters empty. Before, in Docker: vmstat, zoneinfo, buddyinfo, pressure and the node files read the
-    machine's numbers; locally: the dentry, inode and file counts; on both, the machine's pty count (`kernel/pty/nr`);
-    and /proc/stat's fork count carried 48 of 48 bits between concurrent sandboxes locally, 45 in Docker (the SWE-Gym
-    README, "CPU and disk activity counters")."""
-    fixed = {STAT: stat_text(open(STAT).read()), LOADAVG: LOADAVG_TEXT}
+    scheduler counters empty, and /proc/uptime a fixed time up with no idle time (before: the machine's idle time over
+    every CPU, which moves with the other sandboxes' load once each runs on CPUs of its own). Before, in Docker:
+    vmstat, zoneinfo, buddyinfo, pressure and the node files read the machine's numbers; locally: the dentry, inode and
+    file counts; on both, the machine's pty count (`kernel/pty/nr`); and /proc/stat's fork count carried 48 of 48 bits
+    between concurrent sandboxes locally, 45 in Docker (the SWE-Gym README, "CPU and disk activity counters")."""
+    fixed = {STAT: stat_text(open(STAT).read()), LOADAVG: LOADAVG_TEXT, UPTIME: UPTIME_TEXT}
     emptied = (*EMPTIED, *EMPTIED_DIRS, *PTY_DIRS)
     out = _run(pair[0], "read", "machine", ":".join(SYS_SHOWN), "/proc/cpuinfo", *emptied, *fixed)
     proc = [line.split() for line in out.splitlines() if line.startswith("proc ")]
@@ -292,6 +295,7 @@ def test_machine_memory_statistics_are_hidden_by_every_route(pair, config):
     assert [(path, int(size)) for _, _, path, size in proc[hidden:]] == [
         (path, len(text)) for path, text in fixed.items() for _ in range(4)], out
     assert [line for line in out.splitlines() if line.startswith(("sys_readable", "sys_visible"))] == [], out
+    assert pair[0].run(f"cat {UPTIME}").output == UPTIME_TEXT
     if config.sandbox == "docker":  # the local sandbox has no /sys
         limits = [line.split()[1] for line in out.splitlines() if line.startswith("cgroup_limit")]
         assert limits == [str(config.memory_mb << 20)], out
@@ -308,3 +312,27 @@ def test_a_sandbox_holds_no_more_ptys_than_its_own_cap(pair):
     first.write_scratch("ptys.py", script)
     assert first.run(f"python {first.scratch_dir}/ptys.py").output == f"{MAX_PTYS} No space left on device\n"
     assert second.run("python -c 'import pty; pty.openpty(); print(1)'").output == "1\n"
+
+
+PIN = ("import os, subprocess, sys\nprint(sorted(os.sched_getaffinity(0)))\nos.sched_setaffinity(0, range(1024))\n"
+       "print(sorted(os.sched_getaffinity(0)))\n"
+       "print(subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'], "
+       "capture_output=True, text=True).stdout.strip())\n"
+       "try:\n    os.sched_setaffinity(0, {int(sys.argv[1])})\n    print(sorted(os.sched_getaffinity(0)))\n"
+       "except OSError as e:\n    print('refused', e.strerror)\n")
+
+
+def test_concurrent_sandboxes_run_on_cpus_of_their_own(pair):
+    """Two sandboxes running at once hold disjoint CPUs (`sandbox_cpus`, one each here), and every process of each
+    runs on its own CPUs only: a command asks for every CPU (sched_setaffinity) and still gets its own, a child it
+    starts too, and asking for the other sandbox's CPU alone is refused (locally the kernel confines the affinity to
+    the sandbox's cpuset cgroup, in Docker to the container's cpuset): the other's processes never take its CPU time
+    (before: both ran on every CPU; the SWE-Gym README, "Dedicated cores", measures what timing still carries)."""
+    first, second = pair
+    assert first.cpus is not None and second.cpus is not None
+    assert len(first.cpus) == len(second.cpus) == 1 and not set(first.cpus) & set(second.cpus)
+    for sandbox, other in ((first, second), (second, first)):
+        sandbox.write_scratch("pin.py", PIN)
+        result = sandbox.run(f"python {sandbox.scratch_dir}/pin.py {other.cpus[0]}")
+        own = str(list(sandbox.cpus))
+        assert result.output.splitlines() == [own, own, own, "refused Invalid argument"], result.output

@@ -53,6 +53,13 @@ class SandboxConfig:
         max_output_bytes (`int`, defaults to `1_000_000`):
             Bytes of a command's output read back (its head and tail).
 
+        > Parameters that control the sandbox's CPUs
+
+        sandbox_cpus (`int`, defaults to `1`):
+            CPUs each running sandbox holds for itself, no other sandbox of the machine running on them (0: share).
+        cpu_wait (`float`, defaults to `600.0`):
+            Seconds a sandbox's start waits for its CPUs to come free before it fails (an infrastructure failure).
+
         > Parameters that control the local sandbox's isolation
 
         isolation (`str`, defaults to `"bwrap"`):
@@ -88,7 +95,7 @@ class SandboxConfig:
         docker_shell_init (`str`, defaults to `"source /opt/miniconda3/bin/activate testbed"`):
             Shell line run before every command in the container.
         docker_cpus (`float`, defaults to `1.0`):
-            CPUs each container may use.
+            CPU time each container may use, in CPUs (within its `sandbox_cpus` CPUs).
         docker_network (`bool`, defaults to `False`):
             Give containers network access.
         docker_engine_gaps (`str`, defaults to `"warn"`):
@@ -124,6 +131,20 @@ class SandboxConfig:
     max_output_bytes: int = config_field(
         1_000_000, "Bytes of a command's output read back (its head and tail); the middle is dropped.",
         range=Range(ge=1))
+
+    # Parameters that control the sandbox's CPUs
+    sandbox_cpus: int = config_field(
+        1, "CPUs each running sandbox holds for itself: no other sandbox of the machine (in any process) runs on them "
+           "meanwhile, so another sandbox's load never takes its CPU time (the timing channel between them, "
+           "narrowed: the SWE-Gym README, 'Dedicated cores'). Locally its processes "
+           "run in a cpuset cgroup of them (as root; else with that CPU affinity, which they may widen: logged "
+           "once), in Docker the container's cpuset. A sandbox waits for free ones at start (cpu_wait). 0: share "
+           "the machine's CPUs (for more concurrent sandboxes than CPUs; the timing channel between them is then "
+           "open: the SWE-Gym README, 'Dedicated cores').", range=Range(ge=0))
+    cpu_wait: float = config_field(
+        600.0, "Seconds a sandbox's start waits for sandbox_cpus CPUs to come free, before any command runs (no "
+               "command's or grading's time limit counts it); then SandboxError, an infrastructure failure, never a "
+               "result.", range=Range(gt=0))
 
     # Parameters that control the local sandbox's isolation
     isolation: str = field(
@@ -195,7 +216,9 @@ class SandboxConfig:
         metadata={"help": "Shell line run before every command in the container (activates the task's env; its "
                   "failure is ignored, so images without conda work too)."},
     )
-    docker_cpus: float = config_field(1.0, "CPUs each container may use.", range=Range(gt=0))
+    docker_cpus: float = config_field(
+        1.0, "CPU time each container may use, in CPUs (nano_cpus), within the sandbox_cpus CPUs it holds (if any).",
+        range=Range(gt=0))
     docker_network: bool = field(default=False, metadata={"help": "Give containers network access."})
     docker_engine_gaps: str = field(
         default="warn",
@@ -221,6 +244,14 @@ class SandboxConfig:
             if not os.path.isabs(path) or not os.path.lexists(path):
                 raise ValueError(f"root_extra: {path!r} is no absolute path of a file or folder on this machine; give "
                                  "the absolute path of a program or folder the sandbox's commands need")
+        usable = len(os.sched_getaffinity(0))
+        if self.sandbox_cpus > usable:
+            raise ValueError(f"sandbox_cpus={self.sandbox_cpus}: this machine lets this process run on {usable} "
+                             f"CPUs; give at most {usable}, or 0 to share them (no dedicated cores)")
+        if self.sandbox == "docker" and 0 < self.sandbox_cpus < self.docker_cpus:
+            raise ValueError(f"docker_cpus={self.docker_cpus:g}: a container holds sandbox_cpus={self.sandbox_cpus} "
+                             f"CPUs and cannot use more; give docker_cpus <= {self.sandbox_cpus}, or raise "
+                             "sandbox_cpus")
         if self.isolation == "none" and str(self.run_as_uid).isdigit():
             raise ValueError(f"run_as_uid={self.run_as_uid}: switching user needs isolation='bwrap'")
 

@@ -203,7 +203,7 @@ class MemoryCgroup:
             root, limit_file = hierarchy
             parent = root / GROUP
             parent.mkdir(exist_ok=True)
-            _remove_orphans(parent)
+            remove_orphans(parent)
             if limit_file == "memory.max":  # v2: the controller must be enabled for the children of each level
                 for level in (root, parent):
                     (level / "cgroup.subtree_control").write_text("+memory")
@@ -300,7 +300,7 @@ class OomWatch:
         return None
 
 
-def _remove_orphans(parent: Path) -> None:
+def remove_orphans(parent: Path) -> None:
     """End what is left in the cgroups of sandboxes whose process is gone (killed before it could remove them; a
     process that missed its parent-death signal) and remove those cgroups once empty."""
     for group in parent.iterdir():

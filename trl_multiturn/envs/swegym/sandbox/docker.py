@@ -15,6 +15,7 @@ never a result; a start is tried `START_ATTEMPTS` times when the engine's error 
 between their create and their start left are removed before the next sandbox's create (`orphans.py`). SWE-Gym's images
 are named after the instance id; the shipped tasks' images are built on this machine (`images.py`) and named after
 their recipe.
+Each container runs on CPUs of its own (`cpus.py`: `cpuset_cpus`), so /proc/uptime is a fixed view too.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from .base import (
     timeout_note,
 )
 from .containment import DEVPTS_OPTIONS, MemoryCgroup, OomWatch, warn_once
+from .cpus import CpuLease
 from .orphans import DRIVER_LABEL, driver_identity, reap
 from .procview import FIXED, SHARED, masked_paths, write_views
 from .residency import ContainerRoot, make_resident
@@ -133,6 +135,8 @@ class DockerSandbox(Sandbox):
         self.container = None
         self._lifeline = None  # the attached stdin socket: the container lives while it is open
         self._memory: MemoryCgroup | None = None  # the container's memory cgroup, where the engine is local
+        self._cpu_lease: CpuLease | None = None
+        self.cpus: tuple[int, ...] | None = None  # the CPUs the container runs on, its own (`cpus.py`); None: shared
         self.workdir = self.config.docker_workdir
 
     def image_for(self, task: dict) -> str:
@@ -159,6 +163,7 @@ class DockerSandbox(Sandbox):
             "mem_limit": f"{cfg.memory_mb}m",
             "pids_limit": cfg.max_processes,
             "nano_cpus": int(cfg.docker_cpus * 1e9),
+            **({"cpuset_cpus": ",".join(map(str, self.cpus))} if self.cpus is not None else {}),
             "network_mode": "bridge" if cfg.docker_network else "none",
             "ipc_mode": "private",  # its own IPC namespace and /dev/shm, which no other container may join
             "shm_size": cfg.max_file_mb * 1024 * 1024,
@@ -245,9 +250,16 @@ class DockerSandbox(Sandbox):
         source = shipped_source(task)
         if source is not None and not task.get("image_name"):
             ensure_task_image(self.client, source)
-        self.container = self._start_container(self.container_options(task))
-        self._memory = MemoryCgroup.of_container(self.container.id)
-        self._make_resident()
+        if self.config.sandbox_cpus:  # waits for them here, before any command's time limit starts
+            self._cpu_lease = CpuLease(self.config.sandbox_cpus, self.config.cpu_wait)
+            self.cpus = self._cpu_lease.cpus
+        try:
+            self.container = self._start_container(self.container_options(task))
+            self._memory = MemoryCgroup.of_container(self.container.id)
+            self._make_resident()
+        except BaseException:
+            self.close()  # its CPUs too
+            raise
 
     def _make_resident(self) -> None:
         """Every page of the container's files resident before its first command (`residency.py`): what other
@@ -438,6 +450,9 @@ class DockerSandbox(Sandbox):
         if self.container is not None:
             _remove_quietly(self.container)
             self.container, self._memory = None, None
+        if self._cpu_lease is not None:  # after the container: its processes have ended
+            self._cpu_lease.release()
+            self._cpu_lease, self.cpus = None, None
 
     def _close_lifeline(self) -> None:
         if self._lifeline is not None:

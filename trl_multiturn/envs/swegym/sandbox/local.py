@@ -59,7 +59,9 @@ from .containment import (
     guard_argv,
     private_space,
     reporting_child,
+    warn_once,
 )
+from .cpus import CpuLease, CpusetCgroup
 from .hostfiles import open_folder, read_regular, write_regular
 from .procview import write_views
 from .pyenv import ensure_task_python
@@ -134,7 +136,10 @@ class LocalSandbox(Sandbox):
         self._lease: _UidLease | None = None
         self._prefix: list[str] = []
         self._cgroup: MemoryCgroup | None = None
+        self._cpu_lease: CpuLease | None = None
+        self._cpuset: CpusetCgroup | None = None
         self.uid: int | None = None
+        self.cpus: tuple[int, ...] | None = None  # the CPUs its commands run on, its own (`cpus.py`); None: shared
 
     @property
     def isolated(self) -> bool:
@@ -163,6 +168,9 @@ class LocalSandbox(Sandbox):
             root = (ensure_root(self._cache_dir(), python_dirs, hidden, tuple(self.config.root_extra))
                     if self.isolated else None)
             self.uid = self._choose_uid()
+            if self.config.sandbox_cpus:  # waits for them here, before any command's time limit starts
+                self._cpu_lease = CpuLease(self.config.sandbox_cpus, self.config.cpu_wait)
+                self.cpus = self._cpu_lease.cpus
             self._space = private_space(self.config.disk_mb, root)
             if self._space is not None:
                 self._tmp, inside = self._space.root, MOUNT_POINT  # as this process / as commands reach it
@@ -171,8 +179,9 @@ class LocalSandbox(Sandbox):
                 self._tmp = inside = Path(tempfile.mkdtemp(prefix="swegym-"))
                 root_copy = inside / "root" if root else None
             self._cgroup = MemoryCgroup.create(self.config.total_memory_mb)
+            self._cpuset = _cpuset(self.cpus, self._cgroup)
             # releases everything even if close() is never called (an exception unwinding the program, a lost object)
-            self._cleanup = weakref.finalize(self, _remove, self._space, self._tmp, self._cgroup)
+            self._cleanup = weakref.finalize(self, _remove, self._space, self._tmp, self._cgroup, self._cpuset)
             self._tmp.chmod(0o711)
             if root is not None and self._space is None:
                 copy_root(root, root_copy)
@@ -232,7 +241,10 @@ class LocalSandbox(Sandbox):
         self.uid = None
         if self._tmp is not None:
             self._cleanup()
-            self._tmp, self._space, self._cgroup = None, None, None
+            self._tmp, self._space, self._cgroup, self._cpuset = None, None, None, None
+        if self._cpu_lease is not None:  # after the cleanup: its commands have ended
+            self._cpu_lease.release()
+            self._cpu_lease, self.cpus = None, None
         self.workdir, self._prefix = "", []
 
     def _source_repo(self, task: dict) -> Path:
@@ -288,6 +300,7 @@ class LocalSandbox(Sandbox):
         sandbox uid, killed with its parent: `containment`), and a `preexec_fn` for what a forked child of this
         process does safely (its cgroup, its rlimits: nothing the kernel refuses to a copy of a threaded process)."""
         cfg, nproc, mib, cgroup = self.config, self._nproc_limit(), 1024 * 1024, self._cgroup
+        cpuset, cpus = self._cpuset, self.cpus
         plain_workdir = self.workdir if not self.isolated else None
         uid = self.uid if self.uid is not None and self.uid != os.getuid() else None
         enter = self._space.enter_argv(plain_workdir) if self._space is not None else []
@@ -295,6 +308,10 @@ class LocalSandbox(Sandbox):
         def limit() -> None:  # runs in the child, after fork and setsid, before exec
             if cgroup is not None:
                 cgroup.enter()
+            if cpuset is not None:
+                cpuset.enter()
+            elif cpus is not None:  # no cpuset cgroup: an affinity its code may widen (logged at start)
+                os.sched_setaffinity(0, cpus)
             with open("/proc/self/oom_score_adj", "w") as adj:  # inherited by all it runs: killed before the trainer
                 adj.write(str(OOM_SCORE_ADJ))
             resource.setrlimit(resource.RLIMIT_CPU, (cfg.cpu_seconds, cfg.cpu_seconds + 1))
@@ -526,14 +543,30 @@ class LocalSandbox(Sandbox):
         return data.decode("utf-8", errors="replace")
 
 
-def _remove(space: PrivateSpace | None, folder: Path, cgroup: MemoryCgroup | None) -> None:
-    """Release a sandbox's space (its namespaces, or its host folder) and its cgroup."""
+def _cpuset(cpus: tuple[int, ...] | None, memory: MemoryCgroup | None) -> CpusetCgroup | None:
+    """The cpuset cgroup a sandbox holding `cpus` runs its commands in, or None (no CPUs of its own; or none can be
+    made, logged once: its commands then start with that affinity, which their code may widen)."""
+    if cpus is None:
+        return None
+    try:
+        return CpusetCgroup.create(cpus, memory.path if memory is not None else None)
+    except OSError as e:
+        warn_once("cpuset", f"sandbox CPUs: no cpuset cgroup could be made ({e}); a sandbox's commands start on "
+                  "its own CPUs but may leave them (sched_setaffinity), so the timing channel between concurrent "
+                  "sandboxes stays open; see the SWE-Gym README, 'Dedicated cores'")
+        return None
+
+
+def _remove(space: PrivateSpace | None, folder: Path, cgroup: MemoryCgroup | None,
+            cpuset: CpusetCgroup | None) -> None:
+    """Release a sandbox's space (its namespaces, or its host folder) and its cgroups."""
     if space is not None:
         space.close()
     else:
         shutil.rmtree(folder, ignore_errors=True)
-    if cgroup is not None:
-        cgroup.remove()
+    for group in (cgroup, cpuset):
+        if group is not None:
+            group.remove()
 
 
 class _Drain:

@@ -8,12 +8,20 @@ interrupts and running processes, /proc/loadavg, the disk, interrupt and schedul
 the SWE-Gym README's attack table, "CPU and disk activity counters"). `/proc/meminfo` says the sandbox's own memory
 limit, all of it free; `/proc/stat` every CPU idle and nothing counted, with the machine's boot time (which `ps` and
 psutil add start times to) and a line per CPU (which the C library counts where /sys is hidden); `/proc/loadavg`
-nothing running; the files of `EMPTIED` and the folders of `EMPTIED_DIRS` and `PTY_DIRS` (the machine's pty
-count) are empty; the `sysinfo` call, which
-reports memory and load (the C library's `getloadavg`, Python's `os.getloadavg`, asks it), is refused
-(`seccomp.py`). `/proc/uptime` stays the machine's: its first field must
-advance (`ps` times processes by it), and its second, the machine's idle time, says no more than a sandbox's own
-timing of its work says of the others' CPU use, which only dedicated cores would hide.
+nothing running; `/proc/uptime` a fixed time up and no idle time; the files of `EMPTIED` and the folders of
+`EMPTIED_DIRS` and `PTY_DIRS` (the machine's pty count) are empty; the `sysinfo` call, which reports memory and load
+(the C library's `getloadavg`, Python's `os.getloadavg`, asks it), is refused (`seccomp.py`).
+
+`/proc/uptime` is fixed since each sandbox runs on CPUs of its own (`cpus.py`): its second field, the machine's idle
+time summed over every CPU, moves with the other sandboxes' load, which their own CPUs keep off a sandbox's own
+timing (as far as they do: the SWE-Gym README, "Dedicated cores"). Its
+first field (CLOCK_BOOTTIME, which `clock_gettime` gives any process: nothing of the others) then stands still:
+`ps`'s ELAPSED and %CPU, which subtract a process's start from it, read as if the machine had been up 10^9 s (always
+positive, never advancing), and `uptime` and `top` say so; a start time (`ps`'s STARTED, psutil's `create_time`) adds
+to `/proc/stat`'s `btime` and stays right. A view that advances and says nothing of the others would need a file
+system that serves it (lxcfs, as LXC and Incus do: a FUSE daemon every sandbox reads through, root and /dev/fuse on
+every machine, its own response time shared by all sandboxes; and lxcfs's uptime is the container's age, which
+breaks ELAPSED the same way), for two columns of `ps`: not worth it.
 
 Both backends hide them by mounts, not by names: a view is mounted over the machine's file (locally bubblewrap binds
 this module's files; Docker binds the views of `FIXED`, which runc lets it bind over /proc, and masks the rest through
@@ -47,8 +55,8 @@ EMPTIED_DIRS = ("/proc/pressure",)  # reclaim and stall times (memory, io, cpu, 
 # Pseudo-terminals: the machine's count of open ptys (`nr`) beside its limits, moved by every sandbox that opens one
 # (each has a devpts instance of its own, the count is the kernel's); seen as an empty folder like `EMPTIED_DIRS`.
 PTY_DIRS = ("/proc/sys/kernel/pty",)
-MEMINFO, STAT, LOADAVG = "/proc/meminfo", "/proc/stat", "/proc/loadavg"
-FIXED = (MEMINFO, STAT, LOADAVG)  # the files a view of fixed text replaces
+MEMINFO, STAT, LOADAVG, UPTIME = "/proc/meminfo", "/proc/stat", "/proc/loadavg", "/proc/uptime"
+FIXED = (MEMINFO, STAT, LOADAVG, UPTIME)  # the files a view of fixed text replaces
 # What Docker shows of /sys (the local sandbox shows none); everything beside these is masked: the container's cgroup,
 # and the CPUs online, possible and present, which the C library counts (`os.cpu_count`), not the CPUs' own folders
 # (their idle times, frequencies and cache statistics move with every sandbox's load)
@@ -79,6 +87,9 @@ def stat_text(machine: str) -> str:
 
 
 LOADAVG_TEXT = "0.00 0.00 0.00 1/1 1\n"  # no load; one process running of one; the last pid given, 1
+# up 10^9 s (past every process's start, so `ps`'s ELAPSED, uptime less start, stays positive), never idle (as the
+# /proc/stat view's CPUs: no time counted)
+UPTIME_TEXT = "1000000000.00 0.00\n"
 
 
 def write_views(folder: Path, megabytes: int) -> dict[str, Path]:
@@ -87,7 +98,7 @@ def write_views(folder: Path, megabytes: int) -> dict[str, Path]:
     or empty folder in `folder`}, for the paths this machine's /proc has (a bind needs its target to exist)."""
     folder.mkdir(mode=0o755, parents=True, exist_ok=True)
     stat = stat_text(Path(STAT).read_text())
-    texts = {MEMINFO: meminfo_text(megabytes), STAT: stat, LOADAVG: LOADAVG_TEXT}
+    texts = {MEMINFO: meminfo_text(megabytes), STAT: stat, LOADAVG: LOADAVG_TEXT, UPTIME: UPTIME_TEXT}
     names = {path: f"{Path(path).name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
              for path, text in texts.items()}
     files = {**{names[path]: text for path, text in texts.items()}, "empty": ""}
