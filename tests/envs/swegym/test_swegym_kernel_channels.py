@@ -45,8 +45,9 @@ CHANCE = 14  # the most bits of 16 a reader may recover
 def config(request, swegym_cache_dir):
     if request.param == "docker":
         docker_client()
+    # one CPU of its own each (off by default): the pair's test of dedicated cores needs it, the others hold either way
     return SandboxConfig(sandbox=request.param, repo_cache_dir=swegym_cache_dir, command_timeout=300,
-                         max_processes=64)
+                         max_processes=64, sandbox_cpus=1)
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ class SandboxConfig:
 
         > Parameters that control the sandbox's CPUs
 
-        sandbox_cpus (`int`, defaults to `1`):
+        sandbox_cpus (`int`, defaults to `0`):
             CPUs each running sandbox holds for itself, no other sandbox of the machine running on them (0: share).
         cpu_wait (`float`, defaults to `600.0`):
             Seconds a sandbox's start waits for its CPUs to come free before it fails (an infrastructure failure).
@@ -134,13 +134,15 @@ class SandboxConfig:
 
     # Parameters that control the sandbox's CPUs
     sandbox_cpus: int = config_field(
-        1, "CPUs each running sandbox holds for itself: no other sandbox of the machine (in any process) runs on them "
+        0, "CPUs each running sandbox holds for itself: no other sandbox of the machine (in any process) runs on them "
            "meanwhile, so another sandbox's load never takes its CPU time (the timing channel between them, "
            "narrowed: the SWE-Gym README, 'Dedicated cores'). Locally its processes "
            "run in a cpuset cgroup of them (as root; else with that CPU affinity, which they may widen: logged "
-           "once), in Docker the container's cpuset. A sandbox waits for free ones at start (cpu_wait). 0: share "
-           "the machine's CPUs (for more concurrent sandboxes than CPUs; the timing channel between them is then "
-           "open: the SWE-Gym README, 'Dedicated cores').", range=Range(ge=0))
+           "once), in Docker the container's cpuset. A sandbox waits for free ones at start (cpu_wait), and an "
+           "environment's holds them for its whole episode, so at most (CPUs / sandbox_cpus) episodes run at once. "
+           "0 (the default): share the machine's CPUs; the timing channel between sandboxes stays open, and it "
+           "stays mostly open with them too where other processes share the CPUs (measured: the SWE-Gym README, "
+           "'Dedicated cores').", range=Range(ge=0))
     cpu_wait: float = config_field(
         600.0, "Seconds a sandbox's start waits for sandbox_cpus CPUs to come free, before any command runs (no "
                "command's or grading's time limit counts it); then SandboxError, an infrastructure failure, never a "
