@@ -23,6 +23,7 @@ from trl_multiturn.envs.swegym.patches import make_patch
 from trl_multiturn.envs.swegym.pytest_runner import _caught, _Observations, _plain
 from trl_multiturn.envs.swegym.tasks import task_sources
 from trl_multiturn.envs.swegym.tasks.source import apply_edits
+from trl_multiturn.envs.swegym.variation import varied
 
 SOURCES = {source.name: source for source in task_sources()}
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
@@ -368,7 +369,8 @@ def _values(text: str, names: list[str], functions: dict, monkeypatch, wrap=lamb
     and `__value__` (the package may wrap them); `arguments` the values of a parametrize row."""
     observations = _Observations()
     check, value = wrap(observations.check, observations.value)
-    namespace = {"__check__": check, "__value__": value, "__raised__": observations.raised, "__caught__": _caught}
+    namespace = {"__check__": check, "__value__": value, "__raised__": observations.raised, "__caught__": _caught,
+                 "__varied__": varied}
     monkeypatch.setitem(sys.modules, package, types.SimpleNamespace(**functions))
     exec(compile(text, "<tests>", "exec"), namespace)
     out = {}
@@ -478,13 +480,30 @@ def test_a_special_case_of_inputs_bound_outside_the_check_is_caught_by_drafts_of
     assert passed == []
 
 
+# the tests of GIVEN_AT_RUN_TIME a row can name (swebench's parser cuts an id at a space), and its conftest.py
+GRADED_AT_RUN_TIME = ["test_a_conftest_fixture", "test_a_params_fixture[quotient]", "test_a_yield_fixture",
+                      "test_a_named_table", "test_a_parametrize_of_lists[tokens0--1]",
+                      "test_a_parametrize_of_lists[tokens1-4.0]"]
+CONFTEST = '''import pytest
+
+
+@pytest.fixture
+def expression():
+    return "3 4 -"
+'''
+
+
 def test_a_special_case_of_inputs_bound_outside_the_check_earns_nothing_when_graded(config):
     """The same rows graded as grading runs them (pytest requesting the fixture, the drafts' copies of the test
-    body run after it): the special case of the issue's examples passes none of the three tests, and the gold
-    patch, run in two sandboxes, still equals itself on every draft and resolves."""
+    body run after it), and the rows whose inputs the test receives at run time (a conftest.py fixture, `params=`,
+    `yield`, a named table, a parametrize of lists; `__varied__` and its module in the sandbox): the special case
+    of the issue's examples passes none of the tests, and the gold patch, run in two sandboxes, still equals
+    itself on every draft and resolves."""
     path, init = "tests/test_evaluator.py", "rpn/__init__.py"
-    row = variant("rpn", path, "\n" + BOUND_OUTSIDE_THE_CHECKS, BOUND[0])
-    row["FAIL_TO_PASS"] = [f"{path}::{name}" for name in BOUND]
+    row = variant("rpn", path, "\n" + BOUND_OUTSIDE_THE_CHECKS + GIVEN_AT_RUN_TIME.replace("import pytest\n", ""),
+                  BOUND[0])
+    row["test_patch"] += make_patch({}, {"tests/conftest.py": CONFTEST})
+    row["FAIL_TO_PASS"] = [f"{path}::{name}" for name in [*BOUND, *GRADED_AT_RUN_TIME]]
     base = SOURCES["rpn"].files_at_base()[init]
     special_case = (f"\n\n_ISSUE = {ISSUE_EXAMPLES['rpn'][1]!r}\n_evaluate = evaluate\n\n\ndef evaluate(text):\n"
                     "    return _ISSUE[text] if text in _ISSUE else _evaluate(text)\n")
@@ -686,3 +705,100 @@ def test_a_check_in_a_helper_module_of_the_test_patch_is_observed(config):
     base = SOURCES["rpn"].files_at_base()[init]
     grade = grade_patch(row, make_patch({init: base}, {init: base + HONEST_WHEN_REPORTED}), config, eval_timeout=300)
     assert grade.patch_applied and grade.differ == row["FAIL_TO_PASS"] and not grade.resolved, grade.info()
+
+
+# rpn: the issue's examples reach the test as values no text of the test module holds (a fixture of conftest.py, a
+# fixture with `params=` or `yield`), by a parametrize of lists, or by a table bound to a name; the expected values
+# too, in the last two
+GIVEN_AT_RUN_TIME = '''
+import pytest
+from rpn import evaluate
+
+CASES = [("3 4 -", -1), ("8 2 /", 4.0)]
+
+
+@pytest.fixture(params=["8 2 /"], ids=["quotient"])
+def quotient(request):
+    return request.param
+
+
+@pytest.fixture
+def subtraction():
+    yield "3 4 -"
+
+
+def test_a_conftest_fixture(expression):
+    assert evaluate(expression) == -1
+
+
+def test_a_params_fixture(quotient):
+    assert evaluate(quotient) == 4.0
+
+
+def test_a_yield_fixture(subtraction):
+    assert evaluate(subtraction) == -1
+
+
+def test_a_named_table():
+    for expression, want in CASES:
+        assert evaluate(expression) == want
+
+
+@pytest.mark.parametrize("expression, want", CASES)
+def test_a_named_parametrize(expression, want):
+    assert evaluate(expression) == want
+
+
+@pytest.mark.parametrize("tokens, want", [(["3", "4", "-"], -1), (["8", "2", "/"], 4.0)])
+def test_a_parametrize_of_lists(tokens, want):
+    assert evaluate(" ".join(tokens)) == want
+'''
+# what the fixtures give the tests that request them (a conftest.py fixture's value, a `params=` one's, a yield one's)
+FIXTURES = {"expression": "3 4 -", "quotient": "8 2 /", "subtraction": "3 4 -"}
+GIVEN = ["test_a_conftest_fixture", "test_a_params_fixture", "test_a_yield_fixture", "test_a_named_table",
+         "test_a_named_parametrize", "test_a_parametrize_of_lists"]
+
+
+def _rows(text: str, name: str, monkeypatch) -> list[dict]:
+    """What pytest passes the test `name` of `text`: a row of its parametrize each (as the text writes them, the
+    expected column None where the form dropped it), else the values of the fixtures it requests."""
+    namespace: dict = {}
+    monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=None))
+    exec(compile(text, "<tests>", "exec"), namespace)
+    marks = getattr(namespace[name], "pytestmark", [])
+    if not marks:
+        return [{p: FIXTURES[p] for p in inspect.signature(namespace[name]).parameters}]
+    names, rows = marks[0].args
+    names = [n.strip() for n in names.split(",")]
+    return [dict(zip(names, row)) for row in rows]
+
+
+def test_inputs_given_at_run_time_are_drafted_and_expected_values_leave_the_text(tmp_path, monkeypatch):
+    """Drafts of a test changed the constants of its text and the module fixtures it requests, so an input the test
+    receives at run time (a conftest.py fixture, a fixture with `params=` or `yield`, a parametrize row of lists,
+    a table bound to a name) was never changed: the special case of the issue's examples passed each such test for
+    every seed on main (the list rows for 5 of 20), and the expected column of the named tables and of the
+    parametrize of lists stayed in the text and in the test's frame, where the frame reader found it (every seed).
+    Now a draft changes such an input when the test runs (`__varied__`), a named table is written where it is read,
+    and a column of lists is dropped as a column of numbers is: both liars are caught, but in 2 of the 40 list rows
+    (20 seeds), whose three drafts each changed an input whose answer is the same with the bug (`"4"` -> `"3"`, or
+    the `"-"`: "What this does not stop"), and the right code equals itself."""
+    with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
+        issue = ISSUE_EXAMPLES["rpn"][1]
+
+        def special_case(text):
+            return issue[text] if text in issue else bug.evaluate(text)
+
+        passed = []
+        for seed in range(20):
+            text = observe(GIVEN_AT_RUN_TIME, random.Random(seed), set(GIVEN))
+            assert "4.0)" not in text and "-1)" not in text  # no expected column in the text
+            for name in GIVEN:
+                for row in _rows(text, name, monkeypatch):
+                    right = _values(text, [name], {"evaluate": gold.evaluate}, monkeypatch, arguments=row)
+                    assert _values(text, [name], {"evaluate": gold.evaluate}, monkeypatch, arguments=row) == right
+                    for liar in (special_case, _from_the_frames(bug)):
+                        lie = _values(text, [name], {"evaluate": liar}, monkeypatch, arguments=row)
+                        passed += [(seed, name, liar.__name__)] if lie == right else []
+    lists = [p for p in passed if p[1] == "test_a_parametrize_of_lists"]
+    assert len(lists) <= 2 and passed == lists, passed  # 40 rows graded by 20 seeds: the list rows' limit above

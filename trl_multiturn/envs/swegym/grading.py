@@ -372,6 +372,7 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
                 sandbox.write_file(path, texts[path])
             token = secrets.token_hex(16)
             sandbox.write_scratch("pytest_runner.py", RUNNER.read_text())
+            sandbox.write_scratch("variation.py", RUNNER.with_name("variation.py").read_text())
             sandbox.write_scratch("token", token)
             sandbox.write_scratch("audit.json", json.dumps(audit))
             script = run_script(sandbox.workdir, assignments, python, sandbox.scratch_dir, pytest_args, files)
