@@ -539,6 +539,7 @@ class _Observe(ast.NodeTransformer):
         table = _Table.of(node)
         if table is None or not self.functions:
             self.generic_visit(node)
+            node.body[:0] = self._bound(node.target)  # a computed iterable's items, where a decision reads them
             return node
         outside = self.loads - _loads(node)
         outer, self.names = self.names, self.names | set(table.names)
@@ -612,6 +613,26 @@ class _Observe(ast.NodeTransformer):
 
     visit_AnnAssign = visit_Assign
 
+    def _bound(self, target: ast.expr | None) -> list[ast.stmt]:
+        """`__value__(name)` for each name `target` binds (a loop's, a `with ... as`'s) that decides a branch or an
+        assert left as written (`_decisive`): reported where it is bound, as an assignment's value is
+        (`visit_Assign`)."""
+        if not self.functions or target is None:
+            return []
+        names = sorted({n.id for n in ast.walk(target) if isinstance(n, ast.Name)} & self.decisive)
+        return [ast.Expr(_call(VALUE, ast.Name(id=name, ctx=ast.Load()))) for name in names]
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler):
+        """`except E as error`, where `error` decides a branch or an assert left as written: its type and its
+        arguments are reported where it is bound (an exception's value is its type alone, `pytest_runner._plain`,
+        and what the code put in it decided)."""
+        self.generic_visit(node)
+        if node.name and self._bound(ast.Name(id=node.name, ctx=ast.Load())):
+            error = ast.Name(id=node.name, ctx=ast.Load())
+            node.body.insert(0, ast.Expr(_call(VALUE, ast.Tuple(elts=[error, ast.Attribute(
+                value=error, attr="args", ctx=ast.Load())], ctx=ast.Load()))))
+        return node
+
     def _observed(self, checks: list[tuple[ast.expr, str | None]], drafted: bool = True) -> list[ast.stmt]:
         """`__check__(lambda: check[, relation])` for each of `checks` (an expression and what it was checked by,
         `_checks`), with its drafts in a FAIL_TO_PASS test."""
@@ -638,6 +659,7 @@ class _Observe(ast.NodeTransformer):
             for item in node.items:  # `with pytest.warns(W):` reports the warnings its body gave (`__warned__`)
                 item.context_expr = _warns_block(item) or item.context_expr
             self.generic_visit(node)
+            node.body[:0] = [s for item in node.items if item.optional_vars for s in self._bound(item.optional_vars)]
             return node
         item, error = node.items[0], "__grading_error__"
         raises = item.context_expr
