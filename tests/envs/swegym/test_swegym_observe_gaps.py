@@ -479,8 +479,8 @@ def test_a_special_case_of_inputs_bound_outside_the_check_is_caught_by_drafts_of
 
 
 # the tests of GIVEN_AT_RUN_TIME a row can name (swebench's parser cuts an id at a space), and its conftest.py
-GRADED_AT_RUN_TIME = ["test_a_conftest_fixture", "test_a_params_fixture[quotient]", "test_a_yield_fixture",
-                      "test_a_named_table", "test_a_parametrize_of_lists[tokens0--1]",
+GRADED_AT_RUN_TIME = ["test_a_module_constant", "test_a_conftest_fixture", "test_a_params_fixture[quotient]",
+                      "test_a_yield_fixture", "test_a_named_table", "test_a_parametrize_of_lists[tokens0--1]",
                       "test_a_parametrize_of_lists[tokens1-4.0]"]
 CONFTEST = '''import pytest
 
@@ -705,14 +705,19 @@ def test_a_check_in_a_helper_module_of_the_test_patch_is_observed(config):
     assert grade.patch_applied and grade.differ == row["FAIL_TO_PASS"] and not grade.resolved, grade.info()
 
 
-# rpn: the issue's examples reach the test as values no text of the test module holds (a fixture of conftest.py, a
-# fixture with `params=` or `yield`), by a parametrize of lists, or by a table bound to a name; the expected values
-# too, in the last two
+# rpn: the issue's examples reach the test as values no text of the test's body holds (a module constant, a fixture
+# of conftest.py, a fixture with `params=` or `yield`), by a parametrize of lists, or by a table bound to a name; the
+# expected values too, in the last two
 GIVEN_AT_RUN_TIME = '''
 import pytest
 from rpn import evaluate
 
 CASES = [("3 4 -", -1), ("8 2 /", 4.0)]
+SUBTRACTION = "3 4 -"
+
+
+def test_a_module_constant():
+    assert evaluate(SUBTRACTION) == -1
 
 
 @pytest.fixture(params=["8 2 /"], ids=["quotient"])
@@ -753,8 +758,8 @@ def test_a_parametrize_of_lists(tokens, want):
 '''
 # what the fixtures give the tests that request them (a conftest.py fixture's value, a `params=` one's, a yield one's)
 FIXTURES = {"expression": "3 4 -", "quotient": "8 2 /", "subtraction": "3 4 -"}
-GIVEN = ["test_a_conftest_fixture", "test_a_params_fixture", "test_a_yield_fixture", "test_a_named_table",
-         "test_a_named_parametrize", "test_a_parametrize_of_lists"]
+GIVEN = ["test_a_module_constant", "test_a_conftest_fixture", "test_a_params_fixture", "test_a_yield_fixture",
+         "test_a_named_table", "test_a_named_parametrize", "test_a_parametrize_of_lists"]
 
 
 def _rows(text: str, name: str, monkeypatch) -> list[dict]:
@@ -772,15 +777,16 @@ def _rows(text: str, name: str, monkeypatch) -> list[dict]:
 
 
 def test_inputs_given_at_run_time_are_drafted_and_expected_values_leave_the_text(tmp_path, monkeypatch):
-    """Drafts of a test changed the constants of its text and the module fixtures it requests, so an input the test
-    receives at run time (a conftest.py fixture, a fixture with `params=` or `yield`, a parametrize row of lists,
-    a table bound to a name) was never changed: the special case of the issue's examples passed each such test for
-    every seed on main (the list rows for 5 of 20), and the expected column of the named tables and of the
-    parametrize of lists stayed in the text and in the test's frame, where the frame reader found it (every seed).
-    Now a draft changes such an input when the test runs (`__varied__`), a named table is written where it is read,
-    and a column of lists is dropped as a column of numbers is: both liars are caught, but in 2 of the 40 list rows
-    (20 seeds), whose three drafts each changed an input whose answer is the same with the bug (`"4"` -> `"3"`, or
-    the `"-"`: "What this does not stop"), and the right code equals itself."""
+    """Drafts of a test changed the constants of its body and the module fixtures it requests, so an input the test
+    reads from a module constant or receives at run time (a conftest.py fixture, a fixture with `params=` or
+    `yield`, a parametrize row of lists, a table bound to a name) was never changed: the special case of the
+    issue's examples passed each such test for every seed on main (the list rows for 5 of 20), and the expected
+    column of the named tables and of the parametrize of lists stayed in the text and in the test's frame, where
+    the frame reader found it (every seed). Now a draft changes such an input when the test runs (`__varied__`),
+    a named table or an immutable module constant is written where it is read, and a column of lists is dropped
+    as a column of numbers is: both liars are caught for every seed and row (1 row of 800 over 100 other seeds:
+    three drafts that each made the two operands equal, `"8 2 /"` -> `"2 2 /"`, the constant row of "What this
+    does not stop"), and the right code equals itself."""
     with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
         issue = ISSUE_EXAMPLES["rpn"][1]
 
@@ -798,8 +804,7 @@ def test_inputs_given_at_run_time_are_drafted_and_expected_values_leave_the_text
                     for liar in (special_case, _from_the_frames(bug)):
                         lie = _values(text, [name], {"evaluate": liar}, monkeypatch, arguments=row)
                         passed += [(seed, name, liar.__name__)] if lie == right else []
-    lists = [p for p in passed if p[1] == "test_a_parametrize_of_lists"]
-    assert len(lists) <= 2 and passed == lists, passed  # 40 rows graded by 20 seeds: the list rows' limit above
+    assert passed == [], passed
 
 
 # rpn: a value bound otherwise than by an assignment (a loop over a computed iterable, `with ... as`, `except ... as`)
@@ -839,3 +844,22 @@ def test_a_value_bound_by_a_loop_a_with_or_an_except_that_decides_is_reported(tm
     it. Such a value is reported where it is bound (an exception's arguments too)."""
     names = ["test_bound_by_a_loop", "test_bound_by_a_with", "test_bound_by_an_except"]
     _decisions_are_reported(DECIDED_BY_OTHER_BINDINGS, names, set(), tmp_path, monkeypatch)
+
+
+def test_a_module_of_the_base_suite_the_tests_import_is_observed():
+    """A check in a helper of the base commit's suite (`tests/helpers.py`, not written by the test patch) that the
+    hidden test calls ran as written: the shape of the test patch's helper, which the liar that wraps the reporting
+    builtins resolved rpn with before wave 9 (`test_a_check_in_a_helper_module_of_the_test_patch_is_observed`, where
+    observing the module stops it; no shipped task's base has a helper, so this row is not graded). Now grading
+    observes every module of the suite under a test file's folder that
+    the tests import, directly or through another (by name), and no module of the package, conftest.py, or a
+    module nothing imports."""
+    from trl_multiturn.envs.swegym.grading import helper_modules
+
+    sources = {"tests/test_evaluator.py": "from helpers import check_evaluates\nimport tests.more\n",
+               "tests/helpers.py": "from util.checks import near\n", "tests/util/__init__.py": "",
+               "tests/util/checks.py": "def near(a, b):\n    assert abs(a - b) < 1e-9\n", "tests/more.py": "",
+               "tests/unused.py": "", "tests/conftest.py": "", "rpn/helpers.py": "", "tests/data/broken.py": "def"}
+    row = {"test_patch": make_patch({}, {"tests/test_evaluator.py": sources["tests/test_evaluator.py"]})}
+    chosen = helper_modules(row, ["tests/test_evaluator.py"], sorted(sources), sources.__getitem__)
+    assert sorted(chosen) == ["tests/helpers.py", "tests/more.py", "tests/util/__init__.py", "tests/util/checks.py"]

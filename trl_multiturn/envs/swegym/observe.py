@@ -217,6 +217,31 @@ def _tables(tree: ast.Module, names: frozenset[str]) -> dict[str, ast.expr]:
     return {name: bound[0] for name, bound in values.items() if len(bound) == 1}
 
 
+class _Inlined(ast.NodeTransformer):
+    """Write, in every function, each name of `tables` bound to an immutable literal (a str, a number, None, a
+    tuple of those: `SUBTRACTION = "3 4 -"`) where it is read, so that a check or the body it is read in holds the
+    constant, which drafts change (a module constant is in no body). Not a list, dict or set: a test may hand one
+    to code that fills it, and a copy at each read would lose that."""
+
+    def __init__(self, tables: dict[str, ast.expr]):
+        self.tables = {name: value for name, value in tables.items() if not any(
+            isinstance(n, (ast.List, ast.Dict, ast.Set)) for n in ast.walk(value))}
+        self.functions = 0
+
+    def visit_FunctionDef(self, node):
+        self.functions += 1
+        self.generic_visit(node)
+        self.functions -= 1
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Name(self, node: ast.Name):
+        if self.functions and isinstance(node.ctx, ast.Load) and node.id in self.tables:
+            return copy.deepcopy(self.tables[node.id])
+        return node
+
+
 class _DeadData(ast.NodeTransformer):
     """Drop the assignments of data names nothing reads any more (their values were expected sides)."""
 
@@ -801,7 +826,9 @@ def observe(source: str, rng: random.Random, drafted: set[str], drafts: int = 3)
         return source
     tree.body = [s for s in _docstring_free(tree.body)]
     names = _data_names(tree)
-    tree = _Observe(rng, drafts, drafted, names, _fixtures(tree), _tables(tree, names)).visit(tree)
+    tables = _tables(tree, names)
+    tree = _Inlined(tables).visit(tree)
+    tree = _Observe(rng, drafts, drafted, names, _fixtures(tree), tables).visit(tree)
     read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     tree = ast.fix_missing_locations(_DeadData(set(names) - read).visit(tree))
     return ast.unparse(tree) + "\n"

@@ -68,14 +68,22 @@ def _replaced(value, path: tuple, leaf):
 
 def varied(value, seed: int):
     """`value` with one of its int, float or str leaves (itself, or an item of its lists, tuples and dict values,
-    at any depth up to `_DEPTH`) changed by `changed`, the leaf and the change drawn by `seed`. LookupError where it
+    at any depth up to `_DEPTH`; a str with a letter or digit, or a number, where it has one) changed by `changed`,
+    the leaf and the change drawn by `seed`. LookupError where it
     has none (an object the test works on, `tmp_path`, None): that draft is not run."""
-    leaves = list(_leaves(value))
+    leaves = {path: _at(value, path) for path in _leaves(value)}
     if not leaves:
         raise LookupError(f"no int, float or str to change in a {type(value).__qualname__}")
+    # a number, or a str with a letter or digit, where there is one: as `changed` keeps to those within a str, a
+    # separator or operator alone (`"-"` of `["3", "4", "-"]`) changes into an input every version rejects alike
+    telling = [path for path, leaf in leaves.items() if type(leaf) is not str or any(
+        c in kind for c in leaf for kind in _KINDS)]
     rng = random.Random(seed)
-    path = rng.choice(leaves)
-    leaf = value
+    path = rng.choice(telling or list(leaves))
+    return _replaced(value, path, changed(leaves[path], rng))
+
+
+def _at(value, path: tuple):
     for key in path:
-        leaf = leaf[key]
-    return _replaced(value, path, changed(leaf, rng))
+        value = value[key]
+    return value
