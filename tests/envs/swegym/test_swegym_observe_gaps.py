@@ -863,3 +863,34 @@ def test_a_module_of_the_base_suite_the_tests_import_is_observed():
     row = {"test_patch": make_patch({}, {"tests/test_evaluator.py": sources["tests/test_evaluator.py"]})}
     chosen = helper_modules(row, ["tests/test_evaluator.py"], sorted(sources), sources.__getitem__)
     assert sorted(chosen) == ["tests/helpers.py", "tests/more.py", "tests/util/__init__.py", "tests/util/checks.py"]
+
+
+# rpn: inputs and expected values as class attributes, read through `self`
+CLASS_ATTRIBUTES = '''
+from rpn import evaluate
+
+
+class TestOrder:
+    EXPRESSION = "3 4 -"
+    EXPECTED = -1
+
+    def test_subtraction(self):
+        assert evaluate(self.EXPRESSION) == self.EXPECTED
+'''
+
+
+def test_a_class_attribute_read_through_self_stays_in_the_text(tmp_path, monkeypatch):
+    """A class attribute bound to a literal counted as data, read by no name, so its assignment went: `self.EXPRESSION`
+    then raised AttributeError in both runs, before the package was called, and the base code (a comment-only patch)
+    reported the gold patch's values. A name read as an attribute anywhere is not data."""
+    text = observe(CLASS_ATTRIBUTES, random.Random(0), {"TestOrder::test_subtraction"})
+    with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
+        digests = []
+        for code in (bug, gold, gold):
+            observations = _Observations()
+            namespace = {"__check__": observations.check, "__value__": observations.value, "__varied__": varied}
+            monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=code.evaluate))
+            exec(compile(text, "<tests>", "exec"), namespace)
+            namespace["TestOrder"]().test_subtraction()
+            digests.append(observations.take())
+    assert digests[0] != digests[1] == digests[2]

@@ -183,15 +183,18 @@ def _is_literal(node: ast.expr) -> bool:
 
 def _data_names(tree: ast.Module) -> frozenset[str]:
     """The names whose every binding in the module is `NAME = <literal>` (`EXPECTED = {...}`, `expected = [1, 2]`)
-    and that nothing changes in place (no attribute, method or item of theirs is used: `calls.append(x)`): on the
-    expected side of a check they are data, and their assignment goes once nothing else reads them. An object
-    made by a class (`cache = LRUCache(2)`) is not: it is what the test works on."""
+    and that nothing changes in place (no attribute, method or item of theirs is used: `calls.append(x)`) or
+    reads as an attribute (`self.EXPRESSION` of a class attribute, which no name reads): on the expected side of a
+    check they are data, and their assignment goes once nothing else reads them. An object made by a class (`cache
+    = LRUCache(2)`) is not: it is what the test works on."""
     data, bindings = Counter(), Counter()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             data[node.targets[0].id] += _is_literal(node.value)
         if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.value, ast.Name):
             bindings[node.value.id] += 1  # used in place: never counts as data
+        if isinstance(node, ast.Attribute):
+            bindings[node.attr] += 1  # read as an attribute (`self.EXPRESSION` of a class attribute): not data
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             bindings[node.id] += 1
         elif isinstance(node, ast.arg):
