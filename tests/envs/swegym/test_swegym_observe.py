@@ -14,6 +14,7 @@ from trl_multiturn.envs.swegym.observe import function_name, is_data, observe
 from trl_multiturn.envs.swegym.pytest_runner import _Observations, _plain
 from trl_multiturn.envs.swegym.tasks import task_sources
 from trl_multiturn.envs.swegym.tasks.source import apply_edits
+from trl_multiturn.envs.swegym.variation import varied
 
 RIGHT = '''
 class Version:
@@ -167,7 +168,7 @@ def _run(text: str, implementation: str, names: list[str] = NAMES) -> dict[str, 
     """The tests `names` of `text` run against `implementation`: {name: the runner's record (count, digest)}."""
     observations = _Observations()
     namespace = {"__check__": observations.check, "__value__": observations.value,
-                 "__raised__": observations.raised}
+                 "__raised__": observations.raised, "__varied__": varied}
     exec(compile(implementation, "<package>", "exec"), namespace)
     exec(compile(text, "<tests>", "exec"), namespace)
     out = {}

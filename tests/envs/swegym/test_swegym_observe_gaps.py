@@ -495,8 +495,9 @@ def test_a_special_case_of_inputs_bound_outside_the_check_earns_nothing_when_gra
     """The same rows graded as grading runs them (pytest requesting the fixture, the drafts' copies of the test
     body run after it), and the rows whose inputs the test receives at run time (a conftest.py fixture, `params=`,
     `yield`, a named table, a parametrize of lists; `__varied__` and its module in the sandbox): the special case
-    of the issue's examples passes none of the tests, and the gold patch, run in two sandboxes, still equals
-    itself on every draft and resolves."""
+    of the issue's examples passes none of the tests (at most one: each of the nine misses it when its three drafts,
+    drawn anew each grading, all change an input whose answer the bug shares, about 1 in 100 for `"3 4 -"` in
+    process), and the gold patch, run in two sandboxes, still equals itself on every draft and resolves."""
     path, init = "tests/test_evaluator.py", "rpn/__init__.py"
     row = variant("rpn", path, "\n" + BOUND_OUTSIDE_THE_CHECKS + GIVEN_AT_RUN_TIME.replace("import pytest\n", ""),
                   BOUND[0])
@@ -506,7 +507,7 @@ def test_a_special_case_of_inputs_bound_outside_the_check_earns_nothing_when_gra
     special_case = (f"\n\n_ISSUE = {ISSUE_EXAMPLES['rpn'][1]!r}\n_evaluate = evaluate\n\n\ndef evaluate(text):\n"
                     "    return _ISSUE[text] if text in _ISSUE else _evaluate(text)\n")
     grade = grade_patch(row, make_patch({init: base}, {init: base + special_case}), config, eval_timeout=300)
-    assert grade.patch_applied and grade.f2p_passed == 0, grade.info()
+    assert grade.patch_applied and grade.f2p_passed <= 1 and not grade.resolved, grade.info()
     grade = grade_patch(row, row["patch"], config, eval_timeout=300)
     assert grade.resolved and grade.differ == [], grade.info()
 
@@ -705,19 +706,25 @@ def test_a_check_in_a_helper_module_of_the_test_patch_is_observed(config):
     assert grade.patch_applied and grade.differ == row["FAIL_TO_PASS"] and not grade.resolved, grade.info()
 
 
-# rpn: the issue's examples reach the test as values no text of the test's body holds (a module constant, a fixture
-# of conftest.py, a fixture with `params=` or `yield`), by a parametrize of lists, or by a table bound to a name; the
-# expected values too, in the last two
+# rpn: the issue's examples reach the test as values no text of the test's body holds (a module constant, a table built
+# by code, a fixture of conftest.py, a fixture with `params=` or `yield`), by a parametrize of lists, or by a table
+# bound to a name; the expected values too, in the last two
 GIVEN_AT_RUN_TIME = '''
 import pytest
 from rpn import evaluate
 
 CASES = [("3 4 -", -1), ("8 2 /", 4.0)]
 SUBTRACTION = "3 4 -"
+BUILT = [(" ".join([a, b, op]), want) for a, b, op, want in [("3", "4", "-", -1)]]
 
 
 def test_a_module_constant():
     assert evaluate(SUBTRACTION) == -1
+
+
+def test_a_table_built_by_code():
+    for expression, want in BUILT:
+        assert evaluate(expression) == want
 
 
 @pytest.fixture(params=["8 2 /"], ids=["quotient"])
@@ -758,8 +765,8 @@ def test_a_parametrize_of_lists(tokens, want):
 '''
 # what the fixtures give the tests that request them (a conftest.py fixture's value, a `params=` one's, a yield one's)
 FIXTURES = {"expression": "3 4 -", "quotient": "8 2 /", "subtraction": "3 4 -"}
-GIVEN = ["test_a_module_constant", "test_a_conftest_fixture", "test_a_params_fixture", "test_a_yield_fixture",
-         "test_a_named_table", "test_a_named_parametrize", "test_a_parametrize_of_lists"]
+GIVEN = ["test_a_module_constant", "test_a_table_built_by_code", "test_a_conftest_fixture", "test_a_params_fixture",
+         "test_a_yield_fixture", "test_a_named_table", "test_a_named_parametrize", "test_a_parametrize_of_lists"]
 
 
 def _rows(text: str, name: str, monkeypatch) -> list[dict]:
@@ -778,15 +785,18 @@ def _rows(text: str, name: str, monkeypatch) -> list[dict]:
 
 def test_inputs_given_at_run_time_are_drafted_and_expected_values_leave_the_text(tmp_path, monkeypatch):
     """Drafts of a test changed the constants of its body and the module fixtures it requests, so an input the test
-    reads from a module constant or receives at run time (a conftest.py fixture, a fixture with `params=` or
-    `yield`, a parametrize row of lists, a table bound to a name) was never changed: the special case of the
-    issue's examples passed each such test for every seed on main (the list rows for 5 of 20), and the expected
-    column of the named tables and of the parametrize of lists stayed in the text and in the test's frame, where
-    the frame reader found it (every seed). Now a draft changes such an input when the test runs (`__varied__`),
-    a named table or an immutable module constant is written where it is read, and a column of lists is dropped
-    as a column of numbers is: both liars are caught for every seed and row (1 row of 800 over 100 other seeds:
-    three drafts that each made the two operands equal, `"8 2 /"` -> `"2 2 /"`, the constant row of "What this
-    does not stop"), and the right code equals itself."""
+    reads from the module (a constant, a table built by code) or receives at run time (a conftest.py fixture, a
+    fixture with `params=` or `yield`, a parametrize row of lists, a table bound to a name) was never changed: the
+    special case of the issue's examples passed each such test for every seed on main (the list rows for 5 of 20),
+    and the expected column of the named tables and of the parametrize of lists stayed in the text and in the
+    test's frame, where the frame reader found it (every seed). Now a draft changes such an input, or a value of
+    the module the body reads, when the test runs (`__varied__`), a named table or an immutable module constant is
+    written where it is read, and a column of lists is dropped as a column of numbers is: both liars are caught
+    for every seed and row (2 rows of 1,800 over 200 other seeds: three drafts that each made the two operands
+    equal, `"3 4 -"` -> `"3 3 -"`, the constant row of "What this does not stop"), and the right code equals
+    itself. But a table built by code at module level, whose value is varied as a whole: a draft changes its
+    expected column as often as its input, so the special case passes it in 36 of 200 seeds (on main every seed);
+    the frame reader in none."""
     with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
         issue = ISSUE_EXAMPLES["rpn"][1]
 
@@ -796,7 +806,7 @@ def test_inputs_given_at_run_time_are_drafted_and_expected_values_leave_the_text
         passed = []
         for seed in range(20):
             text = observe(GIVEN_AT_RUN_TIME, random.Random(seed), set(GIVEN))
-            assert "4.0)" not in text and "-1)" not in text  # no expected column in the text
+            assert "4.0)" not in text and "CASES" not in text  # no expected column in the text (but the built one)
             for name in GIVEN:
                 for row in _rows(text, name, monkeypatch):
                     right = _values(text, [name], {"evaluate": gold.evaluate}, monkeypatch, arguments=row)
@@ -804,7 +814,8 @@ def test_inputs_given_at_run_time_are_drafted_and_expected_values_leave_the_text
                     for liar in (special_case, _from_the_frames(bug)):
                         lie = _values(text, [name], {"evaluate": liar}, monkeypatch, arguments=row)
                         passed += [(seed, name, liar.__name__)] if lie == right else []
-    assert passed == [], passed
+    built = [p for p in passed if p[1:] == ("test_a_table_built_by_code", "special_case")]
+    assert len(built) <= 8 and passed == built, passed  # the built table: its limit above
 
 
 # rpn: a value bound otherwise than by an assignment (a loop over a computed iterable, `with ... as`, `except ... as`)

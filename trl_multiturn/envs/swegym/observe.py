@@ -208,6 +208,14 @@ def _data_names(tree: ast.Module) -> frozenset[str]:
     return frozenset(name for name, count in data.items() if count and count == bindings[name])
 
 
+def _assigned(tree: ast.Module) -> set[str]:
+    """The names the module's own statements bind by an assignment (`CASES = build_cases()`, `BASE = {...}`): values
+    a test may read as inputs; not its functions, classes or imports."""
+    return {n.id for statement in tree.body if isinstance(statement, (ast.Assign, ast.AnnAssign))
+            for target in (statement.targets if isinstance(statement, ast.Assign) else [statement.target])
+            for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
 def _tables(tree: ast.Module, names: frozenset[str]) -> dict[str, ast.expr]:
     """The data names (`_data_names`) bound once, by the literal they are bound to: a table a loop or a parametrize
     reads by name (`CASES = [("3 4 -", -1), ...]`) is written there instead (`_Table`, `_Columns`), and the
@@ -465,9 +473,10 @@ def _fixtures(tree: ast.Module) -> dict[tuple[str, str], ast.FunctionDef]:
 
 class _Observe(ast.NodeTransformer):
     def __init__(self, rng: random.Random, drafts: int, drafted: set[str], names: frozenset[str],
-                 fixtures: dict[tuple[str, str], ast.FunctionDef], tables: dict[str, ast.expr]):
+                 fixtures: dict[tuple[str, str], ast.FunctionDef], tables: dict[str, ast.expr], module: set[str]):
         self.rng, self.drafts, self.drafted, self.names, self.fixtures = rng, drafts, drafted, names, fixtures
         self.tables = tables  # the data names bound once, by their literal (`_tables`)
+        self.globals = module  # the names the module binds by an assignment (`_assigned`)
         self.scope: list[str] = []  # the names of the classes and functions the visit is in
         self.functions = 0  # how many functions deep
         self.draft = False
@@ -517,7 +526,8 @@ class _Observe(ast.NodeTransformer):
         receives when it runs (a fixture of conftest.py, one with `params=` or `yield`, a parametrize row of any
         values): copies of its body (`original`) run after it, each with one constant outside the checks changed
         (or a list reversed), in the body or in the body of a fixture of the module the test requests (run again for
-        that draft, its value passed for the fixture's), and, for each other parameter the body reads, `drafts`
+        that draft, its value passed for the fixture's), and, for each other parameter the body reads and each
+        value of the module it reads (a name the module binds by an assignment: `CASES = build_cases()`), `drafts`
         copies given its value changed when the test runs (`__varied__`: one int, float or str in it, drawn by a
         seed written here, `variation.varied`; a value with none, an object the test works on, runs no copy); each
         copy is a function of the test's parameters, `__check__` reports what it returns or raises, and its checks
@@ -529,6 +539,9 @@ class _Observe(ast.NodeTransformer):
         body, every = self._plain(original), set(parameters)
         used = _loads(ast.Module(body=body, type_ignores=[]))
         parameters = [p for p in parameters if used[p]]  # not a dropped parametrize column: its values went
+        local = every | {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        local |= {name for n in ast.walk(node) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+        inputs = parameters + sorted(name for name in self.globals if used[name] and name not in local)
         fixtures = {}
         for parameter in parameters:
             fixture = self.fixtures.get((self.scope[-2] if len(self.scope) > 1 else "", parameter)) or \
@@ -536,23 +549,23 @@ class _Observe(ast.NodeTransformer):
             if fixture is not None and set(_parameters(fixture)) <= every:
                 fixtures[parameter] = _function(f"__{parameter}__", _parameters(fixture),
                                                 self._plain(_docstring_free(fixture.body)))
-        plain = ast.Module(body=[_function("__draft__", parameters, body), *fixtures.values()], type_ignores=[])
+        plain = ast.Module(body=[_function("__draft__", inputs, body), *fixtures.values()], type_ignores=[])
         drafts = []  # (the copy of the body, the functions it needs, the arguments passed instead of the test's)
         for draft in _drafts(plain, self.drafts, self.rng, walk=_inputs):
             function, *defined = draft.body
             redone = {p: f for p, f, was in zip(fixtures, defined, fixtures.values()) if ast.dump(f) != ast.dump(was)}
             drafts.append((function, list(redone.values()), {p: _call(f.name, *(
                 ast.Name(id=a.arg, ctx=ast.Load()) for a in f.args.args)) for p, f in redone.items()}))
-        for parameter in parameters:
-            if parameter not in fixtures and parameter != "self":
-                drafts += [(copy.deepcopy(plain.body[0]), [], {parameter: _call(
-                    VARIED, ast.Name(id=parameter, ctx=ast.Load()), ast.Constant(self.rng.randrange(2 ** 32)))})
+        for name in inputs:
+            if name not in fixtures and name != "self":
+                drafts += [(copy.deepcopy(plain.body[0]), [], {name: _call(
+                    VARIED, ast.Name(id=name, ctx=ast.Load()), ast.Constant(self.rng.randrange(2 ** 32)))})
                     for _ in range(self.drafts)]
         out = []
         for function, defined, replaced in drafts:
             run = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
                              body=_call(function.name, *(replaced.get(p, ast.Name(id=p, ctx=ast.Load()))
-                                                         for p in parameters)))
+                                                         for p in inputs)))
             out += [function, *defined, ast.Expr(_call(CHECK, run))]
         return out
 
@@ -831,7 +844,7 @@ def observe(source: str, rng: random.Random, drafted: set[str], drafts: int = 3)
     names = _data_names(tree)
     tables = _tables(tree, names)
     tree = _Inlined(tables).visit(tree)
-    tree = _Observe(rng, drafts, drafted, names, _fixtures(tree), tables).visit(tree)
+    tree = _Observe(rng, drafts, drafted, names, _fixtures(tree), tables, _assigned(tree)).visit(tree)
     read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     tree = ast.fix_missing_locations(_DeadData(set(names) - read).visit(tree))
     return ast.unparse(tree) + "\n"
