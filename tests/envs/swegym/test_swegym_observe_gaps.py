@@ -801,7 +801,7 @@ def test_inputs_given_at_run_time_are_drafted_and_expected_values_leave_the_text
             return issue[text] if text in issue else bug.evaluate(text)
 
         passed = []
-        for seed in range(20):
+        for seed in range(10):
             text = observe(GIVEN_AT_RUN_TIME, random.Random(seed), set(GIVEN))
             assert "4.0)" not in text and "CASES" not in text  # no expected column in the text (but the built one)
             for name in GIVEN:
@@ -812,7 +812,7 @@ def test_inputs_given_at_run_time_are_drafted_and_expected_values_leave_the_text
                         lie = _values(text, [name], {"evaluate": liar}, monkeypatch, arguments=row)
                         passed += [(seed, name, liar.__name__)] if lie == right else []
     built = [p for p in passed if p[1:] == ("test_a_table_built_by_code", "special_case")]
-    assert len(built) <= 8 and passed == built, passed  # the built table: its limit above
+    assert len(built) <= 5 and passed == built, passed  # the built table: its limit above
 
 
 # rpn: a value bound otherwise than by an assignment (a loop over a computed iterable, `with ... as`, `except ... as`)
