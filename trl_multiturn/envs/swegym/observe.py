@@ -56,8 +56,9 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   after its body, `drafts` copies of the body (and one with a list reversed), each with one constant outside the
   checks changed, in the body or in the body of a fixture the test requests (run again for that draft:
   `@pytest.fixture` functions of the module or the test's class, no `params=`, no `yield`, whose own parameters
-  the test requests too), and, for each other parameter the body reads (not a dropped column), `drafts` copies
-  given its value changed as the test runs (`__varied__(expression, seed)`: one int, float or str in it, at any
+  the test requests too), and, for each other parameter the body reads (not a dropped column) and each value the
+  module binds by an assignment that the body reads (`CASES = build_cases()`), `drafts` copies given its value
+  changed as the test runs (`__varied__(expression, seed)`: one int, float or str in it, at any
   depth of its lists, tuples and dicts, changed as a constant of the text is, `variation.varied`; a value with
   none, such as `tmp_path`, runs no copy); each copy is a function of the test's parameters, run after the
   original body (whose outcome its state cannot change), and `__check__` reports what it returns or raises, its
@@ -67,7 +68,10 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   as written, and the calls in it report their values (`__value__`); any other `if` (a branch raising another
   exception, which may be a skip, or doing more) stays, and its condition's calls report their values;
   a value bound to a name that such a condition or assert reads reports its value where it is bound
-  (`got = __value__(evaluate(x))`): none decides by a value no report shows;
+  (`got = __value__(evaluate(x))`; by a loop or a `with ... as`, at the top of its body; by an `except ... as`,
+  with its arguments): none decides by a value no report shows;
+- a name bound once to an immutable literal (`SUBTRACTION = "3 4 -"` at module level) is written wherever a
+  function reads it (`_Inlined`), so the check or body that reads it holds the constant its drafts change;
 - docstrings, comments and assert messages are dropped (they may state the expected values).
 
 The verdict does not depend on telling a draft from the original: every reported value is compared, so there is
