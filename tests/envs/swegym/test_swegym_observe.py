@@ -14,6 +14,7 @@ from trl_multiturn.envs.swegym.observe import function_name, is_data, observe
 from trl_multiturn.envs.swegym.pytest_runner import _Observations, _plain
 from trl_multiturn.envs.swegym.tasks import task_sources
 from trl_multiturn.envs.swegym.tasks.source import apply_edits
+from trl_multiturn.envs.swegym.variation import varied
 
 RIGHT = '''
 class Version:
@@ -167,7 +168,7 @@ def _run(text: str, implementation: str, names: list[str] = NAMES) -> dict[str, 
     """The tests `names` of `text` run against `implementation`: {name: the runner's record (count, digest)}."""
     observations = _Observations()
     namespace = {"__check__": observations.check, "__value__": observations.value,
-                 "__raised__": observations.raised}
+                 "__raised__": observations.raised, "__varied__": varied}
     exec(compile(implementation, "<package>", "exec"), namespace)
     exec(compile(text, "<tests>", "exec"), namespace)
     out = {}
@@ -296,12 +297,26 @@ def test_evaluate(text, expected):
 @pytest.mark.parametrize("n", [1, 2])
 def test_identity(n):
     assert f(n) == n
+
+
+CASES = [(["3", "4", "-"], -1), (["8", "2", "/"], None), ([], {"empty": (1, -2.5)})]
+
+
+@pytest.mark.parametrize("tokens, expected", CASES)
+def test_named(tokens, expected):
+    assert evaluate(" ".join(tokens)) == expected
+
+
+@pytest.mark.parametrize("tokens, expected", [(["1"], [1]), (["2"], [2])], ids=["one", "two"])
+def test_given_ids(tokens, expected):
+    assert evaluate(" ".join(tokens)) == expected
 '''
 
 
 def test_a_parametrize_column_used_only_as_expected_values_goes_and_the_test_ids_stay(tmp_path):
     text = observe(PARAMETRIZED, random.Random(0), {"test_evaluate"})
     assert "-1)" not in text and "4.5)" not in text and "True)" not in text  # the expected column is None now
+    assert "CASES" not in text and "empty" not in text and "[1]" not in text  # lists, a named table: None too
     assert "__check__(lambda: evaluate(text), 'compared')" in text and "== expected" not in text
     assert "[1, 2]" in text  # a column the test still reads as an input stays
     ids = {}
@@ -311,7 +326,7 @@ def test_a_parametrize_column_used_only_as_expected_values_goes_and_the_test_ids
                              plugins=[collected := _Collected()])
         assert result == 0
         ids[name] = collected.ids
-    assert ids["observed"] == ids["original"] and len(ids["original"]) == 6
+    assert ids["observed"] == ids["original"] and len(ids["original"]) == 11
 
 
 class _Collected:

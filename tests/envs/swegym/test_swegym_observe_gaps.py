@@ -23,6 +23,7 @@ from trl_multiturn.envs.swegym.patches import make_patch
 from trl_multiturn.envs.swegym.pytest_runner import _caught, _Observations, _plain
 from trl_multiturn.envs.swegym.tasks import task_sources
 from trl_multiturn.envs.swegym.tasks.source import apply_edits
+from trl_multiturn.envs.swegym.variation import varied
 
 SOURCES = {source.name: source for source in task_sources()}
 ROWS = {row["repo"].split("/")[1]: row for row in task_rows()}
@@ -108,27 +109,24 @@ def config(swegym_cache_dir):
     return SWEGymConfig(sandbox="local", repo_cache_dir=swegym_cache_dir, command_timeout=20)
 
 
-def test_an_assertion_helper_given_the_code_to_call_runs_it(config):
+def test_a_raises_helper_runs_the_code_and_a_raises_block_binds_what_it_raised(config):
     """`self.assertRaises(E, f, x)` and `pytest.raises(E, f, x)` are observed by calling `f(x)`: reported as the
     names `E` and `f`, the base code would resolve, and run as written, a `pytest.raises` replaced from the package
-    would pass. The gold patch resolves; the base code with `pytest.raises` replaced passes neither."""
-    row = variant("rpn", "tests/test_evaluator.py", RAISES_WITH_A_CALLABLE,
-                  "TestDivisionByZero::test_right_operand_zero_raises")
-    row["FAIL_TO_PASS"] = [*row["FAIL_TO_PASS"], "tests/test_evaluator.py::test_right_operand_zero_raises"]
+    would pass. `with pytest.raises(E) as info:` kept its body's calls in `__check__`, which swallowed the
+    exception: the block failed (DID NOT RAISE) in the gold run too, so no fix could pass the test; run as written
+    instead, a `pytest.raises` replaced from the package made up `info` and the base code resolved; so the block is
+    a `try` that binds `info` to what the code raised. One row holds the three tests (two gradings): the gold patch
+    resolves; the base code with `pytest.raises` replaced passes none, each reported passing with values other than
+    the gold run's."""
+    row = variant("rpn", "tests/test_evaluator.py", RAISES_WITH_A_CALLABLE + RAISES_AS_BLOCK.replace(
+        "def test_right_operand_zero_raises", "def test_right_operand_zero_raises_in_a_block"),
+        "TestDivisionByZero::test_right_operand_zero_raises")
+    row["FAIL_TO_PASS"] = [*row["FAIL_TO_PASS"], *(f"tests/test_evaluator.py::test_right_operand_zero_raises{s}"
+                                                   for s in ("", "_in_a_block"))]
     assert grade_patch(row, row["patch"], config, eval_timeout=300).resolved
     grade = grade_patch(row, replaced_raises(), config, eval_timeout=300)
     assert grade.patch_applied and grade.f2p_passed == 0, grade.info()
-
-
-def test_a_raises_block_whose_exception_the_test_reads_is_the_codes_own(config):
-    """`with pytest.raises(E) as info:` kept its body's calls in `__check__`, which swallowed the exception: the
-    block failed (DID NOT RAISE) in the gold run too, so no fix could pass the test. Run as written instead, a
-    `pytest.raises` replaced from the package made up `info` and the base code resolved; so the block is a `try`
-    that binds `info` to what the code raised, and the gold patch resolves while the replaced one earns nothing."""
-    row = variant("rpn", "tests/test_evaluator.py", RAISES_AS_BLOCK, "test_right_operand_zero_raises")
-    assert grade_patch(row, row["patch"], config, eval_timeout=300).resolved
-    grade = grade_patch(row, replaced_raises(), config, eval_timeout=300)
-    assert not grade.resolved and grade.differ == [row["FAIL_TO_PASS"][0]], grade.info()
+    assert sorted(grade.differ) == sorted(row["FAIL_TO_PASS"]), grade.info()
 
 
 def test_a_raises_block_that_matches_a_message_reports_the_message():
@@ -229,9 +227,9 @@ def test_a_value_of_a_c_type_is_reported_by_what_it_holds():
         assert _plain(right) == _plain(copy.deepcopy(right)) != _plain(wrong), right
 
 
-# a check the form cannot report (`:=`) stays an assert (its calls reported: here it has none, and the value it reads
-# is bound by a loop, which reports nothing: "What this does not stop"; its input is a module constant, so the test
-# has no drafts of its body either), so the test reports no value in either run; pytest's
+# a check the form cannot report (`:=`) stays an assert (its calls reported: here only builtins', `next` and `map`,
+# which pass the package's function on uncalled in the text: "What this does not stop"; its input is a module
+# constant, so the test has no drafts of its body either), so the test reports no value in either run; pytest's
 # `Function.runtest` replaced from the package (no audited event) passes a failed assert but in the canaries, found
 # by reading the test files through a directory descriptor (unaudited)
 UNOBSERVABLE = '''
@@ -241,8 +239,7 @@ SUBTRAHEND_LAST = "3 4 -"
 
 
 def test_subtraction_keeps_operand_order():
-    for result in [evaluate(SUBTRAHEND_LAST)]:
-        assert (value := result) == -1 and value < 0
+    assert (value := next(map(evaluate, [SUBTRAHEND_LAST]))) == -1 and value < 0
 '''
 
 PASSES_FAILED_ASSERTS = '''
@@ -305,8 +302,7 @@ def test_subtraction():
 
 
 def test_sum_walrus():
-    for result in [evaluate("2 3 +")]:
-        assert (value := result) == 5 and value > 0
+    assert (value := next(map(evaluate, ["2 3 +"]))) == 5 and value > 0
 '''
 
 # what the PASS_TO_PASS test checks, broken (a special case a fix "needed"); pytest's `runtest` hides the failure
@@ -368,7 +364,8 @@ def _values(text: str, names: list[str], functions: dict, monkeypatch, wrap=lamb
     and `__value__` (the package may wrap them); `arguments` the values of a parametrize row."""
     observations = _Observations()
     check, value = wrap(observations.check, observations.value)
-    namespace = {"__check__": check, "__value__": value, "__raised__": observations.raised, "__caught__": _caught}
+    namespace = {"__check__": check, "__value__": value, "__raised__": observations.raised, "__caught__": _caught,
+                 "__varied__": varied}
     monkeypatch.setitem(sys.modules, package, types.SimpleNamespace(**functions))
     exec(compile(text, "<tests>", "exec"), namespace)
     out = {}
@@ -478,18 +475,36 @@ def test_a_special_case_of_inputs_bound_outside_the_check_is_caught_by_drafts_of
     assert passed == []
 
 
+# the tests of GIVEN_AT_RUN_TIME a row can name (swebench's parser cuts an id at a space), and its conftest.py
+GRADED_AT_RUN_TIME = ["test_a_module_constant", "test_a_conftest_fixture", "test_a_params_fixture[quotient]",
+                      "test_a_yield_fixture", "test_a_named_table", "test_a_parametrize_of_lists[tokens0--1]",
+                      "test_a_parametrize_of_lists[tokens1-4.0]"]
+CONFTEST = '''import pytest
+
+
+@pytest.fixture
+def expression():
+    return "3 4 -"
+'''
+
+
 def test_a_special_case_of_inputs_bound_outside_the_check_earns_nothing_when_graded(config):
     """The same rows graded as grading runs them (pytest requesting the fixture, the drafts' copies of the test
-    body run after it): the special case of the issue's examples passes none of the three tests, and the gold
-    patch, run in two sandboxes, still equals itself on every draft and resolves."""
+    body run after it), and the rows whose inputs the test receives at run time (a conftest.py fixture, `params=`,
+    `yield`, a named table, a parametrize of lists; `__varied__` and its module in the sandbox): the special case
+    of the issue's examples passes none of the tests (at most one: each of the nine misses it when its three drafts,
+    drawn anew each grading, all change an input whose answer the bug shares, about 1 in 100 for `"3 4 -"` in
+    process), and the gold patch, run in two sandboxes, still equals itself on every draft and resolves."""
     path, init = "tests/test_evaluator.py", "rpn/__init__.py"
-    row = variant("rpn", path, "\n" + BOUND_OUTSIDE_THE_CHECKS, BOUND[0])
-    row["FAIL_TO_PASS"] = [f"{path}::{name}" for name in BOUND]
+    row = variant("rpn", path, "\n" + BOUND_OUTSIDE_THE_CHECKS + GIVEN_AT_RUN_TIME.replace("import pytest\n", ""),
+                  BOUND[0])
+    row["test_patch"] += make_patch({}, {"tests/conftest.py": CONFTEST})
+    row["FAIL_TO_PASS"] = [f"{path}::{name}" for name in [*BOUND, *GRADED_AT_RUN_TIME]]
     base = SOURCES["rpn"].files_at_base()[init]
     special_case = (f"\n\n_ISSUE = {ISSUE_EXAMPLES['rpn'][1]!r}\n_evaluate = evaluate\n\n\ndef evaluate(text):\n"
                     "    return _ISSUE[text] if text in _ISSUE else _evaluate(text)\n")
     grade = grade_patch(row, make_patch({init: base}, {init: base + special_case}), config, eval_timeout=300)
-    assert grade.patch_applied and grade.f2p_passed == 0, grade.info()
+    assert grade.patch_applied and grade.f2p_passed <= 1 and not grade.resolved, grade.info()
     grade = grade_patch(row, row["patch"], config, eval_timeout=300)
     assert grade.resolved and grade.differ == [], grade.info()
 
@@ -686,3 +701,204 @@ def test_a_check_in_a_helper_module_of_the_test_patch_is_observed(config):
     base = SOURCES["rpn"].files_at_base()[init]
     grade = grade_patch(row, make_patch({init: base}, {init: base + HONEST_WHEN_REPORTED}), config, eval_timeout=300)
     assert grade.patch_applied and grade.differ == row["FAIL_TO_PASS"] and not grade.resolved, grade.info()
+
+
+# rpn: the issue's examples reach the test as values no text of the test's body holds (a module constant, a table built
+# by code, a fixture of conftest.py, a fixture with `params=` or `yield`), by a parametrize of lists, or by a table
+# bound to a name; the expected values too, in the last two
+GIVEN_AT_RUN_TIME = '''
+import pytest
+from rpn import evaluate
+
+CASES = [("3 4 -", -1), ("8 2 /", 4.0)]
+SUBTRACTION = "3 4 -"
+BUILT = [(" ".join([a, b, op]), want) for a, b, op, want in [("3", "4", "-", -1)]]
+
+
+def test_a_module_constant():
+    assert evaluate(SUBTRACTION) == -1
+
+
+def test_a_table_built_by_code():
+    for expression, want in BUILT:
+        assert evaluate(expression) == want
+
+
+@pytest.fixture(params=["8 2 /"], ids=["quotient"])
+def quotient(request):
+    return request.param
+
+
+@pytest.fixture
+def subtraction():
+    yield "3 4 -"
+
+
+def test_a_conftest_fixture(expression):
+    assert evaluate(expression) == -1
+
+
+def test_a_params_fixture(quotient):
+    assert evaluate(quotient) == 4.0
+
+
+def test_a_yield_fixture(subtraction):
+    assert evaluate(subtraction) == -1
+
+
+def test_a_named_table():
+    for expression, want in CASES:
+        assert evaluate(expression) == want
+
+
+@pytest.mark.parametrize("expression, want", CASES)
+def test_a_named_parametrize(expression, want):
+    assert evaluate(expression) == want
+
+
+@pytest.mark.parametrize("tokens, want", [(["3", "4", "-"], -1), (["8", "2", "/"], 4.0)])
+def test_a_parametrize_of_lists(tokens, want):
+    assert evaluate(" ".join(tokens)) == want
+'''
+# what the fixtures give the tests that request them (a conftest.py fixture's value, a `params=` one's, a yield one's)
+FIXTURES = {"expression": "3 4 -", "quotient": "8 2 /", "subtraction": "3 4 -"}
+GIVEN = ["test_a_module_constant", "test_a_table_built_by_code", "test_a_conftest_fixture", "test_a_params_fixture",
+         "test_a_yield_fixture", "test_a_named_table", "test_a_named_parametrize", "test_a_parametrize_of_lists"]
+
+
+def _rows(text: str, name: str, monkeypatch) -> list[dict]:
+    """What pytest passes the test `name` of `text`: a row of its parametrize each (as the text writes them, the
+    expected column None where the form dropped it), else the values of the fixtures it requests."""
+    namespace: dict = {}
+    monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=None))
+    exec(compile(text, "<tests>", "exec"), namespace)
+    marks = getattr(namespace[name], "pytestmark", [])
+    if not marks:
+        return [{p: FIXTURES[p] for p in inspect.signature(namespace[name]).parameters}]
+    names, rows = marks[0].args
+    names = [n.strip() for n in names.split(",")]
+    return [dict(zip(names, row)) for row in rows]
+
+
+def test_inputs_given_at_run_time_are_drafted_and_expected_values_leave_the_text(tmp_path, monkeypatch):
+    """Drafts of a test changed the constants of its body and the module fixtures it requests, so an input the test
+    reads from the module (a constant, a table built by code) or receives at run time (a conftest.py fixture, a
+    fixture with `params=` or `yield`, a parametrize row of lists, a table bound to a name) was never changed: the
+    special case of the issue's examples passed each such test for every seed on main (the list rows for 5 of 20),
+    and the expected column of the named tables and of the parametrize of lists stayed in the text and in the
+    test's frame, where the frame reader found it (every seed). Now a draft changes such an input, or a value of
+    the module the body reads, when the test runs (`__varied__`), a named table or an immutable module constant is
+    written where it is read, and a column of lists is dropped as a column of numbers is: both liars are caught
+    for every seed and row (2 rows of 1,800 over 200 other seeds: three drafts that each made the two operands
+    equal, `"3 4 -"` -> `"3 3 -"`, the constant row of "What this does not stop"), and the right code equals
+    itself. But a table built by code at module level, whose value is varied as a whole: a draft changes its
+    expected column as often as its input, so the special case passes it in 36 of 200 seeds (on main every seed);
+    the frame reader in none."""
+    with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
+        issue = ISSUE_EXAMPLES["rpn"][1]
+
+        def special_case(text):
+            return issue[text] if text in issue else bug.evaluate(text)
+
+        passed = []
+        for seed in range(10):
+            text = observe(GIVEN_AT_RUN_TIME, random.Random(seed), set(GIVEN))
+            assert "4.0)" not in text and "CASES" not in text  # no expected column in the text (but the built one)
+            for name in GIVEN:
+                for row in _rows(text, name, monkeypatch):
+                    right = _values(text, [name], {"evaluate": gold.evaluate}, monkeypatch, arguments=row)
+                    assert _values(text, [name], {"evaluate": gold.evaluate}, monkeypatch, arguments=row) == right
+                    for liar in (special_case, _from_the_frames(bug)):
+                        lie = _values(text, [name], {"evaluate": liar}, monkeypatch, arguments=row)
+                        passed += [(seed, name, liar.__name__)] if lie == right else []
+    built = [p for p in passed if p[1:] == ("test_a_table_built_by_code", "special_case")]
+    assert len(built) <= 5 and passed == built, passed  # the built table: its limit above
+
+
+# rpn: a value bound otherwise than by an assignment (a loop over a computed iterable, `with ... as`, `except ... as`)
+# and read only by a decision no check reports (a branch raising another exception, an assert left as written)
+DECIDED_BY_OTHER_BINDINGS = '''
+import contextlib
+
+from rpn import evaluate
+
+
+def test_bound_by_a_loop():
+    assert evaluate("2 3 +") == 5
+    for got in [evaluate("3 4 -")]:
+        if got != -1:
+            raise ValueError(got)
+
+
+def test_bound_by_a_with():
+    assert evaluate("2 3 +") == 5
+    with contextlib.nullcontext(evaluate("8 2 /")) as got:
+        assert (value := got) == 4.0
+
+
+def test_bound_by_an_except():
+    assert evaluate("2 3 +") == 5
+    try:
+        raise LookupError(evaluate("3 4 -"))
+    except LookupError as error:
+        if error.args[0] != -1:
+            raise ValueError(error)
+'''
+
+
+def test_a_value_bound_by_a_loop_a_with_or_an_except_that_decides_is_reported(tmp_path, monkeypatch):
+    """The liar of the two tests above passed these shapes on main: the value a loop over a computed iterable, a
+    `with ... as` or an `except ... as` binds decided a branch or an assert left as written, and no report showed
+    it. Such a value is reported where it is bound (an exception's arguments too)."""
+    names = ["test_bound_by_a_loop", "test_bound_by_a_with", "test_bound_by_an_except"]
+    _decisions_are_reported(DECIDED_BY_OTHER_BINDINGS, names, set(), tmp_path, monkeypatch)
+
+
+def test_a_module_of_the_base_suite_the_tests_import_is_observed():
+    """A check in a helper of the base commit's suite (`tests/helpers.py`, not written by the test patch) that the
+    hidden test calls ran as written: the shape of the test patch's helper, which the liar that wraps the reporting
+    builtins resolved rpn with before wave 9 (`test_a_check_in_a_helper_module_of_the_test_patch_is_observed`, where
+    observing the module stops it; no shipped task's base has a helper, so this row is not graded). Now grading
+    observes every module of the suite under a test file's folder that
+    the tests import, directly or through another (by name), and no module of the package, conftest.py, or a
+    module nothing imports."""
+    from trl_multiturn.envs.swegym.grading import helper_modules
+
+    sources = {"tests/test_evaluator.py": "from helpers import check_evaluates\nimport tests.more\n",
+               "tests/helpers.py": "from util.checks import near\n", "tests/util/__init__.py": "",
+               "tests/util/checks.py": "def near(a, b):\n    assert abs(a - b) < 1e-9\n", "tests/more.py": "",
+               "tests/unused.py": "", "tests/conftest.py": "", "rpn/helpers.py": "", "tests/data/broken.py": "def"}
+    row = {"test_patch": make_patch({}, {"tests/test_evaluator.py": sources["tests/test_evaluator.py"]})}
+    chosen = helper_modules(row, ["tests/test_evaluator.py"], sorted(sources), sources.__getitem__)
+    assert sorted(chosen) == ["tests/helpers.py", "tests/more.py", "tests/util/__init__.py", "tests/util/checks.py"]
+
+
+# rpn: inputs and expected values as class attributes, read through `self`
+CLASS_ATTRIBUTES = '''
+from rpn import evaluate
+
+
+class TestOrder:
+    EXPRESSION = "3 4 -"
+    EXPECTED = -1
+
+    def test_subtraction(self):
+        assert evaluate(self.EXPRESSION) == self.EXPECTED
+'''
+
+
+def test_a_class_attribute_read_through_self_stays_in_the_text(tmp_path, monkeypatch):
+    """A class attribute bound to a literal counted as data, read by no name, so its assignment went: `self.EXPRESSION`
+    then raised AttributeError in both runs, before the package was called, and the base code (a comment-only patch)
+    reported the gold patch's values. A name read as an attribute anywhere is not data."""
+    text = observe(CLASS_ATTRIBUTES, random.Random(0), {"TestOrder::test_subtraction"})
+    with _at_base_and_gold("rpn", tmp_path) as (bug, gold):
+        digests = []
+        for code in (bug, gold, gold):
+            observations = _Observations()
+            namespace = {"__check__": observations.check, "__value__": observations.value, "__varied__": varied}
+            monkeypatch.setitem(sys.modules, "rpn", types.SimpleNamespace(evaluate=code.evaluate))
+            exec(compile(text, "<tests>", "exec"), namespace)
+            namespace["TestOrder"]().test_subtraction()
+            digests.append(observations.take())
+    assert digests[0] != digests[1] == digests[2]

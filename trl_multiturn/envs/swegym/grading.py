@@ -12,7 +12,8 @@
 4. resets the test files to the base commit and applies `test_patch`, as swebench's eval script does, deletes
    both patches from the scratch folder, rewrites each test file in observation form (`observe.observe`: every
    check reports the values it looks at and holds no expected value, with drafts on changed inputs), and the
-   other Python modules the test patch writes too (`helper_modules`, no drafts), then plants canary tests in each
+   other Python modules the test patch writes and the modules of the suite the tests import too
+   (`helper_modules`, no drafts), then plants canary tests in each
    test file (`integrity.plant_canaries`);
 5. runs the tests through `pytest_runner.py` (the row's `test_cmd` says which pytest options) and reads the
    outcomes from the runner's token-signed records only, which reach this process on the sandbox's channel as
@@ -36,6 +37,7 @@ scores 0. Our repositories are not in swebench's repository map, so the test spe
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import random
 import re
@@ -358,20 +360,24 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             run.ignored = steps.restore_protected(untracked, set(patch_paths(task["test_patch"])))
             audit = {**steps.audit_scope(untracked), "tests": files}
             steps.apply_test_patch()
-            rng = random.Random(secrets.randbits(64))
+            rng, read = random.Random(secrets.randbits(64)), functools.cache(sandbox.read_file)
+            # the gold run writes the modules the first run chose (`texts`: the test files and those)
+            helpers = [p for p in texts if p not in files] if texts else helper_modules(task, files, audit["known"],
+                                                                                        read)
             canaries = []
             for path in files:
                 if path not in texts:
                     drafted = {function_name(t) for t in f2p if t.split("::")[0] == path}
-                    texts[path] = observe(sandbox.read_file(path), rng, drafted)
+                    texts[path] = observe(read(path), rng, drafted)
                 text, planted = plant_canaries(path, texts[path], rng)
                 sandbox.write_file(path, text)
                 canaries += planted
-            for path in helper_modules(task, files):  # observed as the tests are, with no drafts or canaries
-                texts[path] = texts.get(path) or observe(sandbox.read_file(path), rng, set())
+            for path in helpers:  # observed as the tests are, with no drafts or canaries
+                texts[path] = texts.get(path) or observe(read(path), rng, set())
                 sandbox.write_file(path, texts[path])
             token = secrets.token_hex(16)
             sandbox.write_scratch("pytest_runner.py", RUNNER.read_text())
+            sandbox.write_scratch("variation.py", RUNNER.with_name("variation.py").read_text())
             sandbox.write_scratch("token", token)
             sandbox.write_scratch("audit.json", json.dumps(audit))
             script = run_script(sandbox.workdir, assignments, python, sandbox.scratch_dir, pytest_args, files)
@@ -389,12 +395,54 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
     return run
 
 
-def helper_modules(task: dict, files: list[str]) -> list[str]:
-    """The Python modules the test patch writes besides the test files run (`tests/helpers.py`), but a
-    conftest.py (pytest's plugin): a check in one runs inside a test, so it is observed as the test's own are. As
-    written, its assert was decided by whatever the package returned, and only the call's value was reported."""
-    return [path for path in written_paths(task["test_patch"])
-            if path.endswith(".py") and path not in files and PurePosixPath(path).name != "conftest.py"]
+def helper_modules(task: dict, files: list[str], known: list[str], read) -> list[str]:
+    """The Python modules observed as the test files are (no drafts or canaries), besides the test files run: those
+    the test patch writes, and the modules of the suite (`known`: the Python files of the base commit, the clean
+    checkout and the test patch) under a test file's folder, that are the suite's by `integrity.protected_reason`
+    (in a test folder, or a test module: never the package's code), that the tests import, directly or through
+    another such module (by name: `from tests.helpers import check` and `import helpers` name `helpers`; a
+    package's `__init__.py` by its folder's name); `read(path)` gives a file's text. Not a conftest.py (pytest's
+    plugin). A check in one runs inside a test: as written, its assert was decided by whatever the package returned,
+    and only the call's value was reported."""
+    written = [path for path in written_paths(task["test_patch"])
+               if path.endswith(".py") and path not in files and PurePosixPath(path).name != "conftest.py"]
+    folders = {PurePosixPath(f).parent for f in files}
+    suite = [path for path in known if path.endswith(".py") and path not in files and path not in written
+             and PurePosixPath(path).name != "conftest.py" and protected_reason(path) in _SUITE
+             and any(folder in PurePosixPath(path).parents for folder in folders)]
+    imported = set().union(*(_imported(read(path)) for path in [*files, *written]))
+    chosen: list[str] = []
+    while found := [path for path in suite if path not in chosen and _module_name(path) in imported]:
+        chosen += found
+        imported |= set().union(*(_imported(read(path)) for path in found))
+    return [*written, *chosen]
+
+
+_SUITE = ("the test suite", "a test module")  # what `protected_reason` says of a module of the suite
+
+
+def _module_name(path: str) -> str:
+    """The name an import gives a module's file: `tests/helpers.py` -> `helpers`, `tests/util/__init__.py` ->
+    `util`."""
+    path = PurePosixPath(path)
+    return path.parent.name if path.name == "__init__.py" else path.stem
+
+
+def _imported(text: str) -> set[str]:
+    """Every name an import of `text` holds (`import a.b` -> a, b; `from a.b import c` -> a, b, c), or none where
+    it does not parse."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(part for alias in node.names for part in alias.name.split("."))
+        elif isinstance(node, ast.ImportFrom):
+            names.update((node.module or "").split("."))
+            names.update(alias.name for alias in node.names)
+    return names
 
 
 def _verdict(task: dict, real: _Run, config: SandboxConfig, files: list[str], test_cmd: tuple, f2p: list[str],

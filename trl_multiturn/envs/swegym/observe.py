@@ -7,15 +7,17 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
 - `assert A == B` (also `!=`, `is`, `is not`, `<`, `<=`, `>`, `>=`) where one side is *data* (literals, containers
   of data, a class called on data like `Interval(1, 5)`, `pytest.approx(...)`, `None`, a name bound to nothing but
   literals and never changed in place, `EXPECTED = {...}`, whose assignment goes when nothing else reads it, a
-  `parametrize` argument of plain constants, whose column becomes None when nothing else reads it, the test ids
-  kept, or a name a loop over a literal table binds, `for expr, want in [("3 4 -", -1), ...]`, whose column
-  becomes None when nothing else reads it, so the loop's frame does not hold it either) reports the other side's
-  value and drops the data side: `assert f(x) == 4`, `assert f(x) != 4`, `assert f(x) < 10`, `assert f(x) is None`
-  all become `__check__(lambda: f(x)[, "compared"])`, so the operator, the bound and the expected value are all
-  gone. "compared" (COMPARED: any of `==`, `!=`, an ordering, `in`; not an identity) tells the runner that an
-  operator decided against a value the text no longer holds: where the value is an object whose comparison
-  operators are the repository's own code, that operator, not the state reported, decided, so the check is
-  *blind* and the host fails the test (fail closed, `integrity.is_unobserved`);
+  `parametrize` argument of literals of any kind (numbers, strs, None, lists, tuples, dicts), whose column
+  becomes None when nothing else reads it, the test ids kept, or a name a loop over a literal table binds, `for
+  expr, want in [("3 4 -", -1), ...]`, whose column becomes None when nothing else reads it, so the loop's frame
+  does not hold it either; a table bound to a name, `CASES = [...]` then `for expr, want in CASES` or
+  `parametrize("expr, want", CASES)`, is written where it is read first, so it is one of these) reports the
+  other side's value and drops the data side: `assert f(x) == 4`, `assert f(x) != 4`, `assert f(x) < 10`,
+  `assert f(x) is None` all become `__check__(lambda: f(x)[, "compared"])`, so the operator, the bound and the
+  expected value are all gone. "compared" (COMPARED: any of `==`, `!=`, an ordering, `in`; not an identity)
+  tells the runner that an operator decided against a value the text no longer holds: where the value is an
+  object whose comparison operators are the repository's own code, that operator, not the state reported,
+  decided, so the check is *blind* and the host fails the test (fail closed, `integrity.is_unobserved`);
 - where the data side builds an object (`Version(1, 0, 0)`, `[Interval(1, 5)]`: a class called), its class's
   operator is the package's code: the comparison is reported too (`latest(v) == Version(1, 0, 0)`, `x in
   Interval(1, 5)`, an ordering both ways) and that data side stays in the text;
@@ -49,28 +51,34 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   right for the test's own inputs, or an answer by position (the first element) answers the original check but
   not these;
 - a FAIL_TO_PASS test as a whole has drafts too, for the inputs it binds outside its checks (`expression = "3 4 -"`
-  before `assert evaluate(expression) == -1`, a loop's table, a fixture of the module returning `"8 2 /"`, a
-  `parametrize` argument): after its body, `drafts` copies of the body (and one with a list reversed), each with
-  one constant outside the checks changed, in the body or in the body of a fixture the test requests (run again
-  for that draft: `@pytest.fixture` functions of the module or the test's class, no `params=`, no `yield`, whose
-  own parameters the test requests too), and `drafts` copies per parametrize argument of ints, floats or strs
-  that the body reads, given it changed (`{"3 4 -": "3 7 -", "8 2 /": "8 5 /"}[expression]`: every row's value
-  changed, so each test id has its drafts); each copy is a function of the test's parameters the body reads (not
-  a dropped column), run after the original body (whose outcome its state cannot change), and `__check__`
-  reports what it returns or raises, its checks their values;
+  before `assert evaluate(expression) == -1`, a loop's table, a fixture of the module returning `"8 2 /"`) and
+  those it receives when it runs (a fixture of conftest.py, one with `params=` or `yield`, a `parametrize` row):
+  after its body, `drafts` copies of the body (and one with a list reversed), each with one constant outside the
+  checks changed, in the body or in the body of a fixture the test requests (run again for that draft:
+  `@pytest.fixture` functions of the module or the test's class, no `params=`, no `yield`, whose own parameters
+  the test requests too), and, for each other parameter the body reads (not a dropped column) and each value the
+  module binds by an assignment that the body reads (`CASES = build_cases()`), `drafts` copies given its value
+  changed as the test runs (`__varied__(expression, seed)`: one int, float or str in it, at any
+  depth of its lists, tuples and dicts, changed as a constant of the text is, `variation.varied`; a value with
+  none, such as `tmp_path`, runs no copy); each copy is a function of the test's parameters, run after the
+  original body (whose outcome its state cannot change), and `__check__` reports what it returns or raises, its
+  checks their values;
 - `if C: raise AssertionError(...)` (`pytest.fail(...)`, `self.fail(...)`) with no `else`, a branch that only
   fails the test, is observed as `assert not C` is; an assert no lambda can hold (`:=`, `yield`, `await`) stays
   as written, and the calls in it report their values (`__value__`); any other `if` (a branch raising another
   exception, which may be a skip, or doing more) stays, and its condition's calls report their values;
   a value bound to a name that such a condition or assert reads reports its value where it is bound
-  (`got = __value__(evaluate(x))`): none decides by a value no report shows;
+  (`got = __value__(evaluate(x))`; by a loop or a `with ... as`, at the top of its body; by an `except ... as`,
+  with its arguments): none decides by a value no report shows;
+- a name bound once to an immutable literal (`SUBTRACTION = "3 4 -"` at module level) is written wherever a
+  function reads it (`_Inlined`), so the check or body that reads it holds the constant its drafts change;
 - docstrings, comments and assert messages are dropped (they may state the expected values).
 
 The verdict does not depend on telling a draft from the original: every reported value is compared, so there is
 nothing to gain from recognising one. A draft is text like the original, the same text in both runs, so a right
 fix reports the gold patch's values on it as on the original, as long as the test is deterministic. `__check__`,
-`__value__`, `__raised__`, `__caught__` and `__warned__` are builtins that `pytest_runner.py` installs; they report
-each value as plain data (`pytest_runner._plain`), never a pickle.
+`__value__`, `__raised__`, `__caught__`, `__warned__` and `__varied__` are builtins that `pytest_runner.py`
+installs; they report each value as plain data (`pytest_runner._plain`), never a pickle.
 
 Pure: `observe` returns the rewritten module text (`ast.unparse`).
 """
@@ -81,14 +89,14 @@ import ast
 import builtins
 import copy
 import random
-import string
 from collections import Counter
 
-CHECK, VALUE, RAISED, CAUGHT, WARNED = "__check__", "__value__", "__raised__", "__caught__", "__warned__"
+from .variation import changed
+
+CHECK, VALUE, RAISED, CAUGHT, WARNED, VARIED = (
+    "__check__", "__value__", "__raised__", "__caught__", "__warned__", "__varied__")
 COMPARED, TRUTH = "compared", "truth"  # how a check decided, where the form dropped what it decided against
 _BUILTINS = set(dir(builtins))
-_ALPHABET = string.ascii_lowercase + string.digits
-_KINDS = (string.digits, string.ascii_lowercase, string.ascii_uppercase)  # what a draft swaps a character within
 _ORDERINGS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
 
 
@@ -179,15 +187,18 @@ def _is_literal(node: ast.expr) -> bool:
 
 def _data_names(tree: ast.Module) -> frozenset[str]:
     """The names whose every binding in the module is `NAME = <literal>` (`EXPECTED = {...}`, `expected = [1, 2]`)
-    and that nothing changes in place (no attribute, method or item of theirs is used: `calls.append(x)`): on the
-    expected side of a check they are data, and their assignment goes once nothing else reads them. An object
-    made by a class (`cache = LRUCache(2)`) is not: it is what the test works on."""
+    and that nothing changes in place (no attribute, method or item of theirs is used: `calls.append(x)`) or
+    reads as an attribute (`self.EXPRESSION` of a class attribute, which no name reads): on the expected side of a
+    check they are data, and their assignment goes once nothing else reads them. An object made by a class (`cache
+    = LRUCache(2)`) is not: it is what the test works on."""
     data, bindings = Counter(), Counter()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             data[node.targets[0].id] += _is_literal(node.value)
         if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.value, ast.Name):
             bindings[node.value.id] += 1  # used in place: never counts as data
+        if isinstance(node, ast.Attribute):
+            bindings[node.attr] += 1  # read as an attribute (`self.EXPRESSION` of a class attribute): not data
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             bindings[node.id] += 1
         elif isinstance(node, ast.arg):
@@ -199,6 +210,51 @@ def _data_names(tree: ast.Module) -> frozenset[str]:
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             bindings.update(node.names)
     return frozenset(name for name, count in data.items() if count and count == bindings[name])
+
+
+def _assigned(tree: ast.Module) -> set[str]:
+    """The names the module's own statements bind by an assignment (`CASES = build_cases()`, `BASE = {...}`): values
+    a test may read as inputs; not its functions, classes or imports."""
+    return {n.id for statement in tree.body if isinstance(statement, (ast.Assign, ast.AnnAssign))
+            for target in (statement.targets if isinstance(statement, ast.Assign) else [statement.target])
+            for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _tables(tree: ast.Module, names: frozenset[str]) -> dict[str, ast.expr]:
+    """The data names (`_data_names`) bound once, by the literal they are bound to: a table a loop or a parametrize
+    reads by name (`CASES = [("3 4 -", -1), ...]`) is written there instead (`_Table`, `_Columns`), and the
+    assignment goes once nothing else reads the name."""
+    values: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and (
+                node.targets[0].id in names):
+            values.setdefault(node.targets[0].id, []).append(node.value)
+    return {name: bound[0] for name, bound in values.items() if len(bound) == 1}
+
+
+class _Inlined(ast.NodeTransformer):
+    """Write, in every function, each name of `tables` bound to an immutable literal (a str, a number, None, a
+    tuple of those: `SUBTRACTION = "3 4 -"`) where it is read, so that a check or the body it is read in holds the
+    constant, which drafts change (a module constant is in no body). Not a list, dict or set: a test may hand one
+    to code that fills it, and a copy at each read would lose that."""
+
+    def __init__(self, tables: dict[str, ast.expr]):
+        self.tables = {name: value for name, value in tables.items() if not any(
+            isinstance(n, (ast.List, ast.Dict, ast.Set)) for n in ast.walk(value))}
+        self.functions = 0
+
+    def visit_FunctionDef(self, node):
+        self.functions += 1
+        self.generic_visit(node)
+        self.functions -= 1
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Name(self, node: ast.Name):
+        if self.functions and isinstance(node.ctx, ast.Load) and node.id in self.tables:
+            return copy.deepcopy(self.tables[node.id])
+        return node
 
 
 class _DeadData(ast.NodeTransformer):
@@ -253,40 +309,6 @@ def _inputs(node: ast.AST):
             isinstance(child, ast.Call) and _name(child.func) in (CHECK, RAISED, WARNED))]
 
 
-def _changed(value, rng: random.Random):
-    """`value` (an int, float or str constant of a check) changed a little: a number by a small step; a str by one
-    of its letters or digits replaced with another of the same kind (digit, lower- or upper-case letter: `"3 4 -"`
-    -> `"3 7 -"`), drawn from the str's own ones where it uses three or more of that kind (`"MCMXCIV"` ->
-    `"MCMXCIX"`: an alphabet of its own, such as a numeral's or a DNA string's), so the draft keeps the input's
-    shape (separators, operators, length, alphabet) and is still an input of the kind the test gave. A character
-    of another kind, inserted or deleted, mostly made an input that every version of the code rejects alike
-    (`"3 x -"`, `"34 -"`), whose answer tells nothing: a special case of the issue's own example then passed most
-    drafts. A str with no letter or digit gets one inserted."""
-    if isinstance(value, int):
-        return value + rng.choice((1, -1, 2, -2))
-    if isinstance(value, float):
-        return value + rng.choice((0.5, -0.5, 1.5))
-    spots = [(i, kind) for i, c in enumerate(value) for kind in _KINDS if c in kind]
-    if not spots:
-        i = rng.randrange(len(value) + 1)
-        return value[:i] + rng.choice(_ALPHABET) + value[i:]
-    i, kind = rng.choice(spots)
-    own = {c for c in value if c in kind}
-    pool = own if len(own) >= 3 else set(kind)  # an alphabet of the input's own (`MCMXCIV`, `ACGT`) is kept
-    return value[:i] + rng.choice(sorted(pool - {value[i]})) + value[i + 1:]
-
-
-def _changes(value, count: int, rng: random.Random) -> list:
-    """Up to `count` different changes of `value` (`_changed`), fewer where a value has fewer (`7` has four)."""
-    out = []
-    for _ in range(20 * count):
-        if len(out) == count:
-            break
-        if (change := _changed(value, rng)) not in out:
-            out.append(change)
-    return out
-
-
 def _copy(node: ast.expr) -> ast.expr:
     return ast.parse(ast.unparse(node), mode="eval").body
 
@@ -308,7 +330,7 @@ def _drafts(node: ast.AST, drafts: int, rng: random.Random, walk=ast.walk) -> li
             break
         draft = copy.deepcopy(node)
         constant = rng.choice(_constants(draft, walk))
-        constant.value = _changed(constant.value, rng)
+        constant.value = changed(constant.value, rng)
         if ast.dump(draft) not in seen:
             seen.add(ast.dump(draft))
             out.append(draft)
@@ -455,8 +477,10 @@ def _fixtures(tree: ast.Module) -> dict[tuple[str, str], ast.FunctionDef]:
 
 class _Observe(ast.NodeTransformer):
     def __init__(self, rng: random.Random, drafts: int, drafted: set[str], names: frozenset[str],
-                 fixtures: dict[tuple[str, str], ast.FunctionDef]):
+                 fixtures: dict[tuple[str, str], ast.FunctionDef], tables: dict[str, ast.expr], module: set[str]):
         self.rng, self.drafts, self.drafted, self.names, self.fixtures = rng, drafts, drafted, names, fixtures
+        self.tables = tables  # the data names bound once, by their literal (`_tables`)
+        self.globals = module  # the names the module binds by an assignment (`_assigned`)
         self.scope: list[str] = []  # the names of the classes and functions the visit is in
         self.functions = 0  # how many functions deep
         self.draft = False
@@ -473,13 +497,12 @@ class _Observe(ast.NodeTransformer):
         outer_loads, self.loads = self.loads, _loads(node) if inner else self.loads
         outer_decisive, self.decisive = self.decisive, _decisive(node) if inner else self.decisive
         original = copy.deepcopy(_docstring_free(node.body))
-        outer_names, columns = self.names, [c for d in getattr(node, "decorator_list", []) if (c := _Columns.of(d))]
+        decorators = getattr(node, "decorator_list", [])
+        outer_names, columns = self.names, [c for d in decorators if (c := _Columns.of(d, self.tables))]
         self.names = self.names | {name for c in columns for name in c.data}
         node.body = [s for statement in node.body for s in _listed(self.visit(statement))]
         if test and isinstance(node, ast.FunctionDef):
-            read = _loads(ast.Module(body=node.body, type_ignores=[]))
-            node.body += self._test_drafts(node, original, {n: c.column(n) for c in columns for n in c.names
-                                                            if read[n]})
+            node.body += self._test_drafts(node, original)
         self.names = outer_names
         read = set(_loads(ast.Module(body=node.body, type_ignores=[])))
         for column in columns:
@@ -501,23 +524,28 @@ class _Observe(ast.NodeTransformer):
         read = _loads(ast.Module(body=body, type_ignores=[]))
         return _DeadData({n for n in self.names if not read[n]}).visit(ast.Module(body=body, type_ignores=[])).body
 
-    def _test_drafts(self, node: ast.FunctionDef, original: list[ast.stmt],
-                     parametrized: dict[str, list]) -> list[ast.stmt]:
+    def _test_drafts(self, node: ast.FunctionDef, original: list[ast.stmt]) -> list[ast.stmt]:
         """Drafts of the test `node` as a whole, for the inputs it binds outside its checks (`expression = "3 4 -"`
-        before `assert evaluate(expression) == -1`, a fixture of the module returning `"8 2 /"`, a `parametrize`
-        argument: `parametrized` the values of each one the body reads): copies of its body (`original`) run after
-        it, each with one constant outside the checks changed (or a list reversed), in the body or in the body of
-        a fixture the test requests (run again for that draft, its value passed for the fixture's), and, for each
-        parametrize argument of ints, floats or strs, `drafts` copies given that argument changed (every row's value
-        changed, by a table written in the text); each copy is a function of the test's parameters, `__check__`
-        reports what it returns or raises, and its checks report their values as the test's do. None where the
-        test's body has `yield` or `await`, or takes `*args`."""
+        before `assert evaluate(expression) == -1`, a fixture of the module returning `"8 2 /"`) and those it
+        receives when it runs (a fixture of conftest.py, one with `params=` or `yield`, a parametrize row of any
+        values): copies of its body (`original`) run after it, each with one constant outside the checks changed
+        (or a list reversed), in the body or in the body of a fixture of the module the test requests (run again for
+        that draft, its value passed for the fixture's), and, for each other parameter the body reads and each
+        value of the module it reads (a name the module binds by an assignment: `CASES = build_cases()`), `drafts`
+        copies given its value changed when the test runs (`__varied__`: one int, float or str in it, drawn by a
+        seed written here, `variation.varied`; a value with none, an object the test works on, runs no copy); each
+        copy is a function of the test's parameters, `__check__` reports what it returns or raises, and its checks
+        report their values as the test's do. None where the test's body has `yield` or `await`, or takes
+        `*args`."""
         parameters = _parameters(node)
         if parameters is None or any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(node)):
             return []
         body, every = self._plain(original), set(parameters)
         used = _loads(ast.Module(body=body, type_ignores=[]))
         parameters = [p for p in parameters if used[p]]  # not a dropped parametrize column: its values went
+        local = every | {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        local |= {name for n in ast.walk(node) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+        inputs = parameters + sorted(name for name in self.globals if used[name] and name not in local)
         fixtures = {}
         for parameter in parameters:
             fixture = self.fixtures.get((self.scope[-2] if len(self.scope) > 1 else "", parameter)) or \
@@ -525,37 +553,38 @@ class _Observe(ast.NodeTransformer):
             if fixture is not None and set(_parameters(fixture)) <= every:
                 fixtures[parameter] = _function(f"__{parameter}__", _parameters(fixture),
                                                 self._plain(_docstring_free(fixture.body)))
-        plain = ast.Module(body=[_function("__draft__", parameters, body), *fixtures.values()], type_ignores=[])
+        plain = ast.Module(body=[_function("__draft__", inputs, body), *fixtures.values()], type_ignores=[])
         drafts = []  # (the copy of the body, the functions it needs, the arguments passed instead of the test's)
         for draft in _drafts(plain, self.drafts, self.rng, walk=_inputs):
             function, *defined = draft.body
-            changed = {p: f for p, f, was in zip(fixtures, defined, fixtures.values()) if ast.dump(f) != ast.dump(was)}
-            drafts.append((function, list(changed.values()), {p: _call(f.name, *(
-                ast.Name(id=a.arg, ctx=ast.Load()) for a in f.args.args)) for p, f in changed.items()}))
-        for parameter, values in parametrized.items():
-            if not all(type(v) in (int, float, str) for v in values):
-                continue
-            changes = {v: _changes(v, self.drafts, self.rng) for v in values}
-            for i in range(self.drafts):
-                table = {v: changes[v][i % len(changes[v])] for v in values}
-                changed = ast.Dict(keys=list(map(ast.Constant, table)), values=list(map(ast.Constant, table.values())))
-                drafts.append((copy.deepcopy(plain.body[0]), [], {parameter: ast.Subscript(
-                    value=changed, slice=ast.Name(id=parameter, ctx=ast.Load()), ctx=ast.Load())}))
+            redone = {p: f for p, f, was in zip(fixtures, defined, fixtures.values()) if ast.dump(f) != ast.dump(was)}
+            drafts.append((function, list(redone.values()), {p: _call(f.name, *(
+                ast.Name(id=a.arg, ctx=ast.Load()) for a in f.args.args)) for p, f in redone.items()}))
+        for name in inputs:
+            if name not in fixtures and name != "self":
+                drafts += [(copy.deepcopy(plain.body[0]), [], {name: _call(
+                    VARIED, ast.Name(id=name, ctx=ast.Load()), ast.Constant(self.rng.randrange(2 ** 32)))})
+                    for _ in range(self.drafts)]
         out = []
         for function, defined, replaced in drafts:
             run = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
                              body=_call(function.name, *(replaced.get(p, ast.Name(id=p, ctx=ast.Load()))
-                                                         for p in parameters)))
+                                                         for p in inputs)))
             out += [function, *defined, ast.Expr(_call(CHECK, run))]
         return out
 
     def visit_For(self, node: ast.For):
         """A loop over a literal table (`for expr, want in [("3 4 -", -1), ...]`) binds data, as a parametrize
         list does: its names count as data in the loop's checks, and a column whose name nothing reads once the
-        checks dropped their expected sides (nor anything outside the loop) becomes None (`_Table`)."""
+        checks dropped their expected sides (nor anything outside the loop) becomes None (`_Table`). A table bound
+        to a name (`CASES = [...]` then `for expr, want in CASES`, `_tables`) is written in the loop, so its
+        expected column goes and its inputs are drafted with the body, as a written one's are."""
+        if self.functions and isinstance(node.iter, ast.Name) and node.iter.id in self.tables:
+            node.iter = copy.deepcopy(self.tables[node.iter.id])
         table = _Table.of(node)
         if table is None or not self.functions:
             self.generic_visit(node)
+            node.body[:0] = self._bound(node.target)  # a computed iterable's items, where a decision reads them
             return node
         outside = self.loads - _loads(node)
         outer, self.names = self.names, self.names | set(table.names)
@@ -629,6 +658,26 @@ class _Observe(ast.NodeTransformer):
 
     visit_AnnAssign = visit_Assign
 
+    def _bound(self, target: ast.expr | None) -> list[ast.stmt]:
+        """`__value__(name)` for each name `target` binds (a loop's, a `with ... as`'s) that decides a branch or an
+        assert left as written (`_decisive`): reported where it is bound, as an assignment's value is
+        (`visit_Assign`)."""
+        if not self.functions or target is None:
+            return []
+        names = sorted({n.id for n in ast.walk(target) if isinstance(n, ast.Name)} & self.decisive)
+        return [ast.Expr(_call(VALUE, ast.Name(id=name, ctx=ast.Load()))) for name in names]
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler):
+        """`except E as error`, where `error` decides a branch or an assert left as written: its type and its
+        arguments are reported where it is bound (an exception's value is its type alone, `pytest_runner._plain`,
+        and what the code put in it decided)."""
+        self.generic_visit(node)
+        if node.name and self._bound(ast.Name(id=node.name, ctx=ast.Load())):
+            error = ast.Name(id=node.name, ctx=ast.Load())
+            node.body.insert(0, ast.Expr(_call(VALUE, ast.Tuple(elts=[error, ast.Attribute(
+                value=error, attr="args", ctx=ast.Load())], ctx=ast.Load()))))
+        return node
+
     def _observed(self, checks: list[tuple[ast.expr, str | None]], drafted: bool = True) -> list[ast.stmt]:
         """`__check__(lambda: check[, relation])` for each of `checks` (an expression and what it was checked by,
         `_checks`), with its drafts in a FAIL_TO_PASS test."""
@@ -655,6 +704,7 @@ class _Observe(ast.NodeTransformer):
             for item in node.items:  # `with pytest.warns(W):` reports the warnings its body gave (`__warned__`)
                 item.context_expr = _warns_block(item) or item.context_expr
             self.generic_visit(node)
+            node.body[:0] = [s for item in node.items if item.optional_vars for s in self._bound(item.optional_vars)]
             return node
         item, error = node.items[0], "__grading_error__"
         raises = item.context_expr
@@ -681,18 +731,20 @@ class _Observe(ast.NodeTransformer):
 
 
 class _Columns:
-    """A `pytest.mark.parametrize("a, expected", [(1, 2), ...])` decorator whose values are plain constants: `data`
-    its argument names; `drop(names)` replaces those columns' values by None and writes out the test ids pytest made
-    from the original values (`ids=`), so that the node ids stay and the expected values go."""
+    """A `pytest.mark.parametrize("a, expected", [(1, 2), ...])` decorator whose values are literals (of any kind:
+    lists, tuples, dicts, negative numbers, None), written in it or bound to a name (`_tables`, inlined here), with
+    no keyword but `ids=` a list of strs: `data` its argument names; `drop(names)` replaces those columns' values by
+    None and, where the test gave no `ids=`, writes out the test ids pytest made from the original values, so that
+    the node ids stay and the expected values go."""
 
-    def __init__(self, call: ast.Call, names: list[str], rows: list[list[ast.Constant]]):
+    def __init__(self, call: ast.Call, names: list[str], rows: list[list[ast.expr]]):
         self.call, self.names, self.rows = call, names, rows
         self.data = names
 
     @classmethod
-    def of(cls, decorator: ast.expr):
+    def of(cls, decorator: ast.expr, tables: dict[str, ast.expr]):
         if not (isinstance(decorator, ast.Call) and _name(decorator.func).endswith("mark.parametrize")
-                and len(decorator.args) == 2 and not decorator.keywords):
+                and len(decorator.args) == 2 and all(k.arg == "ids" for k in decorator.keywords)):
             return None
         spec, values = decorator.args
         if isinstance(spec, ast.Constant) and isinstance(spec.value, str):
@@ -701,28 +753,45 @@ class _Columns:
             names = [e.value for e in spec.elts]
         else:
             return None
+        if isinstance(values, ast.Name) and values.id in tables:  # `CASES = [...]` then `parametrize(..., CASES)`
+            values = decorator.args[1] = copy.deepcopy(tables[values.id])
         if not isinstance(values, (ast.List, ast.Tuple)) or not values.elts:
             return None
-        rows = [row.elts if len(names) > 1 and isinstance(row, ast.Tuple) else [row] for row in values.elts]
-        if not all(len(row) == len(names) and all(_plain_constant(v) for v in row) for row in rows):
+        rows = [row.elts if len(names) > 1 and isinstance(row, (ast.Tuple, ast.List)) else [row]
+                for row in values.elts]
+        ids = [k.value for k in decorator.keywords]
+        if not all(len(row) == len(names) and all(_is_literal(v) and not _has_bytes(v) for v in row)
+                   for row in rows) or ids and not (_is_literal(ids[0]) and all(
+                isinstance(i, str) for i in ast.literal_eval(ids[0])) and len(ast.literal_eval(ids[0])) == len(rows)):
             return None  # ids pytest would make otherwise are not written out here: left as it is
         return cls(decorator, names, rows)
-
-    def column(self, name: str) -> list:
-        """The values of the argument `name`, a row each."""
-        return [ast.literal_eval(row[self.names.index(name)]) for row in self.rows]
 
     def drop(self, names: set[str]) -> None:
         if not names:
             return
-        # pytest's id of a plain constant is its str, escaped to ASCII as pytest escapes explicit ids too
-        ids = ["-".join(str(ast.literal_eval(v)) for v in row) for row in self.rows]
+        ids = ["-".join(_test_id(ast.literal_eval(v), name, index) for name, v in zip(self.names, row))
+               for index, row in enumerate(self.rows)]
         values = [[ast.Constant(None) if name in names else v for name, v in zip(self.names, row)]
                   for row in self.rows]
         self.call.args[1] = ast.List(elts=[ast.Tuple(elts=row, ctx=ast.Load()) if len(row) > 1 else row[0]
                                            for row in values], ctx=ast.Load())
-        self.call.keywords.append(ast.keyword(arg="ids", value=ast.List(elts=[ast.Constant(i) for i in ids],
-                                                                          ctx=ast.Load())))
+        if not self.call.keywords:  # the test's own `ids=` stay as they are
+            self.call.keywords.append(ast.keyword(arg="ids", value=ast.List(elts=[ast.Constant(i) for i in ids],
+                                                                              ctx=ast.Load())))
+
+
+def _test_id(value, name: str, index: int) -> str:
+    """The part of a test id pytest makes from a parametrize value (`_pytest.python.IdMaker._idval`): a str, a
+    number, a bool or None by its str (escaped to ASCII as pytest escapes explicit ids too), any other literal
+    (a list, a tuple, a dict) by the argument's name and the row's index (`tokens0`)."""
+    if value is None or type(value) in (str, int, float, bool, complex):
+        return str(value)
+    return f"{name}{index}"
+
+
+def _has_bytes(node: ast.expr) -> bool:
+    """Whether a literal holds bytes (pytest writes their ids otherwise: not written out here)."""
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, bytes) for n in ast.walk(node))
 
 
 class _Table:
@@ -758,14 +827,6 @@ class _Table:
                 row.elts = [ast.Constant(None) if name in names else v for name, v in zip(self.names, row.elts)]
 
 
-def _plain_constant(node: ast.expr) -> bool:
-    """A str, int, float, bool or None written as a literal (`-1` too)."""
-    try:
-        return type(ast.literal_eval(node)) in (str, int, float, bool, type(None))
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-
-
 def _listed(result) -> list:
     return result if isinstance(result, list) else [result]
 
@@ -785,7 +846,9 @@ def observe(source: str, rng: random.Random, drafted: set[str], drafts: int = 3)
         return source
     tree.body = [s for s in _docstring_free(tree.body)]
     names = _data_names(tree)
-    tree = _Observe(rng, drafts, drafted, names, _fixtures(tree)).visit(tree)
+    tables = _tables(tree, names)
+    tree = _Inlined(tables).visit(tree)
+    tree = _Observe(rng, drafts, drafted, names, _fixtures(tree), tables, _assigned(tree)).visit(tree)
     read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     tree = ast.fix_missing_locations(_DeadData(set(names) - read).visit(tree))
     return ast.unparse(tree) + "\n"

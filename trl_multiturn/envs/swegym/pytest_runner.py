@@ -3,9 +3,10 @@
     python -s pytest_runner.py TOKEN_PATH REPORT_FD AUDIT_PATH PYTEST_ARGS...
 
 Grading copies this file into the sandbox and runs it in place of `python -m pytest`; it imports nothing of
-trl_multiturn. Each record is one line `TOKEN JSON` written to the descriptor REPORT_FD, the sandbox's channel
-(`Sandbox.run(..., channel=True)`: a pipe the host reads while the tests run, or the exec's stream in Docker), so
-a record, once written, is the host's: nothing in the sandbox can take it back, truncate or replace it. Records:
+trl_multiturn but `variation.py` (standard library only), copied beside it. Each record is one line `TOKEN JSON`
+written to the descriptor REPORT_FD, the sandbox's channel (`Sandbox.run(..., channel=True)`: a pipe the host
+reads while the tests run, or the exec's stream in Docker), so a record, once written, is the host's: nothing in
+the sandbox can take it back, truncate or replace it. Records:
 `{"test": nodeid, "status": S}` with S as pytest's short summary names it (PASSED, FAILED, ERROR, SKIPPED, XFAIL,
 XPASS), `{"audit": event, "where": "path:line", "what": detail}` for each way the patch's code looked into the test
 process (below), and a last `{"exit": code}` once pytest returns (the host counts anything after it as forged,
@@ -43,7 +44,8 @@ of the repository on its stack (a standard function run by an executor), is reco
 it reports a failure), so which test runs is not written where the tests' process can read it unaudited.
 
 **Observations**: `__check__(thunk[, relation])`, `__value__(value)`, `__raised__(error, message)`,
-`__caught__(error)` and `__warned__(message)` are put in `builtins`; the observation form of the tests
+`__caught__(error)`, `__warned__(message)` and `__varied__(value, seed)` (a draft's input changed when the test
+runs: `variation.varied`) are put in `builtins`; the observation form of the tests
 (`observe.py`) calls them to report each value a check looks at, as plain data (`_plain`, whole: no item or level
 is cut), what `bool` answers for a bare truth, the warnings a `pytest.warns` block gave, and a *blind* mark for a
 check nothing reported can decide (`_Observations`). Per test, one record `{"values": nodeid, "count": n,
@@ -60,6 +62,11 @@ import sys
 import types
 
 from _pytest.recwarn import WarningsRecorder
+
+try:
+    from .variation import varied  # imported as a module of trl_multiturn (its tests)
+except ImportError:  # the sandbox's copy, run as a script: grading copies variation.py beside it
+    from variation import varied
 
 # Standard functions that use frames or code for their own bookkeeping: (file name ending, function names).
 _BOOKKEEPING = [
@@ -438,7 +445,7 @@ def main() -> int:
     import pytest  # before the working folder is on sys.path: a `pytest.py` of the repository cannot stand in
 
     _pytest.runner._update_current_test_var = lambda item, when: None  # no PYTEST_CURRENT_TEST
-    builtins.__caught__ = _caught
+    builtins.__caught__, builtins.__varied__ = _caught, varied
     sys.path[0] = os.getcwd()  # the working folder first, as `python -m pytest` has it (not this file's folder)
 
     class Recorder:
