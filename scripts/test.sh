@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${SKIP_SETUP:-}" = 1 ] || bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
-"${VENV:-.venv}/bin/python" -m pytest -q -p no:cacheprovider "$@"
+# --durations: every CI log ends with the 30 slowest test phases, where to look first when the suite's time grows.
+"${VENV:-.venv}/bin/python" -m pytest -q -p no:cacheprovider --durations=30 "$@"
 # The trainer tests once more on the oldest supported TRL (1.14), when the whole suite ran.
 if [ $# -eq 0 ]; then
   bash scripts/test_trl_oldest.sh
