@@ -408,9 +408,12 @@ class DockerSandbox(Sandbox):
             raw.settimeout(COPY_TIMEOUT + 30)
             received = [bytearray(), bytearray()]
             try:
-                for chunk in stdin or ():
-                    raw.sendall(chunk)
-                raw.shutdown(socket.SHUT_WR)
+                try:
+                    for chunk in stdin or ():
+                        raw.sendall(chunk)
+                    raw.shutdown(socket.SHUT_WR)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # it stopped reading (tar out of space): its exit code and errors say why
                 for stream, data in frames_iter(sock, tty=False):
                     kept = received[stream == 2]
                     kept += data[: max(cap - len(kept), 0)]
