@@ -24,7 +24,8 @@ sandbox of the same task to read, one channel class at a time.
     python - write activity KIND BITS T0 SLOT  between two concurrent sandboxes, by the shared clock: in slot i
                                             (SLOT seconds from T0 + i * SLOT) be busy if bit i is 1, idle if 0;
                                             KIND cpu (two processes spin), disk (write and fsync 1 MiB at a time
-                                            in the working folder) or fork (start processes)
+                                            in the working folder), space (64 MiB of files there, kept to the end)
+                                            or fork (start processes)
     python - read activity T0 SLOT          meanwhile, how each machine-wide activity counter the sandbox can read
                                             moved in each slot, split at the median (more activity = 1): one line
                                             per counter (/proc/stat's CPU times, context switches, forks, interrupts
@@ -35,6 +36,12 @@ sandbox of the same task to read, one channel class at a time.
                                             own_speed: how much fixed work the reader itself got done (plain
                                             timing, which no view hides), and own_wait: how long the reader
                                             waited for its CPU (/proc/self/schedstat: other processes ran there)
+    python - write space MB                 write MB MiB (new files of 16 MiB, kept) into each place a test run may
+                                            write: the working folder, /tmp, $HOME, /var/tmp, and / itself, then
+                                            sync; prints `written` and the MiB each place took
+    python - clear space                    remove what `write space` wrote, then sync
+    python - read space                     the free bytes of every file system the sandbox sees (statvfs of each
+                                            mount point of /proc/self/mountinfo), one `space PATH BYTES` a line
     python - read machine SHOWN PATH...     how many bytes each /proc PATH (a file, or a folder's files) gives by
                                             each route to it (its path, /proc/self/.., /proc/thread-self/.., openat
                                             on a /proc descriptor; 'refused' if none), every file of the machine's
@@ -43,6 +50,9 @@ sandbox of the same task to read, one channel class at a time.
                                             the ':'-separated SHOWN paths that is not empty (a folder with entries,
                                             a file with text), and the memory limit of the cgroup /sys/fs/cgroup
                                             shows
+
+The activity reader also reads the free space of "/" (`statfs_root`) and of every other mount point together
+(`statfs_mounts`), which `space` moves where the sandboxes share a file system.
 
 The files (16 per reader) are picked by SALT among the shared read-only files both sandboxes see (regular files of
 at least 64 KiB under /usr/bin and /usr/lib/<arch>-linux-gnu, sorted), so a test picks fresh, cold files each run.
@@ -309,6 +319,48 @@ def machine(shown, paths):
                 print("sys_visible", path)
 
 
+SPACE_PLACES = (".", "/tmp", os.path.expanduser("~"), "/var/tmp", "/")
+SPACE_FILE = "trl-multiturn-space"
+
+
+def write_space(megabytes):
+    """Write `megabytes` MiB into each of SPACE_PLACES that takes it, 16 MiB a file (under RLIMIT_FSIZE)."""
+    chunk, took = b"x" * (16 << 20), {}
+    for place in SPACE_PLACES:
+        took[place] = 0
+        for i in range(megabytes // 16):
+            try:
+                with open(os.path.join(place, f"{SPACE_FILE}-{i}"), "wb") as f:
+                    f.write(chunk)
+                    os.fsync(f.fileno())
+            except OSError:
+                break
+            took[place] += 16
+    os.sync()  # the file systems' books brought up to date (btrfs counts its blocks used when it commits)
+    print("written", *(f"{place}={mb}" for place, mb in took.items()), flush=True)
+
+
+def clear_space():
+    for place in SPACE_PLACES:
+        for leftover in glob.glob(os.path.join(place, SPACE_FILE + "-*")):
+            os.unlink(leftover)
+    os.sync()
+    print("cleared")
+
+
+def mount_points():
+    with open("/proc/self/mountinfo") as f:
+        return sorted({line.split()[4].replace("\\040", " ") for line in f})
+
+
+def free_bytes(path):
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return None
+    return stats.f_bfree * stats.f_frsize
+
+
 def numbers(text):
     return [int(word) for word in text.split() if word.isdigit()]
 
@@ -345,6 +397,9 @@ def counters():
     found["schedstat"] = sum(int(c[7]) for c in sched if len(c) > 7) if sched else None  # ns spent running
     own = open_lines("/proc/self/schedstat")  # this process's own: ns it ran, ns it waited for a CPU, time slices
     found["own_wait"] = int(own[0].split()[1]) if own else None
+    root = free_bytes("/")
+    found["statfs_root"] = -root if root is not None else None  # less free space = more activity
+    found["statfs_mounts"] = -sum(free_bytes(p) or 0 for p in mount_points() if p != "/")
     return found
 
 
@@ -367,7 +422,13 @@ def write_activity(kind, bits, start, slot):
     for i, bit in enumerate(bits):
         end = start + (i + 1) * slot
         wait_until(start + i * slot)
-        while bit == "1" and time.time() < end:
+        for _ in range(4 if kind == "space" and bit == "1" else 0):  # 64 MiB a slot, kept
+            with open(f"activity-{os.getpid()}-{i}-{_}", "wb") as f:
+                f.write(chunk * 16)
+                os.fsync(f.fileno())
+        if kind == "space" and bit == "1":
+            os.sync()
+        while bit == "1" and kind != "space" and time.time() < end:
             if kind == "disk":
                 with open(f"activity-{os.getpid()}", "wb") as f:
                     f.write(chunk)
@@ -422,6 +483,15 @@ if channel == "activity":
     sys.exit()
 if channel == "meminfo":
     meminfo()
+    sys.exit()
+if channel == "space":
+    if action == "write":
+        write_space(int(sys.argv[3]))
+    elif action == "clear":
+        clear_space()
+    else:
+        for point in mount_points():
+            print("space", point, free_bytes(point))
     sys.exit()
 if channel == "machine":
     machine(sys.argv[3].split(":"), sys.argv[4:])

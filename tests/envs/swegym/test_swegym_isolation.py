@@ -22,6 +22,7 @@ import pytest
 from docker_engine import docker_client
 
 from trl_multiturn.envs.swegym import SandboxConfig, make_sandbox, task_rows
+from trl_multiturn.envs.swegym.sandbox.docker import OUTPUT_DIR
 from trl_multiturn.envs.swegym.sandbox.seccomp import ARCHES, DENIED
 
 ROW = next(row for row in task_rows() if row["repo"].endswith("/roman"))
@@ -208,14 +209,15 @@ def test_files_in_every_writable_folder(pair, marker):
     assert int(wrote[0]) >= 2  # at least the checkout and /tmp
     if first.config.sandbox == "local":
         assert set(writable) <= {"/dev/shm"}, writable  # only the checkout, /tmp and /dev/shm are writable
+    else:  # the image's files read-only (wave 11): the writable folders are tmpfs mounts of the container's own
+        assert [w for w in writable if not w.startswith(("/root", "/var/tmp", "/dev", OUTPUT_DIR))] == [], writable
     first.run(f"echo 'echo {marker}' >> ~/.bashrc")
     shared = ["/usr/bin/env", "/etc/hostname", "/usr/lib"]
     before = {p: os.stat(p).st_mtime_ns for p in shared}
     tried = first.run("for p in " + " ".join(shared) + "; do touch -d 2001-01-01 $p 2>/dev/null && echo changed $p; "
                       f"python -c \"import os; os.setxattr('$p', 'user.{marker}', b'1')\" 2>/dev/null && echo "
                       "changed $p; done")
-    if first.config.sandbox == "local":  # Docker's root changes its container's own copies, which go with it
-        assert "changed" not in tried.output, tried.output
+    assert "changed" not in tried.output, tried.output  # Docker: a read-only root since wave 11
     assert {p: os.stat(p).st_mtime_ns for p in shared} == before  # the host's files are untouched
     search = second.run(f"find / \\( -path /proc -o -path /sys \\) -prune -o -name '{marker}*' -print 2>/dev/null; "
                         "bash -ic true 2>/dev/null; echo end", timeout=600)

@@ -41,13 +41,13 @@ class SandboxConfig:
         cpu_seconds (`int`, defaults to `60`):
             CPU-time limit of each process (RLIMIT_CPU), seconds.
         memory_mb (`int`, defaults to `4096`):
-            Address-space limit of each process (RLIMIT_AS; Docker: memory), MiB.
+            Address-space limit of each process (RLIMIT_AS), MiB; Docker: the container's memory, its files included.
         max_processes (`int`, defaults to `128`):
             Process-count limit (RLIMIT_NPROC per sandbox uid locally, pids_limit in Docker).
         max_file_mb (`int`, defaults to `64`):
             Largest file a command may write (RLIMIT_FSIZE), MiB.
         disk_mb (`int`, defaults to `4096`):
-            Size of the sandbox's writable space, MiB (local, as root: a tmpfs; Docker: --storage-opt size).
+            Size of the sandbox's writable space, MiB (local, as root: a tmpfs; Docker: a tmpfs per writable folder).
         total_memory_mb (`int`, defaults to `8192`):
             Local: memory of all the sandbox's processes together (a cgroup's limit), MiB.
         max_output_bytes (`int`, defaults to `1_000_000`):
@@ -98,8 +98,10 @@ class SandboxConfig:
             CPU time each container may use, in CPUs (within its `sandbox_cpus` CPUs).
         docker_network (`bool`, defaults to `False`):
             Give containers network access.
+        docker_writable (`list[str]`, defaults to `["/var/tmp", "/root"]`):
+            Folders of the image a container may write besides the repository and /tmp; the rest is read-only.
         docker_engine_gaps (`str`, defaults to `"warn"`):
-            What to do when the engine lacks per-container files and quota or a remapped user namespace, or this
+            What to do when the engine lacks per-container files or a remapped user namespace, or this
             process cannot make a container's files resident (a remote engine, not root).
     """
 
@@ -111,7 +113,8 @@ class SandboxConfig:
         30.0, "Wall-clock seconds a command may run before its processes are killed.", range=Range(gt=0))
     cpu_seconds: int = config_field(60, "CPU-time limit of each process (RLIMIT_CPU), seconds.", range=Range(ge=1))
     memory_mb: int = config_field(
-        4096, "Address-space limit of each process (RLIMIT_AS; Docker: memory), MiB.", range=Range(ge=1))
+        4096, "Address-space limit of each process (RLIMIT_AS), MiB; Docker: also the container's memory, the files "
+              "it writes included (they are tmpfs pages: see disk_mb).", range=Range(ge=1))
     max_processes: int = config_field(
         128, "Process-count limit (RLIMIT_NPROC per sandbox uid locally, pids_limit in Docker).", range=Range(ge=1))
     max_file_mb: int = config_field(
@@ -120,9 +123,13 @@ class SandboxConfig:
     disk_mb: int = config_field(
         4096, "Local, as root: size of the tmpfs that holds the sandbox's writable folders (the checkout and its "
               "/tmp), MiB, mounted in the sandbox's own mount namespace, never on the host; writing past it fails "
-              "with ENOSPC and nothing reaches the host disk. Not root: no quota (logged once). Docker: what a "
-              "container may write beyond its image (--storage-opt size), where the engine's storage driver "
-              "takes a size (btrfs, zfs: see docker_engine_gaps and the SWE-Gym README, 'Containment').",
+              "with ENOSPC and nothing reaches the host disk. Not root: no quota (logged once). Docker (changed in "
+              "wave 11; was --storage-opt size, what a container might write beyond its image on the engine's "
+              "disk): the size of each folder a container may write (the repository, /tmp, docker_writable), a "
+              "tmpfs of its own with the image's content of that folder copied in (a repository larger than this "
+              "cannot start: SandboxError); the container's root is read-only, so nothing it writes reaches a "
+              "disk. Those files are the container's memory: memory_mb bounds them all together (a test run "
+              "that writes past it is OOM-killed, the code's own failure).",
         range=Range(ge=1))
     total_memory_mb: int = config_field(
         8192, "Local: memory of all the sandbox's processes together (tmpfs files they write included), MiB, as a "
@@ -222,10 +229,16 @@ class SandboxConfig:
         1.0, "CPU time each container may use, in CPUs (nano_cpus), within the sandbox_cpus CPUs it holds (if any).",
         range=Range(gt=0))
     docker_network: bool = field(default=False, metadata={"help": "Give containers network access."})
+    docker_writable: list[str] = config_field(
+        help="Folders (absolute paths in the image) a container may write besides the repository (docker_workdir) "
+        "and /tmp: each a tmpfs of disk_mb with the image's content copied in at start (HOME for the default "
+        "user, root: caches and configuration files of the tests' tools); everything else of the image is "
+        "read-only, so that nothing a container writes reaches the engine's disk.",
+        default_factory=lambda: ["/var/tmp", "/root"])
     docker_engine_gaps: str = field(
         default="warn",
         metadata={"help": "What to do when the Docker engine lacks what the SWE-Gym README asks of it: a storage "
-                  "driver that gives each container files of its own and a disk quota (btrfs, zfs; overlay2 shares "
+                  "driver that gives each container files of its own (btrfs, zfs; overlay2 shares "
                   "the image's files, their page cache a channel between gradings) and --userns-remap (else a "
                   "container's root is the host's uid 0), and this process reading a container's files from the "
                   "host to make them resident before its first command (a remote engine, or not root, cannot). "
@@ -242,6 +255,10 @@ class SandboxConfig:
             raise ValueError(f"run_as_uid={self.run_as_uid!r}: use 'auto', 'none' or a numeric uid")
         if self.docker_engine_gaps not in ENGINE_GAPS:
             raise ValueError(f"docker_engine_gaps={self.docker_engine_gaps!r}: choose one of {ENGINE_GAPS}")
+        for path in self.docker_writable:
+            if not path.startswith("/") or path.rstrip("/") == "":
+                raise ValueError(f"docker_writable: {path!r} is no absolute path of a folder below /; give folders "
+                                 "such as '/root'")
         for path in self.root_extra:
             if not os.path.isabs(path) or not os.path.lexists(path):
                 raise ValueError(f"root_extra: {path!r} is no absolute path of a file or folder on this machine; give "

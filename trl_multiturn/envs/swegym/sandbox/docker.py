@@ -3,8 +3,12 @@
 Containers run without network (`--network none`), without any capability, with `no-new-privileges`, a seccomp profile
 (the keyring, ptrace, bpf, mounts, namespaces, io_uring... denied), IPC, PID, UTS and cgroup namespaces of their own
 (IPC and cgroup stated explicitly, not left to the daemon's defaults; PID and UTS are private unless asked otherwise),
-a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, memory, pids and CPU limits, and a disk quota
-where the engine takes one (`engine_gaps`). The seccomp profile is the local sandbox's filter
+a private /dev/shm, a PID 1 that reaps orphans and outlives `kill -9 -1`, memory, pids and CPU limits, and storage of
+its own: the image's files read-only, and every folder a container may write (the repository, /tmp, HOME:
+`writable_folders`) a tmpfs of `disk_mb` with the image's content copied in, whose pages are the container's memory;
+the engine keeps no log of its output. No container writes to the engine's file system, so none moves the free space
+that another one (running or later) reads there, and none fills the host's disk (the SWE-Gym README,
+"Containment"). The seccomp profile is the local sandbox's filter
 (`seccomp.docker_profile`), which also refuses page-cache residency calls, locks and watches on the image's shared
 files, and `sysinfo`; the machine's memory statistics and activity counters are hidden (`procview.py`: /proc/meminfo,
 /proc/stat and /proc/loadavg fixed views, the rest masked beside the engine's own masked paths, /sys masked but for the
@@ -22,7 +26,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import posixpath
 import shlex
 import tarfile
@@ -52,8 +55,7 @@ from .residency import ContainerRoot, make_resident
 from .seccomp import docker_profile
 
 # Storage drivers that make each container's files inodes of its own (a snapshot per container: the page cache,
-# locks and watches of one container's files are not another's) and take a size (`--storage-opt size`). overlay2
-# shares the image's files between containers and takes a size only on XFS with project quotas.
+# locks and watches of one container's files are not another's). overlay2 shares the image's files between containers.
 PRIVATE_FILES_DRIVERS = ("btrfs", "zfs")
 
 
@@ -63,28 +65,10 @@ def engine_gaps(info: dict) -> list[str]:
     driver = info.get("Driver")
     if driver not in PRIVATE_FILES_DRIVERS:
         gaps.append(f"the storage driver {driver!r} shares the image's files between containers (their page cache "
-                    "carries state from one grading to the next) and gives no disk quota (disk_mb): use "
-                    f"{' or '.join(PRIVATE_FILES_DRIVERS)}")
+                    f"carries state from one grading to the next): use {' or '.join(PRIVATE_FILES_DRIVERS)}")
     if not any("name=userns" in option for option in info.get("SecurityOptions") or []):
         gaps.append("the engine runs without --userns-remap: a container's root is the host's uid 0")
     return gaps
-
-
-def check_engine_space(info: dict, disk_mb: int) -> None:
-    """SandboxError (an infrastructure failure, never a 0) where the engine's file system (its `docker info`'s
-    `DockerRootDir`, where this machine has that folder: the engine runs here) has less free space than one
-    container's quota, `disk_mb` MiB: a container started then could fail to write what its quota allows, and its
-    test run would fail for the machine's lack, not the patch's. The quota bounds each container, not their sum:
-    what bounds the total is the engine's file system itself (the SWE-Gym README, 'Containment')."""
-    try:
-        stats = os.statvfs(info["DockerRootDir"])
-    except (KeyError, TypeError, OSError):  # a remote engine's folder, not this machine's: nothing to check here
-        return
-    free_mb = stats.f_bavail * stats.f_frsize >> 20
-    if free_mb < disk_mb:
-        raise SandboxError(f"the Docker engine's file system ({info['DockerRootDir']}) has {free_mb} MiB free, less "
-                           f"than a container's disk quota (disk_mb={disk_mb}): free space there (removed "
-                           "containers' space returns as the file system reclaims it) or lower disk_mb")
 
 
 def docker_image_name(instance_id: str, config: SandboxConfig | None = None) -> str:
@@ -112,7 +96,8 @@ def task_image(task: dict, config: SandboxConfig | None = None) -> str:
 # when the sandbox is closed, or its process dies however it dies. Then the engine removes the container.
 KEEPER = ("mkdir -p {scratch}; trap '' TERM INT HUP; "
           "while :; do sleep 1 & wait $!; if read -r -t 0; then read -r _ || exit 0; fi; done")
-OUTPUT_DIR = "/run/trl-multiturn-output"  # commands' output files (a tmpfs: outside the disk quota)
+OUTPUT_DIR = "/run/trl-multiturn-output"  # commands' output files (a tmpfs of their own: outside disk_mb)
+COPY_TIMEOUT = 600  # seconds to copy a folder's content from the image into its tmpfs, or a file in or out
 _ENGINES: dict[str, dict] = {}  # `docker info` of each engine, by its address
 _ENGINE_MASKS: dict[str, list[str]] = {}  # the paths each engine masks in a container by default, by its address
 START_ATTEMPTS = 3  # a container start that failed in the engine (runc's "broken pipe" on a loaded machine)
@@ -146,14 +131,10 @@ class DockerSandbox(Sandbox):
         """Keyword arguments of `client.containers.run` for `task` (the fixed /proc views it binds are files of
         this machine's, `procview.SHARED`: the engine must run on this machine; `_create` adds the masked paths)."""
         cfg = self.config
-        image = self.image_for(task)
-        quota = {}
-        if self._engine_info().get("Driver") in PRIVATE_FILES_DRIVERS:  # the size counts the image's files too
-            quota["storage_opt"] = {"size": f"{self.client.images.get(image).attrs['Size'] // 2**20 + cfg.disk_mb}M"}
         views = write_views(SHARED, cfg.memory_mb)
+        space = f"size={cfg.disk_mb}m,exec"  # the repository's programs and built extensions run from it
         return {
-            **quota,
-            "image": image,
+            "image": self.image_for(task),
             "command": ["/bin/bash", "-c", KEEPER.format(scratch=shlex.quote(self.scratch_dir))],
             "detach": True,
             "stdin_open": True,  # with create's detach=False, also StdinOnce: the first attached client's end ends it
@@ -167,7 +148,13 @@ class DockerSandbox(Sandbox):
             "network_mode": "bridge" if cfg.docker_network else "none",
             "ipc_mode": "private",  # its own IPC namespace and /dev/shm, which no other container may join
             "shm_size": cfg.max_file_mb * 1024 * 1024,
-            "tmpfs": {OUTPUT_DIR: f"size={cfg.max_file_mb + 1}m,mode=0700"},
+            # the image's files read-only; what a container writes is in tmpfs mounts of its own (their content
+            # copied from the image by `_fill_writable`), never on the engine's file system, and nothing it prints
+            # to its PID 1's output is logged there either
+            "read_only": True,
+            "tmpfs": {OUTPUT_DIR: f"size={cfg.max_file_mb + 1}m,mode=0700",
+                      **dict.fromkeys(self.writable_folders(), space)},
+            "log_config": {"type": "none"},
             "cgroupns": "private",
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
@@ -190,8 +177,8 @@ class DockerSandbox(Sandbox):
         Every process the command leaves behind is killed when it ends (`kill -9 -1` spares only the caller and
         PID 1), as in the local sandbox. The output goes to a fresh file, not to the exec's stream, so that no
         process can hold the stream open and the call past its timeout; the file is in a tmpfs of its own
-        (`OUTPUT_DIR`), outside the disk quota, so that a command that filled the disk still gets its error message.
-        The scratch folder is made here too: the first command may come before PID 1 has made it.
+        (`OUTPUT_DIR`), outside the writable folders' `disk_mb`, so that a command that filled them still gets its
+        error message. The scratch folder is made here too: the first command may come before PID 1 has made it.
         """
         cfg = self.config
         timeout = timeout or cfg.command_timeout
@@ -208,6 +195,12 @@ class DockerSandbox(Sandbox):
             f'[ $code -ne {TIMEOUT_EXIT_CODE} ] || echo {shlex.quote(timeout_note(timeout))}; exit $code'
         )
         return ["/bin/bash", "-c", outer]
+
+    def writable_folders(self) -> list[str]:
+        """The folders a container may write, each a tmpfs of `disk_mb`: the repository, the scratch folder's parent
+        and `docker_writable`."""
+        cfg = self.config
+        return list(dict.fromkeys([cfg.docker_workdir, posixpath.dirname(self.scratch_dir), *cfg.docker_writable]))
 
     @property
     def client(self):
@@ -246,7 +239,6 @@ class DockerSandbox(Sandbox):
         self.close()
         exit_on_sigterm()
         self.check_engine()
-        check_engine_space(self._engine_info(), self.config.disk_mb)
         source = shipped_source(task)
         if source is not None and not task.get("image_name"):
             ensure_task_image(self.client, source)
@@ -256,10 +248,34 @@ class DockerSandbox(Sandbox):
         try:
             self.container = self._start_container(self.container_options(task))
             self._memory = MemoryCgroup.of_container(self.container.id)
+            self._fill_writable()
             self._make_resident()
         except BaseException:
             self.close()  # its CPUs too
             raise
+
+    def _fill_writable(self) -> None:
+        """Copy the image's content of each writable folder into its tmpfs, which covers it in the container: the
+        engine reads it from the container's own files (its archive of a path does not see a container's tmpfs
+        mounts), and `tar`, run as the container's root in the container, writes it, modes kept, every file the
+        container's root's (an engine that remaps users reports the host's ids in its archives); its pages are the
+        container's memory. A folder the image lacks stays empty. A copy that fails (the content
+        larger than disk_mb) is SandboxError."""
+        import docker
+
+        for folder in self.writable_folders():
+            try:
+                stream, _ = self.client.api.get_archive(self.container.id, folder)
+            except docker.errors.NotFound:
+                continue
+            except docker.errors.DockerException as e:
+                raise SandboxError(f"could not read the image's {folder} from the container: {e}") from e
+            parent = posixpath.dirname(folder.rstrip("/")) or "/"
+            code, _, errors = self._exec(["tar", "-x", "--no-same-owner", "-C", parent, "-f", "-"], stream)
+            if code != 0:
+                raise SandboxError(f"could not copy the image's {folder} into the container's writable space "
+                                   f"(disk_mb={self.config.disk_mb} MiB; raise it if the folder is larger): "
+                                   f"{errors.decode(errors='replace')[-1000:]}")
 
     def _make_resident(self) -> None:
         """Every page of the container's files resident before its first command (`residency.py`): what other
@@ -385,6 +401,43 @@ class DockerSandbox(Sandbox):
             return "running"
         return f"{state.get('Status')}, exit code {state.get('ExitCode')}, OOM-killed {state.get('OOMKilled')}"
 
+    def _exec(self, argv: list[str], stdin=None, cap: int = 1 << 16) -> tuple[int, bytes, bytes]:
+        """Run `argv` in the container as its root, outside the commands' limits (the sandbox's own copies and
+        transfers, not the agent's), within COPY_TIMEOUT, feeding it the chunks of bytes `stdin` (then end of file);
+        returns its exit code and the first `cap` bytes of its stdout and of its stderr. The container not running,
+        or the engine failing, is SandboxError."""
+        import socket
+
+        import docker
+        from docker.utils.socket import frames_iter
+
+        api = self.client.api
+        try:
+            exec_id = api.exec_create(self.container.id, ["timeout", "-k", "5", str(COPY_TIMEOUT), *argv],
+                                      stdin=stdin is not None, user="0")["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+            raw = getattr(sock, "_sock", sock)
+            raw.settimeout(COPY_TIMEOUT + 30)
+            received = [bytearray(), bytearray()]
+            try:
+                try:
+                    for chunk in stdin or ():
+                        raw.sendall(chunk)
+                    raw.shutdown(socket.SHUT_WR)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # it stopped reading (tar out of space): its exit code and errors say why
+                for stream, data in frames_iter(sock, tty=False):
+                    kept = received[stream == 2]
+                    kept += data[: max(cap - len(kept), 0)]
+            finally:
+                sock.close()
+            code = api.exec_inspect(exec_id)["ExitCode"]
+        except (docker.errors.DockerException, OSError) as e:
+            raise SandboxError(f"the container could not run {argv[0]}: {self._state()} ({e})") from e
+        if code is None:
+            raise SandboxError(f"the container did not finish {argv[0]}: {self._state()}")
+        return code, bytes(received[0]), bytes(received[1])
+
     def _container_path(self, path: str) -> str:
         root = self.config.docker_workdir.rstrip("/")
         full = posixpath.normpath(posixpath.join(root, path))
@@ -400,22 +453,22 @@ class DockerSandbox(Sandbox):
         return result.output
 
     def _put(self, full: str, text: str) -> None:
+        """Write `full` in the container (its folders made), owned by its root, as a file of its own: a link or a
+        FIFO there is replaced, never followed or opened. Through `tar` in the container: the engine's archive
+        calls do not reach its tmpfs mounts."""
+        if self.container is None:
+            raise SandboxError("the sandbox is not started: call start(task) first")
         data = text.encode("utf-8")
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             info = tarfile.TarInfo(posixpath.basename(full))
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
-        import docker
-
-        folder = posixpath.dirname(full)
-        try:
-            written = self.container.put_archive(folder, buf.getvalue())
-        except docker.errors.NotFound:  # a new folder
-            self.run(f"mkdir -p {shlex.quote(folder)}")
-            written = self.container.put_archive(folder, buf.getvalue())
-        if not written:
-            raise SandboxError(f"could not write {full} into the container")
+        folder = shlex.quote(posixpath.dirname(full))
+        code, _, errors = self._exec(["/bin/sh", "-c", f"mkdir -p -- {folder} && tar -x -C {folder} -f -"],
+                                     [buf.getvalue()])
+        if code != 0:
+            raise SandboxError(f"could not write {full} into the container: {errors.decode(errors='replace')}")
 
     def write_file(self, path: str, text: str) -> None:
         self._put(self._container_path(path), text)
@@ -426,24 +479,20 @@ class DockerSandbox(Sandbox):
         return full
 
     def read_scratch(self, name: str) -> str | None:
-        """Read through the engine (`docker cp`), which works on a stopped container too; a link is not followed."""
-        import docker
-
-        full = posixpath.join(self.scratch_dir, posixpath.basename(name))
-        try:
-            stream, _ = self.container.get_archive(full)
-        except docker.errors.NotFound:
-            state = self._state()  # the container runs until `close` (a command's `kill -9 -1` spares its PID 1)
-            if state != "running":
-                raise SandboxError(f"could not read {full}: the container is not running ({state})") from None
+        """Read in the container (`cat`; the engine's archive calls do not reach its tmpfs mounts), at most
+        `max_file_mb`; a link, a FIFO or anything else but a regular file is None, never followed or opened. A
+        container that is no longer running is SandboxError (it runs until `close`: a command's `kill -9 -1`
+        spares its PID 1)."""
+        if self.container is None:
+            raise SandboxError("the sandbox is not started: call start(task) first")
+        full = shlex.quote(posixpath.join(self.scratch_dir, posixpath.basename(name)))
+        code, text, _ = self._exec(["/bin/sh", "-c", f"[ -f {full} ] && [ ! -L {full} ] || exit 3; cat -- {full}"],
+                                   cap=self.config.max_file_mb * 1024 * 1024)
+        if code == 3:
             return None
-        except docker.errors.DockerException as e:
-            raise SandboxError(f"could not read {full} from the container: {e}") from e
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.next()
-            if member is None or not member.isfile():
-                return None
-            return tar.extractfile(member).read().decode("utf-8", errors="replace")
+        if code != 0:
+            raise SandboxError(f"could not read {full} in the container: {self._state()}")
+        return text.decode("utf-8", errors="replace")
 
     def close(self) -> None:
         self._close_lifeline()
