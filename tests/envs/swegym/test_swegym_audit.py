@@ -144,3 +144,30 @@ def test_a_patchs_gitattributes_hides_none_of_its_added_lines_from_the_audit(swe
         assert steps.audit_scope(untracked)["added"] == scope  # the same lines without the file
     python = {path for path in patch_paths(row["patch"]) if path.endswith(".py")}
     assert python and set(scope) == python and all(scope.values())
+
+
+def test_nothing_a_patch_writes_crashes_grading_or_hides_in_a_cut_listing(swegym_cache_dir):
+    """Grading's own reading of the checkout, after the patch (the wave 11 review, F6 and F10):
+    - an added line that reads like a diff header (`++ "`, `++ b/elsewhere.py`: git prints it `+++ ...`) is no header,
+      so the audit's scope is the real files' lines (before: `_unquoted('"')` raised SyntaxError out of grading, a 0
+      turned into no grade at will, and `++ b/x` moved the later hunks to another file);
+    - a listing longer than a command's output (`max_output_bytes`, small here; many long paths around a root
+      `conftest.py`) is read whole, so the protected file is still removed (before: it was in the part cut out)."""
+    row = next(row for row in task_rows() if row["repo"].endswith("/rpn"))
+    with make_sandbox(SandboxConfig(repo_cache_dir=swegym_cache_dir, max_output_bytes=4096)) as sandbox:
+        sandbox.start(row)
+        steps = _Grading(sandbox, row)
+        untracked = steps.isolate_git()
+        assert steps.apply_patch(row["patch"])[0]
+        module = "rpn/__init__.py"
+        text = sandbox.read_file(module)
+        sandbox.write_file(module, text + '_NOTES = """\n++ "\n++ b/elsewhere.py\n"""\nLAST = 1\n')
+        scope = steps.audit_scope(untracked)["added"]
+        last = len(text.splitlines()) + 5
+        assert "elsewhere.py" not in scope and any(first <= last <= end for first, end in scope[module]), scope
+        padding = "".join(f"mkdir -p {letter * 120} && touch {letter * 120}/{'p' * 120}{i}; "
+                          for letter in "ad" for i in range(40))
+        assert sandbox.run(f"{padding}echo 'collect_ignore_glob = [\"*\"]' > conftest.py").exit_code == 0
+        removed = steps.restore_protected(untracked, set(patch_paths(row["test_patch"])))
+        assert "conftest.py" in removed
+        assert sandbox.run("test -e conftest.py").exit_code == 1

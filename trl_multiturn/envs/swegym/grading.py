@@ -223,12 +223,20 @@ class _Grading:
 
     def _paths(self, *commands: str) -> list[list[str]]:
         """The NUL-separated paths each of `commands` prints, from one sandbox command (each costs ~0.2 s in
-        Docker). The lists are separated by a lone "/", which no relative path can be."""
-        result = self.run(" && printf '\\0/\\0' && ".join(commands))
+        Docker). The lists are separated by a lone "/", which no relative path can be. They go to a scratch file
+        read whole, never through the command's output, which is cut at `max_output_bytes`: a patch that adds
+        enough long paths would otherwise hide a protected file, or an added line, in the part cut out. A listing
+        over `max_file_mb` is a grade of 0."""
+        out = shlex.quote(f"{self.sandbox.scratch_dir}/paths")
+        listings = " && printf '\\0/\\0' && ".join(commands)
+        result = self.run(f"{{ {listings}; }} > {out}; code=$?; wc -c < {out}; exit $code")
         if result.exit_code != 0:
             raise _TrustedStepFailed(f"{commands[-1]}: {result.output[-500:]}")
-        sections = result.output.split("\0/\0")
-        return [[p for p in section.split("\0") if p] for section in sections]
+        listing = self.sandbox.read_scratch("paths")
+        size = result.output.strip().rpartition("\n")[2]
+        if listing is None or not size.isdigit() or int(size) > self.sandbox.config.max_file_mb * 1024 * 1024:
+            raise _TrustedStepFailed(f"{commands[-1]}: a listing of {size} bytes, over max_file_mb or unread")
+        return [[p for p in section.split("\0") if p] for section in listing.split("\0/\0")]
 
     def isolate_git(self) -> set[str]:
         """Move `.git` out of the checkout; returns the untracked files the clean checkout already has."""
@@ -278,9 +286,12 @@ class _Grading:
         as [first, last] spans of the patched file, and `known`, the Python files of the base commit, of the clean
         checkout and of the test patch (any other Python file of the repository counts as added: one the patch
         made, or one its code writes while the tests run)."""
+        # every line of a hunk starts with an indicator of its own ('>' added, '<' removed), so only git's own
+        # headers start with '+++ ' or '@@ ': an added line `++ "` is no file header (it once made this a crash)
         diff, tracked = self._paths(
-            f"git diff -U0 --text --no-color --no-ext-diff --no-textconv --no-renames {self.base} "
-            "| grep -aE '^(\\+\\+\\+ |@@ )' || true", f"git ls-tree -r -z --name-only {self.base}")
+            f"git diff -U0 --text --no-color --no-ext-diff --no-textconv --no-renames --output-indicator-new='>' "
+            f"--output-indicator-old='<' {self.base} | grep -aE '^(\\+\\+\\+ |@@ )' || true",
+            f"git ls-tree -r -z --name-only {self.base}")
         added: dict[str, list[list[int]]] = {}
         path = None
         for line in "".join(diff).splitlines():
