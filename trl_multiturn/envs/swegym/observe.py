@@ -300,13 +300,24 @@ def _constants(node: ast.AST, walk=ast.walk) -> list[ast.Constant]:
 def _inputs(node: ast.AST):
     """The nodes of `node` (`ast.walk`'s) but those of the checks' reports (`__check__`, `__raised__`,
     `__warned__`: their constants have drafts of their own, or say how a check decided) and of asserts left as
-    written: the inputs a test binds outside its checks."""
+    written: the inputs a test binds outside its checks. A step's report (a call made as a statement,
+    `cache.put("a", 1)`: `_STEP`) is no check: its constants are inputs."""
     todo = [node]
     while todo:
         node = todo.pop(0)
         yield node
         todo += [child for child in ast.iter_child_nodes(node) if not isinstance(child, ast.Assert) and not (
-            isinstance(child, ast.Call) and _name(child.func) in (CHECK, RAISED, WARNED))]
+            isinstance(child, ast.Call) and _name(child.func) in (CHECK, RAISED, WARNED)
+            and not getattr(child, _STEP, False))]
+
+
+_STEP = "step"  # the attribute that marks a step's `__check__` call in the tree (kept by `copy.deepcopy`)
+# A test's body is drafted twice for each of its input constants, up to this many drafts (each constant once
+# before any twice): a special case of one input among many (one row of a long table, one call of a scenario) is
+# varied in every grading, where three drafts of one constant each missed it in most (the wave 11 review,
+# "dilution"), and twice, since one changed value may hide the bug as well as the special case does (an input
+# every version rejects). Each draft runs the whole body once more, in both runs: the cap bounds that cost.
+BODY_DRAFTS = 24
 
 
 def _copy(node: ast.expr) -> ast.expr:
@@ -320,20 +331,30 @@ def _sequences(node: ast.AST, walk=ast.walk) -> list[ast.List | ast.Tuple]:
             and len({ast.dump(e) for e in s.elts}) > 1 and not any(isinstance(e, ast.Starred) for e in s.elts)]
 
 
-def _drafts(node: ast.AST, drafts: int, rng: random.Random, walk=ast.walk) -> list:
-    """Copies of `node` (an expression or a statement): `drafts` different ones with one of its constants changed
-    (fewer where it has fewer), and one with a list or tuple of several elements reversed (none of either kind
-    when it has none); `walk(node)` gives the nodes a draft may change."""
+def _drafts(node: ast.AST, drafts: int, rng: random.Random, walk=ast.walk, each: int = 0) -> list:
+    """Copies of `node` (an expression or a statement): with `each`, two for each of its constants with that
+    constant changed (`each` at most: every constant once before any twice, in an order drawn at random); then, until there are `drafts`, different
+    ones with a constant drawn at random changed (fewer where it has fewer); and one with a list or tuple of
+    several elements reversed (none of either kind when it has none); `walk(node)` gives the nodes a draft may
+    change."""
     out, seen = [], set()
-    for _ in range(20 * drafts if _constants(node, walk) else 0):  # different drafts, where there are enough
-        if len(out) == drafts:
-            break
+    count = len(_constants(node, walk)) if drafts else 0
+
+    def add(index: int) -> None:
         draft = copy.deepcopy(node)
-        constant = rng.choice(_constants(draft, walk))
+        constant = _constants(draft, walk)[index]
         constant.value = changed(constant.value, rng)
         if ast.dump(draft) not in seen:
             seen.add(ast.dump(draft))
             out.append(draft)
+
+    for index in (rng.sample(range(count), count) * 2)[:each]:  # each constant once, then once more
+        add(index)
+    drafts = max(drafts, len(out))
+    for _ in range(20 * drafts if count else 0):  # different drafts, where there are enough
+        if len(out) == drafts:
+            break
+        add(rng.randrange(count))
     if drafts and _sequences(node, walk):
         draft = copy.deepcopy(node)
         rng.choice(_sequences(draft, walk)).elts.reverse()
@@ -529,8 +550,9 @@ class _Observe(ast.NodeTransformer):
         before `assert evaluate(expression) == -1`, a fixture of the module returning `"8 2 /"`) and those it
         receives when it runs (a fixture of conftest.py, one with `params=` or `yield`, a parametrize row of any
         values): copies of its body (`original`) run after it, each with one constant outside the checks changed
-        (or a list reversed), in the body or in the body of a fixture of the module the test requests (run again for
-        that draft, its value passed for the fixture's), and, for each other parameter the body reads and each
+        (two for each such constant, `BODY_DRAFTS` at most, the constants of calls made as statements included: a
+        step's inputs), or a list reversed, in the body or in the body of a fixture of the module the test requests
+        (run again for that draft, its value passed for the fixture's), and, for each other parameter the body reads and each
         value of the module it reads (a name the module binds by an assignment: `CASES = build_cases()`), `drafts`
         copies given its value changed when the test runs (`__varied__`: one int, float or str in it, drawn by a
         seed written here, `variation.varied`; a value with none, an object the test works on, runs no copy); each
@@ -555,7 +577,7 @@ class _Observe(ast.NodeTransformer):
                                                 self._plain(_docstring_free(fixture.body)))
         plain = ast.Module(body=[_function("__draft__", inputs, body), *fixtures.values()], type_ignores=[])
         drafts = []  # (the copy of the body, the functions it needs, the arguments passed instead of the test's)
-        for draft in _drafts(plain, self.drafts, self.rng, walk=_inputs):
+        for draft in _drafts(plain, self.drafts, self.rng, walk=_inputs, each=BODY_DRAFTS):
             function, *defined = draft.body
             redone = {p: f for p, f, was in zip(fixtures, defined, fixtures.values()) if ast.dump(f) != ast.dump(was)}
             drafts.append((function, list(redone.values()), {p: _call(f.name, *(
@@ -691,7 +713,9 @@ class _Observe(ast.NodeTransformer):
                     body = body.args[0]
                 lam = ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
                                                     defaults=[]), body=body)
-                statements.append(ast.Expr(_call(CHECK, lam, *([ast.Constant(relation)] if relation else []))))
+                report = _call(CHECK, lam, *([ast.Constant(relation)] if relation else []))
+                setattr(report, _STEP, not drafted)
+                statements.append(ast.Expr(report))
         return statements
 
     def visit_With(self, node: ast.With):
