@@ -333,10 +333,10 @@ def _sequences(node: ast.AST, walk=ast.walk) -> list[ast.List | ast.Tuple]:
 
 def _drafts(node: ast.AST, drafts: int, rng: random.Random, walk=ast.walk, each: int = 0) -> list:
     """Copies of `node` (an expression or a statement): with `each`, two for each of its constants with that
-    constant changed (`each` at most: every constant once before any twice, in an order drawn at random); then, until there are `drafts`, different
-    ones with a constant drawn at random changed (fewer where it has fewer); and one with a list or tuple of
-    several elements reversed (none of either kind when it has none); `walk(node)` gives the nodes a draft may
-    change."""
+    constant changed (`each` at most: every constant once before any twice, in an order drawn at random); then,
+    until there are `drafts`, different ones with a constant drawn at random changed (fewer where it has fewer);
+    and one with a list or tuple of several elements reversed (none of either kind when it has none); `walk(node)`
+    gives the nodes a draft may change."""
     out, seen = [], set()
     count = len(_constants(node, walk)) if drafts else 0
 
@@ -552,12 +552,12 @@ class _Observe(ast.NodeTransformer):
         values): copies of its body (`original`) run after it, each with one constant outside the checks changed
         (two for each such constant, `BODY_DRAFTS` at most, the constants of calls made as statements included: a
         step's inputs), or a list reversed, in the body or in the body of a fixture of the module the test requests
-        (run again for that draft, its value passed for the fixture's), and, for each other parameter the body reads and each
-        value of the module it reads (a name the module binds by an assignment: `CASES = build_cases()`), `drafts`
-        copies given its value changed when the test runs (`__varied__`: one int, float or str in it, drawn by a
-        seed written here, `variation.varied`; a value with none, an object the test works on, runs no copy); each
-        copy is a function of the test's parameters, `__check__` reports what it returns or raises, and its checks
-        report their values as the test's do. None where the test's body has `yield` or `await`, or takes
+        (run again for that draft, its value passed for the fixture's), and, for each other parameter the body reads
+        and each value of the module it reads (a name the module binds by an assignment: `CASES = build_cases()`),
+        `drafts` copies given its value changed when the test runs (`__varied__`: one int, float or str in it, drawn
+        by a seed written here, `variation.varied`; a value with none, an object the test works on, runs no copy);
+        each copy is a function of the test's parameters, `__check__` reports what it returns or raises, and its
+        checks report their values as the test's do. None where the test's body has `yield` or `await`, or takes
         `*args`."""
         parameters = _parameters(node)
         if parameters is None or any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(node)):
