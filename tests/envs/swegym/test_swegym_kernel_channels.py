@@ -7,6 +7,7 @@ readers must be refused outright.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import subprocess
@@ -45,9 +46,8 @@ CHANCE = 14  # the most bits of 16 a reader may recover
 def config(request, swegym_cache_dir):
     if request.param == "docker":
         docker_client()
-    # one CPU of its own each (off by default): the pair's test of dedicated cores needs it, the others hold either way
     return SandboxConfig(sandbox=request.param, repo_cache_dir=swegym_cache_dir, command_timeout=300,
-                         max_processes=64, sandbox_cpus=1)
+                         max_processes=64)
 
 
 @pytest.fixture(scope="module")
@@ -372,13 +372,26 @@ PIN = ("import os, subprocess, sys\nprint(sorted(os.sched_getaffinity(0)))\nos.s
        "except OSError as e:\n    print('refused', e.strerror)\n")
 
 
-def test_concurrent_sandboxes_run_on_cpus_of_their_own(pair):
+@pytest.fixture
+def pinned_pair(config):
+    """Two sandboxes running at once with one CPU of its own each (`sandbox_cpus`, off by default), closed after
+    the test: they hold two of this machine's CPUs, which any other pinned sandbox would wait for."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two sandboxes with a CPU of its own each need two CPUs")
+    with make_sandbox(dataclasses.replace(config, sandbox_cpus=1)) as first, \
+            make_sandbox(dataclasses.replace(config, sandbox_cpus=1)) as second:
+        first.start(ROW)
+        second.start(ROW)
+        yield first, second
+
+
+def test_concurrent_sandboxes_run_on_cpus_of_their_own(pinned_pair):
     """Two sandboxes running at once hold disjoint CPUs (`sandbox_cpus`, one each here), and every process of each
     runs on its own CPUs only: a command asks for every CPU (sched_setaffinity) and still gets its own, a child it
     starts too, and asking for the other sandbox's CPU alone is refused (locally the kernel confines the affinity to
     the sandbox's cpuset cgroup, in Docker to the container's cpuset): the other's processes never take its CPU time
     (before: both ran on every CPU; the SWE-Gym README, "Dedicated cores", measures what timing still carries)."""
-    first, second = pair
+    first, second = pinned_pair
     assert first.cpus is not None and second.cpus is not None
     assert len(first.cpus) == len(second.cpus) == 1 and not set(first.cpus) & set(second.cpus)
     for sandbox, other in ((first, second), (second, first)):
