@@ -168,6 +168,6 @@ def test_nothing_a_patch_writes_crashes_grading_or_hides_in_a_cut_listing(swegym
         padding = "".join(f"mkdir -p {letter * 120} && touch {letter * 120}/{'p' * 120}{i}; "
                           for letter in "ad" for i in range(40))
         assert sandbox.run(f"{padding}echo 'collect_ignore_glob = [\"*\"]' > conftest.py").exit_code == 0
-        removed = steps.restore_protected(untracked, set(patch_paths(row["test_patch"])), row["patch"])
+        removed = steps.restore_protected(untracked, set(patch_paths(row["test_patch"])))
         assert "conftest.py" in removed
         assert sandbox.run("test -e conftest.py").exit_code == 1

@@ -263,16 +263,13 @@ class _Grading:
             return True, f"{APPLY_PATCH_PASS}: verified already applied"
         return False, f"{APPLY_PATCH_FAIL}:\n{result.output if result else ''}"
 
-    def restore_protected(self, untracked_before: set[str], test_files: set[str], patch: str) -> list[str]:
-        """Put back every protected file the patch changed and remove every protected file it added: those the
-        checkout's listings show, and those the patch's text names (`patch_paths`), so a listing is not the only
-        witness."""
+    def restore_protected(self, untracked_before: set[str], test_files: set[str]) -> list[str]:
+        """Put back every protected file the patch changed and remove every protected file it added."""
         changed, untracked, tracked = self._paths(
             f"git diff --name-only --no-ext-diff --no-textconv --no-renames -z {self.base}",
             "git ls-files --others -z", f"git ls-tree -r -z --name-only {self.base}",
         )
         added, tracked = [p for p in untracked if p not in untracked_before], set(tracked)
-        changed = [*changed, *(p for p in patch_paths(patch) if p not in changed)]
         restore = [p for p in changed if protected_reason(p, test_files) and p in tracked]
         remove = [p for p in [*changed, *added] if protected_reason(p, test_files) and p not in tracked]
         steps = [f"rm -rf -- {' '.join(shlex.quote(p) for p in remove)}"] if remove else []
@@ -371,7 +368,7 @@ def _test_run(task: dict, patch: str, config: SandboxConfig, files: list[str], t
             run.trusted_log = run.log.split(":", 1)[0]  # the marker alone: the rest is the patch's own text
             if not run.applied:
                 return run
-            run.ignored = steps.restore_protected(untracked, set(patch_paths(task["test_patch"])), patch)
+            run.ignored = steps.restore_protected(untracked, set(patch_paths(task["test_patch"])))
             audit = {**steps.audit_scope(untracked), "tests": files}
             steps.apply_test_patch()
             rng, read = random.Random(secrets.randbits(64)), functools.cache(sandbox.read_file)
