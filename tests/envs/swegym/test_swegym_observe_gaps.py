@@ -950,3 +950,29 @@ def test_inputs_of_call_statements_and_of_every_row_are_drafted(monkeypatch, tmp
                      == _values(text, ["test_table"], {"evaluate": gold.evaluate}, monkeypatch)
                      for text in (observe(table, random.Random(seed), {"test_table"}) for seed in range(20)))
     assert passed <= 1  # 1 of these 20 seeds (a changed input every version rejects, twice); 11 of 20 before
+
+
+EXPECTED_BY_TRY_ELSE = '''
+from rpn import evaluate
+
+
+def test_division_by_zero():
+    try:
+        evaluate("1 0 /")
+    except ZeroDivisionError:
+        pass
+    else:
+        raise AssertionError("no error")
+'''
+
+
+def test_a_call_in_a_try_with_handlers_lets_its_exception_reach_them(tmp_path, monkeypatch):
+    """The wave 11 review's F9: `try: f() except E: pass else: raise AssertionError`: a call statement observed by
+    `__check__` swallowed the exception, so the `else` raised and the gold patch failed the test (the row silently
+    unresolvable). In a `try` with handlers the call is reported by `__value__`, which lets the exception through:
+    the gold code passes."""
+    names = ["test_division_by_zero"]
+    with _at_base_and_gold("rpn", tmp_path) as (_, gold):
+        for seed in range(2):
+            text = observe(EXPECTED_BY_TRY_ELSE, random.Random(seed), set(names))
+            assert _values(text, names, {"evaluate": gold.evaluate}, monkeypatch)["test_division_by_zero"]["count"]

@@ -36,7 +36,8 @@ sandbox runs must hold no expected value: `observe(source, rng)` rewrites every 
   data argument, TRUTH for `assertTrue`/`assertFalse`), but one given the code to call
   (`self.assertRaises(E, f, x)`, `assertRaisesRegex(E, r, f, x)`, `pytest.raises(E, f, x)`)
   reports what `f(x)` returns or raises, as a call made as a statement does; any other call made as a statement
-  reports its value, or the exception it raised (a test that only checks that nothing raises is observed too);
+  reports its value, or the exception it raised (a test that only checks that nothing raises is observed too), and
+  in the body of a `try` with handlers lets that exception through to them;
 - `with pytest.raises(E): body` (or `self.assertRaises(E)`) becomes a `try` that reports which exception, if any,
   ended the body (drafts change a constant of the body), and its message too where the test matched one
   (`match=`, `assertRaisesRegex`); the body's calls report their values and let the exception through; with
@@ -505,7 +506,7 @@ class _Observe(ast.NodeTransformer):
         self.scope: list[str] = []  # the names of the classes and functions the visit is in
         self.functions = 0  # how many functions deep
         self.draft = False
-        self.raising = False  # in the body of a `pytest.raises` block
+        self.raising = False  # in the body of a `pytest.raises` block or of a `try` with handlers
         self.loads = Counter()  # how often each name is read in the (original) function the visit is in
         self.decisive: set[str] = set()  # the names that decide a branch of that function (`_decisive`)
 
@@ -614,6 +615,19 @@ class _Observe(ast.NodeTransformer):
         self.names = outer
         read = _loads(ast.Module(body=[*node.body, *node.orelse], type_ignores=[]))
         table.drop({n for n in table.names if not read[n] and not outside[n]})
+        return node
+
+    def visit_Try(self, node: ast.Try):
+        """A `try` with handlers: its body's call statements let their exceptions through to the handlers (as in
+        a raises block), so `try: f() except E: pass else: raise AssertionError` decides as written (a
+        `__check__` swallowed the exception: the `else` failed the test, the gold patch's run too)."""
+        if not node.handlers:
+            return self.generic_visit(node)
+        outer, self.raising = self.raising, True
+        node.body = [s for statement in node.body for s in _listed(self.visit(statement))]
+        self.raising = outer
+        for field in ("handlers", "orelse", "finalbody"):
+            setattr(node, field, [s for statement in getattr(node, field) for s in _listed(self.visit(statement))])
         return node
 
     def visit_Expr(self, node: ast.Expr):
