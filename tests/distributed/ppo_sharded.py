@@ -59,6 +59,13 @@ def fsdp_on_cpu() -> None:
 
 if mode == "fsdp" and not torch.cuda.is_available():
     fsdp_on_cpu()
+if mode.startswith("zero") and not torch.cuda.is_available():
+    # DeepSpeed's CPU backend compiles a shared-memory all-reduce with g++ when it starts (24-355 s on this machine,
+    # again for each virtual environment's path) that only its inference_all_reduce uses: ZeRO's training reduces
+    # through torch.distributed (gloo), which it falls back to without the op
+    import deepspeed.comm.torch as deepspeed_comm
+
+    deepspeed_comm.build_shm_op = lambda: None
 
 ON_CPU = not torch.cuda.is_available()  # scripts/gpu_check.sh runs this on CUDA
 BACKEND = {
