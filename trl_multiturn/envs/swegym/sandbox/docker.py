@@ -376,10 +376,12 @@ class DockerSandbox(Sandbox):
             end = "\n" if output and not output.endswith("\n") else ""
             return CommandResult(f"{output}{end}{out_of_memory_note(self.config.memory_mb)}\n", 128 + 9,
                                  out_of_memory=True, channel=sent)
-        if exit_code is None or exit_code >= 128:  # killed by a signal: was it the container's end?
-            state = self._state()
-            if state != "running":
-                raise SandboxError(f"the container stopped while it ran the command: {state}")
+        # was the command's end the container's? Asked after every command, whatever its exit code: a container
+        # killed from outside (the machine's OOM killer, an operator) once ended a test run with an ordinary exit
+        # code, and grading took that for a run that ended early (a 0, not an infrastructure failure)
+        state = self._state()
+        if state != "running":
+            raise SandboxError(f"the container stopped while it ran the command: {state}")
         return CommandResult(output, exit_code, timed_out=exit_code == 124, channel=sent)
 
     def _state(self) -> str:
