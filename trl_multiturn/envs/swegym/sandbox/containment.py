@@ -245,11 +245,7 @@ class MemoryCgroup:
 
     def enter(self) -> None:
         """Move the calling process into the cgroup; run in the child before exec, so everything it starts is in."""
-        fd = os.open(self.path / "cgroup.procs", os.O_WRONLY)
-        try:
-            os.write(fd, str(os.getpid()).encode())
-        finally:
-            os.close(fd)
+        join_cgroup(self.path)
 
     def remove(self) -> None:
         """Remove the cgroup (empty once its commands have ended)."""
@@ -298,6 +294,15 @@ class OomWatch:
         if machine_oom_kills() > self._machine and ours:
             return "machine"
         return None
+
+
+def join_cgroup(path: Path) -> None:
+    """Move the calling process into the cgroup at `path` (a child, before exec: everything it starts is in)."""
+    fd = os.open(path / "cgroup.procs", os.O_WRONLY)
+    try:
+        os.write(fd, str(os.getpid()).encode())
+    finally:
+        os.close(fd)
 
 
 def remove_orphans(parent: Path) -> None:

@@ -29,7 +29,7 @@ import weakref
 from pathlib import Path
 
 from .base import SandboxError
-from .containment import remove_orphans
+from .containment import join_cgroup, remove_orphans
 
 # One lock file per CPU, machine-wide: /dev/shm is this machine's (a tmpfs every process sees, as the /proc views are)
 LEASES = Path("/dev/shm/trl_multiturn_cpus")
@@ -161,11 +161,7 @@ class CpusetCgroup:
         """Move the calling process into the group (in the child before exec); nothing to do for v2's shared group,
         which the memory cgroup's `enter` joins."""
         if self.own:
-            fd = os.open(self.path / "cgroup.procs", os.O_WRONLY)
-            try:
-                os.write(fd, str(os.getpid()).encode())
-            finally:
-                os.close(fd)
+            join_cgroup(self.path)
 
     def remove(self) -> None:
         if self.own:
