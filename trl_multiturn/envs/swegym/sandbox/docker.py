@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import posixpath
 import shlex
 import tarfile
@@ -97,6 +98,7 @@ def task_image(task: dict, config: SandboxConfig | None = None) -> str:
 KEEPER = ("mkdir -p {scratch}; trap '' TERM INT HUP; "
           "while :; do sleep 1 & wait $!; if read -r -t 0; then read -r _ || exit 0; fi; done")
 OUTPUT_DIR = "/run/trl-multiturn-output"  # commands' output files (a tmpfs of their own: outside disk_mb)
+SETTLE_CHECKS = 15  # times a command ended by a signal asks again, 0.2 s apart, whether its container still runs
 COPY_TIMEOUT = 600  # seconds to copy a folder's content from the image into its tmpfs, or a file in or out
 _ENGINES: dict[str, dict] = {}  # `docker info` of each engine, by its address
 _ENGINE_MASKS: dict[str, list[str]] = {}  # the paths each engine masks in a container by default, by its address
@@ -372,16 +374,21 @@ class DockerSandbox(Sandbox):
         if verdict == "machine":
             raise SandboxError("the machine ran out of memory while the container ran the command (the kernel's OOM "
                                "killer ended a process; the container's own limit was not reached)")
+        # was the command's end the container's? Asked after every command, whatever its exit code (a container
+        # killed from outside once ended a test run with an ordinary one, graded as a run that ended early: a 0),
+        # and, after a signal's, again for a few seconds: the engine can learn of the kill after the command ended
+        state = self._state()
+        for _ in range(SETTLE_CHECKS if exit_code is None or exit_code >= 128 else 0):
+            if state != "running":
+                break
+            time.sleep(0.2)
+            state = self._state()
+        if state != "running":
+            raise SandboxError(f"the container stopped while it ran the command: {state}")
         if verdict == "limit":
             end = "\n" if output and not output.endswith("\n") else ""
             return CommandResult(f"{output}{end}{out_of_memory_note(self.config.memory_mb)}\n", 128 + 9,
                                  out_of_memory=True, channel=sent)
-        # was the command's end the container's? Asked after every command, whatever its exit code: a container
-        # killed from outside (the machine's OOM killer, an operator) once ended a test run with an ordinary exit
-        # code, and grading took that for a run that ended early (a 0, not an infrastructure failure)
-        state = self._state()
-        if state != "running":
-            raise SandboxError(f"the container stopped while it ran the command: {state}")
         return CommandResult(output, exit_code, timed_out=exit_code == 124, channel=sent)
 
     def _state(self) -> str:
@@ -418,16 +425,17 @@ class DockerSandbox(Sandbox):
             exec_id = api.exec_create(self.container.id, ["timeout", "-k", "5", str(COPY_TIMEOUT), *argv],
                                       stdin=stdin is not None, user="0")["Id"]
             sock = api.exec_start(exec_id, socket=True)
-            raw = getattr(sock, "_sock", sock)
-            raw.settimeout(COPY_TIMEOUT + 30)
             received = [bytearray(), bytearray()]
             try:
-                try:
-                    for chunk in stdin or ():
-                        raw.sendall(chunk)
-                    raw.shutdown(socket.SHUT_WR)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # it stopped reading (tar out of space): its exit code and errors say why
+                # the stream's socket, through a descriptor of its own: sent whole, then half-closed (end of file)
+                with socket.socket(fileno=os.dup(sock.fileno())) as writer:
+                    writer.settimeout(COPY_TIMEOUT + 30)
+                    try:
+                        for chunk in stdin or ():
+                            writer.sendall(chunk)
+                        writer.shutdown(socket.SHUT_WR)
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass  # it stopped reading (tar out of space): its exit code and errors say why
                 for stream, data in frames_iter(sock, tty=False):
                     kept = received[stream == 2]
                     kept += data[: max(cap - len(kept), 0)]
